@@ -1,0 +1,87 @@
+/*
+ * ks_pg: a bounded PostgreSQL connection pool, and the migration runner.
+ *
+ * Pool: a fixed number of libpq connections opened lazily; ks_pg_acquire
+ * waits up to a timeout for a free one (then KS_UNAVAILABLE), and a
+ * connection found broken is reset before it is handed out. Every
+ * connection sets application_name and a statement_timeout.
+ *
+ * Migrations: each service embeds its ordered SQL files (see
+ * cmake/embed_sql.cmake). ks_pg_migrate applies, under a session advisory
+ * lock keyed by the schema name (so replicas that start together apply each
+ * file once), every file not yet recorded in <schema>.schema_migrations, each
+ * in its own transaction together with its record. A recorded file whose
+ * SHA-256 differs from the embedded one is a start-up error: applied
+ * migrations are never edited, a new file is added instead.
+ */
+#ifndef KS_PG_H
+#define KS_PG_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+
+typedef struct ks_pg_pool ks_pg_pool;
+
+typedef struct ks_pg_pool_options {
+        const char *dsn;
+        const char *application_name; /* "keelson-auth" */
+        int size;                     /* connections, >= 1 */
+        int acquire_timeout_ms;       /* wait for a free connection */
+        int statement_timeout_ms;     /* 0 = server default */
+} ks_pg_pool_options;
+
+int ks_pg_pool_new(ks_pg_pool **out, const ks_pg_pool_options *opts);
+void ks_pg_pool_free(ks_pg_pool *pool);
+
+/*
+ * Hands out a connection (connected, idle, not in a transaction). Returns
+ * KS_OK, or KS_UNAVAILABLE when none is free within the timeout or the
+ * database cannot be reached.
+ */
+int ks_pg_acquire(ks_pg_pool *pool, PGconn **out);
+
+/*
+ * Gives a connection back. A connection left inside a transaction is rolled
+ * back; a broken one is reset before its next use.
+ */
+void ks_pg_release(ks_pg_pool *pool, PGconn *conn);
+
+/* Readiness: a connection answers SELECT 1. Returns 0 when it does. */
+int ks_pg_ping(ks_pg_pool *pool);
+
+/*
+ * Runs a statement with text parameters, expecting PGRES_COMMAND_OK or
+ * PGRES_TUPLES_OK. On success returns KS_OK and *out (may be NULL if the
+ * caller wants no result) owns the PGresult (PQclear it). On failure returns
+ * a ks_code (unique violation -> KS_ALREADY_EXISTS, serialization failure or
+ * deadlock -> KS_ABORTED, lost connection -> KS_UNAVAILABLE, else
+ * KS_INTERNAL), logs the libpq message with request_id, and *out is NULL.
+ */
+int ks_pg_exec(PGconn *conn, const char *request_id, const char *sql, int n_params,
+               const char *const *params, PGresult **out);
+
+/* BEGIN / COMMIT / ROLLBACK. ks_pg_rollback is safe outside a transaction. */
+int ks_pg_begin(PGconn *conn, const char *request_id);
+int ks_pg_commit(PGconn *conn, const char *request_id);
+void ks_pg_rollback(PGconn *conn);
+
+/* SQLSTATE of a failed result ("23505"), or "" */
+const char *ks_pg_sqlstate(const PGresult *res);
+
+typedef struct ks_migration {
+        const char *name; /* "001_init.sql": applied in array order */
+        const char *sql;
+} ks_migration;
+
+/*
+ * Creates the schema if needed and applies pending migrations. Returns 0, or
+ * -1 with a message in err (a changed applied file names the file).
+ */
+int ks_pg_migrate(const char *dsn, const char *schema, const ks_migration *migrations, size_t n,
+                  char *err, size_t err_len);
+
+/* Defined in each service binary by the build (cmake/embed_sql.cmake). */
+extern const ks_migration ks_service_migrations[];
+extern const size_t ks_service_migrations_n;
+
+#endif

@@ -1,0 +1,158 @@
+/*
+ * ks_rpc: request/reply between the gateway and the services, protobuf in
+ * nng messages, through the broker.
+ *
+ * Server. A replica dials the back of its service on every broker. A fixed
+ * set of nng contexts (max_inflight) receives requests; each request is
+ * checked (envelope, method, deadline) and put on a bounded work queue that a
+ * fixed pool of worker threads drains. A full queue is answered at once with
+ * RESOURCE_EXHAUSTED, an expired deadline with DEADLINE_EXCEEDED, an unknown
+ * method with UNIMPLEMENTED: nothing queues without bound. Handlers run on the
+ * worker threads and may block (PostgreSQL); each worker has its own state.
+ *
+ * Client. One req socket dials the front of a service on every broker; each
+ * call takes its own nng context, so any number of threads may call at once
+ * (bounded by max_inflight). A call carries a deadline; nng's automatic
+ * resend is disabled, since a resent write would be a duplicate.
+ */
+#ifndef KS_RPC_H
+#define KS_RPC_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "envelope.pb-c.h"
+#include "ks_code.h"
+
+typedef Keelson__Rpc__V1__CallerContext ks_caller;
+
+#define KS_MESSAGE_MAX 512         /* reply message bytes */
+#define KS_RPC_PAYLOAD_MAX (4 << 20) /* payload bytes, either way */
+
+/* Method flags. */
+enum {
+        KS_M_PUBLIC = 1u << 0,     /* callable without a caller context */
+        KS_M_INTERNAL = 1u << 1,   /* never routed from the outside by the gateway */
+        KS_M_IDEMPOTENT = 1u << 2, /* safe to retry */
+        KS_M_HASH_HEAVY = 1u << 3, /* spends a password hash */
+};
+
+typedef struct ks_call ks_call;
+typedef int (*ks_handler_fn)(ks_call *call);
+
+typedef struct ks_method {
+        const char *name; /* "keelson.auth.v1.AuthService/Login" */
+        const ProtobufCMessageDescriptor *input;
+        const ProtobufCMessageDescriptor *output;
+        ks_handler_fn handler;
+        unsigned flags;
+} ks_method;
+
+/* What a handler sees. */
+struct ks_call {
+        const ks_method *method;
+        const char *request_id;    /* never NULL */
+        const ks_caller *caller;   /* never NULL; authenticated may be false */
+        int64_t deadline_unix_ms;  /* 0 = none */
+        const ProtobufCMessage *in; /* the unpacked request, of method->input */
+        void *worker_state;        /* from ks_rpc_server_options.worker_init */
+        void *service;             /* ks_rpc_server_options.service */
+        /* set by the handler: */
+        char message[KS_MESSAGE_MAX];
+        uint8_t *out_payload;
+        size_t out_len;
+};
+
+/*
+ * Packs the response (of method->output) into the call. Call it once before
+ * returning KS_OK; a handler that returns KS_OK without it replies with an
+ * empty message. Returns KS_OK or KS_INTERNAL.
+ */
+int ks_call_reply(ks_call *call, const ProtobufCMessage *response);
+
+/* Sets call->message (printf-style) and returns code, for "return ks_call_fail(...)". */
+int ks_call_fail(ks_call *call, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Milliseconds left before the deadline (INT64_MAX without one, <= 0 when past). */
+int64_t ks_call_remaining_ms(const ks_call *call);
+
+typedef struct ks_rpc_server ks_rpc_server;
+
+typedef struct ks_rpc_server_options {
+        const char *service_name;       /* for logs and metrics: "auth" */
+        const char *const *dial_urls;   /* the back of the service on each broker */
+        int n_dial_urls;
+        const ks_method *methods;
+        size_t n_methods;
+        int workers;                    /* worker threads */
+        int queue_max;                  /* work queue capacity */
+        int max_inflight;               /* nng contexts receiving; > workers + queue_max */
+        void *service;                  /* handed to handlers as call->service */
+        /* optional per-worker state, made on the worker's thread: */
+        int (*worker_init)(void *service, int index, void **state);
+        void (*worker_fini)(void *service, void *state);
+} ks_rpc_server_options;
+
+int ks_rpc_server_start(ks_rpc_server **out, const ks_rpc_server_options *opts);
+/* Connected pipes to brokers (readiness: > 0). */
+int ks_rpc_server_connected(const ks_rpc_server *s);
+/* Stops receiving, lets in-flight calls finish, joins the workers, frees. */
+void ks_rpc_server_stop(ks_rpc_server *s);
+
+typedef struct ks_rpc_client ks_rpc_client;
+
+typedef struct ks_rpc_client_options {
+        const char *const *dial_urls; /* the front of one service on each broker */
+        int n_dial_urls;
+        int max_inflight;             /* concurrent calls; more get RESOURCE_EXHAUSTED */
+        int default_timeout_ms;       /* when a call has no deadline */
+} ks_rpc_client_options;
+
+int ks_rpc_client_new(ks_rpc_client **out, const ks_rpc_client_options *opts);
+void ks_rpc_client_free(ks_rpc_client *c);
+int ks_rpc_client_connected(const ks_rpc_client *c);
+
+/* A reply as the caller receives it. ks_rpc_result_clear frees the payload. */
+typedef struct ks_rpc_result {
+        int code;
+        char message[KS_MESSAGE_MAX];
+        uint8_t *payload;
+        size_t payload_len;
+} ks_rpc_result;
+
+void ks_rpc_result_clear(ks_rpc_result *r);
+
+typedef struct ks_rpc_call_args {
+        const char *method;
+        const char *request_id;
+        const ks_caller *caller;   /* may be NULL: unauthenticated */
+        int64_t deadline_unix_ms;  /* 0: now + default_timeout_ms */
+        const uint8_t *payload;
+        size_t payload_len;
+} ks_rpc_call_args;
+
+/*
+ * Blocking call from any thread. Transport failures become codes:
+ * timeout -> DEADLINE_EXCEEDED, no replica connected within the deadline ->
+ * DEADLINE_EXCEEDED, too many calls in flight -> RESOURCE_EXHAUSTED.
+ * Always fills *res (clear it afterwards); returns res->code.
+ */
+int ks_rpc_call(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_result *res);
+
+/*
+ * Asynchronous call: done(arg, res) runs once on an nng thread when the reply
+ * arrives or the call fails; res is only valid during done (take the payload
+ * by setting res->payload = NULL after copying the pointer). Returns 0 when
+ * the call was started, else a code (done is then not called).
+ */
+typedef void (*ks_rpc_done_fn)(void *arg, ks_rpc_result *res);
+int ks_rpc_call_async(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_done_fn done,
+                      void *arg);
+
+/* Milliseconds since the Unix epoch, wall clock. */
+int64_t ks_now_ms(void);
+
+#endif
