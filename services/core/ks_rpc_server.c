@@ -1,1 +1,517 @@
-/* placeholder */
+/*
+ * ks_rpc_server: the service side of ks_rpc (see ks_rpc.h for the model).
+ *
+ * Each of max_inflight slots owns one nng context and one aio and moves
+ * through RECV -> (queued) -> worker -> SEND -> RECV. The aio callback never
+ * blocks: it decodes the envelope, rejects what can be rejected at once and
+ * queues the rest. Workers are plain threads, so handlers may block on
+ * PostgreSQL without starving nng's own task threads.
+ */
+#include "ks_rpc.h"
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ks_log.h"
+#include "ks_metrics.h"
+
+#define RPC_WORKERS_MAX 1024
+#define RPC_INFLIGHT_MAX 65536
+#define RPC_RECV_MAX_BYTES ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
+
+typedef enum slot_state { SLOT_RECV, SLOT_SEND } slot_state;
+
+typedef struct slot {
+        ks_rpc_server *srv;
+        nng_ctx ctx;
+        nng_aio *aio;
+        slot_state state;
+        Keelson__Rpc__V1__Request *req; /* owned while queued / in a worker */
+        const ks_method *method;
+        int64_t received_ms;
+        struct slot *next; /* work queue link */
+} slot;
+
+typedef struct method_metrics {
+        _Atomic(ks_counter *) by_code[KS_CODE_COUNT];
+        ks_histogram *duration;
+} method_metrics;
+
+struct ks_rpc_server {
+        ks_rpc_server_options opts;
+        nng_socket sock;
+        atomic_int connected;
+        atomic_bool stopping;
+        slot *slots;
+        int n_slots;
+        pthread_t *threads;
+        int n_threads;
+        /* the bounded work queue */
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        slot *head, *tail;
+        int queued;
+        method_metrics *mm; /* one per method */
+        ks_counter *rejected_full;
+        ks_counter *rejected_deadline;
+        ks_gauge *queue_depth;
+};
+
+static void slot_recv(slot *s);
+
+int ks_call_reply(ks_call *call, const ProtobufCMessage *response)
+{
+        if (response->descriptor != call->method->output) {
+                return KS_INTERNAL;
+        }
+        size_t len = protobuf_c_message_get_packed_size(response);
+        uint8_t *buf = malloc(len > 0 ? len : 1);
+        if (buf == NULL) {
+                return KS_INTERNAL;
+        }
+        protobuf_c_message_pack(response, buf);
+        free(call->out_payload);
+        call->out_payload = buf;
+        call->out_len = len;
+        return KS_OK;
+}
+
+int ks_call_fail(ks_call *call, int code, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(call->message, sizeof(call->message), fmt, ap);
+        va_end(ap);
+        return code;
+}
+
+int64_t ks_call_remaining_ms(const ks_call *call)
+{
+        if (call->deadline_unix_ms == 0) {
+                return INT64_MAX;
+        }
+        return call->deadline_unix_ms - ks_now_ms();
+}
+
+static void count_call(ks_rpc_server *srv, const ks_method *m, int code, double seconds)
+{
+        if (m == NULL || code < 0 || code >= KS_CODE_COUNT) {
+                return;
+        }
+        method_metrics *mm = &srv->mm[m - srv->opts.methods];
+        ks_counter *c = atomic_load(&mm->by_code[code]);
+        if (c == NULL) {
+                char esc[256], labels[512];
+                snprintf(labels, sizeof(labels), "service=\"%s\",method=\"%s\",code=\"%s\"",
+                         srv->opts.service_name, ks_metrics_escape(m->name, esc, sizeof(esc)),
+                         ks_code_name(code));
+                c = ks_counter_get(ks_metrics_default(), "keelson_rpc_requests_total",
+                                   "RPCs handled by this replica, by method and status code.",
+                                   labels);
+                atomic_store(&mm->by_code[code], c);
+        }
+        ks_counter_inc(c);
+        ks_histogram_observe(mm->duration, seconds);
+}
+
+/* Replies from a slot: packs a Reply and hands it to nng; the slot moves to SEND. */
+static void slot_reply(slot *s, int code, const char *message, const uint8_t *payload, size_t len)
+{
+        Keelson__Rpc__V1__Reply rep = KEELSON__RPC__V1__REPLY__INIT;
+        rep.code = (uint32_t)code;
+        rep.message = (char *)(message != NULL ? message : "");
+        rep.request_id = (char *)(s->req != NULL ? s->req->request_id : "");
+        rep.payload.data = (uint8_t *)payload;
+        rep.payload.len = code == KS_OK ? len : 0;
+
+        nng_msg *msg = NULL;
+        size_t size = keelson__rpc__v1__reply__get_packed_size(&rep);
+        if (nng_msg_alloc(&msg, size) == 0) {
+                keelson__rpc__v1__reply__pack(&rep, nng_msg_body(msg));
+        } else {
+                ks_log_error(rep.request_id, "rpc reply allocation failed", NULL);
+        }
+        if (s->req != NULL) {
+                keelson__rpc__v1__request__free_unpacked(s->req, NULL);
+                s->req = NULL;
+        }
+        if (msg == NULL) {
+                slot_recv(s); /* the client times out, as with a lost replica */
+                return;
+        }
+        s->state = SLOT_SEND;
+        nng_aio_set_msg(s->aio, msg);
+        nng_ctx_send(s->ctx, s->aio);
+}
+
+static void slot_recv(slot *s)
+{
+        if (atomic_load(&s->srv->stopping)) {
+                return;
+        }
+        s->state = SLOT_RECV;
+        s->method = NULL;
+        nng_ctx_recv(s->ctx, s->aio);
+}
+
+static const ks_method *find_method(const ks_rpc_server *srv, const char *name)
+{
+        for (size_t i = 0; i < srv->opts.n_methods; i++) {
+                if (strcmp(srv->opts.methods[i].name, name) == 0) {
+                        return &srv->opts.methods[i];
+                }
+        }
+        return NULL;
+}
+
+/* Queues a decoded request; false when the queue is full. */
+static bool enqueue(ks_rpc_server *srv, slot *s)
+{
+        pthread_mutex_lock(&srv->mu);
+        if (srv->queued >= srv->opts.queue_max) {
+                pthread_mutex_unlock(&srv->mu);
+                return false;
+        }
+        s->next = NULL;
+        if (srv->tail != NULL) {
+                srv->tail->next = s;
+        } else {
+                srv->head = s;
+        }
+        srv->tail = s;
+        srv->queued++;
+        ks_gauge_set(srv->queue_depth, srv->queued);
+        pthread_cond_signal(&srv->cv);
+        pthread_mutex_unlock(&srv->mu);
+        return true;
+}
+
+static void on_request(slot *s, nng_msg *msg)
+{
+        ks_rpc_server *srv = s->srv;
+        s->received_ms = ks_now_ms();
+        s->req = keelson__rpc__v1__request__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
+        nng_msg_free(msg);
+        if (s->req == NULL) {
+                slot_reply(s, KS_INVALID_ARGUMENT, "malformed request envelope", NULL, 0);
+                return;
+        }
+        s->method = find_method(srv, s->req->method);
+        if (s->method == NULL) {
+                count_call(srv, NULL, KS_UNIMPLEMENTED, 0);
+                slot_reply(s, KS_UNIMPLEMENTED, "unknown method", NULL, 0);
+                return;
+        }
+        if (s->req->deadline_unix_ms != 0 && s->req->deadline_unix_ms <= s->received_ms) {
+                ks_counter_inc(srv->rejected_deadline);
+                count_call(srv, s->method, KS_DEADLINE_EXCEEDED, 0);
+                slot_reply(s, KS_DEADLINE_EXCEEDED, "deadline exceeded before handling", NULL, 0);
+                return;
+        }
+        if (!enqueue(srv, s)) {
+                ks_counter_inc(srv->rejected_full);
+                count_call(srv, s->method, KS_RESOURCE_EXHAUSTED, 0);
+                slot_reply(s, KS_RESOURCE_EXHAUSTED, "service overloaded, retry later", NULL, 0);
+        }
+}
+
+static void slot_cb(void *arg)
+{
+        slot *s = arg;
+        int rv = nng_aio_result(s->aio);
+        if (s->state == SLOT_SEND) {
+                if (rv != 0) {
+                        nng_msg_free(nng_aio_get_msg(s->aio));
+                }
+                slot_recv(s);
+                return;
+        }
+        if (rv == NNG_ECLOSED || atomic_load(&s->srv->stopping)) {
+                return;
+        }
+        if (rv != 0) {
+                slot_recv(s);
+                return;
+        }
+        on_request(s, nng_aio_get_msg(s->aio));
+}
+
+/* Runs the handler of one queued request on a worker thread, then replies. */
+static void run_call(ks_rpc_server *srv, slot *s, void *worker_state)
+{
+        const ks_method *m = s->method;
+        ks_call call;
+        memset(&call, 0, sizeof(call));
+        static const ks_caller anonymous = KEELSON__RPC__V1__CALLER_CONTEXT__INIT;
+        call.method = m;
+        call.request_id = s->req->request_id;
+        call.caller = s->req->caller != NULL ? s->req->caller : &anonymous;
+        call.deadline_unix_ms = s->req->deadline_unix_ms;
+        call.worker_state = worker_state;
+        call.service = srv->opts.service;
+
+        int code;
+        ProtobufCMessage *in = NULL;
+        if (call.deadline_unix_ms != 0 && call.deadline_unix_ms <= ks_now_ms()) {
+                code = ks_call_fail(&call, KS_DEADLINE_EXCEEDED, "deadline exceeded in queue");
+        } else if ((in = protobuf_c_message_unpack(m->input, NULL, s->req->payload.len,
+                                                   s->req->payload.data)) == NULL) {
+                code = ks_call_fail(&call, KS_INVALID_ARGUMENT, "malformed request payload");
+        } else {
+                call.in = in;
+                code = m->handler(&call);
+        }
+        if (code < 0 || code >= KS_CODE_COUNT) {
+                ks_log_error(call.request_id, "handler returned an invalid code",
+                             "{s:s,s:i}", "method", m->name, "code", code);
+                code = KS_INTERNAL;
+        }
+        if (code == KS_INTERNAL && call.message[0] == '\0') {
+                snprintf(call.message, sizeof(call.message), "internal error");
+        }
+        double seconds = (double)(ks_now_ms() - s->received_ms) / 1000.0;
+        count_call(srv, m, code, seconds);
+        slot_reply(s, code, code == KS_OK ? "" : call.message, call.out_payload, call.out_len);
+        if (in != NULL) {
+                protobuf_c_message_free_unpacked(in, NULL);
+        }
+        free(call.out_payload);
+}
+
+typedef struct worker_arg {
+        ks_rpc_server *srv;
+        int index;
+} worker_arg;
+
+static void *worker_main(void *arg)
+{
+        worker_arg wa = *(worker_arg *)arg;
+        free(arg);
+        ks_rpc_server *srv = wa.srv;
+        void *state = NULL;
+        if (srv->opts.worker_init != NULL &&
+            srv->opts.worker_init(srv->opts.service, wa.index, &state) != 0) {
+                ks_log_error(NULL, "rpc worker initialisation failed", "{s:i}", "worker",
+                             wa.index);
+                return NULL;
+        }
+        for (;;) {
+                pthread_mutex_lock(&srv->mu);
+                while (srv->head == NULL && !atomic_load(&srv->stopping)) {
+                        pthread_cond_wait(&srv->cv, &srv->mu);
+                }
+                if (atomic_load(&srv->stopping)) {
+                        pthread_mutex_unlock(&srv->mu);
+                        break;
+                }
+                slot *s = srv->head;
+                srv->head = s->next;
+                if (srv->head == NULL) {
+                        srv->tail = NULL;
+                }
+                srv->queued--;
+                ks_gauge_set(srv->queue_depth, srv->queued);
+                pthread_mutex_unlock(&srv->mu);
+                run_call(srv, s, state);
+        }
+        if (srv->opts.worker_fini != NULL) {
+                srv->opts.worker_fini(srv->opts.service, state);
+        }
+        return NULL;
+}
+
+static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+        (void)p;
+        ks_rpc_server *srv = arg;
+        if (ev == NNG_PIPE_EV_ADD_POST) {
+                atomic_fetch_add(&srv->connected, 1);
+        } else if (ev == NNG_PIPE_EV_REM_POST) {
+                atomic_fetch_sub(&srv->connected, 1);
+        }
+}
+
+static int check_options(const ks_rpc_server_options *o)
+{
+        if (o->n_dial_urls < 1 || o->n_methods < 1 || o->workers < 1 ||
+            o->workers > RPC_WORKERS_MAX || o->queue_max < 1 ||
+            o->max_inflight <= o->workers + o->queue_max || o->max_inflight > RPC_INFLIGHT_MAX) {
+                ks_log_error(NULL, "rpc server options out of range",
+                             "{s:i,s:i,s:i,s:i}", "workers", o->workers, "queue_max",
+                             o->queue_max, "max_inflight", o->max_inflight, "dial_urls",
+                             o->n_dial_urls);
+                return -1;
+        }
+        return 0;
+}
+
+static int open_socket(ks_rpc_server *srv)
+{
+        int rv;
+        if ((rv = nng_rep0_open(&srv->sock)) != 0) {
+                return rv;
+        }
+        nng_socket_set_size(srv->sock, NNG_OPT_RECVMAXSZ, RPC_RECV_MAX_BYTES);
+        nng_socket_set_ms(srv->sock, NNG_OPT_RECONNMINT, 50);
+        nng_socket_set_ms(srv->sock, NNG_OPT_RECONNMAXT, 1000);
+        nng_pipe_notify(srv->sock, NNG_PIPE_EV_ADD_POST, pipe_event, srv);
+        nng_pipe_notify(srv->sock, NNG_PIPE_EV_REM_POST, pipe_event, srv);
+        for (int i = 0; i < srv->opts.n_dial_urls; i++) {
+                /* non-blocking: a broker that is not up yet is dialled again */
+                if ((rv = nng_dial(srv->sock, srv->opts.dial_urls[i], NULL, NNG_FLAG_NONBLOCK)) !=
+                    0) {
+                        ks_log_error(NULL, "cannot dial broker", "{s:s,s:s}", "url",
+                                     srv->opts.dial_urls[i], "error", nng_strerror(rv));
+                        return rv;
+                }
+        }
+        return 0;
+}
+
+static int open_slots(ks_rpc_server *srv)
+{
+        int rv;
+        srv->slots = calloc((size_t)srv->opts.max_inflight, sizeof(slot));
+        if (srv->slots == NULL) {
+                return NNG_ENOMEM;
+        }
+        for (int i = 0; i < srv->opts.max_inflight; i++) {
+                slot *s = &srv->slots[i];
+                s->srv = srv;
+                if ((rv = nng_ctx_open(&s->ctx, srv->sock)) != 0 ||
+                    (rv = nng_aio_alloc(&s->aio, slot_cb, s)) != 0) {
+                        return rv;
+                }
+                srv->n_slots = i + 1;
+        }
+        return 0;
+}
+
+static void init_metrics(ks_rpc_server *srv)
+{
+        ks_metrics *reg = ks_metrics_default();
+        char labels[256], esc[256];
+        snprintf(labels, sizeof(labels), "service=\"%s\"", srv->opts.service_name);
+        srv->rejected_full = ks_counter_get(
+            reg, "keelson_rpc_rejected_overload_total",
+            "Requests answered resource_exhausted because the work queue was full.", labels);
+        srv->rejected_deadline = ks_counter_get(
+            reg, "keelson_rpc_rejected_deadline_total",
+            "Requests whose deadline had passed when they arrived.", labels);
+        srv->queue_depth = ks_gauge_get(reg, "keelson_rpc_queue_depth",
+                                        "Requests waiting for a worker.", labels);
+        for (size_t i = 0; i < srv->opts.n_methods; i++) {
+                snprintf(labels, sizeof(labels), "service=\"%s\",method=\"%s\"",
+                         srv->opts.service_name,
+                         ks_metrics_escape(srv->opts.methods[i].name, esc, sizeof(esc)));
+                srv->mm[i].duration = ks_histogram_get(
+                    reg, "keelson_rpc_duration_seconds",
+                    "Time from receipt to reply of RPCs handled by this replica.", labels,
+                    KS_LATENCY_BUCKETS, KS_LATENCY_BUCKETS_N);
+        }
+}
+
+static int start_workers(ks_rpc_server *srv)
+{
+        srv->threads = calloc((size_t)srv->opts.workers, sizeof(pthread_t));
+        if (srv->threads == NULL) {
+                return -1;
+        }
+        for (int i = 0; i < srv->opts.workers; i++) {
+                worker_arg *wa = malloc(sizeof(*wa));
+                if (wa == NULL) {
+                        return -1;
+                }
+                wa->srv = srv;
+                wa->index = i;
+                if (pthread_create(&srv->threads[i], NULL, worker_main, wa) != 0) {
+                        free(wa);
+                        return -1;
+                }
+                srv->n_threads = i + 1;
+        }
+        return 0;
+}
+
+int ks_rpc_server_start(ks_rpc_server **out, const ks_rpc_server_options *opts)
+{
+        *out = NULL;
+        if (check_options(opts) != 0) {
+                return KS_INVALID_ARGUMENT;
+        }
+        ks_rpc_server *srv = calloc(1, sizeof(*srv));
+        if (srv == NULL) {
+                return KS_INTERNAL;
+        }
+        srv->opts = *opts;
+        srv->sock = (nng_socket)NNG_SOCKET_INITIALIZER;
+        pthread_mutex_init(&srv->mu, NULL);
+        pthread_cond_init(&srv->cv, NULL);
+        srv->mm = calloc(opts->n_methods, sizeof(method_metrics));
+        if (srv->mm == NULL) {
+                ks_rpc_server_stop(srv);
+                return KS_INTERNAL;
+        }
+        init_metrics(srv);
+        int rv = open_socket(srv);
+        if (rv == 0) {
+                rv = open_slots(srv);
+        }
+        if (rv != 0 || start_workers(srv) != 0) {
+                ks_log_error(NULL, "rpc server start failed", "{s:s}", "error",
+                             rv != 0 ? nng_strerror(rv) : "threads");
+                ks_rpc_server_stop(srv);
+                return KS_INTERNAL;
+        }
+        for (int i = 0; i < srv->n_slots; i++) {
+                slot_recv(&srv->slots[i]);
+        }
+        *out = srv;
+        return KS_OK;
+}
+
+int ks_rpc_server_connected(const ks_rpc_server *s)
+{
+        return atomic_load(&s->connected);
+}
+
+void ks_rpc_server_stop(ks_rpc_server *srv)
+{
+        if (srv == NULL) {
+                return;
+        }
+        /* Workers finish the call they are in, then leave; queued calls are dropped
+         * (their clients time out, as with any lost replica). */
+        pthread_mutex_lock(&srv->mu);
+        atomic_store(&srv->stopping, true);
+        pthread_cond_broadcast(&srv->cv);
+        pthread_mutex_unlock(&srv->mu);
+        for (int i = 0; i < srv->n_threads; i++) {
+                pthread_join(srv->threads[i], NULL);
+        }
+        if (nng_socket_id(srv->sock) > 0) {
+                nng_close(srv->sock);
+        }
+        for (int i = 0; i < srv->n_slots; i++) {
+                nng_aio_stop(srv->slots[i].aio);
+        }
+        for (int i = 0; i < srv->n_slots; i++) {
+                slot *s = &srv->slots[i];
+                if (s->req != NULL) {
+                        keelson__rpc__v1__request__free_unpacked(s->req, NULL);
+                }
+                nng_aio_free(s->aio);
+        }
+        free(srv->slots);
+        free(srv->threads);
+        free(srv->mm);
+        pthread_cond_destroy(&srv->cv);
+        pthread_mutex_destroy(&srv->mu);
+        free(srv);
+}
