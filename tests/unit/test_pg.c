@@ -1,0 +1,594 @@
+/*
+ * Unit tests of ks_pg against a real, throwaway PostgreSQL cluster: initdb
+ * into a temporary folder, started on a free loopback port and removed at
+ * the end. PostgreSQL refuses to run as root, so as root the server tools
+ * run as the postgres OS user.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ks_code.h"
+#include "ks_crypto.h"
+#include "ks_pg.h"
+
+/* ---- the throwaway cluster ---------------------------------------------- */
+
+static struct cluster {
+        char dir[64];
+        char bindir[256];
+        char as_user[64]; /* "runuser -u postgres -- " when root, else "" */
+        int port;
+        char dsn[256];
+        char uri[256];
+        int started;
+} pg;
+
+static int run(const char *fmt, ...)
+{
+        char cmd[2048];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(cmd, sizeof(cmd), fmt, ap);
+        va_end(ap);
+        int rv = system(cmd);
+        if (rv != 0) {
+                fprintf(stderr, "command failed (%d): %s\n", rv, cmd);
+        }
+        return rv;
+}
+
+static int find_bindir(char *out, size_t len)
+{
+        FILE *f = popen("ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1", "r");
+        if (f == NULL) {
+                return -1;
+        }
+        if (fgets(out, (int)len, f) == NULL) {
+                out[0] = '\0';
+        }
+        pclose(f);
+        out[strcspn(out, "\n")] = '\0';
+        return out[0] != '\0' ? 0 : -1;
+}
+
+/* A port the kernel just handed out for loopback, so very likely still free. */
+static int free_port(void)
+{
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET};
+        socklen_t len = sizeof(sa);
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+            getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+                if (fd >= 0) {
+                        close(fd);
+                }
+                return -1;
+        }
+        close(fd);
+        return ntohs(sa.sin_port);
+}
+
+static int prepare_dir(void)
+{
+        snprintf(pg.dir, sizeof(pg.dir), "/tmp/ks-test-pg-XXXXXX");
+        if (mkdtemp(pg.dir) == NULL) {
+                return -1;
+        }
+        pg.as_user[0] = '\0';
+        if (geteuid() == 0) {
+                struct passwd *pw = getpwnam("postgres");
+                if (pw == NULL || chown(pg.dir, pw->pw_uid, pw->pw_gid) != 0) {
+                        return -1;
+                }
+                snprintf(pg.as_user, sizeof(pg.as_user), "runuser -u postgres -- ");
+        }
+        return 0;
+}
+
+static int cluster_start(void **state)
+{
+        (void)state;
+        if (find_bindir(pg.bindir, sizeof(pg.bindir)) != 0 || prepare_dir() != 0 ||
+            (pg.port = free_port()) <= 0) {
+                return -1;
+        }
+        if (run("cd / && %s%s/initdb -D %s/data -U postgres --auth=trust -E UTF8 --no-sync "
+                ">%s/initdb.log 2>&1",
+                pg.as_user, pg.bindir, pg.dir, pg.dir) != 0) {
+                return -1;
+        }
+        if (run("cd / && %s%s/pg_ctl start -w -t 60 -D %s/data -l %s/server.log -o "
+                "\"-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60\" "
+                ">/dev/null",
+                pg.as_user, pg.bindir, pg.dir, pg.dir, pg.port, pg.dir) != 0) {
+                return -1;
+        }
+        pg.started = 1;
+        snprintf(pg.dsn, sizeof(pg.dsn), "host=127.0.0.1 port=%d user=postgres dbname=postgres",
+                 pg.port);
+        snprintf(pg.uri, sizeof(pg.uri), "postgresql://postgres@127.0.0.1:%d/postgres", pg.port);
+        return 0;
+}
+
+static int cluster_stop(void **state)
+{
+        (void)state;
+        if (pg.started) {
+                run("cd / && %s%s/pg_ctl stop -w -m fast -D %s/data >/dev/null", pg.as_user,
+                    pg.bindir, pg.dir);
+        }
+        if (pg.dir[0] != '\0' && strncmp(pg.dir, "/tmp/ks-test-pg-", 16) == 0) {
+                run("rm -rf %s", pg.dir);
+        }
+        return 0;
+}
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static PGconn *admin(void)
+{
+        PGconn *c = PQconnectdb(pg.dsn);
+        assert_int_equal(PQstatus(c), CONNECTION_OK);
+        return c;
+}
+
+/* The first column of the first row of a query that must succeed, copied out. */
+static void query_value(PGconn *c, const char *sql, char *out, size_t len)
+{
+        PGresult *res = NULL;
+        assert_int_equal(ks_pg_exec(c, "test", sql, 0, NULL, &res), KS_OK);
+        assert_int_equal(PQntuples(res), 1);
+        snprintf(out, len, "%s", PQgetisnull(res, 0, 0) ? "(null)" : PQgetvalue(res, 0, 0));
+        PQclear(res);
+}
+
+static ks_pg_pool *pool_new(const char *dsn, int size, int timeout_ms)
+{
+        ks_pg_pool *pool = NULL;
+        ks_pg_pool_options o = {.dsn = dsn,
+                                .application_name = "keelson-test",
+                                .size = size,
+                                .acquire_timeout_ms = timeout_ms,
+                                .statement_timeout_ms = 1500};
+        assert_int_equal(ks_pg_pool_new(&pool, &o), KS_OK);
+        return pool;
+}
+
+/* ---- pool ---------------------------------------------------------------- */
+
+static void test_pool_options_rejected(void **state)
+{
+        (void)state;
+        ks_pg_pool *pool = NULL;
+        ks_pg_pool_options o = {.dsn = pg.dsn, .size = 0, .acquire_timeout_ms = 10};
+        assert_int_equal(ks_pg_pool_new(&pool, &o), KS_INVALID_ARGUMENT);
+        o.size = 1;
+        o.acquire_timeout_ms = -1;
+        assert_int_equal(ks_pg_pool_new(&pool, &o), KS_INVALID_ARGUMENT);
+        o.acquire_timeout_ms = 10;
+        o.dsn = NULL;
+        assert_int_equal(ks_pg_pool_new(&pool, &o), KS_INVALID_ARGUMENT);
+        assert_int_equal(ks_pg_pool_new(&pool, NULL), KS_INVALID_ARGUMENT);
+        ks_pg_pool_free(NULL);
+}
+
+static void test_pool_acquire_release(void **state)
+{
+        (void)state;
+        ks_pg_pool *pool = pool_new(pg.uri, 2, 1000);
+        PGconn *a = NULL, *b = NULL;
+        char v[128];
+
+        assert_int_equal(ks_pg_acquire(pool, &a), KS_OK);
+        assert_int_equal(ks_pg_acquire(pool, &b), KS_OK);
+        assert_ptr_not_equal(a, b);
+        query_value(a, "SELECT current_setting('application_name')", v, sizeof(v));
+        assert_string_equal(v, "keelson-test");
+        query_value(b, "SELECT current_setting('statement_timeout')", v, sizeof(v));
+        assert_string_equal(v, "1500ms");
+        ks_pg_release(pool, a);
+        ks_pg_release(pool, b);
+
+        /* A connection released inside a transaction comes back rolled back. */
+        assert_int_equal(ks_pg_acquire(pool, &a), KS_OK);
+        assert_int_equal(ks_pg_exec(a, "t", "CREATE TABLE pool_rb (x int)", 0, NULL, NULL), KS_OK);
+        assert_int_equal(ks_pg_begin(a, "t"), KS_OK);
+        assert_int_equal(ks_pg_exec(a, "t", "INSERT INTO pool_rb VALUES (1)", 0, NULL, NULL),
+                         KS_OK);
+        ks_pg_release(pool, a);
+        assert_int_equal(ks_pg_acquire(pool, &a), KS_OK);
+        assert_int_equal(PQtransactionStatus(a), PQTRANS_IDLE);
+        query_value(a, "SELECT count(*) FROM pool_rb", v, sizeof(v));
+        assert_string_equal(v, "0");
+        assert_int_equal(ks_pg_exec(a, "t", "DROP TABLE pool_rb", 0, NULL, NULL), KS_OK);
+        ks_pg_release(pool, a);
+
+        assert_int_equal(ks_pg_ping(pool), 0);
+        ks_pg_pool_free(pool);
+}
+
+static void test_acquire_timeout(void **state)
+{
+        (void)state;
+        ks_pg_pool *pool = pool_new(pg.dsn, 1, 100);
+        PGconn *a = NULL, *b = NULL;
+
+        assert_int_equal(ks_pg_acquire(pool, &a), KS_OK);
+        assert_int_equal(ks_pg_acquire(pool, &b), KS_UNAVAILABLE);
+        assert_null(b);
+        assert_int_equal(ks_pg_ping(pool), -1);
+        ks_pg_release(pool, a);
+        assert_int_equal(ks_pg_acquire(pool, &b), KS_OK);
+        assert_ptr_equal(a, b);
+        ks_pg_release(pool, b);
+        ks_pg_pool_free(pool);
+}
+
+typedef struct waiter {
+        ks_pg_pool *pool;
+        int rv;
+} waiter;
+
+static void *acquire_and_release(void *p)
+{
+        waiter *w = p;
+        PGconn *c = NULL;
+        w->rv = ks_pg_acquire(w->pool, &c);
+        if (w->rv == KS_OK) {
+                w->rv = ks_pg_exec(c, "t", "SELECT 1", 0, NULL, NULL);
+                ks_pg_release(w->pool, c);
+        }
+        return NULL;
+}
+
+static void test_waiter_gets_released_connection(void **state)
+{
+        (void)state;
+        /* A generous timeout: the waiter must be woken by the release, not time out. */
+        ks_pg_pool *pool = pool_new(pg.dsn, 1, 30000);
+        PGconn *a = NULL;
+        waiter w[3];
+        pthread_t t[3];
+
+        assert_int_equal(ks_pg_acquire(pool, &a), KS_OK);
+        for (int i = 0; i < 3; i++) {
+                w[i] = (waiter){.pool = pool, .rv = -1};
+                assert_int_equal(pthread_create(&t[i], NULL, acquire_and_release, &w[i]), 0);
+        }
+        ks_pg_release(pool, a);
+        for (int i = 0; i < 3; i++) {
+                pthread_join(t[i], NULL);
+                assert_int_equal(w[i].rv, KS_OK);
+        }
+        ks_pg_pool_free(pool);
+}
+
+static void test_unreachable_database(void **state)
+{
+        (void)state;
+        char dsn[128];
+        int port = free_port();
+        snprintf(dsn, sizeof(dsn), "host=127.0.0.1 port=%d user=postgres connect_timeout=2", port);
+        ks_pg_pool *pool = pool_new(dsn, 1, 100);
+        PGconn *c = NULL;
+        assert_int_equal(ks_pg_acquire(pool, &c), KS_UNAVAILABLE);
+        assert_null(c);
+        /* The slot went back: the next try fails the same way, not by timeout only. */
+        assert_int_equal(ks_pg_acquire(pool, &c), KS_UNAVAILABLE);
+        assert_int_equal(ks_pg_ping(pool), -1);
+        ks_pg_pool_free(pool);
+}
+
+static void terminate(PGconn *adm, int pid)
+{
+        char sql[128];
+        snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(%d, 10000)", pid);
+        PGresult *res = PQexec(adm, sql);
+        assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+        assert_string_equal(PQgetvalue(res, 0, 0), "t");
+        PQclear(res);
+}
+
+static void test_killed_idle_backend(void **state)
+{
+        (void)state;
+        ks_pg_pool *pool = pool_new(pg.dsn, 1, 1000);
+        PGconn *adm = admin();
+        PGconn *c = NULL;
+
+        assert_int_equal(ks_pg_acquire(pool, &c), KS_OK);
+        int pid = PQbackendPID(c);
+        ks_pg_release(pool, c);
+        terminate(adm, pid);
+
+        /* Killed while idle in the pool: found out and reset before it is handed out. */
+        assert_int_equal(ks_pg_acquire(pool, &c), KS_OK);
+        assert_int_equal(ks_pg_exec(c, "t", "SELECT 1", 0, NULL, NULL), KS_OK);
+        assert_int_not_equal(PQbackendPID(c), pid);
+        char v[64];
+        query_value(c, "SELECT current_setting('statement_timeout')", v, sizeof(v));
+        assert_string_equal(v, "1500ms");
+        ks_pg_release(pool, c);
+
+        PQfinish(adm);
+        ks_pg_pool_free(pool);
+}
+
+static void test_killed_backend_in_use(void **state)
+{
+        (void)state;
+        ks_pg_pool *pool = pool_new(pg.dsn, 1, 1000);
+        PGconn *adm = admin();
+        PGconn *c = NULL;
+        PGresult *res = (PGresult *)1;
+
+        assert_int_equal(ks_pg_acquire(pool, &c), KS_OK);
+        int pid = PQbackendPID(c);
+        terminate(adm, pid);
+        /* The caller sees "try again", not an internal error. */
+        assert_int_equal(ks_pg_exec(c, "t", "SELECT 1", 0, NULL, &res), KS_UNAVAILABLE);
+        assert_null(res);
+        ks_pg_release(pool, c);
+
+        assert_int_equal(ks_pg_acquire(pool, &c), KS_OK);
+        assert_int_equal(ks_pg_exec(c, "t", "SELECT 1", 0, NULL, NULL), KS_OK);
+        assert_int_not_equal(PQbackendPID(c), pid);
+        ks_pg_release(pool, c);
+
+        PQfinish(adm);
+        ks_pg_pool_free(pool);
+}
+
+/* ---- statements ------------------------------------------------------------ */
+
+static void test_exec_error_mapping(void **state)
+{
+        (void)state;
+        ks_pg_pool *pool = pool_new(pg.dsn, 2, 1000);
+        PGconn *c = NULL, *other = NULL;
+        PGresult *res = (PGresult *)1;
+        const char *one[] = {"1"};
+
+        assert_int_equal(ks_pg_acquire(pool, &c), KS_OK);
+        assert_int_equal(
+            ks_pg_exec(c, "t", "CREATE TABLE uniq (id int PRIMARY KEY, v int)", 0, NULL, NULL),
+            KS_OK);
+        assert_int_equal(ks_pg_exec(c, "t", "INSERT INTO uniq VALUES ($1::int, 0)", 1, one, NULL),
+                         KS_OK);
+        assert_int_equal(ks_pg_exec(c, "t", "INSERT INTO uniq VALUES ($1::int, 0)", 1, one, &res),
+                         KS_ALREADY_EXISTS);
+        assert_null(res);
+
+        /* sqlstate of a failed result, as a caller inspecting it would see. */
+        PGresult *raw =
+            PQexecParams(c, "INSERT INTO uniq VALUES ($1::int, 0)", 1, NULL, one, NULL, NULL, 0);
+        assert_string_equal(ks_pg_sqlstate(raw), "23505");
+        PQclear(raw);
+        assert_string_equal(ks_pg_sqlstate(NULL), "");
+
+        assert_int_equal(ks_pg_exec(c, "t", "SELEC 1", 0, NULL, NULL), KS_INTERNAL);
+        assert_int_equal(ks_pg_exec(c, "t", "SELECT pg_sleep(10)", 0, NULL, NULL),
+                         KS_DEADLINE_EXCEEDED);
+
+        /* A concurrent update under REPEATABLE READ: a serialization failure. */
+        assert_int_equal(ks_pg_acquire(pool, &other), KS_OK);
+        assert_int_equal(ks_pg_exec(c, "t", "BEGIN ISOLATION LEVEL REPEATABLE READ", 0, NULL, NULL),
+                         KS_OK);
+        assert_int_equal(ks_pg_exec(c, "t", "SELECT v FROM uniq WHERE id = 1", 0, NULL, NULL),
+                         KS_OK);
+        assert_int_equal(
+            ks_pg_exec(other, "t", "UPDATE uniq SET v = 1 WHERE id = 1", 0, NULL, NULL), KS_OK);
+        assert_int_equal(ks_pg_exec(c, "t", "UPDATE uniq SET v = 2 WHERE id = 1", 0, NULL, NULL),
+                         KS_ABORTED);
+        /* COMMIT of a failed transaction is a rollback, reported as such. */
+        assert_int_equal(ks_pg_commit(c, "t"), KS_ABORTED);
+        assert_int_equal(PQtransactionStatus(c), PQTRANS_IDLE);
+        ks_pg_release(pool, other);
+
+        /* commit after begin keeps the row; rollback outside a transaction is harmless. */
+        assert_int_equal(ks_pg_begin(c, "t"), KS_OK);
+        assert_int_equal(ks_pg_exec(c, "t", "INSERT INTO uniq VALUES (2, 0)", 0, NULL, NULL),
+                         KS_OK);
+        assert_int_equal(ks_pg_commit(c, "t"), KS_OK);
+        ks_pg_rollback(c);
+        char v[32];
+        query_value(c, "SELECT count(*) FROM uniq", v, sizeof(v));
+        assert_string_equal(v, "2");
+        assert_int_equal(ks_pg_exec(c, "t", "DROP TABLE uniq", 0, NULL, NULL), KS_OK);
+        ks_pg_release(pool, c);
+        ks_pg_pool_free(pool);
+}
+
+/* ---- migrations ------------------------------------------------------------ */
+
+static const ks_migration two[] = {
+    {"001_init.sql", "CREATE TABLE things (id serial PRIMARY KEY, name text NOT NULL);\n"
+                     "CREATE INDEX things_name ON things (name);\n"},
+    {"002_seed.sql", "INSERT INTO things (name) VALUES ('a');\n"
+                     "INSERT INTO things (name) VALUES ('b');\n"},
+};
+
+static void count_rows(PGconn *c, const char *sql, const char *expect)
+{
+        char v[256];
+        query_value(c, sql, v, sizeof(v));
+        assert_string_equal(v, expect);
+}
+
+static void test_migrate_apply_and_rerun(void **state)
+{
+        (void)state;
+        char err[256] = "x";
+        PGconn *c = admin();
+        char sha1[65], sha2[65], before[512], after[512];
+
+        assert_int_equal(ks_pg_migrate(pg.uri, "mig_a", two, 2, err, sizeof(err)), 0);
+        assert_string_equal(err, "");
+        count_rows(c, "SELECT count(*) FROM mig_a.things", "2");
+        count_rows(c, "SELECT string_agg(name, ',' ORDER BY name) FROM mig_a.schema_migrations",
+                   "001_init.sql,002_seed.sql");
+        ks_sha256_hex(two[0].sql, strlen(two[0].sql), sha1);
+        ks_sha256_hex(two[1].sql, strlen(two[1].sql), sha2);
+        char expect[200];
+        snprintf(expect, sizeof(expect), "%s,%s", sha1, sha2);
+        count_rows(c, "SELECT string_agg(sha256, ',' ORDER BY name) FROM mig_a.schema_migrations",
+                   expect);
+        const char *snapshot = "SELECT string_agg(name || sha256 || applied_at::text, ';' "
+                               "ORDER BY name) FROM mig_a.schema_migrations";
+        query_value(c, snapshot, before, sizeof(before));
+
+        /* Re-running changes nothing: no second seed, same records. */
+        assert_int_equal(ks_pg_migrate(pg.dsn, "mig_a", two, 2, err, sizeof(err)), 0);
+        count_rows(c, "SELECT count(*) FROM mig_a.things", "2");
+        query_value(c, snapshot, after, sizeof(after));
+        assert_string_equal(before, after);
+
+        /* A new third file is applied alone. */
+        ks_migration three[3] = {two[0], two[1], {"003_more.sql", "ALTER TABLE things ADD x int;"}};
+        assert_int_equal(ks_pg_migrate(pg.dsn, "mig_a", three, 3, err, sizeof(err)), 0);
+        count_rows(c, "SELECT count(*) FROM mig_a.schema_migrations", "3");
+        count_rows(c, "SELECT count(*) FROM mig_a.things", "2");
+        PQfinish(c);
+}
+
+static void test_migrate_changed_file(void **state)
+{
+        (void)state;
+        char err[256];
+        ks_migration edited[2] = {two[0],
+                                  {"002_seed.sql", "INSERT INTO things (name) VALUES ('c');"}};
+
+        assert_int_equal(ks_pg_migrate(pg.dsn, "mig_b", two, 2, err, sizeof(err)), 0);
+        assert_int_equal(ks_pg_migrate(pg.dsn, "mig_b", edited, 2, err, sizeof(err)), -1);
+        assert_string_equal(err, "migration 002_seed.sql was changed after it was applied");
+        PGconn *c = admin();
+        count_rows(c, "SELECT string_agg(name, ',' ORDER BY name) FROM mig_b.things", "a,b");
+        /* The lock was released: another run gets through. */
+        assert_int_equal(ks_pg_migrate(pg.dsn, "mig_b", two, 2, err, sizeof(err)), 0);
+        PQfinish(c);
+}
+
+static void test_migrate_failure_is_transactional(void **state)
+{
+        (void)state;
+        char err[256];
+        ks_migration bad[2] = {two[0],
+                               {"002_broken.sql", "CREATE TABLE partial (x int);\n"
+                                                  "INSERT INTO things (name) VALUES ('z');\n"
+                                                  "SELECT 1/0;\n"}};
+
+        assert_int_equal(ks_pg_migrate(pg.dsn, "mig_c", bad, 2, err, sizeof(err)), -1);
+        assert_non_null(strstr(err, "002_broken.sql"));
+        assert_non_null(strstr(err, "division by zero"));
+
+        PGconn *c = admin();
+        count_rows(c, "SELECT string_agg(name, ',') FROM mig_c.schema_migrations", "001_init.sql");
+        count_rows(c, "SELECT to_regclass('mig_c.partial') IS NULL", "t");
+        count_rows(c, "SELECT count(*) FROM mig_c.things", "0");
+
+        /* Fixed (a new, unapplied file may still change), it applies cleanly. */
+        assert_int_equal(ks_pg_migrate(pg.dsn, "mig_c", two, 2, err, sizeof(err)), 0);
+        count_rows(c, "SELECT count(*) FROM mig_c.things", "2");
+        PQfinish(c);
+}
+
+static void test_migrate_rejects_bad_input(void **state)
+{
+        (void)state;
+        char err[256];
+        const char *bad_schemas[] = {
+            "",
+            "Auth",
+            "1x",
+            "a-b",
+            "a;drop table x",
+            "\"q\"",
+            "a234567890123456789012345678901234567890123456789012345678901234"};
+        for (size_t i = 0; i < sizeof(bad_schemas) / sizeof(bad_schemas[0]); i++) {
+                assert_int_equal(ks_pg_migrate(pg.dsn, bad_schemas[i], two, 2, err, sizeof(err)),
+                                 -1);
+                assert_non_null(strstr(err, "schema name"));
+        }
+        assert_int_equal(ks_pg_migrate(pg.dsn, NULL, two, 2, err, sizeof(err)), -1);
+        ks_migration nameless[1] = {{NULL, "SELECT 1"}};
+        assert_int_equal(ks_pg_migrate(pg.dsn, "mig_x", nameless, 1, err, sizeof(err)), -1);
+
+        char dsn[128];
+        snprintf(dsn, sizeof(dsn), "host=127.0.0.1 port=%d user=postgres connect_timeout=2",
+                 free_port());
+        assert_int_equal(ks_pg_migrate(dsn, "mig_x", two, 2, err, sizeof(err)), -1);
+        assert_non_null(strstr(err, "cannot connect"));
+
+        /* Nothing to apply still creates the schema and its record table. */
+        assert_int_equal(ks_pg_migrate(pg.dsn, "_empty", NULL, 0, NULL, 0), 0);
+        PGconn *c = admin();
+        count_rows(c, "SELECT count(*) FROM _empty.schema_migrations", "0");
+        PQfinish(c);
+}
+
+typedef struct migrate_arg {
+        int rv;
+        char err[256];
+} migrate_arg;
+
+static void *migrate_thread(void *p)
+{
+        migrate_arg *a = p;
+        a->rv = ks_pg_migrate(pg.dsn, "mig_d", two, 2, a->err, sizeof(a->err));
+        return NULL;
+}
+
+static void test_migrate_concurrent(void **state)
+{
+        (void)state;
+        migrate_arg args[4];
+        pthread_t t[4];
+
+        for (int i = 0; i < 4; i++) {
+                args[i].rv = -2;
+                assert_int_equal(pthread_create(&t[i], NULL, migrate_thread, &args[i]), 0);
+        }
+        for (int i = 0; i < 4; i++) {
+                pthread_join(t[i], NULL);
+                assert_int_equal(args[i].rv, 0);
+        }
+        PGconn *c = admin();
+        /* The seed ran exactly once (no unique key would stop a second run). */
+        count_rows(c, "SELECT string_agg(name, ',' ORDER BY id) FROM mig_d.things", "a,b");
+        count_rows(c, "SELECT count(*) FROM mig_d.schema_migrations", "2");
+        PQfinish(c);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_pool_options_rejected),
+            cmocka_unit_test(test_pool_acquire_release),
+            cmocka_unit_test(test_acquire_timeout),
+            cmocka_unit_test(test_waiter_gets_released_connection),
+            cmocka_unit_test(test_unreachable_database),
+            cmocka_unit_test(test_killed_idle_backend),
+            cmocka_unit_test(test_killed_backend_in_use),
+            cmocka_unit_test(test_exec_error_mapping),
+            cmocka_unit_test(test_migrate_apply_and_rerun),
+            cmocka_unit_test(test_migrate_changed_file),
+            cmocka_unit_test(test_migrate_failure_is_transactional),
+            cmocka_unit_test(test_migrate_rejects_bad_input),
+            cmocka_unit_test(test_migrate_concurrent),
+        };
+        return cmocka_run_group_tests(tests, cluster_start, cluster_stop);
+}
