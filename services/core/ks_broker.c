@@ -1,4 +1,12 @@
-/* ks_broker: see ks_broker.h. */
+/*
+ * ks_broker: see ks_broker.h.
+ *
+ * The forwarding is our own rather than nng_device: nng 1.5's device keeps a
+ * hold on both sockets until one of its pending operations fails, so closing
+ * the "wrong" socket first hangs shutdown. Here each direction is one aio
+ * looping recv -> send, which we can cancel with nng_aio_stop before closing
+ * anything, and which counts what it forwards.
+ */
 #include "ks_broker.h"
 
 #include <nng/nng.h>
@@ -6,7 +14,6 @@
 #include <nng/protocol/pubsub0/sub.h>
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,17 +27,60 @@
 #define RECV_MAX_BYTES ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
 #define N_DEVICES (KS_SVC_COUNT + 1) /* one per service, one for events */
 
+typedef struct path {
+        nng_socket src, dst;
+        nng_aio *aio;
+        bool sending;
+        ks_counter *forwarded;
+} path;
+
 typedef struct device {
         const char *name;
-        nng_socket a, b;
-        pthread_t thread;
-        bool running;
+        nng_socket a, b; /* a: front / events in; b: back / events out */
+        path paths[2];   /* a -> b, and b -> a for request/reply */
+        int n_paths;
         ks_gauge *pipes;
 } device;
 
 struct ks_broker {
         device devices[N_DEVICES];
 };
+
+static void path_recv(path *p)
+{
+        p->sending = false;
+        nng_recv_aio(p->src, p->aio);
+}
+
+static void path_cb(void *arg)
+{
+        path *p = arg;
+        int rv = nng_aio_result(p->aio);
+        if (rv == NNG_ECLOSED || rv == NNG_ECANCELED) {
+                if (p->sending) {
+                        nng_msg_free(nng_aio_get_msg(p->aio));
+                        nng_aio_set_msg(p->aio, NULL);
+                }
+                return; /* stopping */
+        }
+        if (p->sending) {
+                if (rv != 0) {
+                        nng_msg_free(nng_aio_get_msg(p->aio));
+                        nng_aio_set_msg(p->aio, NULL);
+                } else {
+                        ks_counter_inc(p->forwarded);
+                }
+                path_recv(p);
+                return;
+        }
+        if (rv != 0) {
+                path_recv(p);
+                return;
+        }
+        p->sending = true;
+        nng_aio_set_msg(p->aio, nng_aio_get_msg(p->aio));
+        nng_send_aio(p->dst, p->aio);
+}
 
 static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
@@ -59,21 +109,29 @@ static int listen_on(nng_socket s, const char *base, int service, ks_broker_side
         return 0;
 }
 
-static void *device_main(void *arg)
+static int open_path(device *d, int i, nng_socket src, nng_socket dst, const char *direction)
 {
-        device *d = arg;
-        int rv = nng_device(d->a, d->b);
-        if (rv != NNG_ECLOSED) {
-                ks_log_error(NULL, "device stopped", "{s:s,s:s}", "device", d->name, "error",
-                             nng_strerror(rv));
+        path *p = &d->paths[i];
+        p->src = src;
+        p->dst = dst;
+        char labels[128];
+        snprintf(labels, sizeof(labels), "device=\"%s\",direction=\"%s\"", d->name, direction);
+        p->forwarded = ks_counter_get(ks_metrics_default(), "keelson_broker_forwarded_total",
+                                      "Messages forwarded, by device and direction.", labels);
+        if (nng_aio_alloc(&p->aio, path_cb, p) != 0) {
+                return -1;
         }
-        return NULL;
+        d->n_paths = i + 1;
+        return 0;
 }
 
-static void device_gauge(device *d)
+static void device_init(device *d, const char *name)
 {
+        d->name = name;
+        d->a = (nng_socket)NNG_SOCKET_INITIALIZER;
+        d->b = (nng_socket)NNG_SOCKET_INITIALIZER;
         char labels[128];
-        snprintf(labels, sizeof(labels), "device=\"%s\"", d->name);
+        snprintf(labels, sizeof(labels), "device=\"%s\"", name);
         d->pipes = ks_gauge_get(ks_metrics_default(), "keelson_broker_pipes",
                                 "Connected peers (clients, replicas, publishers, subscribers).",
                                 labels);
@@ -81,8 +139,7 @@ static void device_gauge(device *d)
 
 static int open_service(device *d, const char *base, int service)
 {
-        d->name = ks_service_name((ks_service_id)service);
-        device_gauge(d);
+        device_init(d, ks_service_name((ks_service_id)service));
         if (nng_rep0_open_raw(&d->a) != 0 || nng_req0_open_raw(&d->b) != 0) {
                 return -1;
         }
@@ -90,13 +147,16 @@ static int open_service(device *d, const char *base, int service)
             listen_on(d->b, base, service, KS_SIDE_BACK, d) != 0) {
                 return -1;
         }
+        if (open_path(d, 0, d->a, d->b, "request") != 0 ||
+            open_path(d, 1, d->b, d->a, "reply") != 0) {
+                return -1;
+        }
         return 0;
 }
 
 static int open_events(device *d, const char *base)
 {
-        d->name = "events";
-        device_gauge(d);
+        device_init(d, "events");
         if (nng_sub0_open_raw(&d->a) != 0 || nng_pub0_open_raw(&d->b) != 0) {
                 return -1;
         }
@@ -104,7 +164,7 @@ static int open_events(device *d, const char *base)
             listen_on(d->b, base, 0, KS_SIDE_EVENTS_OUT, d) != 0) {
                 return -1;
         }
-        return 0;
+        return open_path(d, 0, d->a, d->b, "event");
 }
 
 void ks_broker_stop(ks_broker *b)
@@ -112,18 +172,21 @@ void ks_broker_stop(ks_broker *b)
         if (b == NULL) {
                 return;
         }
-        /* Closing a socket makes its nng_device return, so the threads can be joined. */
         for (int i = 0; i < N_DEVICES; i++) {
-                if (nng_socket_id(b->devices[i].a) > 0) {
-                        nng_close(b->devices[i].a);
-                }
-                if (nng_socket_id(b->devices[i].b) > 0) {
-                        nng_close(b->devices[i].b);
+                for (int j = 0; j < b->devices[i].n_paths; j++) {
+                        nng_aio_stop(b->devices[i].paths[j].aio);
                 }
         }
         for (int i = 0; i < N_DEVICES; i++) {
-                if (b->devices[i].running) {
-                        pthread_join(b->devices[i].thread, NULL);
+                device *d = &b->devices[i];
+                if (nng_socket_id(d->a) > 0) {
+                        nng_close(d->a);
+                }
+                if (nng_socket_id(d->b) > 0) {
+                        nng_close(d->b);
+                }
+                for (int j = 0; j < d->n_paths; j++) {
+                        nng_aio_free(d->paths[j].aio);
                 }
         }
         free(b);
@@ -140,23 +203,21 @@ int ks_broker_start(ks_broker **out, const char *base)
                 b->devices[i].a = (nng_socket)NNG_SOCKET_INITIALIZER;
                 b->devices[i].b = (nng_socket)NNG_SOCKET_INITIALIZER;
         }
-        for (int i = 0; i < KS_SVC_COUNT; i++) {
-                if (open_service(&b->devices[i], base, i) != 0) {
-                        ks_broker_stop(b);
-                        return KS_UNAVAILABLE;
-                }
+        int rv = 0;
+        for (int i = 0; i < KS_SVC_COUNT && rv == 0; i++) {
+                rv = open_service(&b->devices[i], base, i);
         }
-        if (open_events(&b->devices[KS_SVC_COUNT], base) != 0) {
+        if (rv == 0) {
+                rv = open_events(&b->devices[KS_SVC_COUNT], base);
+        }
+        if (rv != 0) {
                 ks_broker_stop(b);
                 return KS_UNAVAILABLE;
         }
         for (int i = 0; i < N_DEVICES; i++) {
-                if (pthread_create(&b->devices[i].thread, NULL, device_main, &b->devices[i]) !=
-                    0) {
-                        ks_broker_stop(b);
-                        return KS_INTERNAL;
+                for (int j = 0; j < b->devices[i].n_paths; j++) {
+                        path_recv(&b->devices[i].paths[j]);
                 }
-                b->devices[i].running = true;
         }
         *out = b;
         return KS_OK;

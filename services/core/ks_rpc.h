@@ -13,7 +13,8 @@
  * Client. One req socket dials the front of a service on every broker; each
  * call takes its own nng context, so any number of threads may call at once
  * (bounded by max_inflight). A call carries a deadline; nng's automatic
- * resend is disabled, since a resent write would be a duplicate.
+ * resend is off unless the caller asks for it per call (idempotent methods
+ * only: a resent write would be a duplicate).
  */
 #ifndef KS_RPC_H
 #define KS_RPC_H
@@ -132,6 +133,12 @@ typedef struct ks_rpc_call_args {
         int64_t deadline_unix_ms;  /* 0: now + default_timeout_ms */
         const uint8_t *payload;
         size_t payload_len;
+        /*
+         * 0: never resend (the default, right for writes). > 0: resend an
+         * unanswered call after this many ms, so a call that was in flight to a
+         * replica that died is answered by another: only for idempotent methods.
+         */
+        int resend_ms;
 } ks_rpc_call_args;
 
 /*

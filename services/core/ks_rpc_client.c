@@ -298,6 +298,8 @@ int ks_rpc_call_async(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_don
         s->arg = arg;
         s->deadline_ms = deadline;
         s->state = CALL_SEND;
+        nng_ctx_set_ms(s->ctx, NNG_OPT_REQ_RESENDTIME,
+                       args->resend_ms > 0 ? args->resend_ms : NNG_DURATION_INFINITE);
         nng_aio_set_msg(s->aio, msg);
         nng_aio_set_timeout(s->aio, (nng_duration)(deadline - now));
         nng_ctx_send(s->ctx, s->aio);

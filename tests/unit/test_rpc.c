@@ -1,0 +1,390 @@
+/*
+ * ks_rpc and ks_events through a real in-process broker on loopback TCP:
+ * round trips, error codes, deadlines, overload, several replicas, a replica
+ * going away, and event prefix filtering.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth.pb-c.h"
+#include "ks_broker.h"
+#include "ks_events.h"
+#include "ks_rpc.h"
+#include "ks_topology.h"
+
+typedef struct test_service {
+        atomic_int calls;
+        atomic_int blocked;
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        bool release;
+        bool lose; /* "lost" requests are never answered, as by a dead replica */
+} test_service;
+
+typedef struct fixture {
+        ks_broker *broker;
+        char base[64];
+        char back[KS_URL_MAX];
+        char front[KS_URL_MAX];
+        test_service svc[2];
+        ks_rpc_server *srv[2];
+        ks_rpc_client *client;
+} fixture;
+
+static void sleep_ms(int ms)
+{
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+}
+
+/* Echo: SignUpRequest.email -> SignUpResponse.user_id; special emails steer it. */
+static int echo(ks_call *call)
+{
+        test_service *svc = call->service;
+        const Keelson__Auth__V1__SignUpRequest *in = (const void *)call->in;
+        atomic_fetch_add(&svc->calls, 1);
+        if (strcmp(in->email, "fail") == 0) {
+                return ks_call_fail(call, KS_FAILED_PRECONDITION, "told to fail");
+        }
+        if (strcmp(in->email, "slow") == 0) {
+                sleep_ms(400);
+        }
+        if (strcmp(in->email, "block") == 0 ||
+            (strcmp(in->email, "lost") == 0 && svc->lose)) {
+                pthread_mutex_lock(&svc->mu);
+                atomic_fetch_add(&svc->blocked, 1);
+                while (!svc->release) {
+                        pthread_cond_wait(&svc->cv, &svc->mu);
+                }
+                pthread_mutex_unlock(&svc->mu);
+        }
+        Keelson__Auth__V1__SignUpResponse out = KEELSON__AUTH__V1__SIGN_UP_RESPONSE__INIT;
+        out.user_id = in->email;
+        out.tenant_id = (char *)call->caller->tenant_id;
+        return ks_call_reply(call, &out.base);
+}
+
+static const ks_method methods[] = {
+    {"keelson.auth.v1.AuthService/SignUp", &keelson__auth__v1__sign_up_request__descriptor,
+     &keelson__auth__v1__sign_up_response__descriptor, echo, 0},
+};
+
+static int start_server(fixture *f, int i, int workers, int queue_max, int inflight)
+{
+        const char *urls[] = {f->back};
+        ks_rpc_server_options o = {
+            .service_name = "auth",
+            .dial_urls = urls,
+            .n_dial_urls = 1,
+            .methods = methods,
+            .n_methods = 1,
+            .workers = workers,
+            .queue_max = queue_max,
+            .max_inflight = inflight,
+            .service = &f->svc[i],
+        };
+        return ks_rpc_server_start(&f->srv[i], &o);
+}
+
+static void wait_connected(fixture *f, int n_servers)
+{
+        for (int t = 0; t < 200; t++) {
+                int ok = ks_rpc_client_connected(f->client) > 0;
+                for (int i = 0; i < n_servers; i++) {
+                        ok = ok && ks_rpc_server_connected(f->srv[i]) > 0;
+                }
+                if (ok) {
+                        sleep_ms(50); /* let the broker's side of each pipe settle too */
+                        return;
+                }
+                sleep_ms(10);
+        }
+        fail_msg("peers never connected");
+}
+
+static int setup(void **state)
+{
+        fixture *f = calloc(1, sizeof(*f));
+        for (int i = 0; i < 2; i++) {
+                pthread_mutex_init(&f->svc[i].mu, NULL);
+                pthread_cond_init(&f->svc[i].cv, NULL);
+        }
+        srand((unsigned)getpid() ^ (unsigned)time(NULL));
+        for (int attempt = 0; attempt < 20 && f->broker == NULL; attempt++) {
+                int port = 20000 + rand() % 30000;
+                snprintf(f->base, sizeof(f->base), "tcp://127.0.0.1:%d", port);
+                if (ks_broker_start(&f->broker, f->base) != KS_OK) {
+                        f->broker = NULL;
+                }
+        }
+        assert_non_null(f->broker);
+        ks_broker_url(f->back, sizeof(f->back), f->base, KS_SVC_AUTH, KS_SIDE_BACK);
+        ks_broker_url(f->front, sizeof(f->front), f->base, KS_SVC_AUTH, KS_SIDE_FRONT);
+        const char *urls[] = {f->front};
+        ks_rpc_client_options co = {
+            .dial_urls = urls, .n_dial_urls = 1, .max_inflight = 64, .default_timeout_ms = 5000};
+        assert_int_equal(ks_rpc_client_new(&f->client, &co), KS_OK);
+        *state = f;
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        fixture *f = *state;
+        for (int i = 0; i < 2; i++) {
+                pthread_mutex_lock(&f->svc[i].mu);
+                f->svc[i].release = true;
+                pthread_cond_broadcast(&f->svc[i].cv);
+                pthread_mutex_unlock(&f->svc[i].mu);
+        }
+        ks_rpc_client_free(f->client);
+        for (int i = 0; i < 2; i++) {
+                ks_rpc_server_stop(f->srv[i]);
+        }
+        ks_broker_stop(f->broker);
+        free(f);
+        return 0;
+}
+
+static int call_echo(fixture *f, const char *email, int64_t deadline, ks_rpc_result *res)
+{
+        Keelson__Auth__V1__SignUpRequest req = KEELSON__AUTH__V1__SIGN_UP_REQUEST__INIT;
+        req.email = (char *)email;
+        uint8_t buf[256];
+        size_t len = keelson__auth__v1__sign_up_request__pack(&req, buf);
+        ks_caller caller = KEELSON__RPC__V1__CALLER_CONTEXT__INIT;
+        caller.tenant_id = "t-1";
+        ks_rpc_call_args a = {.method = methods[0].name,
+                              .request_id = "req-1",
+                              .caller = &caller,
+                              .deadline_unix_ms = deadline,
+                              .payload = buf,
+                              .payload_len = len};
+        return ks_rpc_call(f->client, &a, res);
+}
+
+static void test_round_trip(void **state)
+{
+        fixture *f = *state;
+        assert_int_equal(start_server(f, 0, 2, 8, 16), KS_OK);
+        wait_connected(f, 1);
+        ks_rpc_result res;
+        assert_int_equal(call_echo(f, "hello@example.test", 0, &res), KS_OK);
+        Keelson__Auth__V1__SignUpResponse *out =
+            keelson__auth__v1__sign_up_response__unpack(NULL, res.payload_len, res.payload);
+        assert_non_null(out);
+        assert_string_equal(out->user_id, "hello@example.test");
+        assert_string_equal(out->tenant_id, "t-1"); /* the caller context travelled */
+        keelson__auth__v1__sign_up_response__free_unpacked(out, NULL);
+        ks_rpc_result_clear(&res);
+
+        assert_int_equal(call_echo(f, "fail", 0, &res), KS_FAILED_PRECONDITION);
+        assert_string_equal(res.message, "told to fail");
+        assert_int_equal(res.payload_len, 0);
+        ks_rpc_result_clear(&res);
+}
+
+static void test_unknown_method(void **state)
+{
+        fixture *f = *state;
+        assert_int_equal(start_server(f, 0, 1, 4, 8), KS_OK);
+        wait_connected(f, 1);
+        ks_rpc_call_args a = {.method = "keelson.auth.v1.AuthService/Nope"};
+        ks_rpc_result res;
+        assert_int_equal(ks_rpc_call(f->client, &a, &res), KS_UNIMPLEMENTED);
+        ks_rpc_result_clear(&res);
+        /* garbage payload for a known method */
+        uint8_t junk[] = {0xff, 0xff, 0xff};
+        a.method = methods[0].name;
+        a.payload = junk;
+        a.payload_len = sizeof(junk);
+        assert_int_equal(ks_rpc_call(f->client, &a, &res), KS_INVALID_ARGUMENT);
+        ks_rpc_result_clear(&res);
+}
+
+static void test_deadlines(void **state)
+{
+        fixture *f = *state;
+        assert_int_equal(start_server(f, 0, 1, 4, 8), KS_OK);
+        wait_connected(f, 1);
+        ks_rpc_result res;
+        /* already past: refused before sending */
+        assert_int_equal(call_echo(f, "x", ks_now_ms() - 1, &res), KS_DEADLINE_EXCEEDED);
+        ks_rpc_result_clear(&res);
+        /* the handler outlives the deadline: the caller gets deadline_exceeded */
+        assert_int_equal(call_echo(f, "slow", ks_now_ms() + 100, &res), KS_DEADLINE_EXCEEDED);
+        ks_rpc_result_clear(&res);
+        sleep_ms(400);
+        /* and the service keeps answering */
+        assert_int_equal(call_echo(f, "after", 0, &res), KS_OK);
+        ks_rpc_result_clear(&res);
+}
+
+typedef struct async_box {
+        atomic_int done;
+        atomic_int codes[KS_CODE_COUNT];
+} async_box;
+
+static void on_done(void *arg, ks_rpc_result *res)
+{
+        async_box *b = arg;
+        atomic_fetch_add(&b->codes[res->code], 1);
+        atomic_fetch_add(&b->done, 1);
+}
+
+static void test_overload(void **state)
+{
+        fixture *f = *state;
+        /* one worker, a queue of one, four receiving contexts */
+        assert_int_equal(start_server(f, 0, 1, 1, 4), KS_OK);
+        wait_connected(f, 1);
+        async_box box;
+        memset(&box, 0, sizeof(box));
+        Keelson__Auth__V1__SignUpRequest req = KEELSON__AUTH__V1__SIGN_UP_REQUEST__INIT;
+        req.email = "block";
+        uint8_t buf[64];
+        size_t len = keelson__auth__v1__sign_up_request__pack(&req, buf);
+        ks_rpc_call_args a = {.method = methods[0].name, .payload = buf, .payload_len = len};
+        for (int i = 0; i < 4; i++) {
+                assert_int_equal(ks_rpc_call_async(f->client, &a, on_done, &box), KS_OK);
+                if (i == 0) {
+                        while (atomic_load(&f->svc[0].blocked) == 0) {
+                                sleep_ms(5);
+                        }
+                }
+        }
+        /* one runs, one waits in the queue, the other two are refused at once */
+        for (int t = 0; t < 500 && atomic_load(&box.done) < 2; t++) {
+                sleep_ms(10);
+        }
+        assert_int_equal(atomic_load(&box.codes[KS_RESOURCE_EXHAUSTED]), 2);
+        pthread_mutex_lock(&f->svc[0].mu);
+        f->svc[0].release = true;
+        pthread_cond_broadcast(&f->svc[0].cv);
+        pthread_mutex_unlock(&f->svc[0].mu);
+        for (int t = 0; t < 500 && atomic_load(&box.done) < 4; t++) {
+                sleep_ms(10);
+        }
+        assert_int_equal(atomic_load(&box.codes[KS_OK]), 2);
+}
+
+static void test_two_replicas_and_one_dies(void **state)
+{
+        fixture *f = *state;
+        assert_int_equal(start_server(f, 0, 2, 8, 16), KS_OK);
+        assert_int_equal(start_server(f, 1, 2, 8, 16), KS_OK);
+        wait_connected(f, 2);
+        ks_rpc_result res;
+        for (int i = 0; i < 40; i++) {
+                assert_int_equal(call_echo(f, "spread", 0, &res), KS_OK);
+                ks_rpc_result_clear(&res);
+        }
+        assert_true(atomic_load(&f->svc[0].calls) > 0);
+        assert_true(atomic_load(&f->svc[1].calls) > 0);
+        assert_int_equal(atomic_load(&f->svc[0].calls) + atomic_load(&f->svc[1].calls), 40);
+
+        ks_rpc_server_stop(f->srv[0]);
+        f->srv[0] = NULL;
+        sleep_ms(100);
+        int before = atomic_load(&f->svc[1].calls);
+        for (int i = 0; i < 20; i++) {
+                assert_int_equal(call_echo(f, "survivor", ks_now_ms() + 3000, &res), KS_OK);
+                ks_rpc_result_clear(&res);
+        }
+        assert_int_equal(atomic_load(&f->svc[1].calls) - before, 20);
+}
+
+static void test_resend_reaches_a_live_replica(void **state)
+{
+        fixture *f = *state;
+        f->svc[0].lose = true;
+        assert_int_equal(start_server(f, 0, 2, 8, 16), KS_OK);
+        assert_int_equal(start_server(f, 1, 2, 8, 16), KS_OK);
+        wait_connected(f, 2);
+        Keelson__Auth__V1__SignUpRequest req = KEELSON__AUTH__V1__SIGN_UP_REQUEST__INIT;
+        req.email = "lost";
+        uint8_t buf[64];
+        size_t len = keelson__auth__v1__sign_up_request__pack(&req, buf);
+        ks_rpc_call_args a = {.method = methods[0].name,
+                              .payload = buf,
+                              .payload_len = len,
+                              .resend_ms = 150};
+        ks_rpc_result res;
+        for (int i = 0; i < 6; i++) {
+                a.deadline_unix_ms = ks_now_ms() + 3000;
+                assert_int_equal(ks_rpc_call(f->client, &a, &res), KS_OK);
+                ks_rpc_result_clear(&res);
+        }
+        /* requests did reach the replica that swallows them, and were resent */
+        assert_true(atomic_load(&f->svc[0].blocked) > 0);
+        assert_true(atomic_load(&f->svc[1].calls) >= 6);
+}
+
+static void test_no_replica_is_unavailable_or_deadline(void **state)
+{
+        fixture *f = *state;
+        ks_rpc_result res;
+        int code = call_echo(f, "nobody", ks_now_ms() + 200, &res);
+        ks_rpc_result_clear(&res);
+        /* the broker accepts the request but no replica takes it */
+        assert_int_equal(code, KS_DEADLINE_EXCEEDED);
+}
+
+static void test_events_by_prefix(void **state)
+{
+        fixture *f = *state;
+        const char *bases[] = {f->base};
+        const char *prefixes[] = {"users."};
+        ks_publisher *pub = NULL;
+        ks_subscriber *sub = NULL;
+        assert_int_equal(ks_publisher_new(&pub, bases, 1), KS_OK);
+        assert_int_equal(ks_subscriber_new(&sub, bases, 1, prefixes, 1), KS_OK);
+        sleep_ms(200); /* pub/sub: a subscriber hears only what is sent after it joined */
+
+        Keelson__Events__V1__Event ev = KEELSON__EVENTS__V1__EVENT__INIT;
+        ev.event_id = "e-1";
+        ev.topic = "auth.email";
+        ev.tenant_id = "t-1";
+        assert_int_equal(ks_publish(pub, &ev), KS_OK);
+        ev.event_id = "e-2";
+        ev.topic = "users.admin_summary";
+        assert_int_equal(ks_publish(pub, &ev), KS_OK);
+
+        Keelson__Events__V1__Event *got = NULL;
+        assert_int_equal(ks_subscriber_next(sub, 2000, &got), KS_OK);
+        assert_string_equal(got->event_id, "e-2");
+        assert_string_equal(got->topic, "users.admin_summary");
+        assert_string_equal(got->tenant_id, "t-1");
+        keelson__events__v1__event__free_unpacked(got, NULL);
+        assert_int_equal(ks_subscriber_next(sub, 200, &got), KS_DEADLINE_EXCEEDED);
+        ks_subscriber_free(sub);
+        ks_publisher_free(pub);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_unknown_method, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_deadlines, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_overload, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_two_replicas_and_one_dies, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_resend_reaches_a_live_replica, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_no_replica_is_unavailable_or_deadline, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_events_by_prefix, setup, teardown),
+        };
+        return cmocka_run_group_tests_name("rpc", tests, NULL, NULL);
+}
