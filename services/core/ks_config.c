@@ -276,8 +276,8 @@ void ks_config_log(const ks_config_var *vars, size_t n, const void *cfg)
         for (i = 0; i < n; i++) {
                 json_object_set_new(obj, vars[i].name, var_json(&vars[i], cfg));
         }
-        /* "o" hands the reference to ks_log's json_pack. */
-        ks_log(KS_LOG_INFO, NULL, "configuration", "{s:o}", "config", obj);
+        /* Secrets are already "(secret)" by their table flag: see ks_log_prechecked. */
+        ks_log_prechecked(KS_LOG_INFO, NULL, "configuration", json_pack("{s:o}", "config", obj));
 }
 
 void ks_config_init(int argc, char **argv, const char *summary, const ks_config_var *vars, size_t n,

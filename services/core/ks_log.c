@@ -247,6 +247,27 @@ static void emit_fallback(ks_log_level level, const char *request_id, const char
         }
 }
 
+void ks_log_prechecked(ks_log_level level, const char *request_id, const char *msg,
+                       json_t *fields)
+{
+        json_t *line;
+
+        if (level < KS_LOG_DEBUG || level > KS_LOG_ERROR ||
+            (int)level < atomic_load(&log_min_level) ||
+            (line = build_line(level, request_id, msg, LOG_LINE_MAX)) == NULL) {
+                json_decref(fields);
+                return;
+        }
+        if (json_is_object(fields)) {
+                merge_fields(line, fields);
+        }
+        json_decref(fields);
+        if (!emit(line)) {
+                emit_fallback(level, request_id, msg);
+        }
+        json_decref(line);
+}
+
 void ks_log(ks_log_level level, const char *request_id, const char *msg, const char *fields_fmt,
             ...)
 {

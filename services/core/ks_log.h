@@ -31,6 +31,17 @@ int ks_log_level_parse(const char *s);
 void ks_log(ks_log_level level, const char *request_id, const char *msg, const char *fields_fmt,
             ...);
 
+/*
+ * Writes one line with fields that skip the name-based redaction, because the
+ * caller has already decided what is secret from a declarative table (the
+ * effective configuration: KS_CFG_SECRET values arrive as "(secret)", and a
+ * name such as KEELSON_GATEWAY_BODY_MAX_BYTES is not a body). Takes the
+ * reference to fields (a jansson object). Nothing else should use this.
+ */
+typedef struct json_t json_t;
+void ks_log_prechecked(ks_log_level level, const char *request_id, const char *msg,
+                       json_t *fields);
+
 #define ks_log_debug(rid, msg, ...) ks_log(KS_LOG_DEBUG, (rid), (msg), __VA_ARGS__)
 #define ks_log_info(rid, msg, ...)  ks_log(KS_LOG_INFO, (rid), (msg), __VA_ARGS__)
 #define ks_log_warn(rid, msg, ...)  ks_log(KS_LOG_WARN, (rid), (msg), __VA_ARGS__)

@@ -1,0 +1,494 @@
+/*
+ * One RPC from intake to reply: check the Connect headers and the body,
+ * resolve the caller (ResolveContext on auth) unless the method is public,
+ * call the method, translate the reply.
+ *
+ * Who owns what, and when (libevent 2.1.12, checked against its http.c):
+ *
+ * 1. evhttp runs the request callback once the whole body is in, and reads
+ *    nothing more from that connection until the request is answered. The
+ *    evhttp_request stays valid until we call evhttp_send_reply, which frees
+ *    it once the reply is written (or the write fails). So: every path calls
+ *    gw_send at most once per request and sets g->req = NULL right after, and
+ *    nothing touches g->req once it is NULL.
+ *
+ * 2. While an upstream call is in flight the connection may still go away
+ *    without our reply: evhttp_free at shutdown frees each connection and the
+ *    requests queued on it; a failed read or write (EOF, timeout) makes evhttp
+ *    drop the connection and, for a request the user has not answered yet,
+ *    detach it (its connection becomes NULL) instead of freeing it. 2.1 does
+ *    not read while a request is pending, so today that second case needs a
+ *    later libevent; the code handles both. Either way evhttp runs the
+ *    connection's close callback, which points at g while g waits upstream
+ *    (set in start_upstream, reset to NULL in finish before replying, so it
+ *    can never see a freed g). In it: a request still attached is about to
+ *    be freed by evhttp, so we only forget it; a detached one is ours, so we
+ *    free it. Either way g->req becomes NULL, and when the upstream answers,
+ *    the reply is dropped (counted as canceled) and g is freed.
+ *    evhttp_request_set_on_complete_cb does not help here: it runs only after
+ *    a reply was written, too late to tell us that the client is gone.
+ *
+ * 3. g is freed only on the libevent thread and never while an upstream call
+ *    is in flight: from a successful gw_upstream_call until the upstream
+ *    hands the call back (gw_rpc_complete), g->call belongs to the upstream.
+ *    At shutdown the upstream hands back every call before it is freed.
+ *
+ * Services never see a caller built from client input: the caller is either
+ * unauthenticated (public methods) or copied field by field from the
+ * ResolveContext reply; the only other field, client_ip, is the socket peer.
+ */
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gateway.h"
+#include "keelson/auth/v1/auth.pb-c.h"
+#include "ks_json.h"
+#include "ks_log.h"
+
+#define RESOLVE_METHOD "keelson.auth.v1.AuthService/ResolveContext"
+#define JSON_ERR_MAX   256
+#define NS_PER_S       1000000000.0
+
+_Static_assert(offsetof(gw_request, call) == 0, "gw_rpc_complete casts a call to its request");
+
+static const uint8_t empty_bytes[1] = {0}; /* unpack wants a pointer even for 0 bytes */
+
+int64_t gw_now_ns(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+gw_request *gw_request_new(gw_server *s, struct evhttp_request *req, gw_route *route,
+                           const char *request_id, int64_t start_ns)
+{
+        gw_request *g = calloc(1, sizeof(*g));
+        if (g == NULL) {
+                return NULL;
+        }
+        g->srv = s;
+        g->req = req;
+        g->route = route;
+        g->start_ns = start_ns;
+        g->stage = GW_STAGE_INTAKE;
+        snprintf(g->request_id, sizeof(g->request_id), "%s", request_id);
+        struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+        char *addr = NULL;
+        ev_uint16_t port = 0;
+        if (evcon != NULL) {
+                evhttp_connection_get_peer(evcon, &addr, &port);
+        }
+        snprintf(g->client_ip, sizeof(g->client_ip), "%s", addr != NULL ? addr : "");
+        keelson__rpc__v1__caller_context__init(&g->caller);
+        g->caller.client_ip = g->client_ip;
+        return g;
+}
+
+static void wipe_auth_payload(gw_request *g)
+{
+        if (g->auth_payload != NULL) {
+                explicit_bzero(g->auth_payload, g->auth_payload_len); /* holds the token */
+                free(g->auth_payload);
+                g->auth_payload = NULL;
+                g->auth_payload_len = 0;
+        }
+}
+
+static void request_free(gw_request *g)
+{
+        wipe_auth_payload(g);
+        free(g->payload);
+        ks_rpc_result_clear(&g->call.result);
+        if (g->resolved != NULL) {
+                protobuf_c_message_free_unpacked(g->resolved, NULL);
+        }
+        free(g);
+}
+
+/* Route pattern, status, code and duration only: never a token, body, query or id. */
+static void log_failure(const gw_request *g, int status, int code, int64_t duration_ns)
+{
+        ks_log(status >= 500 ? KS_LOG_WARN : KS_LOG_INFO, g->request_id, "request failed",
+               "{s:s,s:i,s:s,s:I}", "route", g->route->path, "status", status, "code",
+               ks_code_name(code), "duration_us", (json_int_t)(duration_ns / 1000));
+}
+
+static void add_header(gw_request *g, const char *name, const char *value)
+{
+        if (g->req != NULL) {
+                evhttp_add_header(evhttp_request_get_output_headers(g->req), name, value);
+        }
+}
+
+/* Replies (when the client is still there), counts, logs and frees g. */
+static void finish(gw_request *g, int status, int code, const char *content_type, const void *body,
+                   size_t len)
+{
+        if (g->req != NULL) {
+                struct evhttp_connection *evcon = evhttp_request_get_connection(g->req);
+                if (evcon != NULL) {
+                        evhttp_connection_set_closecb(evcon, NULL, NULL);
+                }
+                if (g->srv->draining) {
+                        /* Keep-alive clients move to another replica after this reply. */
+                        add_header(g, "Connection", "close");
+                }
+                gw_send(g->req, status, content_type, body, len, g->request_id);
+                g->req = NULL;
+        } else {
+                status = ks_code_http_status(KS_CANCELED);
+                code = KS_CANCELED; /* the client left before the reply */
+        }
+        int64_t duration_ns = gw_now_ns() - g->start_ns;
+        gw_route_observe(g->route, code, (double)duration_ns / NS_PER_S);
+        if (code != KS_OK) {
+                log_failure(g, status, code, duration_ns);
+        }
+        request_free(g);
+}
+
+void gw_request_fail(gw_request *g, int status, int code, const char *message)
+{
+        if (status == 0) {
+                status = ks_code_http_status(code);
+        }
+        char *json = NULL;
+        size_t len = 0;
+        if (gw_error_json(code, message, &json, &len) != 0) {
+                static const char fallback[] = "{\"code\":\"internal\",\"message\":\"\"}";
+                finish(g, 500, KS_INTERNAL, "application/json", fallback, sizeof(fallback) - 1);
+                return;
+        }
+        finish(g, status, code, "application/json", json, len);
+        free(json);
+}
+
+static void fail_unauthenticated(gw_request *g, const char *message)
+{
+        add_header(g, "WWW-Authenticate", "Bearer"); /* RFC 6750 §3 */
+        gw_request_fail(g, 401, KS_UNAUTHENTICATED, message);
+}
+
+/* Faults of a service or the transport, as opposed to answers about the request. */
+static bool is_upstream_fault(int code)
+{
+        return code == KS_UNKNOWN || code == KS_DEADLINE_EXCEEDED ||
+               code == KS_RESOURCE_EXHAUSTED || code == KS_INTERNAL || code == KS_UNAVAILABLE ||
+               code == KS_DATA_LOSS;
+}
+
+/* Answers of ResolveContext that mean "this token does not authenticate anyone". */
+static bool is_token_rejection(int code)
+{
+        return code == KS_UNAUTHENTICATED || code == KS_INVALID_ARGUMENT || code == KS_NOT_FOUND ||
+               code == KS_PERMISSION_DENIED;
+}
+
+static const char *start_failure_message(int code)
+{
+        switch (code) {
+        case KS_RESOURCE_EXHAUSTED:
+                return "too many calls in flight";
+        case KS_DEADLINE_EXCEEDED:
+                return "deadline exceeded";
+        default:
+                return "the call could not be started";
+        }
+}
+
+/* The close callback of a connection whose request waits upstream (see the top). */
+static void on_connection_close(struct evhttp_connection *evcon, void *arg)
+{
+        (void)evcon;
+        gw_request *g = arg;
+        if (g->req != NULL && evhttp_request_get_connection(g->req) == NULL) {
+                evhttp_request_free(g->req); /* detached: evhttp no longer frees it */
+        }
+        g->req = NULL;
+}
+
+static void start_upstream(gw_request *g, gw_stage stage)
+{
+        bool resolving = stage == GW_STAGE_RESOLVING;
+        int service = resolving ? KS_SVC_AUTH : g->route->service;
+        ks_rpc_call_args args = {
+            .method = resolving ? RESOLVE_METHOD : g->route->method,
+            .request_id = g->request_id,
+            .caller = &g->caller,
+            .deadline_unix_ms = g->deadline_unix_ms,
+            .payload = resolving ? g->auth_payload : g->payload,
+            .payload_len = resolving ? g->auth_payload_len : g->payload_len,
+        };
+        int rc = gw_upstream_call(g->srv->up, service, &args, &g->call);
+        if (rc != KS_OK) {
+                if (rc != KS_DEADLINE_EXCEEDED) { /* an expired deadline is the client's */
+                        gw_server_upstream_error(g->srv, service, rc);
+                }
+                gw_request_fail(g, 0, rc, start_failure_message(rc));
+                return;
+        }
+        /* From here until gw_rpc_complete, g->call belongs to the upstream. */
+        g->stage = stage;
+        gw_server_wait_begin(g->srv, g);
+        struct evhttp_connection *evcon = evhttp_request_get_connection(g->req);
+        if (evcon != NULL) {
+                evhttp_connection_set_closecb(evcon, on_connection_close, g);
+        }
+}
+
+/* Parses the body with the route's input type and packs it into g->payload. */
+static int decode_body(gw_request *g, char *err, size_t err_len)
+{
+        struct evbuffer *in = evhttp_request_get_input_buffer(g->req);
+        size_t len = evbuffer_get_length(in);
+        const uint8_t *data = len > 0 ? evbuffer_pullup(in, -1) : empty_bytes;
+        ProtobufCMessage *msg = NULL;
+
+        if (len > 0 && data == NULL) {
+                snprintf(err, err_len, "out of memory");
+                return KS_INTERNAL;
+        }
+        if (g->codec == GW_CODEC_JSON) {
+                if (len == 0) { /* an empty JSON body is the empty message */
+                        data = (const uint8_t *)"{}";
+                        len = 2;
+                }
+                int rc = ks_json_to_message(g->route->input, (const char *)data, len, &msg, err,
+                                            err_len);
+                if (rc != KS_OK) {
+                        return rc;
+                }
+        } else if ((msg = protobuf_c_message_unpack(g->route->input, NULL, len, data)) == NULL) {
+                snprintf(err, err_len, "invalid protobuf body");
+                return KS_INVALID_ARGUMENT;
+        }
+        /* Re-packed, not forwarded: the service gets only fields it knows. */
+        size_t n = protobuf_c_message_get_packed_size(msg);
+        g->payload = n <= KS_RPC_PAYLOAD_MAX ? malloc(n > 0 ? n : 1) : NULL;
+        if (g->payload != NULL) {
+                g->payload_len = protobuf_c_message_pack(msg, g->payload);
+        }
+        protobuf_c_message_free_unpacked(msg, NULL);
+        if (g->payload == NULL) {
+                snprintf(err, err_len,
+                         n > KS_RPC_PAYLOAD_MAX ? "request message too large" : "out of memory");
+                return n > KS_RPC_PAYLOAD_MAX ? KS_RESOURCE_EXHAUSTED : KS_INTERNAL;
+        }
+        return KS_OK;
+}
+
+/* Packs ResolveContextRequest{token} into g->auth_payload. */
+static int pack_resolve(gw_request *g, const char *tok, size_t tok_len)
+{
+        char token[GW_TOKEN_MAX + 1];
+        memcpy(token, tok, tok_len);
+        token[tok_len] = '\0';
+        Keelson__Auth__V1__ResolveContextRequest rr =
+            KEELSON__AUTH__V1__RESOLVE_CONTEXT_REQUEST__INIT;
+        rr.token = token;
+        size_t n = keelson__auth__v1__resolve_context_request__get_packed_size(&rr);
+        g->auth_payload = malloc(n > 0 ? n : 1);
+        if (g->auth_payload != NULL) {
+                g->auth_payload_len =
+                    keelson__auth__v1__resolve_context_request__pack(&rr, g->auth_payload);
+        }
+        explicit_bzero(token, sizeof(token));
+        return g->auth_payload != NULL ? 0 : -1;
+}
+
+/* Connect headers: returns 0, or replies with the error and returns -1. */
+static int check_headers(gw_request *g)
+{
+        struct evkeyvalq *in = evhttp_request_get_input_headers(g->req);
+        if (evhttp_request_get_command(g->req) != EVHTTP_REQ_POST) {
+                add_header(g, "Allow", "POST");
+                gw_request_fail(g, 405, KS_UNIMPLEMENTED, "method not allowed: use POST");
+                return -1;
+        }
+        if (gw_connect_codec(evhttp_find_header(in, "Content-Type"), &g->codec) != 0) {
+                gw_request_fail(g, 415, KS_UNIMPLEMENTED,
+                                "unsupported content type: use application/json or "
+                                "application/proto");
+                return -1;
+        }
+        if (!gw_identity_encoding(evhttp_find_header(in, "Content-Encoding"))) {
+                add_header(g, "Accept-Encoding", "identity");
+                gw_request_fail(g, 415, KS_UNIMPLEMENTED,
+                                "unsupported content-encoding: only identity is accepted");
+                return -1;
+        }
+        if (!gw_connect_version_ok(evhttp_find_header(in, "Connect-Protocol-Version"))) {
+                gw_request_fail(g, 400, KS_INVALID_ARGUMENT, "connect-protocol-version must be 1");
+                return -1;
+        }
+        int64_t timeout_ms = 0;
+        bool has_timeout = false;
+        if (gw_connect_timeout(evhttp_find_header(in, "Connect-Timeout-Ms"), &timeout_ms,
+                               &has_timeout) != 0) {
+                gw_request_fail(g, 400, KS_INVALID_ARGUMENT,
+                                "connect-timeout-ms must be 1 to 10 digits");
+                return -1;
+        }
+        int64_t limit_ms = g->srv->cfg->timeout_ms;
+        if (has_timeout && timeout_ms < limit_ms) {
+                limit_ms = timeout_ms;
+        }
+        g->deadline_unix_ms = ks_now_ms() + limit_ms;
+        return 0;
+}
+
+void gw_rpc_begin(gw_request *g)
+{
+        if (check_headers(g) != 0) {
+                return;
+        }
+        size_t body_len = evbuffer_get_length(evhttp_request_get_input_buffer(g->req));
+        if (body_len > (size_t)g->srv->cfg->body_max_bytes) {
+                char msg[96];
+                snprintf(msg, sizeof(msg), "request body larger than %lld bytes",
+                         (long long)g->srv->cfg->body_max_bytes);
+                gw_request_fail(g, 413, KS_RESOURCE_EXHAUSTED, msg);
+                return;
+        }
+        char err[JSON_ERR_MAX];
+        int rc = decode_body(g, err, sizeof(err));
+        if (rc != KS_OK) {
+                gw_request_fail(g, rc == KS_RESOURCE_EXHAUSTED ? 413 : 0, rc, err);
+                return;
+        }
+        if ((g->route->flags & KS_M_PUBLIC) != 0) {
+                start_upstream(g, GW_STAGE_CALLING); /* caller: unauthenticated + client_ip */
+                return;
+        }
+        const char *tok = NULL;
+        size_t tok_len = 0;
+        const char *authz =
+            evhttp_find_header(evhttp_request_get_input_headers(g->req), "Authorization");
+        if (gw_bearer_token(authz, &tok, &tok_len) != 0) {
+                fail_unauthenticated(g, "missing bearer token");
+                return;
+        }
+        if (pack_resolve(g, tok, tok_len) != 0) {
+                gw_request_fail(g, 0, KS_INTERNAL, "out of memory");
+                return;
+        }
+        start_upstream(g, GW_STAGE_RESOLVING);
+}
+
+/* Fills the caller from a ResolveContext reply, which g->resolved keeps alive. */
+static void take_caller(gw_request *g, Keelson__Auth__V1__ResolveContextResponse *r)
+{
+        g->resolved = &r->base;
+        g->caller.authenticated = true;
+        g->caller.user_id = r->user_id;
+        g->caller.tenant_id = r->tenant_id;
+        g->caller.role = r->role;
+        g->caller.session_id = r->session_id;
+        g->caller.api_key_id = r->api_key_id;
+        g->caller.client_ip = g->client_ip;
+}
+
+static void on_resolved(gw_request *g)
+{
+        ks_rpc_result *res = &g->call.result;
+        wipe_auth_payload(g);
+        if (res->code != KS_OK) {
+                if (is_token_rejection(res->code)) {
+                        /* Whatever auth disliked about the token, the client sees one answer. */
+                        fail_unauthenticated(g, "invalid or expired session");
+                } else if (is_upstream_fault(res->code)) {
+                        gw_server_upstream_error(g->srv, KS_SVC_AUTH, res->code);
+                        gw_request_fail(g, 0, res->code, res->message);
+                } else {
+                        /* UNIMPLEMENTED and the like: auth and gateway disagree. */
+                        gw_server_upstream_error(g->srv, KS_SVC_AUTH, res->code);
+                        gw_request_fail(g, 0, KS_INTERNAL, "cannot resolve the caller");
+                }
+                return;
+        }
+        Keelson__Auth__V1__ResolveContextResponse *r =
+            keelson__auth__v1__resolve_context_response__unpack(
+                NULL, res->payload_len, res->payload != NULL ? res->payload : empty_bytes);
+        ks_rpc_result_clear(res);
+        if (r == NULL) {
+                gw_server_upstream_error(g->srv, KS_SVC_AUTH, KS_INTERNAL);
+                gw_request_fail(g, 0, KS_INTERNAL, "invalid reply from the auth service");
+                return;
+        }
+        if (!r->authenticated) {
+                keelson__auth__v1__resolve_context_response__free_unpacked(r, NULL);
+                fail_unauthenticated(g, "invalid or expired session");
+                return;
+        }
+        take_caller(g, r);
+        start_upstream(g, GW_STAGE_CALLING);
+}
+
+static void reply_json(gw_request *g, const ks_rpc_result *res)
+{
+        ProtobufCMessage *msg =
+            protobuf_c_message_unpack(g->route->output, NULL, res->payload_len,
+                                      res->payload != NULL ? res->payload : empty_bytes);
+        char *json = NULL;
+        size_t len = 0;
+        if (msg == NULL || ks_json_from_message(msg, &json, &len) != KS_OK) {
+                if (msg != NULL) {
+                        protobuf_c_message_free_unpacked(msg, NULL);
+                }
+                gw_server_upstream_error(g->srv, g->route->service, KS_INTERNAL);
+                gw_request_fail(g, 0, KS_INTERNAL, "invalid reply from the service");
+                return;
+        }
+        protobuf_c_message_free_unpacked(msg, NULL);
+        finish(g, 200, KS_OK, gw_codec_content_type(GW_CODEC_JSON), json, len);
+        free(json);
+}
+
+static void on_replied(gw_request *g)
+{
+        ks_rpc_result *res = &g->call.result;
+        if (res->code != KS_OK) {
+                if (is_upstream_fault(res->code)) {
+                        gw_server_upstream_error(g->srv, g->route->service, res->code);
+                }
+                gw_request_fail(g, 0, res->code, res->message);
+                return;
+        }
+        if (g->codec == GW_CODEC_PROTO) {
+                finish(g, 200, KS_OK, gw_codec_content_type(GW_CODEC_PROTO), res->payload,
+                       res->payload_len);
+                return;
+        }
+        reply_json(g, res);
+}
+
+void gw_rpc_complete(gw_call *call, void *arg)
+{
+        gw_server *s = arg;
+        gw_request *g = (gw_request *)(void *)call; /* call is g's first member */
+        gw_server_wait_end(s, g);
+        if (s->closing) {
+                /* Shutting down: evhttp is gone, g->req must not be touched. */
+                request_free(g);
+                return;
+        }
+        if (g->req == NULL) {
+                finish(g, 0, KS_CANCELED, NULL, NULL, 0);
+                gw_server_drain_check(s);
+                return;
+        }
+        if (g->stage == GW_STAGE_RESOLVING) {
+                on_resolved(g); /* may start the second call: then g waits again */
+        } else {
+                on_replied(g);
+        }
+        gw_server_drain_check(s);
+}

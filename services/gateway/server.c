@@ -1,0 +1,369 @@
+/*
+ * The HTTP side of the gateway: one evhttp server on one libevent thread,
+ * its limits, the gateway's own pages (/healthz, /readyz, /metrics) and
+ * signals. RPC paths go to handler.c.
+ *
+ * Body limit. libevent 2.1 checks its own maximum body size before the
+ * request callback runs and answers an oversized body itself, with an HTML
+ * page, then closes the connection; 2.1 has no hook to see a request's
+ * headers first (evhttp_set_newreqcb, which would allow one, came in 2.2).
+ * So evhttp's limit is set to twice ours, and the request callback checks
+ * ours: any body up to twice KEELSON_GATEWAY_BODY_MAX_BYTES gets a Connect
+ * 413 resource_exhausted and the connection stays usable; a bigger one is
+ * still refused before it is read (evhttp's 413, connection closed), so no
+ * client can make the gateway buffer more than twice the limit. The server
+ * keeps serving in both cases.
+ *
+ * Connection bound. evhttp_set_max_connections does not exist in libevent
+ * 2.1.12 (it came with 2.2), so KEELSON_GATEWAY_MAX_CONNECTIONS is not
+ * offered: the process's file descriptor limit is the bound for now, and the
+ * I/O timeout closes idle keep-alive connections.
+ *
+ * Shutdown. The first SIGINT/SIGTERM stops accepting connections, turns
+ * /readyz to 503 and lets calls in flight finish for up to
+ * KEELSON_GATEWAY_DRAIN_MS; the second stops at once. gw_server_free then
+ * tears down in the one order that is safe: evhttp first (its close callbacks
+ * detach every waiting request from its connection), then the upstream
+ * (which hands back every call still in flight, freeing its request), then
+ * the event base.
+ */
+#include <arpa/inet.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/thread.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "gateway.h"
+#include "ks_log.h"
+
+#define FLUSH_MS 200 /* after the last reply of a drain: time to write it out */
+#define ALL_METHODS                                                                                \
+        (EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | \
+         EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH)
+#define TEXT_PLAIN           "text/plain; charset=utf-8"
+#define METRICS_TYPE         "text/plain; version=0.0.4; charset=utf-8"
+#define UPSTREAM_ERRORS_NAME "keelson_gateway_upstream_errors_total"
+#define UPSTREAM_ERRORS_HELP "Upstream calls that ended with a fault of the service or transport"
+
+/* ---- the gateway's own pages ------------------------------------------------ */
+
+static void page_healthz(gw_server *s, struct evhttp_request *req, const char *rid)
+{
+        (void)s;
+        gw_send(req, 200, TEXT_PLAIN, "ok\n", 3, rid);
+}
+
+static void page_readyz(gw_server *s, struct evhttp_request *req, const char *rid)
+{
+        const char *why = NULL;
+        if (s->draining) {
+                why = "not ready: shutting down\n";
+        } else if (gw_upstream_connected(s->up, KS_SVC_AUTH) < 1) {
+                why = "not ready: no broker connection for auth\n";
+        }
+        if (why != NULL) {
+                gw_send(req, 503, TEXT_PLAIN, why, strlen(why), rid);
+                return;
+        }
+        gw_send(req, 200, TEXT_PLAIN, "ready\n", 6, rid);
+}
+
+static void page_metrics(gw_server *s, struct evhttp_request *req, const char *rid)
+{
+        (void)s;
+        char *text = NULL;
+        size_t len = 0;
+        if (ks_metrics_render(ks_metrics_default(), &text, &len) != 0) {
+                gw_send_error(req, 500, KS_INTERNAL, "cannot render metrics", rid);
+                return;
+        }
+        gw_send(req, 200, METRICS_TYPE, text, len, rid);
+        free(text);
+}
+
+typedef void (*page_fn)(gw_server *s, struct evhttp_request *req, const char *rid);
+
+static const struct {
+        const char *path;
+        page_fn fn;
+} pages[] = {
+    {"/healthz", page_healthz},
+    {"/readyz", page_readyz},
+    {"/metrics", page_metrics},
+};
+
+static page_fn page_of(const char *path)
+{
+        for (size_t i = 0; path != NULL && i < sizeof(pages) / sizeof(pages[0]); i++) {
+                if (strcmp(pages[i].path, path) == 0) {
+                        return pages[i].fn;
+                }
+        }
+        return NULL;
+}
+
+static void serve_page(gw_server *s, struct evhttp_request *req, page_fn fn, const char *rid)
+{
+        enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+        if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
+                evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
+                gw_send_error(req, 405, KS_UNIMPLEMENTED, "method not allowed: use GET", rid);
+                return;
+        }
+        fn(s, req, rid);
+}
+
+/* ---- requests --------------------------------------------------------------- */
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+        gw_server *s = arg;
+        int64_t start_ns = gw_now_ns();
+        char rid[GW_REQUEST_ID_MAX + 1];
+        gw_connect_request_id(req, rid);
+        const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+        const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
+        page_fn page = page_of(path);
+        if (page != NULL) {
+                if (s->draining) { /* as in handler.c's finish */
+                        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection",
+                                          "close");
+                }
+                serve_page(s, req, page, rid);
+                return;
+        }
+        gw_route *route = gw_routes_find(s->routes, path);
+        gw_request *g = gw_request_new(
+            s, req, route != NULL ? route : gw_routes_unmatched(s->routes), rid, start_ns);
+        if (g == NULL) {
+                gw_send_error(req, 500, KS_INTERNAL, "out of memory", rid);
+                return;
+        }
+        if (route == NULL) {
+                gw_request_fail(g, 404, KS_UNIMPLEMENTED, "unknown method");
+                return;
+        }
+        gw_rpc_begin(g);
+}
+
+/* ---- bookkeeping for handler.c ------------------------------------------------ */
+
+void gw_server_wait_begin(gw_server *s, gw_request *g)
+{
+        g->prev = NULL;
+        g->next = s->waiting;
+        if (s->waiting != NULL) {
+                s->waiting->prev = g;
+        }
+        s->waiting = g;
+        s->n_waiting++;
+        ks_gauge_set(s->inflight, s->n_waiting);
+}
+
+void gw_server_wait_end(gw_server *s, gw_request *g)
+{
+        if (g->prev != NULL) {
+                g->prev->next = g->next;
+        } else {
+                s->waiting = g->next;
+        }
+        if (g->next != NULL) {
+                g->next->prev = g->prev;
+        }
+        g->prev = NULL;
+        g->next = NULL;
+        s->n_waiting--;
+        ks_gauge_set(s->inflight, s->n_waiting);
+}
+
+static void stop_after_flush(gw_server *s)
+{
+        struct timeval tv = {0, FLUSH_MS * 1000};
+        event_base_loopexit(s->base, &tv);
+}
+
+void gw_server_drain_check(gw_server *s)
+{
+        if (s->draining && !s->closing && s->n_waiting == 0) {
+                stop_after_flush(s);
+        }
+}
+
+void gw_server_upstream_error(gw_server *s, int service, int code)
+{
+        if (service < 0 || service >= KS_SVC_COUNT || code < 0 || code >= KS_CODE_COUNT) {
+                return;
+        }
+        if (s->upstream_errors[service][code] == NULL) {
+                char labels[128];
+                snprintf(labels, sizeof(labels), "service=\"%s\",code=\"%s\"",
+                         ks_service_name((ks_service_id)service), ks_code_name(code));
+                s->upstream_errors[service][code] = ks_counter_get(
+                    ks_metrics_default(), UPSTREAM_ERRORS_NAME, UPSTREAM_ERRORS_HELP, labels);
+        }
+        ks_counter_inc(s->upstream_errors[service][code]);
+}
+
+/* ---- signals and drain ---------------------------------------------------------- */
+
+static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
+{
+        (void)fd;
+        (void)what;
+        gw_server *s = arg;
+        ks_log_warn(NULL, "drain time is up: stopping with calls in flight", "{s:I}", "in_flight",
+                    (json_int_t)s->n_waiting);
+        event_base_loopbreak(s->base);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+        (void)what;
+        gw_server *s = arg;
+        if (s->draining) {
+                ks_log_info(NULL, "second signal: stopping now", "{s:i}", "signal", (int)sig);
+                event_base_loopbreak(s->base);
+                return;
+        }
+        s->draining = true;
+        ks_log_info(NULL, "draining", "{s:i,s:I}", "signal", (int)sig, "in_flight",
+                    (json_int_t)s->n_waiting);
+        if (s->bound != NULL) {
+                evhttp_del_accept_socket(s->http, s->bound);
+                s->bound = NULL;
+        }
+        if (s->n_waiting == 0) {
+                stop_after_flush(s);
+                return;
+        }
+        struct timeval tv = {(time_t)(s->cfg->drain_ms / 1000),
+                             (suseconds_t)(s->cfg->drain_ms % 1000) * 1000};
+        evtimer_add(s->drain_ev, &tv);
+}
+
+/* ---- setup and teardown ------------------------------------------------------- */
+
+static int bound_port(struct evhttp_bound_socket *bound)
+{
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        if (getsockname(evhttp_bound_socket_get_fd(bound), (struct sockaddr *)&ss, &len) != 0) {
+                return -1;
+        }
+        if (ss.ss_family == AF_INET) {
+                return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        }
+        if (ss.ss_family == AF_INET6) {
+                return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        }
+        return -1;
+}
+
+static int http_setup(gw_server *s)
+{
+        const gw_config *cfg = s->cfg;
+        if ((s->http = evhttp_new(s->base)) == NULL) {
+                return -1;
+        }
+        /* Every method reaches on_request, which answers with Connect's JSON
+         * (405 and Allow) instead of evhttp's HTML page. */
+        evhttp_set_allowed_methods(s->http, ALL_METHODS);
+        evhttp_set_max_body_size(s->http, (ev_ssize_t)(2 * cfg->body_max_bytes));
+        evhttp_set_max_headers_size(s->http, (ev_ssize_t)cfg->headers_max_bytes);
+        evhttp_set_timeout(s->http, (int)cfg->io_timeout_s);
+        evhttp_set_gencb(s->http, on_request, s);
+        s->bound = evhttp_bind_socket_with_handle(s->http, cfg->host, (ev_uint16_t)cfg->port);
+        if (s->bound == NULL) {
+                ks_log_error(NULL, "cannot listen", "{s:s,s:I}", "host", cfg->host, "port",
+                             (json_int_t)cfg->port);
+                return -1;
+        }
+        s->port = bound_port(s->bound);
+        return s->port > 0 ? 0 : -1;
+}
+
+static int events_setup(gw_server *s)
+{
+        s->sigint_ev = evsignal_new(s->base, SIGINT, on_signal, s);
+        s->sigterm_ev = evsignal_new(s->base, SIGTERM, on_signal, s);
+        s->drain_ev = evtimer_new(s->base, on_drain_timeout, s);
+        if (s->sigint_ev == NULL || s->sigterm_ev == NULL || s->drain_ev == NULL ||
+            event_add(s->sigint_ev, NULL) != 0 || event_add(s->sigterm_ev, NULL) != 0) {
+                return -1;
+        }
+        return 0;
+}
+
+int gw_server_new(gw_server **out, const gw_config *cfg)
+{
+        *out = NULL;
+        /* Before any base exists: upstream.c activates an event from nng's threads. */
+        if (evthread_use_pthreads() != 0) {
+                return -1;
+        }
+        gw_server *s = calloc(1, sizeof(*s));
+        if (s == NULL) {
+                return -1;
+        }
+        s->cfg = cfg;
+        s->inflight = ks_gauge_get(ks_metrics_default(), "keelson_gateway_inflight_requests",
+                                   "Requests waiting on an upstream call", NULL);
+        if ((s->base = event_base_new()) == NULL || gw_routes_new(&s->routes) != 0 ||
+            gw_upstream_new(&s->up, s->base, cfg, s->routes, gw_rpc_complete, s) != 0 ||
+            events_setup(s) != 0 || http_setup(s) != 0) {
+                gw_server_free(s);
+                return -1;
+        }
+        *out = s;
+        return 0;
+}
+
+int gw_server_port(const gw_server *s)
+{
+        return s->port;
+}
+
+int gw_server_run(gw_server *s)
+{
+        ks_log_info(NULL, "gateway listening", "{s:s,s:i,s:I}", "host", s->cfg->host, "port",
+                    s->port, "routes", (json_int_t)gw_routes_count(s->routes));
+        return event_base_dispatch(s->base) < 0 ? -1 : 0;
+}
+
+void gw_server_free(gw_server *s)
+{
+        if (s == NULL) {
+                return;
+        }
+        s->closing = true;
+        if (s->http != NULL) {
+                evhttp_free(s->http); /* runs the close callbacks: see handler.c */
+                s->http = NULL;
+                s->bound = NULL;
+        }
+        gw_upstream_free(s->up); /* hands back every call in flight */
+        s->up = NULL;
+        if (s->n_waiting != 0) {
+                ks_log_error(NULL, "requests left waiting at shutdown", "{s:I}", "count",
+                             (json_int_t)s->n_waiting);
+        }
+        struct event *evs[] = {s->sigint_ev, s->sigterm_ev, s->drain_ev};
+        for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
+                if (evs[i] != NULL) {
+                        event_free(evs[i]);
+                }
+        }
+        gw_routes_free(s->routes);
+        if (s->base != NULL) {
+                event_base_free(s->base);
+        }
+        free(s);
+}
