@@ -40,6 +40,7 @@ typedef struct gw_config {
         int64_t max_inflight; /* per upstream service */
         int64_t io_timeout_s; /* reading a request, writing a reply, idle keep-alive */
         int64_t drain_ms;     /* after SIGTERM: how long in-flight calls may finish */
+        int64_t resend_ms;    /* resend an unanswered idempotent call after this; 0 = never */
 } gw_config;
 
 /* ---- connect.c: the Connect protocol (unary) ---------------------------- */

@@ -226,6 +226,10 @@ static void start_upstream(gw_request *g, gw_stage stage)
             .deadline_unix_ms = g->deadline_unix_ms,
             .payload = resolving ? g->auth_payload : g->payload,
             .payload_len = resolving ? g->auth_payload_len : g->payload_len,
+            /* token resolution and idempotent methods survive a replica's death */
+            .resend_ms = resolving || (g->route->flags & KS_M_IDEMPOTENT) != 0
+                             ? (int)g->srv->cfg->resend_ms
+                             : 0,
         };
         int rc = gw_upstream_call(g->srv->up, service, &args, &g->call);
         if (rc != KS_OK) {

@@ -34,6 +34,10 @@ static const ks_config_var config_vars[] = {
                "connection open"),
     KS_CFG_INT("KEELSON_GATEWAY_DRAIN_MS", gw_config, drain_ms, "10000", 0, 600000,
                "after SIGTERM/SIGINT: how long calls in flight may finish"),
+    KS_CFG_INT("KEELSON_GATEWAY_RESEND_MS", gw_config, resend_ms, "1000", 0, 600000,
+               "resend an unanswered call of an idempotent method (WhoAmI, Logout, token "
+               "resolution) after this many ms, so a call caught by a replica that died is "
+               "answered by another; 0 = never. Writes are never resent"),
 };
 
 int main(int argc, char **argv)

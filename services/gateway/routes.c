@@ -22,8 +22,9 @@ static const ProtobufCServiceDescriptor *const routed_services[] = {
 };
 
 /*
- * Methods that are not "caller required". KS_M_INTERNAL methods are never
- * routed: a request for one is answered exactly like an unknown method.
+ * Methods that are not plain "caller required" writes. KS_M_INTERNAL methods
+ * are never routed: a request for one is answered exactly like an unknown
+ * method. KS_M_IDEMPOTENT methods may be resent when a replica dies under them.
  */
 static const struct {
         const char *method;
@@ -31,7 +32,9 @@ static const struct {
 } method_flags[] = {
     {"keelson.auth.v1.AuthService/SignUp", KS_M_PUBLIC},
     {"keelson.auth.v1.AuthService/Login", KS_M_PUBLIC},
-    {"keelson.auth.v1.AuthService/ResolveContext", KS_M_INTERNAL},
+    {"keelson.auth.v1.AuthService/ResolveContext", KS_M_INTERNAL | KS_M_IDEMPOTENT},
+    {"keelson.auth.v1.AuthService/WhoAmI", KS_M_IDEMPOTENT},
+    {"keelson.auth.v1.AuthService/Logout", KS_M_IDEMPOTENT},
 };
 
 #define ROUTES_MAX    1024 /* far above what the protos hold; bounds the table */
