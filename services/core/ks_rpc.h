@@ -143,8 +143,9 @@ typedef struct ks_rpc_call_args {
 
 /*
  * Blocking call from any thread. Transport failures become codes:
- * timeout -> DEADLINE_EXCEEDED, no replica connected within the deadline ->
- * DEADLINE_EXCEEDED, too many calls in flight -> RESOURCE_EXHAUSTED.
+ * no broker connected -> UNAVAILABLE at once; timeout, or no replica behind
+ * the broker within the deadline -> DEADLINE_EXCEEDED; too many calls in
+ * flight -> RESOURCE_EXHAUSTED.
  * Always fills *res (clear it afterwards); returns res->code.
  */
 int ks_rpc_call(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_result *res);
@@ -153,7 +154,8 @@ int ks_rpc_call(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_result *r
  * Asynchronous call: done(arg, res) runs once on an nng thread when the reply
  * arrives or the call fails; res is only valid during done (take the payload
  * by setting res->payload = NULL after copying the pointer). Returns 0 when
- * the call was started, else a code (done is then not called).
+ * the call was started, else a code (done is then not called): UNAVAILABLE
+ * when no broker is connected, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED.
  */
 typedef void (*ks_rpc_done_fn)(void *arg, ks_rpc_result *res);
 int ks_rpc_call_async(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_done_fn done,

@@ -284,6 +284,10 @@ int ks_rpc_call_async(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_don
         if (deadline <= now) {
                 return KS_DEADLINE_EXCEEDED;
         }
+        /* No broker at all: say so now rather than at the deadline. */
+        if (atomic_load(&c->connected) == 0) {
+                return KS_UNAVAILABLE;
+        }
         nng_msg *msg = NULL;
         int code = pack_request(args, deadline, &msg);
         if (code != KS_OK) {
@@ -342,6 +346,7 @@ int ks_rpc_call(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_result *r
                 snprintf(res->message, sizeof(res->message), "%s",
                          code == KS_RESOURCE_EXHAUSTED  ? "too many calls in flight or payload too large"
                          : code == KS_DEADLINE_EXCEEDED ? "deadline exceeded"
+                         : code == KS_UNAVAILABLE       ? "no broker connected"
                                                         : "call could not be started");
         }
         pthread_cond_destroy(&w.cv);

@@ -335,11 +335,32 @@ static void test_resend_reaches_a_live_replica(void **state)
 static void test_no_replica_is_unavailable_or_deadline(void **state)
 {
         fixture *f = *state;
+        wait_connected(f, 0);
         ks_rpc_result res;
         int code = call_echo(f, "nobody", ks_now_ms() + 200, &res);
         ks_rpc_result_clear(&res);
         /* the broker accepts the request but no replica takes it */
         assert_int_equal(code, KS_DEADLINE_EXCEEDED);
+}
+
+static void test_no_broker_is_unavailable_at_once(void **state)
+{
+        fixture *f = *state;
+        ks_rpc_client *lonely = NULL;
+        const char *urls[] = {"tcp://127.0.0.1:1"}; /* nothing listens there */
+        ks_rpc_client_options co = {
+            .dial_urls = urls, .n_dial_urls = 1, .max_inflight = 4, .default_timeout_ms = 60000};
+        assert_int_equal(ks_rpc_client_new(&lonely, &co), KS_OK);
+        ks_rpc_call_args a = {.method = methods[0].name};
+        ks_rpc_result res;
+        int64_t started = ks_now_ms();
+        assert_int_equal(ks_rpc_call(lonely, &a, &res), KS_UNAVAILABLE);
+        assert_string_equal(res.message, "no broker connected");
+        /* not a timing assertion on speed: it must not have waited for the 60 s deadline */
+        assert_true(ks_now_ms() - started < 60000);
+        ks_rpc_result_clear(&res);
+        ks_rpc_client_free(lonely);
+        (void)f;
 }
 
 static void test_events_by_prefix(void **state)
@@ -383,6 +404,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_two_replicas_and_one_dies, setup, teardown),
             cmocka_unit_test_setup_teardown(test_resend_reaches_a_live_replica, setup, teardown),
             cmocka_unit_test_setup_teardown(test_no_replica_is_unavailable_or_deadline, setup,
+                                            teardown),
+            cmocka_unit_test_setup_teardown(test_no_broker_is_unavailable_at_once, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_events_by_prefix, setup, teardown),
         };
