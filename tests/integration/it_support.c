@@ -1,0 +1,396 @@
+/*
+ * it_support: the stack's addresses from $KEELSON_IT_STACK/env (written by
+ * deploy/local/stack.sh start), a small libcurl client and a libpq
+ * connection. Every transfer is bounded: 30 s in total, 10 s to connect,
+ * IT_BODY_MAX bytes of response body.
+ */
+#include "it_support.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#define IT_ENV_LINE_MAX      1024
+#define IT_BODY_MAX          (16u * 1024u * 1024u)
+#define IT_HEADERS_MAX       (64u * 1024u)
+#define IT_TIMEOUT_S         30L
+#define IT_CONNECT_TIMEOUT_S 10L
+
+/* ---- the env file ------------------------------------------------------- */
+
+static int copy_str(char *dst, size_t dst_len, const char *src)
+{
+        size_t n = strlen(src);
+
+        if (n >= dst_len) {
+                return -1;
+        }
+        memcpy(dst, src, n + 1);
+        return 0;
+}
+
+static int parse_port(const char *s, int *out)
+{
+        char *end = NULL;
+        long v = strtol(s, &end, 10);
+
+        if (end == s || (*end != '\0' && *end != ',') || v < 1 || v > 65535) {
+                return -1;
+        }
+        *out = (int)v;
+        return 0;
+}
+
+static int parse_pid(const char *s, int *out)
+{
+        char *end = NULL;
+        long v = strtol(s, &end, 10);
+
+        if (end == s || (*end != '\0' && *end != ',') || v < 2 || v > 4194304) {
+                return -1;
+        }
+        *out = (int)v;
+        return 0;
+}
+
+/* "1,2,3" into out[]; returns the count, or -1 when malformed or too many. */
+static int parse_list(const char *s, int *out, int max, int (*parse)(const char *, int *))
+{
+        int n = 0;
+
+        while (*s != '\0') {
+                if (n == max || parse(s, &out[n]) != 0) {
+                        return -1;
+                }
+                n++;
+                s = strchr(s, ',');
+                if (s == NULL) {
+                        break;
+                }
+                s++;
+        }
+        return n;
+}
+
+static int apply_env_line(it_stack *s, const char *key, const char *val)
+{
+        int n;
+
+        if (strcmp(key, "KEELSON_IT_PG_DSN") == 0) {
+                return copy_str(s->pg_dsn, sizeof(s->pg_dsn), val);
+        } else if (strcmp(key, "KEELSON_IT_REDIS_URL") == 0) {
+                return copy_str(s->redis_url, sizeof(s->redis_url), val);
+        } else if (strcmp(key, "KEELSON_IT_BROKER_URL") == 0) {
+                return copy_str(s->broker_url, sizeof(s->broker_url), val);
+        } else if (strcmp(key, "KEELSON_IT_GATEWAY_URL") == 0) {
+                return copy_str(s->gateway_url, sizeof(s->gateway_url), val);
+        } else if (strcmp(key, "KEELSON_IT_BROKER_HEALTH_PORT") == 0) {
+                return parse_port(val, &s->broker_health_port);
+        } else if (strcmp(key, "KEELSON_IT_GATEWAY_PID") == 0) {
+                return parse_pid(val, &s->gateway_pid);
+        } else if (strcmp(key, "KEELSON_IT_AUTH_HEALTH_PORTS") == 0) {
+                n = parse_list(val, s->auth_health_ports, IT_REPLICAS_MAX, parse_port);
+                if (n < 1 || (s->n_auth != 0 && s->n_auth != n)) {
+                        return -1;
+                }
+                s->n_auth = n;
+                return 0;
+        } else if (strcmp(key, "KEELSON_IT_AUTH_PIDS") == 0) {
+                n = parse_list(val, s->auth_pids, IT_REPLICAS_MAX, parse_pid);
+                if (n < 1 || (s->n_auth != 0 && s->n_auth != n)) {
+                        return -1;
+                }
+                s->n_auth = n;
+                return 0;
+        }
+        return 0; /* a line for someone else */
+}
+
+static int read_env_file(it_stack *s, FILE *f, const char *path)
+{
+        char line[IT_ENV_LINE_MAX];
+        char *eq;
+        size_t len;
+
+        while (fgets(line, sizeof(line), f) != NULL) {
+                len = strlen(line);
+                if (len > 0 && line[len - 1] == '\n') {
+                        line[--len] = '\0';
+                }
+                eq = strchr(line, '=');
+                if (len == 0 || line[0] == '#' || eq == NULL) {
+                        continue;
+                }
+                *eq = '\0';
+                if (apply_env_line(s, line, eq + 1) != 0) {
+                        fprintf(stderr, "it_support: %s: bad value for %s\n", path, line);
+                        return -1;
+                }
+        }
+        return 0;
+}
+
+static int stack_complete(const it_stack *s)
+{
+        return s->pg_dsn[0] != '\0' && s->redis_url[0] != '\0' && s->broker_url[0] != '\0' &&
+               s->gateway_url[0] != '\0' && s->broker_health_port > 0 && s->n_auth > 0 &&
+               s->gateway_pid > 0;
+}
+
+int it_stack_load(it_stack *s)
+{
+        const char *dir = getenv("KEELSON_IT_STACK");
+        char path[600];
+        FILE *f;
+        int rc;
+
+        memset(s, 0, sizeof(*s));
+        if (dir == NULL || dir[0] == '\0' || copy_str(s->dir, sizeof(s->dir), dir) != 0) {
+                fprintf(stderr, "it_support: KEELSON_IT_STACK is not set (run through ctest)\n");
+                return -1;
+        }
+        snprintf(path, sizeof(path), "%s/env", dir);
+        f = fopen(path, "r");
+        if (f == NULL) {
+                fprintf(stderr, "it_support: cannot open %s: did the stack start?\n", path);
+                return -1;
+        }
+        rc = read_env_file(s, f, path);
+        fclose(f);
+        if (rc == 0 && !stack_complete(s)) {
+                fprintf(stderr, "it_support: %s lacks a KEELSON_IT_ variable\n", path);
+                rc = -1;
+        }
+        return rc;
+}
+
+/* ---- HTTP --------------------------------------------------------------- */
+
+typedef struct buf {
+        char *data;
+        size_t len;
+        size_t max;
+} buf;
+
+static int buf_append(buf *b, const char *p, size_t n)
+{
+        char *grown;
+
+        if (n > b->max - b->len) {
+                return -1;
+        }
+        grown = realloc(b->data, b->len + n + 1);
+        if (grown == NULL) {
+                return -1;
+        }
+        b->data = grown;
+        memcpy(b->data + b->len, p, n);
+        b->len += n;
+        b->data[b->len] = '\0';
+        return 0;
+}
+
+static size_t on_body(char *p, size_t size, size_t nmemb, void *arg)
+{
+        size_t n = size * nmemb;
+
+        return buf_append(arg, p, n) == 0 ? n : 0;
+}
+
+/* Keeps the header block of the last response only (not a "100 Continue"). */
+static size_t on_header(char *p, size_t size, size_t nmemb, void *arg)
+{
+        buf *b = arg;
+        size_t n = size * nmemb;
+
+        if (n >= 5 && strncmp(p, "HTTP/", 5) == 0) {
+                b->len = 0;
+        }
+        return buf_append(b, p, n) == 0 ? n : 0;
+}
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+
+static void curl_init_once(void)
+{
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static struct curl_slist *request_headers(const char *content_type, const char *const *headers)
+{
+        struct curl_slist *list = NULL, *next;
+        char line[256];
+
+        /* "Content-Type:" with no value makes curl send none at all. */
+        if (content_type == NULL) {
+                snprintf(line, sizeof(line), "Content-Type:");
+        } else {
+                snprintf(line, sizeof(line), "Content-Type: %s", content_type);
+        }
+        list = curl_slist_append(list, line);
+        for (size_t i = 0; list != NULL && headers != NULL && headers[i] != NULL; i++) {
+                next = curl_slist_append(list, headers[i]);
+                if (next == NULL) {
+                        curl_slist_free_all(list);
+                        return NULL;
+                }
+                list = next;
+        }
+        return list;
+}
+
+static void fill_response(CURL *c, buf *body, buf *hdrs, it_http_response *out)
+{
+        char *ct = NULL;
+
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
+        if (curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct) == CURLE_OK && ct != NULL) {
+                snprintf(out->content_type, sizeof(out->content_type), "%s", ct);
+        }
+        if (body->data == NULL) {
+                body->data = calloc(1, 1);
+        }
+        if (hdrs->data == NULL) {
+                hdrs->data = calloc(1, 1);
+        }
+        out->body = body->data;
+        out->body_len = body->len;
+        out->headers = hdrs->data;
+}
+
+/* One transfer; body == NULL means GET. */
+static int transfer(const char *base_url, const char *path, const char *content_type,
+                    const void *body, size_t body_len, const char *const *headers,
+                    it_http_response *out)
+{
+        buf rbody = {NULL, 0, IT_BODY_MAX}, rhdrs = {NULL, 0, IT_HEADERS_MAX};
+        struct curl_slist *list = NULL;
+        char url[1024];
+        CURLcode rc;
+        CURL *c;
+
+        memset(out, 0, sizeof(*out));
+        pthread_once(&curl_once, curl_init_once);
+        if (snprintf(url, sizeof(url), "%s%s", base_url, path) >= (int)sizeof(url) ||
+            (c = curl_easy_init()) == NULL) {
+                return -1;
+        }
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT, IT_TIMEOUT_S);
+        curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, IT_CONNECT_TIMEOUT_S);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &rbody);
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(c, CURLOPT_HEADERDATA, &rhdrs);
+        if (body != NULL) {
+                list = request_headers(content_type, headers);
+                curl_easy_setopt(c, CURLOPT_HTTPHEADER, list);
+                curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+                curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        }
+        rc = curl_easy_perform(c);
+        if (rc == CURLE_OK) {
+                fill_response(c, &rbody, &rhdrs, out);
+        } else {
+                fprintf(stderr, "it_support: %s: %s\n", url, curl_easy_strerror(rc));
+                free(rbody.data);
+                free(rhdrs.data);
+        }
+        curl_slist_free_all(list);
+        curl_easy_cleanup(c);
+        return rc == CURLE_OK && out->body != NULL && out->headers != NULL ? 0 : -1;
+}
+
+int it_http_post(const char *base_url, const char *path, const char *content_type, const void *body,
+                 size_t body_len, const char *const *headers, it_http_response *out)
+{
+        /* An empty body is still a POST: libcurl needs a non-NULL pointer. */
+        return transfer(base_url, path, content_type, body != NULL ? body : "", body_len, headers,
+                        out);
+}
+
+int it_http_get(const char *base_url, const char *path, it_http_response *out)
+{
+        return transfer(base_url, path, NULL, NULL, 0, NULL, out);
+}
+
+void it_http_response_free(it_http_response *r)
+{
+        if (r == NULL) {
+                return;
+        }
+        free(r->body);
+        free(r->headers);
+        r->body = NULL;
+        r->headers = NULL;
+}
+
+int it_http_header(const it_http_response *r, const char *name, char *out, size_t out_len)
+{
+        size_t name_len = strlen(name), n;
+        const char *line = r->headers, *end, *v;
+
+        while (line != NULL && *line != '\0') {
+                end = strstr(line, "\r\n");
+                if (end == NULL) {
+                        end = line + strlen(line);
+                }
+                if ((size_t)(end - line) > name_len && line[name_len] == ':' &&
+                    strncasecmp(line, name, name_len) == 0) {
+                        for (v = line + name_len + 1; v < end && (*v == ' ' || *v == '\t'); v++) {
+                        }
+                        n = (size_t)(end - v);
+                        if (n >= out_len) {
+                                return -1;
+                        }
+                        memcpy(out, v, n);
+                        out[n] = '\0';
+                        return 0;
+                }
+                line = *end != '\0' ? end + 2 : NULL;
+        }
+        return -1;
+}
+
+/* ---- PostgreSQL and test data ------------------------------------------- */
+
+PGconn *it_pg_connect(const it_stack *s)
+{
+        PGconn *c = PQconnectdb(s->pg_dsn);
+
+        if (c == NULL || PQstatus(c) != CONNECTION_OK) {
+                fprintf(stderr, "it_support: cannot connect to the stack's PostgreSQL: %s\n",
+                        c ? PQerrorMessage(c) : "out of memory");
+                PQfinish(c);
+                return NULL;
+        }
+        return c;
+}
+
+void it_unique_email(const char *prefix, char *out, size_t out_len)
+{
+        unsigned char r[8] = {0};
+        struct timespec ts;
+        FILE *f = fopen("/dev/urandom", "rb");
+        size_t got = 0;
+
+        if (f != NULL) {
+                got = fread(r, 1, sizeof(r), f);
+                fclose(f);
+        }
+        if (got != sizeof(r)) {
+                /* No /dev/urandom: the clock and the pid are unique enough. */
+                clock_gettime(CLOCK_REALTIME, &ts);
+                snprintf(out, out_len, "%s-%lx%lx%x@example.test", prefix, (long)ts.tv_sec,
+                         ts.tv_nsec, (unsigned)getpid());
+                return;
+        }
+        snprintf(out, out_len, "%s-%02x%02x%02x%02x%02x%02x%02x%02x@example.test", prefix, r[0],
+                 r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+}

@@ -1,0 +1,707 @@
+#!/usr/bin/env bash
+# keelson's local stack: a throwaway PostgreSQL cluster and Redis from the
+# machine's packages, the broker, N auth replicas and the gateway, all on
+# 127.0.0.1, everything (data, logs, pids) under one folder.
+#
+#   stack.sh start --dir DIR --bin BUILD_DIR [--free-ports] [--auth-replicas N]
+#                  [--gateway-port P] [--keep-data]
+#   stack.sh run   (same options)   start, print a curl example, wait for Ctrl-C, stop
+#   stack.sh stop  --dir DIR         stop what DIR/pids names, then PostgreSQL
+#   stack.sh status --dir DIR        which of the started processes still run
+#   stack.sh ensure-packages         install deploy/local/packages.txt (root) or say how
+#   stack.sh curl-example [--dir DIR]
+#
+# start writes DIR/env, KEY=value lines the integration tests read
+# (tests/integration/it_support.c). Without --keep-data the cluster and Redis
+# data are recreated on every start: this stack is for development and tests,
+# never for data anyone wants to keep.
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PACKAGES_FILE="$SCRIPT_DIR/packages.txt"
+
+READY_TIMEOUT_S=60 # every /readyz must answer 200 within this
+STOP_TIMEOUT_S=10  # SIGTERM grace before SIGKILL
+BROKER_SPAN=42     # the broker uses base .. base+41 (services/core/ks_topology.h)
+AUTH_REPLICAS_MAX=8
+# Random ports come from below Linux's ephemeral range (32768-60999), so an
+# outgoing connection cannot take one between our check and the bind.
+FREE_PORT_LO=15000
+FREE_PORT_HI=32000
+
+DIR=""
+BIN=""
+FREE_PORTS=0
+AUTH_REPLICAS=1
+GATEWAY_PORT=""
+KEEP_DATA=0
+
+PG_PORT=55432
+REDIS_PORT=56379
+BROKER_BASE=7400
+BROKER_HEALTH_PORT=7480
+AUTH_HEALTH_BASE=7481
+AUTH_HEALTH_PORTS=()
+USED_PORTS=()
+STARTED=0 # set once start began launching things: a failure then cleans up
+
+log() { printf 'stack: %s\n' "$*" >&2; }
+die() {
+        log "error: $*"
+        exit 1
+}
+
+usage() {
+        sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+
+# ---- arguments ---------------------------------------------------------------
+
+parse_args() {
+        while [ $# -gt 0 ]; do
+                case "$1" in
+                --dir) DIR=${2:?--dir needs a value}; shift 2 ;;
+                --bin) BIN=${2:?--bin needs a value}; shift 2 ;;
+                --free-ports) FREE_PORTS=1; shift ;;
+                --auth-replicas) AUTH_REPLICAS=${2:?--auth-replicas needs a value}; shift 2 ;;
+                --gateway-port) GATEWAY_PORT=${2:?--gateway-port needs a value}; shift 2 ;;
+                --keep-data) KEEP_DATA=1; shift ;;
+                -h | --help) usage; exit 0 ;;
+                *) die "unknown option: $1 (see --help)" ;;
+                esac
+        done
+        [ -n "$DIR" ] || die "--dir is required"
+        mkdir -p "$DIR"
+        DIR=$(cd "$DIR" && pwd)
+}
+
+check_start_args() {
+        [ -n "$BIN" ] || die "--bin BUILD_DIR is required"
+        BIN=$(cd "$BIN" 2>/dev/null && pwd) || die "--bin: no such folder"
+        local b
+        for b in keelson-broker keelson-auth keelson-gateway; do
+                [ -x "$BIN/$b" ] || die "$BIN/$b is missing: build first (make)"
+        done
+        case "$AUTH_REPLICAS" in
+        '' | *[!0-9]*) die "--auth-replicas must be a number" ;;
+        esac
+        if [ "$AUTH_REPLICAS" -lt 1 ] || [ "$AUTH_REPLICAS" -gt "$AUTH_REPLICAS_MAX" ]; then
+                die "--auth-replicas must be within 1..$AUTH_REPLICAS_MAX"
+        fi
+        case "$GATEWAY_PORT" in
+        *[!0-9]*) die "--gateway-port must be a number" ;;
+        esac
+}
+
+# ---- ports -------------------------------------------------------------------
+
+declare -A LISTENING=() # ports with a TCP listener, read once from ss
+
+read_listening() {
+        local addr
+        command -v ss >/dev/null 2>&1 || return 0
+        while read -r _ _ _ addr _; do
+                LISTENING[${addr##*:}]=1
+        done < <(ss -Hltn 2>/dev/null)
+}
+
+# True when something listens on port $1 (or the port is ours already).
+port_busy() {
+        local p=$1 u
+        for u in "${USED_PORTS[@]+"${USED_PORTS[@]}"}"; do
+                [ "$u" = "$p" ] && return 0
+        done
+        [ -z "${LISTENING[$p]+x}" ] || return 0
+        # Without ss, a connect test: refused at once when nothing listens.
+        if ! command -v ss >/dev/null 2>&1; then
+                (: <>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && return 0
+        fi
+        return 1
+}
+
+# Sets REPLY to the first of $1 consecutive free ports, drawn at random.
+pick_ports() {
+        local span=$1 tries=0 base i ok
+        while [ $tries -lt 200 ]; do
+                tries=$((tries + 1))
+                base=$((FREE_PORT_LO + RANDOM % (FREE_PORT_HI - FREE_PORT_LO - span)))
+                ok=1
+                for ((i = 0; i < span; i++)); do
+                        if port_busy $((base + i)); then
+                                ok=0
+                                break
+                        fi
+                done
+                if [ $ok = 1 ]; then
+                        for ((i = 0; i < span; i++)); do USED_PORTS+=($((base + i))); done
+                        REPLY=$base
+                        return 0
+                fi
+        done
+        die "no $span free consecutive loopback ports found"
+}
+
+claim_port() {
+        local p=$1 what=$2
+        port_busy "$p" && die "port $p ($what) is in use: stop what uses it, or choose other ports (--free-ports)"
+        USED_PORTS+=("$p")
+}
+
+choose_ports() {
+        local i
+        read_listening
+        if [ $FREE_PORTS = 1 ]; then
+                pick_ports $BROKER_SPAN; BROKER_BASE=$REPLY
+                pick_ports 1; PG_PORT=$REPLY
+                pick_ports 1; REDIS_PORT=$REPLY
+                pick_ports 1; BROKER_HEALTH_PORT=$REPLY
+                for ((i = 0; i < AUTH_REPLICAS; i++)); do
+                        pick_ports 1; AUTH_HEALTH_PORTS+=("$REPLY")
+                done
+                if [ -z "$GATEWAY_PORT" ]; then
+                        pick_ports 1; GATEWAY_PORT=$REPLY
+                else
+                        claim_port "$GATEWAY_PORT" gateway
+                fi
+                return
+        fi
+        GATEWAY_PORT=${GATEWAY_PORT:-8080}
+        for ((i = 0; i < BROKER_SPAN; i++)); do claim_port $((BROKER_BASE + i)) broker; done
+        claim_port "$PG_PORT" postgres
+        claim_port "$REDIS_PORT" redis
+        claim_port "$BROKER_HEALTH_PORT" "broker health"
+        for ((i = 0; i < AUTH_REPLICAS; i++)); do
+                claim_port $((AUTH_HEALTH_BASE + i)) "auth health"
+                AUTH_HEALTH_PORTS+=($((AUTH_HEALTH_BASE + i)))
+        done
+        claim_port "$GATEWAY_PORT" gateway
+}
+
+# ---- PostgreSQL --------------------------------------------------------------
+
+PG_BIN=""
+PG_USER="" # the OS user the cluster runs as when we are root
+PG_HOME="" # holds pg/ (data), pg-sock/ and, away from DIR, postgres.log
+
+find_pg_bin() {
+        local d
+        if [ -n "${KEELSON_PG_BIN:-}" ]; then
+                PG_BIN=$KEELSON_PG_BIN
+        else
+                # The highest installed major version (Debian keeps them side by side).
+                for d in $(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V); do
+                        [ -x "$d/initdb" ] && PG_BIN=$d
+                done
+                if [ -z "$PG_BIN" ] && command -v initdb >/dev/null 2>&1; then
+                        PG_BIN=$(dirname "$(command -v initdb)")
+                fi
+        fi
+        [ -x "$PG_BIN/initdb" ] || die "PostgreSQL server binaries not found (apt-get install postgresql, or set KEELSON_PG_BIN)"
+}
+
+# PostgreSQL refuses to run as root: as root, the cluster belongs to the
+# postgres user the Debian package creates (or a system user keelson). When
+# that user cannot reach DIR (a checkout under /root), the cluster lives in a
+# folder of its own under /var/tmp, named after DIR so --keep-data finds it.
+choose_pg_home() {
+        PG_HOME=$DIR
+        [ "$(id -u)" = 0 ] || return 0
+        if id postgres >/dev/null 2>&1; then
+                PG_USER=postgres
+        else
+                id keelson >/dev/null 2>&1 ||
+                        useradd --system --no-create-home --shell /usr/sbin/nologin keelson
+                PG_USER=keelson
+        fi
+        runuser -u "$PG_USER" -- test -x "$DIR" 2>/dev/null && return 0
+        PG_HOME=/var/tmp/keelson-pg-$(printf '%s' "$DIR" | cksum | cut -d' ' -f1)
+        [ -d "$PG_HOME" ] || mkdir -m 700 "$PG_HOME"
+        case "$(stat -c %U "$PG_HOME")" in
+        root | "$PG_USER") ;;
+        *) die "$PG_HOME belongs to someone else: remove it" ;;
+        esac
+        chown "$PG_USER" "$PG_HOME"
+        log "user $PG_USER cannot reach $DIR: the cluster lives in $PG_HOME"
+}
+
+as_pg() {
+        if [ -n "$PG_USER" ]; then
+                runuser -u "$PG_USER" -- "$@"
+        else
+                "$@"
+        fi
+}
+
+pg_log_file() {
+        if [ "$PG_HOME" = "$DIR" ]; then
+                echo "$DIR/logs/postgres.log"
+        else
+                echo "$PG_HOME/postgres.log"
+        fi
+}
+
+pg_init() {
+        local data=$PG_HOME/pg
+        echo "$data" >"$DIR/pg.path" # where stop finds the cluster
+        rm -f "$DIR/pg.keep"
+        [ $KEEP_DATA = 0 ] || : >"$DIR/pg.keep"
+        if [ $KEEP_DATA = 1 ] && [ -f "$data/PG_VERSION" ]; then
+                return 0
+        fi
+        rm -rf "$data"
+        mkdir -p "$data"
+        chmod 700 "$data"
+        [ -z "$PG_USER" ] || chown "$PG_USER" "$data"
+        # trust is safe here only because this cluster is throwaway and local:
+        # it listens on 127.0.0.1 alone and its unix socket sits in a folder
+        # of ours. Nothing else ever points at it.
+        # --no-sync: nothing here has to survive a power cut.
+        as_pg "$PG_BIN/initdb" -D "$data" -U postgres -A trust -E UTF8 --locale=C --no-sync \
+                >"$DIR/logs/initdb.log" 2>&1 || {
+                tail -n 20 "$DIR/logs/initdb.log" >&2
+                die "initdb failed"
+        }
+        echo "include_if_exists = 'keelson.conf'" >>"$data/postgresql.conf"
+}
+
+# Rewritten on every start: the ports may differ from the last one.
+pg_write_conf() {
+        local sock=$PG_HOME/pg-sock
+        mkdir -p "$sock"
+        [ -z "$PG_USER" ] || chown "$PG_USER" "$sock"
+        # A unix socket path is limited to 107 bytes; with a deeper folder the
+        # cluster runs with TCP only (every client here uses 127.0.0.1).
+        [ ${#sock} -le 80 ] || sock=""
+        # fsync off: a throwaway cluster trades crash safety for test speed.
+        cat >"$PG_HOME/pg/keelson.conf" <<EOF
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$sock'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+max_connections = 200
+log_min_messages = warning
+EOF
+        [ -z "$PG_USER" ] || chown "$PG_USER" "$PG_HOME/pg/keelson.conf"
+}
+
+pg_start() {
+        local logf
+        logf=$(pg_log_file)
+        : >"$logf"
+        [ -z "$PG_USER" ] || chown "$PG_USER" "$logf"
+        [ "$PG_HOME" = "$DIR" ] || ln -sf "$logf" "$DIR/logs/postgres.log"
+        as_pg "$PG_BIN/pg_ctl" -D "$PG_HOME/pg" -l "$logf" -w -t 60 start >/dev/null || {
+                tail -n 20 "$logf" >&2
+                die "PostgreSQL did not start"
+        }
+}
+
+pg_sql() {
+        "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres \
+                -d "${2:-postgres}" -tAc "$1"
+}
+
+# The services connect as keelson, owner of the database keelson; it may
+# create roles because a service's migrations create its own roles.
+pg_bootstrap() {
+        if [ -z "$(pg_sql "SELECT 1 FROM pg_roles WHERE rolname = 'keelson'")" ]; then
+                pg_sql "CREATE ROLE keelson LOGIN CREATEROLE" >/dev/null
+        fi
+        if [ -z "$(pg_sql "SELECT 1 FROM pg_database WHERE datname = 'keelson'")" ]; then
+                pg_sql "CREATE DATABASE keelson OWNER keelson" >/dev/null
+        fi
+}
+
+pg_stop() {
+        local data
+        data=$(cat "$DIR/pg.path" 2>/dev/null || echo "$DIR/pg")
+        [ -f "$data/postmaster.pid" ] || return 0
+        find_pg_bin
+        if [ "$(id -u)" = 0 ]; then
+                PG_USER=$(stat -c %U "$data")
+        fi
+        as_pg "$PG_BIN/pg_ctl" -D "$data" -m fast -w -t 30 stop >/dev/null 2>&1 ||
+                log "pg_ctl stop failed (already stopped?)"
+}
+
+# A cluster kept outside DIR (see choose_pg_home) goes with the stack unless
+# it was started with --keep-data; the pattern guards the rm.
+pg_remove_outside() {
+        local data
+        data=$(cat "$DIR/pg.path" 2>/dev/null) || return 0
+        [ ! -f "$DIR/pg.keep" ] || return 0
+        case "$data" in
+        /var/tmp/keelson-pg-*/pg)
+                [ -f "$data/postmaster.pid" ] || rm -rf "${data%/pg}"
+                rm -f "$DIR/pg.path" "$DIR/logs/postgres.log"
+                ;;
+        esac
+}
+
+# ---- processes ---------------------------------------------------------------
+
+# spawn NAME COMMAND [ARG ...]: runs COMMAND in its own session (a Ctrl-C in
+# the terminal reaches only this script, which then stops everything in
+# order), stdin from /dev/null and output to DIR/logs/NAME.log so that no
+# inherited descriptor keeps a caller such as CTest waiting. The pid goes to
+# DIR/pids/NAME.pid, the process's start time to DIR/pids/NAME.start.
+spawn() {
+        local name=$1 pid
+        shift
+        : >"$DIR/logs/$name.log"
+        if command -v setsid >/dev/null 2>&1; then
+                setsid "$@" </dev/null >>"$DIR/logs/$name.log" 2>&1 &
+        else
+                "$@" </dev/null >>"$DIR/logs/$name.log" 2>&1 &
+        fi
+        pid=$!
+        echo "$pid" >"$DIR/pids/$name.pid"
+        start_time "$pid" >"$DIR/pids/$name.start" || true
+}
+
+# A zombie counts as dead: it holds no socket, and an init that does not
+# reap (some containers) would otherwise keep it "alive" forever.
+alive() {
+        local stat
+        [ -n "$1" ] && kill -0 "$1" 2>/dev/null || return 1
+        stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+        stat=${stat##*) }
+        [ "${stat:0:1}" != Z ]
+}
+
+# The start time of pid $1 in clock ticks since boot (field 22 of
+# /proc/PID/stat, counted after the command name, which may hold spaces).
+# It survives exec, so it names one process for its whole life.
+start_time() {
+        local stat
+        stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+        stat=${stat##*) }
+        # shellcheck disable=SC2086 # split the fields on purpose
+        set -- $stat
+        echo "${20}"
+}
+
+# True when pid $2 is still the process started as $1: a recycled pid
+# belongs to someone else and is never signalled.
+pid_is_ours() {
+        local name=$1 pid=$2 now
+        alive "$pid" || return 1
+        [ -s "$DIR/pids/$name.start" ] || return 0 # no /proc: trust the pid
+        now=$(start_time "$pid") || return 0
+        [ "$now" = "$(cat "$DIR/pids/$name.start")" ]
+}
+
+start_redis() {
+        local redis
+        redis=$(command -v redis-server) || die "redis-server not found (apt-get install redis-server)"
+        [ $KEEP_DATA = 1 ] || rm -rf "$DIR/redis"
+        mkdir -p "$DIR/redis"
+        spawn redis "$redis" --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+                --dir "$DIR/redis" --daemonize no
+}
+
+broker_url() { echo "tcp://127.0.0.1:$BROKER_BASE"; }
+redis_url() { echo "redis://127.0.0.1:$REDIS_PORT"; }
+service_dsn() { echo "postgresql://keelson@127.0.0.1:$PG_PORT/keelson"; }
+super_dsn() { echo "postgresql://postgres@127.0.0.1:$PG_PORT/keelson"; }
+
+start_services() {
+        local i
+        spawn broker env KEELSON_BROKER_URL="$(broker_url)" \
+                KEELSON_BROKER_HTTP_HOST=127.0.0.1 KEELSON_BROKER_HTTP_PORT="$BROKER_HEALTH_PORT" \
+                "$BIN/keelson-broker"
+        for ((i = 0; i < AUTH_REPLICAS; i++)); do
+                spawn "auth-$((i + 1))" env KEELSON_PG_DSN="$(service_dsn)" \
+                        KEELSON_BROKER_URL="$(broker_url)" KEELSON_REDIS_URL="$(redis_url)" \
+                        KEELSON_AUTH_HTTP_HOST=127.0.0.1 \
+                        KEELSON_AUTH_HTTP_PORT="${AUTH_HEALTH_PORTS[$i]}" \
+                        "$BIN/keelson-auth"
+        done
+        spawn gateway env KEELSON_GATEWAY_HOST=127.0.0.1 KEELSON_GATEWAY_PORT="$GATEWAY_PORT" \
+                KEELSON_BROKER_URL="$(broker_url)" KEELSON_REDIS_URL="$(redis_url)" \
+                "$BIN/keelson-gateway"
+}
+
+# Each "name port" pair: what must answer GET /readyz with 200.
+ready_targets() {
+        local i
+        echo "broker $BROKER_HEALTH_PORT"
+        for ((i = 0; i < AUTH_REPLICAS; i++)); do
+                echo "auth-$((i + 1)) ${AUTH_HEALTH_PORTS[$i]}"
+        done
+        echo "gateway $GATEWAY_PORT"
+}
+
+http_status() {
+        curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$1$2" 2>/dev/null || true
+}
+
+redis_ready() {
+        if command -v redis-cli >/dev/null 2>&1; then
+                [ "$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ]
+        else
+                (: <>"/dev/tcp/127.0.0.1/$REDIS_PORT") 2>/dev/null
+        fi
+}
+
+fail_with_log() {
+        local name=$1 why=$2
+        log "$name $why; last lines of $DIR/logs/$name.log:"
+        tail -n 30 "$DIR/logs/$name.log" >&2 || true
+        exit 1
+}
+
+# Polls until every target is ready, a process dies, or READY_TIMEOUT_S passes.
+wait_ready() {
+        local deadline=$((SECONDS + READY_TIMEOUT_S)) pending name port code
+        while true; do
+                pending=""
+                alive "$(cat "$DIR/pids/redis.pid")" || fail_with_log redis "exited"
+                redis_ready || pending="redis"
+                while read -r name port; do
+                        alive "$(cat "$DIR/pids/$name.pid")" || fail_with_log "$name" "exited"
+                        code=$(http_status "$port" /readyz)
+                        [ "$code" = 200 ] || pending="$name (/readyz: ${code:-no answer})"
+                done < <(ready_targets)
+                [ -n "$pending" ] || return 0
+                [ $SECONDS -lt $deadline ] ||
+                        fail_with_log "${pending%% *}" "not ready after ${READY_TIMEOUT_S}s: $pending"
+                sleep 0.2
+        done
+}
+
+join_by_comma() {
+        local IFS=,
+        echo "$*"
+}
+
+write_env() {
+        local pids=() i
+        for ((i = 0; i < AUTH_REPLICAS; i++)); do
+                pids+=("$(cat "$DIR/pids/auth-$((i + 1)).pid")")
+        done
+        cat >"$DIR/env.tmp" <<EOT
+KEELSON_IT_PG_DSN=$(super_dsn)
+KEELSON_IT_SERVICE_PG_DSN=$(service_dsn)
+KEELSON_IT_REDIS_URL=$(redis_url)
+KEELSON_IT_BROKER_URL=$(broker_url)
+KEELSON_IT_GATEWAY_URL=http://127.0.0.1:$GATEWAY_PORT
+KEELSON_IT_BROKER_HEALTH_PORT=$BROKER_HEALTH_PORT
+KEELSON_IT_AUTH_HEALTH_PORTS=$(join_by_comma "${AUTH_HEALTH_PORTS[@]}")
+KEELSON_IT_AUTH_PIDS=$(join_by_comma "${pids[@]}")
+KEELSON_IT_GATEWAY_PID=$(cat "$DIR/pids/gateway.pid")
+EOT
+        mv "$DIR/env.tmp" "$DIR/env"
+}
+
+on_start_exit() {
+        local rc=$?
+        if [ $rc != 0 ] && [ $STARTED = 1 ]; then
+                log "start failed: stopping what was started"
+                do_stop || true
+        fi
+        exit $rc
+}
+
+do_start() {
+        check_start_args
+        do_stop # a stack left over in DIR (an interrupted run) goes first
+        mkdir -p "$DIR/logs" "$DIR/pids"
+        rm -f "$DIR/env" "$DIR"/logs/*.log # logs of the last run would mislead
+        choose_ports
+        find_pg_bin
+        choose_pg_home
+        STARTED=1
+        trap on_start_exit EXIT
+        pg_init
+        pg_write_conf
+        pg_start
+        pg_bootstrap
+        start_redis
+        start_services
+        wait_ready
+        write_env
+        trap - EXIT
+        log "ready: gateway http://127.0.0.1:$GATEWAY_PORT, logs in $DIR/logs, env in $DIR/env"
+}
+
+# ---- stop --------------------------------------------------------------------
+
+# Pid files in stopping order: the gateway first (no new requests), then the
+# services, then the broker and Redis.
+stop_order() {
+        local f
+        for f in "$DIR/pids/gateway.pid" "$DIR"/pids/auth-*.pid "$DIR/pids/broker.pid" \
+                "$DIR/pids/redis.pid"; do
+                [ -f "$f" ] && basename "$f" .pid
+        done
+        for f in "$DIR"/pids/*.pid; do
+                [ -f "$f" ] || continue
+                f=$(basename "$f" .pid)
+                case "$f" in gateway | auth-* | broker | redis) ;; *) echo "$f" ;; esac
+        done
+}
+
+# SIGTERM to the named processes, at most STOP_TIMEOUT_S for them to exit,
+# then SIGKILL for those still there.
+stop_names() {
+        local name pid names=() pids=() i deadline
+        for name in "$@"; do
+                pid=$(cat "$DIR/pids/$name.pid" 2>/dev/null || true)
+                if pid_is_ours "$name" "$pid"; then
+                        kill -TERM "$pid" 2>/dev/null || true
+                        names+=("$name")
+                        pids+=("$pid")
+                fi
+                rm -f "$DIR/pids/$name.pid" "$DIR/pids/$name.start"
+        done
+        deadline=$((SECONDS + STOP_TIMEOUT_S))
+        for ((i = 0; i < ${#pids[@]}; i++)); do
+                while alive "${pids[$i]}" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+                if alive "${pids[$i]}"; then
+                        log "${names[$i]} (pid ${pids[$i]}) ignored SIGTERM for ${STOP_TIMEOUT_S}s: SIGKILL"
+                        kill -KILL "${pids[$i]}" 2>/dev/null || true
+                fi
+        done
+}
+
+# In stages, so that nothing is left waiting on what already stopped: the
+# gateway (no new requests), the services, the broker, Redis, PostgreSQL.
+do_stop() {
+        local services=() name
+        if [ -d "$DIR/pids" ]; then
+                for name in $(stop_order); do
+                        case "$name" in gateway | broker | redis) ;; *) services+=("$name") ;; esac
+                done
+                stop_names gateway
+                stop_names "${services[@]+"${services[@]}"}"
+                stop_names broker
+                stop_names redis
+                rm -f "$DIR"/pids/*.pid "$DIR"/pids/*.start
+        fi
+        rm -f "$DIR/env"
+        pg_stop
+}
+
+# A sanitizer build (make test-asan) reports into the services' logs, which
+# nobody reads when the tests pass: stop fails when a log holds a report.
+check_sanitizer_reports() {
+        local f found=0
+        for f in "$DIR"/logs/*.log; do
+                [ -f "$f" ] || continue
+                if grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$f"; then
+                        log "sanitizer report in $f:"
+                        grep -A 30 -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$f" | head -n 60 >&2
+                        found=1
+                fi
+        done
+        return $found
+}
+
+# ---- run, curl example, packages ----------------------------------------------
+
+curl_example() {
+        local gw=${1:-http://127.0.0.1:8080}
+        cat <<EOT
+Try it (Connect protocol, JSON over HTTP):
+
+  GW=$gw
+  curl -sS \$GW/keelson.auth.v1.AuthService/SignUp -H 'Content-Type: application/json' \\
+    -d '{"email":"ada@example.com","password":"correct horse battery","tenantName":"Analytical Engines","displayName":"Ada"}'
+  TOKEN=\$(curl -sS \$GW/keelson.auth.v1.AuthService/Login -H 'Content-Type: application/json' \\
+    -d '{"email":"ada@example.com","password":"correct horse battery"}' |
+    sed -n 's/.*"sessionToken": *"\([^"]*\)".*/\1/p')
+  curl -sS \$GW/keelson.auth.v1.AuthService/WhoAmI -H 'Content-Type: application/json' \\
+    -H "Authorization: Bearer \$TOKEN" -d '{}'
+EOT
+}
+
+gateway_url_of() {
+        sed -n 's/^KEELSON_IT_GATEWAY_URL=//p' "$1/env" 2>/dev/null || true
+}
+
+do_run() {
+        local name pid
+        do_start
+        curl_example "http://127.0.0.1:$GATEWAY_PORT"
+        echo
+        echo "Logs: $DIR/logs/. Press Ctrl-C to stop."
+        trap 'echo; log "stopping"; do_stop; exit 0' INT TERM
+        while true; do
+                for name in $(stop_order); do
+                        pid=$(cat "$DIR/pids/$name.pid" 2>/dev/null || true)
+                        if [ -n "$pid" ] && ! alive "$pid"; then
+                                log "$name (pid $pid) exited; last lines of its log:"
+                                tail -n 10 "$DIR/logs/$name.log" >&2 || true
+                                rm -f "$DIR/pids/$name.pid"
+                        fi
+                done
+                sleep 1 &
+                wait $! || true
+        done
+}
+
+do_status() {
+        local name pid rc=0
+        for name in $(stop_order); do
+                pid=$(cat "$DIR/pids/$name.pid")
+                if pid_is_ours "$name" "$pid"; then
+                        echo "$name: running (pid $pid)"
+                else
+                        echo "$name: not running"
+                        rc=1
+                fi
+        done
+        [ -n "$(stop_order)" ] || { echo "nothing started in $DIR"; rc=1; }
+        return $rc
+}
+
+packages() {
+        sed -e 's/#.*//' -e 's/[[:space:]]//g' "$PACKAGES_FILE" | grep -v '^$'
+}
+
+do_ensure_packages() {
+        local missing=() p
+        command -v dpkg-query >/dev/null 2>&1 ||
+                die "not a Debian system: install the equivalents of $PACKAGES_FILE by hand"
+        for p in $(packages); do
+                dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+                        missing+=("$p")
+        done
+        [ ${#missing[@]} -gt 0 ] || return 0
+        if [ "$(id -u)" = 0 ]; then
+                log "installing: ${missing[*]}"
+                apt-get update
+                DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+                return
+        fi
+        log "missing packages: ${missing[*]}; install them with:"
+        echo "sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}"
+        exit 1
+}
+
+main() {
+        local cmd=${1:-}
+        [ $# -gt 0 ] && shift
+        case "$cmd" in
+        start) parse_args "$@"; do_start ;;
+        run) parse_args "$@"; do_run ;;
+        stop) parse_args "$@"; do_stop; pg_remove_outside; check_sanitizer_reports ;;
+        status) parse_args "$@"; do_status ;;
+        ensure-packages) do_ensure_packages ;;
+        curl-example)
+                if [ "${1:-}" = --dir ]; then
+                        parse_args "$@"
+                        curl_example "$(gateway_url_of "$DIR")"
+                else
+                        curl_example
+                fi
+                ;;
+        -h | --help | help) usage ;;
+        *) usage >&2; exit 2 ;;
+        esac
+}
+
+main "$@"

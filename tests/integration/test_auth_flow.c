@@ -1,0 +1,593 @@
+/*
+ * The auth acceptance tests, driving the gateway over HTTP as any Connect
+ * client would: sign up, log in, who-am-i, log out, in JSON and in binary
+ * protobuf, and the error paths a client can hit (each followed by a normal
+ * call, to show the gateway and the service are still well).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "it_support.h"
+#include "keelson/auth/v1/auth.pb-c.h"
+
+#define AUTH_PATH  "/keelson.auth.v1.AuthService/"
+#define PASSWORD   "correct horse battery staple"
+#define EMAIL_MAX  128
+#define TOKEN_MAX  512
+#define BODY_LIMIT (1024 * 1024) /* the gateway's documented body limit */
+
+static it_stack g_stack;
+static char g_email[EMAIL_MAX]; /* a user every "normal call" logs in as */
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* POSTs to an AuthService method; token and request_id may be NULL. */
+static void call(const char *method, const char *content_type, const void *body, size_t len,
+                 const char *token, const char *request_id, it_http_response *out)
+{
+        char path[128], auth[TOKEN_MAX + 32], rid[128];
+        const char *headers[3] = {NULL, NULL, NULL};
+        int n = 0;
+
+        snprintf(path, sizeof(path), AUTH_PATH "%s", method);
+        if (token != NULL) {
+                snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+                headers[n++] = auth;
+        }
+        if (request_id != NULL) {
+                snprintf(rid, sizeof(rid), "X-Request-Id: %s", request_id);
+                headers[n++] = rid;
+        }
+        assert_int_equal(
+            it_http_post(g_stack.gateway_url, path, content_type, body, len, headers, out), 0);
+}
+
+static void call_json(const char *method, const char *json, const char *token,
+                      it_http_response *out)
+{
+        call(method, "application/json", json, strlen(json), token, NULL, out);
+}
+
+/* Parses a JSON reply body; the caller json_decref()s it. */
+static json_t *body_json(const it_http_response *r)
+{
+        json_error_t err;
+        json_t *j = json_loadb(r->body, r->body_len, 0, &err);
+
+        if (j == NULL) {
+                fail_msg("reply is not JSON (%s): %.200s", err.text, r->body);
+        }
+        assert_true(json_is_object(j));
+        return j;
+}
+
+static const char *json_str(json_t *obj, const char *key)
+{
+        json_t *v = json_object_get(obj, key);
+
+        if (!json_is_string(v)) {
+                fail_msg("reply lacks the string \"%s\"", key);
+        }
+        return json_string_value(v);
+}
+
+/*
+ * A Connect error as a client sees it: the HTTP status, a JSON body with a
+ * string "code" (the expected one, unless code is NULL) and a string
+ * "message".
+ */
+static void assert_connect_error(const it_http_response *r, long status, const char *code)
+{
+        json_t *j;
+
+        if (r->status != status) {
+                fail_msg("expected HTTP %ld, got %ld: %.300s", status, r->status, r->body);
+        }
+        assert_non_null(strstr(r->content_type, "application/json"));
+        j = body_json(r);
+        if (code != NULL) {
+                assert_string_equal(json_str(j, "code"), code);
+        } else {
+                assert_true(json_str(j, "code")[0] != '\0');
+        }
+        (void)json_str(j, "message");
+        json_decref(j);
+}
+
+static void assert_ok_json(const it_http_response *r)
+{
+        if (r->status != 200) {
+                fail_msg("expected HTTP 200, got %ld: %.300s", r->status, r->body);
+        }
+        assert_non_null(strstr(r->content_type, "application/json"));
+}
+
+static void signup_json(const char *email, const char *password, it_http_response *out)
+{
+        json_t *req = json_pack("{s:s, s:s, s:s, s:s}", "email", email, "password", password,
+                                "tenantName", "Analytical Engines", "displayName", "Ada");
+        char *body = json_dumps(req, JSON_COMPACT);
+
+        assert_non_null(body);
+        call_json("SignUp", body, NULL, out);
+        free(body);
+        json_decref(req);
+}
+
+static void signup_ok(const char *email)
+{
+        it_http_response r;
+
+        signup_json(email, PASSWORD, &r);
+        assert_ok_json(&r);
+        it_http_response_free(&r);
+}
+
+static void login_json(const char *email, const char *password, it_http_response *out)
+{
+        json_t *req = json_pack("{s:s, s:s}", "email", email, "password", password);
+        char *body = json_dumps(req, JSON_COMPACT);
+
+        assert_non_null(body);
+        call_json("Login", body, NULL, out);
+        free(body);
+        json_decref(req);
+}
+
+/* Logs in and copies the session token into token. */
+static void login_ok(const char *email, char token[TOKEN_MAX])
+{
+        it_http_response r;
+        json_t *j;
+
+        login_json(email, PASSWORD, &r);
+        assert_ok_json(&r);
+        j = body_json(&r);
+        assert_true(strlen(json_str(j, "sessionToken")) > 0);
+        assert_true(strlen(json_str(j, "sessionToken")) < TOKEN_MAX);
+        snprintf(token, TOKEN_MAX, "%s", json_str(j, "sessionToken"));
+        json_decref(j);
+        it_http_response_free(&r);
+}
+
+/* The call every error-path test makes afterwards: a plain, valid Login. */
+static void assert_normal_call_ok(void)
+{
+        char token[TOKEN_MAX];
+
+        login_ok(g_email, token);
+}
+
+static void assert_whoami_unauthenticated(const char *token)
+{
+        it_http_response r;
+
+        call_json("WhoAmI", "{}", token, &r);
+        assert_connect_error(&r, 401, "unauthenticated");
+        it_http_response_free(&r);
+}
+
+static int group_setup(void **state)
+{
+        (void)state;
+        if (it_stack_load(&g_stack) != 0) {
+                return -1;
+        }
+        it_unique_email("it-normal", g_email, sizeof(g_email));
+        signup_ok(g_email);
+        return 0;
+}
+
+/* ---- the flow, in JSON and in protobuf ---------------------------------- */
+
+static void test_flow_json(void **state)
+{
+        char email[EMAIL_MAX], shouted[EMAIL_MAX + 8], token[TOKEN_MAX], user_id[64], tenant_id[64];
+        it_http_response r;
+        json_t *j;
+
+        (void)state;
+        it_unique_email("it-flow-json", email, sizeof(email));
+        signup_json(email, PASSWORD, &r);
+        assert_ok_json(&r);
+        j = body_json(&r);
+        snprintf(user_id, sizeof(user_id), "%s", json_str(j, "userId"));
+        snprintf(tenant_id, sizeof(tenant_id), "%s", json_str(j, "tenantId"));
+        assert_true(user_id[0] != '\0' && tenant_id[0] != '\0');
+        json_decref(j);
+        it_http_response_free(&r);
+
+        /* Emails are matched case- and space-insensitively at login too. */
+        snprintf(shouted, sizeof(shouted), " %s ", email);
+        for (char *p = shouted; *p != '\0'; p++) {
+                *p = (*p >= 'a' && *p <= 'z') ? (char)(*p - 'a' + 'A') : *p;
+        }
+        login_json(shouted, PASSWORD, &r);
+        assert_ok_json(&r);
+        j = body_json(&r);
+        snprintf(token, sizeof(token), "%s", json_str(j, "sessionToken"));
+        assert_true(token[0] != '\0');
+        assert_string_equal(json_str(j, "userId"), user_id);
+        assert_string_equal(json_str(j, "tenantId"), tenant_id);
+        assert_string_equal(json_str(j, "role"), "owner");
+        json_decref(j);
+        it_http_response_free(&r);
+
+        call_json("WhoAmI", "{}", token, &r);
+        assert_ok_json(&r);
+        j = body_json(&r);
+        assert_string_equal(json_str(j, "userId"), user_id);
+        assert_string_equal(json_str(j, "email"), email);
+        assert_string_equal(json_str(j, "displayName"), "Ada");
+        assert_string_equal(json_str(j, "tenantId"), tenant_id);
+        assert_string_equal(json_str(j, "tenantName"), "Analytical Engines");
+        assert_string_equal(json_str(j, "role"), "owner");
+        json_decref(j);
+        it_http_response_free(&r);
+
+        call_json("Logout", "{}", token, &r);
+        assert_ok_json(&r);
+        it_http_response_free(&r);
+
+        assert_whoami_unauthenticated(token);
+}
+
+/* Packs a protobuf-c message into a malloc'd buffer. */
+static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
+{
+        uint8_t *buf;
+
+        *len = protobuf_c_message_get_packed_size(m);
+        buf = malloc(*len > 0 ? *len : 1);
+        assert_non_null(buf);
+        assert_int_equal(protobuf_c_message_pack(m, buf), *len);
+        return buf;
+}
+
+static void call_proto(const char *method, const ProtobufCMessage *m, const char *token,
+                       it_http_response *out)
+{
+        size_t len;
+        uint8_t *buf = pack(m, &len);
+
+        call(method, "application/proto", buf, len, token, NULL, out);
+        free(buf);
+}
+
+static void assert_ok_proto(const it_http_response *r)
+{
+        if (r->status != 200) {
+                fail_msg("expected HTTP 200, got %ld: %.300s", r->status, r->body);
+        }
+        assert_non_null(strstr(r->content_type, "application/proto"));
+}
+
+/* SignUp in protobuf; returns the unpacked reply (the caller frees it). */
+static Keelson__Auth__V1__SignUpResponse *signup_proto(const char *email)
+{
+        Keelson__Auth__V1__SignUpRequest req = KEELSON__AUTH__V1__SIGN_UP_REQUEST__INIT;
+        Keelson__Auth__V1__SignUpResponse *resp;
+        it_http_response r;
+
+        req.email = (char *)email;
+        req.password = PASSWORD;
+        req.tenant_name = "Difference Engines";
+        req.display_name = "Charles";
+        call_proto("SignUp", &req.base, NULL, &r);
+        assert_ok_proto(&r);
+        resp = keelson__auth__v1__sign_up_response__unpack(NULL, r.body_len, (uint8_t *)r.body);
+        it_http_response_free(&r);
+        assert_non_null(resp);
+        assert_true(resp->user_id[0] != '\0' && resp->tenant_id[0] != '\0');
+        return resp;
+}
+
+static Keelson__Auth__V1__LoginResponse *login_proto(const char *email)
+{
+        Keelson__Auth__V1__LoginRequest req = KEELSON__AUTH__V1__LOGIN_REQUEST__INIT;
+        Keelson__Auth__V1__LoginResponse *resp;
+        it_http_response r;
+
+        req.email = (char *)email;
+        req.password = PASSWORD;
+        call_proto("Login", &req.base, NULL, &r);
+        assert_ok_proto(&r);
+        resp = keelson__auth__v1__login_response__unpack(NULL, r.body_len, (uint8_t *)r.body);
+        it_http_response_free(&r);
+        assert_non_null(resp);
+        assert_true(resp->session_token[0] != '\0');
+        assert_true(strlen(resp->session_token) < TOKEN_MAX);
+        return resp;
+}
+
+static void whoami_proto_ok(const char *token, const Keelson__Auth__V1__SignUpResponse *who,
+                            const char *email)
+{
+        Keelson__Auth__V1__WhoAmIRequest req = KEELSON__AUTH__V1__WHO_AM_IREQUEST__INIT;
+        Keelson__Auth__V1__WhoAmIResponse *resp;
+        it_http_response r;
+
+        call_proto("WhoAmI", &req.base, token, &r);
+        assert_ok_proto(&r);
+        resp = keelson__auth__v1__who_am_iresponse__unpack(NULL, r.body_len, (uint8_t *)r.body);
+        it_http_response_free(&r);
+        assert_non_null(resp);
+        assert_string_equal(resp->user_id, who->user_id);
+        assert_string_equal(resp->tenant_id, who->tenant_id);
+        assert_string_equal(resp->email, email);
+        assert_string_equal(resp->display_name, "Charles");
+        assert_string_equal(resp->tenant_name, "Difference Engines");
+        assert_string_equal(resp->role, "owner");
+        keelson__auth__v1__who_am_iresponse__free_unpacked(resp, NULL);
+}
+
+static void test_flow_proto(void **state)
+{
+        Keelson__Auth__V1__LogoutRequest logout = KEELSON__AUTH__V1__LOGOUT_REQUEST__INIT;
+        Keelson__Auth__V1__WhoAmIRequest whoami = KEELSON__AUTH__V1__WHO_AM_IREQUEST__INIT;
+        Keelson__Auth__V1__SignUpResponse *su;
+        Keelson__Auth__V1__LoginResponse *li;
+        char email[EMAIL_MAX];
+        it_http_response r;
+
+        (void)state;
+        it_unique_email("it-flow-proto", email, sizeof(email));
+        su = signup_proto(email);
+        li = login_proto(email);
+        assert_string_equal(li->user_id, su->user_id);
+        assert_string_equal(li->tenant_id, su->tenant_id);
+        assert_string_equal(li->role, "owner");
+        whoami_proto_ok(li->session_token, su, email);
+
+        call_proto("Logout", &logout.base, li->session_token, &r);
+        assert_ok_proto(&r);
+        assert_int_equal(r.body_len, 0); /* an empty LogoutResponse packs to nothing */
+        it_http_response_free(&r);
+
+        /* Connect errors are JSON whatever the request's codec. */
+        call_proto("WhoAmI", &whoami.base, li->session_token, &r);
+        assert_connect_error(&r, 401, "unauthenticated");
+        it_http_response_free(&r);
+
+        keelson__auth__v1__login_response__free_unpacked(li, NULL);
+        keelson__auth__v1__sign_up_response__free_unpacked(su, NULL);
+}
+
+/* ---- sign-up and login rules -------------------------------------------- */
+
+static void test_duplicate_signup_is_already_exists(void **state)
+{
+        char email[EMAIL_MAX], variant[EMAIL_MAX + 8];
+        it_http_response r;
+        size_t i;
+
+        (void)state;
+        it_unique_email("it-dup", email, sizeof(email));
+        signup_ok(email);
+        /* The same address with another case and surrounding spaces. */
+        snprintf(variant, sizeof(variant), "  %s\t", email);
+        for (i = 0; variant[i] != '\0'; i++) {
+                if (variant[i] >= 'a' && variant[i] <= 'z' && i % 2 == 0) {
+                        variant[i] = (char)(variant[i] - 'a' + 'A');
+                }
+        }
+        signup_json(variant, PASSWORD, &r);
+        assert_connect_error(&r, 409, "already_exists");
+        it_http_response_free(&r);
+        assert_normal_call_ok();
+}
+
+static void test_short_password_is_invalid_argument(void **state)
+{
+        char email[EMAIL_MAX];
+        it_http_response r;
+
+        (void)state;
+        it_unique_email("it-short", email, sizeof(email));
+        signup_json(email, "seven77", &r);
+        assert_connect_error(&r, 400, "invalid_argument");
+        it_http_response_free(&r);
+        /* Nothing was created: the address is still free. */
+        signup_ok(email);
+}
+
+static void test_expired_session_is_refused(void **state)
+{
+        const char *params[1];
+        char email[EMAIL_MAX], token[TOKEN_MAX];
+        PGconn *pg;
+        PGresult *res;
+
+        (void)state;
+        it_unique_email("it-expired", email, sizeof(email));
+        signup_ok(email);
+        login_ok(email, token);
+        pg = it_pg_connect(&g_stack);
+        assert_non_null(pg);
+        /* Only the token's SHA-256 is stored; the CHECK wants created < expires. */
+        params[0] = token;
+        res = PQexecParams(pg,
+                           "UPDATE auth.sessions SET created_at = now() - interval '1 hour', "
+                           "expires_at = now() - interval '1 second' "
+                           "WHERE token_sha256 = sha256(convert_to($1, 'UTF8'))",
+                           1, NULL, params, NULL, NULL, 0);
+        if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+                fail_msg("UPDATE failed: %s", PQresultErrorMessage(res));
+        }
+        assert_string_equal(PQcmdTuples(res), "1");
+        PQclear(res);
+        PQfinish(pg);
+        assert_whoami_unauthenticated(token);
+}
+
+/* A wrong password and an unknown email must not be told apart by a client. */
+static void test_wrong_password_equals_unknown_email(void **state)
+{
+        char email[EMAIL_MAX], nobody[EMAIL_MAX];
+        it_http_response wrong, unknown;
+
+        (void)state;
+        it_unique_email("it-enum", email, sizeof(email));
+        it_unique_email("it-nobody", nobody, sizeof(nobody));
+        signup_ok(email);
+        login_json(email, "not the password at all", &wrong);
+        login_json(nobody, "not the password at all", &unknown);
+        assert_connect_error(&wrong, 401, "unauthenticated");
+        assert_int_equal(unknown.status, wrong.status);
+        assert_string_equal(unknown.content_type, wrong.content_type);
+        assert_int_equal(unknown.body_len, wrong.body_len);
+        assert_memory_equal(unknown.body, wrong.body, wrong.body_len);
+        it_http_response_free(&wrong);
+        it_http_response_free(&unknown);
+        assert_normal_call_ok();
+}
+
+/* ---- protocol errors: each leaves the gateway serving ------------------- */
+
+static void test_malformed_json_is_invalid_argument(void **state)
+{
+        it_http_response r;
+
+        (void)state;
+        call_json("Login", "{\"email\": \"a@example.test\", ", NULL, &r);
+        assert_connect_error(&r, 400, "invalid_argument");
+        it_http_response_free(&r);
+        call_json("Login", "[1, 2, 3]", NULL, &r);
+        assert_connect_error(&r, 400, "invalid_argument");
+        it_http_response_free(&r);
+        assert_normal_call_ok();
+}
+
+static void test_wrong_content_type_is_415(void **state)
+{
+        static const char body[] = "{\"email\":\"a@example.test\",\"password\":\"x\"}";
+        it_http_response r;
+
+        (void)state;
+        call("Login", "text/plain", body, sizeof(body) - 1, NULL, NULL, &r);
+        /* Connect fixes the status, not the code, of an unsupported codec. */
+        assert_connect_error(&r, 415, NULL);
+        it_http_response_free(&r);
+        assert_normal_call_ok();
+}
+
+static void test_body_over_limit_is_resource_exhausted(void **state)
+{
+        size_t len = BODY_LIMIT + 1024;
+        char *body = malloc(len);
+        it_http_response r;
+
+        (void)state;
+        assert_non_null(body);
+        /* A syntactically fine JSON string, only too long. */
+        memset(body, 'a', len);
+        memcpy(body, "{\"email\":\"", 10);
+        memcpy(body + len - 2, "\"}", 2);
+        call("Login", "application/json", body, len, NULL, NULL, &r);
+        free(body);
+        assert_connect_error(&r, 413, "resource_exhausted");
+        it_http_response_free(&r);
+        assert_normal_call_ok();
+}
+
+static void test_unknown_method_is_unimplemented(void **state)
+{
+        it_http_response r;
+
+        (void)state;
+        call_json("NoSuchMethod", "{}", NULL, &r);
+        assert_connect_error(&r, 404, "unimplemented");
+        it_http_response_free(&r);
+        assert_int_equal(it_http_post(g_stack.gateway_url, "/keelson.nothing.v1.Nope/Login",
+                                      "application/json", "{}", 2, NULL, &r),
+                         0);
+        assert_connect_error(&r, 404, "unimplemented");
+        it_http_response_free(&r);
+        assert_normal_call_ok();
+}
+
+/* ResolveContext is the gateway's own call to auth: from outside it does not exist. */
+static void test_resolve_context_is_not_reachable(void **state)
+{
+        char token[TOKEN_MAX], body[TOKEN_MAX + 32];
+        it_http_response r;
+
+        (void)state;
+        login_ok(g_email, token);
+        snprintf(body, sizeof(body), "{\"token\":\"%s\"}", token);
+        call_json("ResolveContext", body, token, &r);
+        assert_connect_error(&r, 404, "unimplemented");
+        assert_null(strstr(r.body, token));
+        it_http_response_free(&r);
+        assert_normal_call_ok();
+}
+
+/* ---- request ids -------------------------------------------------------- */
+
+static void assert_request_id(const it_http_response *r, const char *want)
+{
+        char got[128];
+
+        assert_int_equal(it_http_header(r, "X-Request-Id", got, sizeof(got)), 0);
+        assert_string_equal(got, want);
+}
+
+static void test_request_id_echoed_or_made(void **state)
+{
+        static const char ok_body[] = "{}";
+        char token[TOKEN_MAX], first[128], second[128];
+        it_http_response r;
+
+        (void)state;
+        login_ok(g_email, token);
+        call("WhoAmI", "application/json", ok_body, 2, token, "it-req-0123456789", &r);
+        assert_ok_json(&r);
+        assert_request_id(&r, "it-req-0123456789");
+        it_http_response_free(&r);
+
+        /* Errors carry it too. */
+        call("WhoAmI", "application/json", ok_body, 2, NULL, "it-req-unauth", &r);
+        assert_connect_error(&r, 401, "unauthenticated");
+        assert_request_id(&r, "it-req-unauth");
+        it_http_response_free(&r);
+
+        /* None given: the gateway makes one, different for each request. */
+        call("WhoAmI", "application/json", ok_body, 2, token, NULL, &r);
+        assert_ok_json(&r);
+        assert_int_equal(it_http_header(&r, "X-Request-Id", first, sizeof(first)), 0);
+        assert_true(first[0] != '\0');
+        it_http_response_free(&r);
+        call("WhoAmI", "application/json", ok_body, 2, token, NULL, &r);
+        assert_ok_json(&r);
+        assert_int_equal(it_http_header(&r, "X-Request-Id", second, sizeof(second)), 0);
+        assert_string_not_equal(first, second);
+        it_http_response_free(&r);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_flow_json),
+            cmocka_unit_test(test_flow_proto),
+            cmocka_unit_test(test_duplicate_signup_is_already_exists),
+            cmocka_unit_test(test_short_password_is_invalid_argument),
+            cmocka_unit_test(test_expired_session_is_refused),
+            cmocka_unit_test(test_wrong_password_equals_unknown_email),
+            cmocka_unit_test(test_malformed_json_is_invalid_argument),
+            cmocka_unit_test(test_wrong_content_type_is_415),
+            cmocka_unit_test(test_body_over_limit_is_resource_exhausted),
+            cmocka_unit_test(test_unknown_method_is_unimplemented),
+            cmocka_unit_test(test_resolve_context_is_not_reachable),
+            cmocka_unit_test(test_request_id_echoed_or_made),
+        };
+
+        return cmocka_run_group_tests(tests, group_setup, NULL);
+}
