@@ -4,7 +4,7 @@
 #   make up / down  the same in the background / stop it
 #   make test       unit and integration tests (ctest)
 #   make test-asan  the same, built with AddressSanitizer and UBSan
-#   make format     clang-format every C file
+#   make format     clang-format every C file (format-check: fail if one is not)
 BUILD         ?= build
 BUILD_ASAN    ?= build-asan
 STACK_DIR     ?= .local/stack
@@ -18,7 +18,7 @@ STACK_ARGS    := --dir $(STACK_DIR) --bin $(BUILD) --gateway-port $(GATEWAY_PORT
 SAN_ENV       := ASAN_OPTIONS=detect_leaks=1 \
                  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-.PHONY: all build run up down test asan test-asan format clean ensure-packages
+.PHONY: all build run up down test asan test-asan format format-check clean ensure-packages
 
 all: build
 
@@ -57,6 +57,11 @@ test-asan: ensure-packages asan
 format:
 	@command -v clang-format >/dev/null || { echo "clang-format is not installed (apt-get install clang-format)"; exit 1; }
 	find services tests tools -name '*.[ch]' -print0 | xargs -0 -r clang-format -i
+
+# Fails, naming the files, when a C file is not formatted as .clang-format says.
+format-check:
+	@command -v clang-format >/dev/null || { echo "clang-format is not installed (apt-get install clang-format)"; exit 1; }
+	find services tests tools -name '*.[ch]' -print0 | xargs -0 -r clang-format --dry-run --Werror
 
 # Build trees only: the local stack's data in $(STACK_DIR) stays (make down first).
 clean:

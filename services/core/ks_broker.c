@@ -25,7 +25,7 @@
 #include "ks_topology.h"
 
 #define RECV_MAX_BYTES ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
-#define N_DEVICES (KS_SVC_COUNT + 1) /* one per service, one for events */
+#define N_DEVICES      (KS_SVC_COUNT + 1) /* one per service, one for events */
 
 typedef struct path {
         nng_socket src, dst;
@@ -89,8 +89,7 @@ static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
         ks_gauge_add(d->pipes, ev == NNG_PIPE_EV_ADD_POST ? 1 : -1);
 }
 
-static int listen_on(nng_socket s, const char *base, int service, ks_broker_side side,
-                     device *d)
+static int listen_on(nng_socket s, const char *base, int service, ks_broker_side side, device *d)
 {
         char url[KS_URL_MAX];
         if (ks_broker_url(url, sizeof(url), base, service, side) != 0) {
@@ -132,9 +131,9 @@ static void device_init(device *d, const char *name)
         d->b = (nng_socket)NNG_SOCKET_INITIALIZER;
         char labels[128];
         snprintf(labels, sizeof(labels), "device=\"%s\"", name);
-        d->pipes = ks_gauge_get(ks_metrics_default(), "keelson_broker_pipes",
-                                "Connected peers (clients, replicas, publishers, subscribers).",
-                                labels);
+        d->pipes =
+            ks_gauge_get(ks_metrics_default(), "keelson_broker_pipes",
+                         "Connected peers (clients, replicas, publishers, subscribers).", labels);
 }
 
 static int open_service(device *d, const char *base, int service)

@@ -33,7 +33,7 @@ enum {
 };
 
 typedef struct ks_config_var {
-        const char *name;          /* the environment variable */
+        const char *name; /* the environment variable */
         ks_config_type type;
         size_t offset;             /* offsetof(struct, field) */
         const char *default_value; /* as it would be written in the environment */
@@ -43,11 +43,17 @@ typedef struct ks_config_var {
 } ks_config_var;
 
 #define KS_CFG_INT(name, type, field, def, lo, hi, help)                                           \
-        {(name), KS_CFG_TYPE_INT, offsetof(type, field), (def), (lo), (hi), 0, (help)}
+        {                                                                                          \
+                (name), KS_CFG_TYPE_INT, offsetof(type, field), (def), (lo), (hi), 0, (help)       \
+        }
 #define KS_CFG_STR(name, type, field, def, flags, help)                                            \
-        {(name), KS_CFG_TYPE_STR, offsetof(type, field), (def), 0, 0, (flags), (help)}
+        {                                                                                          \
+                (name), KS_CFG_TYPE_STR, offsetof(type, field), (def), 0, 0, (flags), (help)       \
+        }
 #define KS_CFG_BOOL(name, type, field, def, help)                                                  \
-        {(name), KS_CFG_TYPE_BOOL, offsetof(type, field), (def), 0, 1, 0, (help)}
+        {                                                                                          \
+                (name), KS_CFG_TYPE_BOOL, offsetof(type, field), (def), 0, 1, 0, (help)            \
+        }
 
 /*
  * Loads every variable of the table into the struct at out, from getenv()
@@ -71,7 +77,7 @@ void ks_config_log(const ks_config_var *vars, size_t n, const void *cfg);
  * The usual start of a main(): handles --help (prints and exits 0), loads the
  * table (a bad value prints the message on stderr and exits 2), logs it.
  */
-void ks_config_init(int argc, char **argv, const char *summary, const ks_config_var *vars,
-                    size_t n, void *out);
+void ks_config_init(int argc, char **argv, const char *summary, const ks_config_var *vars, size_t n,
+                    void *out);
 
 #endif

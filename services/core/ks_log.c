@@ -247,8 +247,7 @@ static void emit_fallback(ks_log_level level, const char *request_id, const char
         }
 }
 
-void ks_log_prechecked(ks_log_level level, const char *request_id, const char *msg,
-                       json_t *fields)
+void ks_log_prechecked(ks_log_level level, const char *request_id, const char *msg, json_t *fields)
 {
         json_t *line;
 

@@ -39,8 +39,7 @@ void ks_log(ks_log_level level, const char *request_id, const char *msg, const c
  * reference to fields (a jansson object). Nothing else should use this.
  */
 typedef struct json_t json_t;
-void ks_log_prechecked(ks_log_level level, const char *request_id, const char *msg,
-                       json_t *fields);
+void ks_log_prechecked(ks_log_level level, const char *request_id, const char *msg, json_t *fields);
 
 #define ks_log_debug(rid, msg, ...) ks_log(KS_LOG_DEBUG, (rid), (msg), __VA_ARGS__)
 #define ks_log_info(rid, msg, ...)  ks_log(KS_LOG_INFO, (rid), (msg), __VA_ARGS__)

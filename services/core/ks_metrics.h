@@ -20,7 +20,7 @@ typedef struct ks_gauge ks_gauge;
 typedef struct ks_histogram ks_histogram;
 
 /* Bounds: names and label sets are short, series are finite. */
-#define KS_METRICS_SERIES_MAX 4096
+#define KS_METRICS_SERIES_MAX  4096
 #define KS_METRICS_BUCKETS_MAX 32
 
 int ks_metrics_new(ks_metrics **out);

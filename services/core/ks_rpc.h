@@ -29,7 +29,7 @@
 
 typedef Keelson__Rpc__V1__CallerContext ks_caller;
 
-#define KS_MESSAGE_MAX 512         /* reply message bytes */
+#define KS_MESSAGE_MAX     512       /* reply message bytes */
 #define KS_RPC_PAYLOAD_MAX (4 << 20) /* payload bytes, either way */
 
 /* Method flags. */
@@ -54,12 +54,12 @@ typedef struct ks_method {
 /* What a handler sees. */
 struct ks_call {
         const ks_method *method;
-        const char *request_id;    /* never NULL */
-        const ks_caller *caller;   /* never NULL; authenticated may be false */
-        int64_t deadline_unix_ms;  /* 0 = none */
+        const char *request_id;     /* never NULL */
+        const ks_caller *caller;    /* never NULL; authenticated may be false */
+        int64_t deadline_unix_ms;   /* 0 = none */
         const ProtobufCMessage *in; /* the unpacked request, of method->input */
-        void *worker_state;        /* from ks_rpc_server_options.worker_init */
-        void *service;             /* ks_rpc_server_options.service */
+        void *worker_state;         /* from ks_rpc_server_options.worker_init */
+        void *service;              /* ks_rpc_server_options.service */
         /* set by the handler: */
         char message[KS_MESSAGE_MAX];
         uint8_t *out_payload;
@@ -83,15 +83,15 @@ int64_t ks_call_remaining_ms(const ks_call *call);
 typedef struct ks_rpc_server ks_rpc_server;
 
 typedef struct ks_rpc_server_options {
-        const char *service_name;       /* for logs and metrics: "auth" */
-        const char *const *dial_urls;   /* the back of the service on each broker */
+        const char *service_name;     /* for logs and metrics: "auth" */
+        const char *const *dial_urls; /* the back of the service on each broker */
         int n_dial_urls;
         const ks_method *methods;
         size_t n_methods;
-        int workers;                    /* worker threads */
-        int queue_max;                  /* work queue capacity */
-        int max_inflight;               /* nng contexts receiving; > workers + queue_max */
-        void *service;                  /* handed to handlers as call->service */
+        int workers;      /* worker threads */
+        int queue_max;    /* work queue capacity */
+        int max_inflight; /* nng contexts receiving; > workers + queue_max */
+        void *service;    /* handed to handlers as call->service */
         /* optional per-worker state, made on the worker's thread: */
         int (*worker_init)(void *service, int index, void **state);
         void (*worker_fini)(void *service, void *state);
@@ -108,8 +108,8 @@ typedef struct ks_rpc_client ks_rpc_client;
 typedef struct ks_rpc_client_options {
         const char *const *dial_urls; /* the front of one service on each broker */
         int n_dial_urls;
-        int max_inflight;             /* concurrent calls; more get RESOURCE_EXHAUSTED */
-        int default_timeout_ms;       /* when a call has no deadline */
+        int max_inflight;       /* concurrent calls; more get RESOURCE_EXHAUSTED */
+        int default_timeout_ms; /* when a call has no deadline */
 } ks_rpc_client_options;
 
 int ks_rpc_client_new(ks_rpc_client **out, const ks_rpc_client_options *opts);
@@ -129,8 +129,8 @@ void ks_rpc_result_clear(ks_rpc_result *r);
 typedef struct ks_rpc_call_args {
         const char *method;
         const char *request_id;
-        const ks_caller *caller;   /* may be NULL: unauthenticated */
-        int64_t deadline_unix_ms;  /* 0: now + default_timeout_ms */
+        const ks_caller *caller;  /* may be NULL: unauthenticated */
+        int64_t deadline_unix_ms; /* 0: now + default_timeout_ms */
         const uint8_t *payload;
         size_t payload_len;
         /*

@@ -19,7 +19,7 @@
 
 #include "ks_log.h"
 
-#define CLIENT_INFLIGHT_MAX 65536
+#define CLIENT_INFLIGHT_MAX   65536
 #define CLIENT_RECV_MAX_BYTES ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
 
 typedef enum call_state { CALL_SEND, CALL_RECV } call_state;
@@ -279,8 +279,8 @@ int ks_rpc_call_async(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_don
                 return KS_RESOURCE_EXHAUSTED;
         }
         int64_t now = ks_now_ms();
-        int64_t deadline = args->deadline_unix_ms != 0 ? args->deadline_unix_ms
-                                                       : now + c->opts.default_timeout_ms;
+        int64_t deadline =
+            args->deadline_unix_ms != 0 ? args->deadline_unix_ms : now + c->opts.default_timeout_ms;
         if (deadline <= now) {
                 return KS_DEADLINE_EXCEEDED;
         }
@@ -344,7 +344,8 @@ int ks_rpc_call(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_result *r
         } else {
                 res->code = code;
                 snprintf(res->message, sizeof(res->message), "%s",
-                         code == KS_RESOURCE_EXHAUSTED  ? "too many calls in flight or payload too large"
+                         code == KS_RESOURCE_EXHAUSTED
+                             ? "too many calls in flight or payload too large"
                          : code == KS_DEADLINE_EXCEEDED ? "deadline exceeded"
                          : code == KS_UNAVAILABLE       ? "no broker connected"
                                                         : "call could not be started");

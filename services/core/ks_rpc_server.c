@@ -21,8 +21,8 @@
 #include "ks_log.h"
 #include "ks_metrics.h"
 
-#define RPC_WORKERS_MAX 1024
-#define RPC_INFLIGHT_MAX 65536
+#define RPC_WORKERS_MAX    1024
+#define RPC_INFLIGHT_MAX   65536
 #define RPC_RECV_MAX_BYTES ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
 
 typedef enum slot_state { SLOT_RECV, SLOT_SEND } slot_state;
@@ -268,8 +268,8 @@ static void run_call(ks_rpc_server *srv, slot *s, void *worker_state)
                 code = m->handler(&call);
         }
         if (code < 0 || code >= KS_CODE_COUNT) {
-                ks_log_error(call.request_id, "handler returned an invalid code",
-                             "{s:s,s:i}", "method", m->name, "code", code);
+                ks_log_error(call.request_id, "handler returned an invalid code", "{s:s,s:i}",
+                             "method", m->name, "code", code);
                 code = KS_INTERNAL;
         }
         if (code == KS_INTERNAL && call.message[0] == '\0') {
@@ -297,8 +297,7 @@ static void *worker_main(void *arg)
         void *state = NULL;
         if (srv->opts.worker_init != NULL &&
             srv->opts.worker_init(srv->opts.service, wa.index, &state) != 0) {
-                ks_log_error(NULL, "rpc worker initialisation failed", "{s:i}", "worker",
-                             wa.index);
+                ks_log_error(NULL, "rpc worker initialisation failed", "{s:i}", "worker", wa.index);
                 return NULL;
         }
         for (;;) {
@@ -342,10 +341,9 @@ static int check_options(const ks_rpc_server_options *o)
         if (o->n_dial_urls < 1 || o->n_methods < 1 || o->workers < 1 ||
             o->workers > RPC_WORKERS_MAX || o->queue_max < 1 ||
             o->max_inflight <= o->workers + o->queue_max || o->max_inflight > RPC_INFLIGHT_MAX) {
-                ks_log_error(NULL, "rpc server options out of range",
-                             "{s:i,s:i,s:i,s:i}", "workers", o->workers, "queue_max",
-                             o->queue_max, "max_inflight", o->max_inflight, "dial_urls",
-                             o->n_dial_urls);
+                ks_log_error(NULL, "rpc server options out of range", "{s:i,s:i,s:i,s:i}",
+                             "workers", o->workers, "queue_max", o->queue_max, "max_inflight",
+                             o->max_inflight, "dial_urls", o->n_dial_urls);
                 return -1;
         }
         return 0;
@@ -401,19 +399,19 @@ static void init_metrics(ks_rpc_server *srv)
         srv->rejected_full = ks_counter_get(
             reg, "keelson_rpc_rejected_overload_total",
             "Requests answered resource_exhausted because the work queue was full.", labels);
-        srv->rejected_deadline = ks_counter_get(
-            reg, "keelson_rpc_rejected_deadline_total",
-            "Requests whose deadline had passed when they arrived.", labels);
-        srv->queue_depth = ks_gauge_get(reg, "keelson_rpc_queue_depth",
-                                        "Requests waiting for a worker.", labels);
+        srv->rejected_deadline =
+            ks_counter_get(reg, "keelson_rpc_rejected_deadline_total",
+                           "Requests whose deadline had passed when they arrived.", labels);
+        srv->queue_depth =
+            ks_gauge_get(reg, "keelson_rpc_queue_depth", "Requests waiting for a worker.", labels);
         for (size_t i = 0; i < srv->opts.n_methods; i++) {
                 snprintf(labels, sizeof(labels), "service=\"%s\",method=\"%s\"",
                          srv->opts.service_name,
                          ks_metrics_escape(srv->opts.methods[i].name, esc, sizeof(esc)));
-                srv->mm[i].duration = ks_histogram_get(
-                    reg, "keelson_rpc_duration_seconds",
-                    "Time from receipt to reply of RPCs handled by this replica.", labels,
-                    KS_LATENCY_BUCKETS, KS_LATENCY_BUCKETS_N);
+                srv->mm[i].duration =
+                    ks_histogram_get(reg, "keelson_rpc_duration_seconds",
+                                     "Time from receipt to reply of RPCs handled by this replica.",
+                                     labels, KS_LATENCY_BUCKETS, KS_LATENCY_BUCKETS_N);
         }
 }
 

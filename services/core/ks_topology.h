@@ -31,7 +31,7 @@ typedef enum ks_broker_side {
 } ks_broker_side;
 
 #define KS_BROKERS_MAX 8
-#define KS_URL_MAX 256
+#define KS_URL_MAX     256
 
 /* "auth", "billing", ... */
 const char *ks_service_name(ks_service_id id);

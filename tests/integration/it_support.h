@@ -41,9 +41,8 @@ typedef struct it_http_response {
  * "Name: value" lines added to the request (may be NULL). Returns 0 when an
  * HTTP response was received (whatever its status), -1 on transport error.
  */
-int it_http_post(const char *base_url, const char *path, const char *content_type,
-                 const void *body, size_t body_len, const char *const *headers,
-                 it_http_response *out);
+int it_http_post(const char *base_url, const char *path, const char *content_type, const void *body,
+                 size_t body_len, const char *const *headers, it_http_response *out);
 int it_http_get(const char *base_url, const char *path, it_http_response *out);
 void it_http_response_free(it_http_response *r);
 

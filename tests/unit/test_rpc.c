@@ -61,8 +61,7 @@ static int echo(ks_call *call)
         if (strcmp(in->email, "slow") == 0) {
                 sleep_ms(400);
         }
-        if (strcmp(in->email, "block") == 0 ||
-            (strcmp(in->email, "lost") == 0 && svc->lose)) {
+        if (strcmp(in->email, "block") == 0 || (strcmp(in->email, "lost") == 0 && svc->lose)) {
                 pthread_mutex_lock(&svc->mu);
                 atomic_fetch_add(&svc->blocked, 1);
                 while (!svc->release) {
@@ -317,10 +316,8 @@ static void test_resend_reaches_a_live_replica(void **state)
         req.email = "lost";
         uint8_t buf[64];
         size_t len = keelson__auth__v1__sign_up_request__pack(&req, buf);
-        ks_rpc_call_args a = {.method = methods[0].name,
-                              .payload = buf,
-                              .payload_len = len,
-                              .resend_ms = 150};
+        ks_rpc_call_args a = {
+            .method = methods[0].name, .payload = buf, .payload_len = len, .resend_ms = 150};
         ks_rpc_result res;
         for (int i = 0; i < 6; i++) {
                 a.deadline_unix_ms = ks_now_ms() + 3000;
@@ -405,8 +402,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_resend_reaches_a_live_replica, setup, teardown),
             cmocka_unit_test_setup_teardown(test_no_replica_is_unavailable_or_deadline, setup,
                                             teardown),
-            cmocka_unit_test_setup_teardown(test_no_broker_is_unavailable_at_once, setup,
-                                            teardown),
+            cmocka_unit_test_setup_teardown(test_no_broker_is_unavailable_at_once, setup, teardown),
             cmocka_unit_test_setup_teardown(test_events_by_prefix, setup, teardown),
         };
         return cmocka_run_group_tests_name("rpc", tests, NULL, NULL);

@@ -130,9 +130,9 @@ static void test_bearer_rejects(void **state)
         snprintf(long_tok, sizeof(long_tok), "Bearer ");
         memset(long_tok + 7, 'a', GW_TOKEN_MAX + 1);
         long_tok[7 + GW_TOKEN_MAX + 1] = '\0';
-        const char *bad[] = {NULL,       "",           "Bearer",     "Bearer ",
-                             "Basic abc", "Bearerabc",  "Bearer a b", "Bearer =abc",
-                             "Bearer a=b", "Bearer a\"b", long_tok};
+        const char *bad[] = {NULL,        "",           "Bearer",      "Bearer ",    "Basic abc",
+                             "Bearerabc", "Bearer a b", "Bearer =abc", "Bearer a=b", "Bearer a\"b",
+                             long_tok};
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
                 const char *tok = NULL;
                 size_t len = 0;
