@@ -1,0 +1,71 @@
+/*
+ * ks_outbox: events published only after the write that caused them commits.
+ *
+ * A service keeps an outbox table in its own schema (see the DDL below; put
+ * it in one of the service's migrations). A handler that must tell others
+ * about a write calls ks_outbox_add inside the write's transaction: the row
+ * commits or rolls back with the write, and a NOTIFY (delivered only on
+ * commit) wakes the relays. The table, not the notification, is the record.
+ *
+ * The relay runs on its own thread in every replica: it claims unpublished
+ * rows with FOR UPDATE SKIP LOCKED (so replicas share the work and never
+ * publish a row twice while it is claimed), publishes them on the broker's
+ * event bus in id order within a batch, marks them published in the same
+ * transaction, and deletes published rows after a retention period. It wakes
+ * on NOTIFY and also polls (a notification can be lost with a connection).
+ * Delivery is at least once: a relay that dies after publishing and before
+ * committing leaves the rows to be published again; consumers deduplicate by
+ * event id.
+ *
+ *   CREATE TABLE <schema>.outbox (
+ *       id           bigserial PRIMARY KEY,
+ *       event_id     uuid NOT NULL UNIQUE,
+ *       topic        text NOT NULL,
+ *       tenant_id    uuid,
+ *       payload      bytea NOT NULL,
+ *       created_at   timestamptz NOT NULL DEFAULT now(),
+ *       published_at timestamptz
+ *   );
+ *   CREATE INDEX ON <schema>.outbox (id) WHERE published_at IS NULL;
+ */
+#ifndef KS_OUTBOX_H
+#define KS_OUTBOX_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ks_events.h"
+#include "ks_pg.h"
+
+/*
+ * Inside an open transaction on conn: inserts one event for topic (tenant_id
+ * may be NULL) with a fresh event id, and NOTIFYs "<schema>_outbox". payload
+ * is the topic's message, serialized. Returns KS_OK or the ks_pg_exec code;
+ * the caller rolls back on failure. event_id_out (37 bytes) may be NULL.
+ */
+int ks_outbox_add(PGconn *conn, const char *request_id, const char *schema, const char *topic,
+                  const char *tenant_id, const uint8_t *payload, size_t payload_len,
+                  char *event_id_out);
+
+typedef struct ks_outbox_relay ks_outbox_relay;
+
+typedef struct ks_outbox_relay_options {
+        const char *dsn;          /* its own connections, outside the service's pool */
+        const char *schema;       /* "auth" */
+        ks_publisher *publisher;  /* borrowed; outlives the relay */
+        int batch_max;            /* rows per claim, e.g. 100 */
+        int poll_ms;              /* also look without a notification, e.g. 1000 */
+        int retention_s;          /* delete published rows older than this, e.g. 86400 */
+} ks_outbox_relay_options;
+
+/* Starts the relay thread. Returns KS_OK or a code. */
+int ks_outbox_relay_start(ks_outbox_relay **out, const ks_outbox_relay_options *opts);
+
+/* Stops the thread (finishing the batch in hand) and frees; accepts NULL. */
+void ks_outbox_relay_stop(ks_outbox_relay *r);
+
+/* Events published by this relay since start (for tests and metrics). */
+uint64_t ks_outbox_relay_published(const ks_outbox_relay *r);
+
+#endif
