@@ -1,6 +1,10 @@
 # Writes OUT: a C file defining the migrations of one service, in file-name
 # order, as `const ks_migration ks_service_migrations[]` and its count.
-# Invoked by keelson_embed_sql() with -DOUT=... -DFILES=a.sql;b.sql
+# Invoked by keelson_embed_sql() with -DOUT=... -DDIR=<the migrations folder>
+# (a folder rather than a list: a list's semicolons do not survive the
+# command line of a custom command).
+file(GLOB FILES ${DIR}/*.sql)
+list(SORT FILES)
 set(body "/* generated from the migrations folder: do not edit */\n#include \"ks_pg.h\"\n\n")
 set(entries "")
 set(i 0)

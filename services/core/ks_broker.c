@@ -163,6 +163,9 @@ static int open_events(device *d, const char *base)
             listen_on(d->b, base, 0, KS_SIDE_EVENTS_OUT, d) != 0) {
                 return -1;
         }
+        /* nng's default of 16 queued messages per peer drops most of a burst */
+        nng_socket_set_int(d->a, NNG_OPT_RECVBUF, 8192);
+        nng_socket_set_int(d->b, NNG_OPT_SENDBUF, 8192);
         return open_path(d, 0, d->a, d->b, "event");
 }
 

@@ -8,6 +8,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/pubsub0/pub.h>
 #include <nng/protocol/pubsub0/sub.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,8 +19,16 @@
 #define EVENT_MAX_BYTES (1u << 20)
 #define TOPIC_MAX_BYTES 128
 
+/*
+ * Buffers: nng's pub/sub queues hold 16 messages per peer by default and drop
+ * the oldest on overflow, so a relay draining a backlog lost most of a burst.
+ * 8192 (nng's maximum) absorbs any batch a relay publishes at once.
+ */
+#define EVENT_QUEUE_MSGS 8192
+
 struct ks_publisher {
         nng_socket sock;
+        atomic_int connected;
 };
 
 struct ks_subscriber {
@@ -45,6 +54,18 @@ static int dial_all(nng_socket sock, const char *const *bases, int n, ks_broker_
         return 0;
 }
 
+static void publisher_pipe_event(nng_pipe pipe, nng_pipe_ev ev, void *arg)
+{
+        (void)pipe;
+        ks_publisher *p = arg;
+        atomic_fetch_add(&p->connected, ev == NNG_PIPE_EV_ADD_POST ? 1 : -1);
+}
+
+int ks_publisher_connected(const ks_publisher *p)
+{
+        return atomic_load(&p->connected);
+}
+
 int ks_publisher_new(ks_publisher **out, const char *const *broker_bases, int n)
 {
         *out = NULL;
@@ -53,8 +74,11 @@ int ks_publisher_new(ks_publisher **out, const char *const *broker_bases, int n)
                 free(p);
                 return KS_INTERNAL;
         }
+        nng_socket_set_int(p->sock, NNG_OPT_SENDBUF, EVENT_QUEUE_MSGS);
         nng_socket_set_ms(p->sock, NNG_OPT_RECONNMINT, 50);
         nng_socket_set_ms(p->sock, NNG_OPT_RECONNMAXT, 1000);
+        nng_pipe_notify(p->sock, NNG_PIPE_EV_ADD_POST, publisher_pipe_event, p);
+        nng_pipe_notify(p->sock, NNG_PIPE_EV_REM_POST, publisher_pipe_event, p);
         if (dial_all(p->sock, broker_bases, n, KS_SIDE_EVENTS_IN) != 0) {
                 ks_publisher_free(p);
                 return KS_INVALID_ARGUMENT;
@@ -112,6 +136,7 @@ int ks_subscriber_new(ks_subscriber **out, const char *const *broker_bases, int 
                 free(s);
                 return KS_INTERNAL;
         }
+        nng_socket_set_int(s->sock, NNG_OPT_RECVBUF, EVENT_QUEUE_MSGS);
         nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, EVENT_MAX_BYTES + TOPIC_MAX_BYTES + 1);
         nng_socket_set_ms(s->sock, NNG_OPT_RECONNMINT, 50);
         nng_socket_set_ms(s->sock, NNG_OPT_RECONNMAXT, 1000);

@@ -18,6 +18,12 @@ typedef struct ks_subscriber ks_subscriber;
 /* Dials the event input of each broker base URL. */
 int ks_publisher_new(ks_publisher **out, const char *const *broker_bases, int n);
 void ks_publisher_free(ks_publisher *p);
+/*
+ * Brokers this publisher is connected to. pub/sub reports success even with
+ * none, so a publisher that must not lose events (the outbox relay) waits
+ * while this is 0.
+ */
+int ks_publisher_connected(const ks_publisher *p);
 /* Publishes one event (topic taken from ev->topic). Returns KS_OK or a code. */
 int ks_publish(ks_publisher *p, const Keelson__Events__V1__Event *ev);
 

@@ -38,11 +38,22 @@
 #include "ks_events.h"
 #include "ks_pg.h"
 
+/* Largest payload ks_outbox_add takes: the event envelope must fit the bus's 1 MiB. */
+#define KS_OUTBOX_PAYLOAD_MAX ((size_t)1000 * 1000)
+
 /*
  * Inside an open transaction on conn: inserts one event for topic (tenant_id
  * may be NULL) with a fresh event id, and NOTIFYs "<schema>_outbox". payload
  * is the topic's message, serialized. Returns KS_OK or the ks_pg_exec code;
  * the caller rolls back on failure. event_id_out (37 bytes) may be NULL.
+ *
+ * Checked before anything is sent: schema matches [a-z_][a-z0-9_]{0,62},
+ * topic is 1..128 bytes of [a-z0-9._-], tenant_id is NULL, "" (same as NULL)
+ * or a uuid in text form, payload_len <= KS_OUTBOX_PAYLOAD_MAX (payload may be
+ * NULL when payload_len is 0); else KS_INVALID_ARGUMENT. conn outside a
+ * transaction is KS_FAILED_PRECONDITION: the event would commit on its own,
+ * apart from the write it reports. One round trip (the insert and the NOTIFY
+ * are one statement).
  */
 int ks_outbox_add(PGconn *conn, const char *request_id, const char *schema, const char *topic,
                   const char *tenant_id, const uint8_t *payload, size_t payload_len,
@@ -51,21 +62,37 @@ int ks_outbox_add(PGconn *conn, const char *request_id, const char *schema, cons
 typedef struct ks_outbox_relay ks_outbox_relay;
 
 typedef struct ks_outbox_relay_options {
-        const char *dsn;          /* its own connections, outside the service's pool */
-        const char *schema;       /* "auth" */
-        ks_publisher *publisher;  /* borrowed; outlives the relay */
-        int batch_max;            /* rows per claim, e.g. 100 */
-        int poll_ms;              /* also look without a notification, e.g. 1000 */
-        int retention_s;          /* delete published rows older than this, e.g. 86400 */
+        const char *dsn;         /* its own connections, outside the service's pool */
+        const char *schema;      /* "auth" */
+        ks_publisher *publisher; /* borrowed; outlives the relay */
+        int batch_max;           /* rows per claim, e.g. 100 */
+        int poll_ms;             /* also look without a notification, e.g. 1000 */
+        int retention_s;         /* delete published rows older than this, e.g. 86400 */
 } ks_outbox_relay_options;
 
-/* Starts the relay thread. Returns KS_OK or a code. */
+/*
+ * Starts the relay thread. Returns KS_OK, or KS_INVALID_ARGUMENT when an
+ * option is out of bounds: dsn and publisher set, schema as for
+ * ks_outbox_add, batch_max 1..1000, poll_ms 10..3600000, retention_s
+ * 0..about 10 years. The database need not be up: the relay connects (and
+ * reconnects, with a backoff of 100 ms doubling to 5 s) by itself, and logs
+ * each change of state once.
+ *
+ * Metrics (ks_metrics_default, label schema): keelson_outbox_published_total,
+ * keelson_outbox_publish_failures_total, keelson_outbox_backlog (unpublished
+ * rows, sampled at most once a second while draining and at every idle poll,
+ * capped at 100000) and keelson_outbox_lag_seconds (from created_at to the
+ * publish, both read from the database clock).
+ *
+ * A caveat of the bus: nng pub/sub accepts a message with no broker connected
+ * and drops it, so "the publisher accepted it" is all the relay can know.
+ */
 int ks_outbox_relay_start(ks_outbox_relay **out, const ks_outbox_relay_options *opts);
 
 /* Stops the thread (finishing the batch in hand) and frees; accepts NULL. */
 void ks_outbox_relay_stop(ks_outbox_relay *r);
 
-/* Events published by this relay since start (for tests and metrics). */
+/* Events published and marked by this relay since start (for tests and metrics). */
 uint64_t ks_outbox_relay_published(const ks_outbox_relay *r);
 
 #endif

@@ -1,139 +1,38 @@
 /*
- * Unit tests of ks_pg against a real, throwaway PostgreSQL cluster: initdb
- * into a temporary folder, started on a free loopback port and removed at
- * the end. PostgreSQL refuses to run as root, so as root the server tools
- * run as the postgres OS user.
+ * Unit tests of ks_pg against a real, throwaway PostgreSQL cluster
+ * (support/pg_cluster.h): started on a free loopback port and removed at the
+ * end.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <pthread.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "ks_code.h"
 #include "ks_crypto.h"
 #include "ks_pg.h"
+#include "pg_cluster.h"
 
 /* ---- the throwaway cluster ---------------------------------------------- */
 
-static struct cluster {
-        char dir[64];
-        char bindir[256];
-        char as_user[64]; /* "runuser -u postgres -- " when root, else "" */
-        int port;
-        char dsn[256];
-        char uri[256];
-        int started;
-} pg;
-
-static int run(const char *fmt, ...)
-{
-        char cmd[2048];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(cmd, sizeof(cmd), fmt, ap);
-        va_end(ap);
-        int rv = system(cmd);
-        if (rv != 0) {
-                fprintf(stderr, "command failed (%d): %s\n", rv, cmd);
-        }
-        return rv;
-}
-
-static int find_bindir(char *out, size_t len)
-{
-        FILE *f = popen("ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1", "r");
-        if (f == NULL) {
-                return -1;
-        }
-        if (fgets(out, (int)len, f) == NULL) {
-                out[0] = '\0';
-        }
-        pclose(f);
-        out[strcspn(out, "\n")] = '\0';
-        return out[0] != '\0' ? 0 : -1;
-}
-
-/* A port the kernel just handed out for loopback, so very likely still free. */
-static int free_port(void)
-{
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa = {.sin_family = AF_INET};
-        socklen_t len = sizeof(sa);
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-            getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
-                if (fd >= 0) {
-                        close(fd);
-                }
-                return -1;
-        }
-        close(fd);
-        return ntohs(sa.sin_port);
-}
-
-static int prepare_dir(void)
-{
-        snprintf(pg.dir, sizeof(pg.dir), "/tmp/ks-test-pg-XXXXXX");
-        if (mkdtemp(pg.dir) == NULL) {
-                return -1;
-        }
-        pg.as_user[0] = '\0';
-        if (geteuid() == 0) {
-                struct passwd *pw = getpwnam("postgres");
-                if (pw == NULL || chown(pg.dir, pw->pw_uid, pw->pw_gid) != 0) {
-                        return -1;
-                }
-                snprintf(pg.as_user, sizeof(pg.as_user), "runuser -u postgres -- ");
-        }
-        return 0;
-}
+static pg_cluster pg;
 
 static int cluster_start(void **state)
 {
         (void)state;
-        if (find_bindir(pg.bindir, sizeof(pg.bindir)) != 0 || prepare_dir() != 0 ||
-            (pg.port = free_port()) <= 0) {
-                return -1;
-        }
-        if (run("cd / && %s%s/initdb -D %s/data -U postgres --auth=trust -E UTF8 --no-sync "
-                ">%s/initdb.log 2>&1",
-                pg.as_user, pg.bindir, pg.dir, pg.dir) != 0) {
-                return -1;
-        }
-        if (run("cd / && %s%s/pg_ctl start -w -t 60 -D %s/data -l %s/server.log -o "
-                "\"-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60\" "
-                ">/dev/null",
-                pg.as_user, pg.bindir, pg.dir, pg.dir, pg.port, pg.dir) != 0) {
-                return -1;
-        }
-        pg.started = 1;
-        snprintf(pg.dsn, sizeof(pg.dsn), "host=127.0.0.1 port=%d user=postgres dbname=postgres",
-                 pg.port);
-        snprintf(pg.uri, sizeof(pg.uri), "postgresql://postgres@127.0.0.1:%d/postgres", pg.port);
-        return 0;
+        return pg_cluster_start(&pg);
 }
 
 static int cluster_stop(void **state)
 {
         (void)state;
-        if (pg.started) {
-                run("cd / && %s%s/pg_ctl stop -w -m fast -D %s/data >/dev/null", pg.as_user,
-                    pg.bindir, pg.dir);
-        }
-        if (pg.dir[0] != '\0' && strncmp(pg.dir, "/tmp/ks-test-pg-", 16) == 0) {
-                run("rm -rf %s", pg.dir);
-        }
+        pg_cluster_stop(&pg);
         return 0;
 }
 
@@ -281,7 +180,7 @@ static void test_unreachable_database(void **state)
 {
         (void)state;
         char dsn[128];
-        int port = free_port();
+        int port = pg_cluster_free_port();
         snprintf(dsn, sizeof(dsn), "host=127.0.0.1 port=%d user=postgres connect_timeout=2", port);
         ks_pg_pool *pool = pool_new(dsn, 1, 100);
         PGconn *c = NULL;
@@ -529,7 +428,7 @@ static void test_migrate_rejects_bad_input(void **state)
 
         char dsn[128];
         snprintf(dsn, sizeof(dsn), "host=127.0.0.1 port=%d user=postgres connect_timeout=2",
-                 free_port());
+                 pg_cluster_free_port());
         assert_int_equal(ks_pg_migrate(dsn, "mig_x", two, 2, err, sizeof(err)), -1);
         assert_non_null(strstr(err, "cannot connect"));
 
