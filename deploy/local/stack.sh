@@ -4,12 +4,15 @@
 # 127.0.0.1, everything (data, logs, pids) under one folder.
 #
 #   stack.sh start --dir DIR --bin BUILD_DIR [--free-ports] [--auth-replicas N]
-#                  [--gateway-port P] [--keep-data]
+#                  [--ledger-replicas N] [--gateway-port P] [--gateway-replicas N]
+#                  [--keep-data]
 #   stack.sh run   (same options)   start, print a curl example, wait for Ctrl-C, stop
 #   stack.sh stop  --dir DIR         stop what DIR/pids names, then PostgreSQL
 #   stack.sh status --dir DIR        which of the started processes still run
 #   stack.sh ensure-packages         install deploy/local/packages.txt (root) or say how
 #   stack.sh curl-example [--dir DIR]
+#   stack.sh redis-stop --dir DIR    stop the stack's Redis (tests of the fallback)
+#   stack.sh redis-start --dir DIR   start it again on the same port
 #
 # start writes DIR/env, KEY=value lines the integration tests read
 # (tests/integration/it_support.c). Without --keep-data the cluster and Redis
@@ -24,6 +27,12 @@ READY_TIMEOUT_S=60 # every /readyz must answer 200 within this
 STOP_TIMEOUT_S=10  # SIGTERM grace before SIGKILL
 BROKER_SPAN=42     # the broker uses base .. base+41 (services/core/ks_topology.h)
 AUTH_REPLICAS_MAX=8
+# Auth replicas share this machine's cores, so each hashes on one thread
+# unless the environment says otherwise. Every other KEELSON_* variable in
+# the caller's environment reaches the services unchanged (the test fixture
+# shortens the lockout that way: tests/CMakeLists.txt).
+LEDGER_REPLICAS_MAX=8
+GATEWAY_REPLICAS_MAX=8
 # Random ports come from below Linux's ephemeral range (32768-60999), so an
 # outgoing connection cannot take one between our check and the bind.
 FREE_PORT_LO=15000
@@ -33,7 +42,10 @@ DIR=""
 BIN=""
 FREE_PORTS=0
 AUTH_REPLICAS=1
+LEDGER_REPLICAS=1
 GATEWAY_PORT=""
+GATEWAY_REPLICAS=1
+GATEWAY_PORTS=() # one per replica; the first is GATEWAY_PORT
 KEEP_DATA=0
 
 PG_PORT=55432
@@ -42,6 +54,8 @@ BROKER_BASE=7400
 BROKER_HEALTH_PORT=7480
 AUTH_HEALTH_BASE=7481
 AUTH_HEALTH_PORTS=()
+LEDGER_HEALTH_BASE=7491
+LEDGER_HEALTH_PORTS=()
 USED_PORTS=()
 STARTED=0 # set once start began launching things: a failure then cleans up
 
@@ -52,7 +66,7 @@ die() {
 }
 
 usage() {
-        sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # ---- arguments ---------------------------------------------------------------
@@ -64,7 +78,9 @@ parse_args() {
                 --bin) BIN=${2:?--bin needs a value}; shift 2 ;;
                 --free-ports) FREE_PORTS=1; shift ;;
                 --auth-replicas) AUTH_REPLICAS=${2:?--auth-replicas needs a value}; shift 2 ;;
+                --ledger-replicas) LEDGER_REPLICAS=${2:?--ledger-replicas needs a value}; shift 2 ;;
                 --gateway-port) GATEWAY_PORT=${2:?--gateway-port needs a value}; shift 2 ;;
+                --gateway-replicas) GATEWAY_REPLICAS=${2:?--gateway-replicas needs a value}; shift 2 ;;
                 --keep-data) KEEP_DATA=1; shift ;;
                 -h | --help) usage; exit 0 ;;
                 *) die "unknown option: $1 (see --help)" ;;
@@ -79,7 +95,7 @@ check_start_args() {
         [ -n "$BIN" ] || die "--bin BUILD_DIR is required"
         BIN=$(cd "$BIN" 2>/dev/null && pwd) || die "--bin: no such folder"
         local b
-        for b in keelson-broker keelson-auth keelson-gateway; do
+        for b in keelson-broker keelson-auth keelson-ledger keelson-gateway; do
                 [ -x "$BIN/$b" ] || die "$BIN/$b is missing: build first (make)"
         done
         case "$AUTH_REPLICAS" in
@@ -88,9 +104,21 @@ check_start_args() {
         if [ "$AUTH_REPLICAS" -lt 1 ] || [ "$AUTH_REPLICAS" -gt "$AUTH_REPLICAS_MAX" ]; then
                 die "--auth-replicas must be within 1..$AUTH_REPLICAS_MAX"
         fi
+        case "$LEDGER_REPLICAS" in
+        '' | *[!0-9]*) die "--ledger-replicas must be a number" ;;
+        esac
+        if [ "$LEDGER_REPLICAS" -lt 1 ] || [ "$LEDGER_REPLICAS" -gt "$LEDGER_REPLICAS_MAX" ]; then
+                die "--ledger-replicas must be within 1..$LEDGER_REPLICAS_MAX"
+        fi
         case "$GATEWAY_PORT" in
         *[!0-9]*) die "--gateway-port must be a number" ;;
         esac
+        case "$GATEWAY_REPLICAS" in
+        '' | *[!0-9]*) die "--gateway-replicas must be a number" ;;
+        esac
+        if [ "$GATEWAY_REPLICAS" -lt 1 ] || [ "$GATEWAY_REPLICAS" -gt "$GATEWAY_REPLICAS_MAX" ]; then
+                die "--gateway-replicas must be within 1..$GATEWAY_REPLICAS_MAX"
+        fi
 }
 
 # ---- ports -------------------------------------------------------------------
@@ -158,11 +186,18 @@ choose_ports() {
                 for ((i = 0; i < AUTH_REPLICAS; i++)); do
                         pick_ports 1; AUTH_HEALTH_PORTS+=("$REPLY")
                 done
+                for ((i = 0; i < LEDGER_REPLICAS; i++)); do
+                        pick_ports 1; LEDGER_HEALTH_PORTS+=("$REPLY")
+                done
                 if [ -z "$GATEWAY_PORT" ]; then
                         pick_ports 1; GATEWAY_PORT=$REPLY
                 else
                         claim_port "$GATEWAY_PORT" gateway
                 fi
+                GATEWAY_PORTS=("$GATEWAY_PORT")
+                for ((i = 1; i < GATEWAY_REPLICAS; i++)); do
+                        pick_ports 1; GATEWAY_PORTS+=("$REPLY")
+                done
                 return
         fi
         GATEWAY_PORT=${GATEWAY_PORT:-8080}
@@ -174,7 +209,16 @@ choose_ports() {
                 claim_port $((AUTH_HEALTH_BASE + i)) "auth health"
                 AUTH_HEALTH_PORTS+=($((AUTH_HEALTH_BASE + i)))
         done
+        for ((i = 0; i < LEDGER_REPLICAS; i++)); do
+                claim_port $((LEDGER_HEALTH_BASE + i)) "ledger health"
+                LEDGER_HEALTH_PORTS+=($((LEDGER_HEALTH_BASE + i)))
+        done
         claim_port "$GATEWAY_PORT" gateway
+        GATEWAY_PORTS=("$GATEWAY_PORT")
+        for ((i = 1; i < GATEWAY_REPLICAS; i++)); do
+                claim_port $((GATEWAY_PORT + i)) "gateway $((i + 1))"
+                GATEWAY_PORTS+=($((GATEWAY_PORT + i)))
+        done
 }
 
 # ---- PostgreSQL --------------------------------------------------------------
@@ -417,11 +461,27 @@ start_services() {
                         KEELSON_BROKER_URL="$(broker_url)" KEELSON_REDIS_URL="$(redis_url)" \
                         KEELSON_AUTH_HTTP_HOST=127.0.0.1 \
                         KEELSON_AUTH_HTTP_PORT="${AUTH_HEALTH_PORTS[$i]}" \
+                        KEELSON_AUTH_HASH_WORKERS="${KEELSON_AUTH_HASH_WORKERS:-1}" \
                         "$BIN/keelson-auth"
         done
-        spawn gateway env KEELSON_GATEWAY_HOST=127.0.0.1 KEELSON_GATEWAY_PORT="$GATEWAY_PORT" \
-                KEELSON_BROKER_URL="$(broker_url)" KEELSON_REDIS_URL="$(redis_url)" \
-                "$BIN/keelson-gateway"
+        for ((i = 0; i < LEDGER_REPLICAS; i++)); do
+                spawn "ledger-$((i + 1))" env KEELSON_PG_DSN="$(service_dsn)" \
+                        KEELSON_BROKER_URL="$(broker_url)" KEELSON_LEDGER_HTTP_HOST=127.0.0.1 \
+                        KEELSON_LEDGER_HTTP_PORT="${LEDGER_HEALTH_PORTS[$i]}" \
+                        KEELSON_LEDGER_EXPIRY_INTERVAL_MS=200 "$BIN/keelson-ledger"
+        done
+        for ((i = 0; i < GATEWAY_REPLICAS; i++)); do
+                spawn "$(gateway_name $i)" env KEELSON_GATEWAY_HOST=127.0.0.1 \
+                        KEELSON_GATEWAY_PORT="${GATEWAY_PORTS[$i]}" \
+                        KEELSON_GATEWAY_REPLICAS="$GATEWAY_REPLICAS" \
+                        KEELSON_BROKER_URL="$(broker_url)" KEELSON_REDIS_URL="$(redis_url)" \
+                        "$BIN/keelson-gateway"
+        done
+}
+
+# Replica 1 is "gateway" (its pid and log names predate replicas), then gateway-2...
+gateway_name() {
+        if [ "$1" = 0 ]; then echo gateway; else echo "gateway-$(($1 + 1))"; fi
 }
 
 # Each "name port" pair: what must answer GET /readyz with 200.
@@ -431,7 +491,12 @@ ready_targets() {
         for ((i = 0; i < AUTH_REPLICAS; i++)); do
                 echo "auth-$((i + 1)) ${AUTH_HEALTH_PORTS[$i]}"
         done
-        echo "gateway $GATEWAY_PORT"
+        for ((i = 0; i < LEDGER_REPLICAS; i++)); do
+                echo "ledger-$((i + 1)) ${LEDGER_HEALTH_PORTS[$i]}"
+        done
+        for ((i = 0; i < GATEWAY_REPLICAS; i++)); do
+                echo "$(gateway_name $i) ${GATEWAY_PORTS[$i]}"
+        done
 }
 
 http_status() {
@@ -478,9 +543,16 @@ join_by_comma() {
 }
 
 write_env() {
-        local pids=() i
+        local pids=() ledger_pids=() gw_urls=() gw_pids=() i
         for ((i = 0; i < AUTH_REPLICAS; i++)); do
                 pids+=("$(cat "$DIR/pids/auth-$((i + 1)).pid")")
+        done
+        for ((i = 0; i < LEDGER_REPLICAS; i++)); do
+                ledger_pids+=("$(cat "$DIR/pids/ledger-$((i + 1)).pid")")
+        done
+        for ((i = 0; i < GATEWAY_REPLICAS; i++)); do
+                gw_urls+=("http://127.0.0.1:${GATEWAY_PORTS[$i]}")
+                gw_pids+=("$(cat "$DIR/pids/$(gateway_name $i).pid")")
         done
         cat >"$DIR/env.tmp" <<EOT
 KEELSON_IT_PG_DSN=$(super_dsn)
@@ -491,7 +563,13 @@ KEELSON_IT_GATEWAY_URL=http://127.0.0.1:$GATEWAY_PORT
 KEELSON_IT_BROKER_HEALTH_PORT=$BROKER_HEALTH_PORT
 KEELSON_IT_AUTH_HEALTH_PORTS=$(join_by_comma "${AUTH_HEALTH_PORTS[@]}")
 KEELSON_IT_AUTH_PIDS=$(join_by_comma "${pids[@]}")
+KEELSON_IT_LEDGER_HEALTH_PORTS=$(join_by_comma "${LEDGER_HEALTH_PORTS[@]}")
+KEELSON_IT_LEDGER_PIDS=$(join_by_comma "${ledger_pids[@]}")
 KEELSON_IT_GATEWAY_PID=$(cat "$DIR/pids/gateway.pid")
+KEELSON_IT_GATEWAY_URLS=$(join_by_comma "${gw_urls[@]}")
+KEELSON_IT_GATEWAY_PIDS=$(join_by_comma "${gw_pids[@]}")
+KEELSON_IT_BIN=$BIN
+KEELSON_IT_STACK_SH=$SCRIPT_DIR/stack.sh
 EOT
         mv "$DIR/env.tmp" "$DIR/env"
 }
@@ -533,14 +611,15 @@ do_start() {
 # services, then the broker and Redis.
 stop_order() {
         local f
-        for f in "$DIR/pids/gateway.pid" "$DIR"/pids/auth-*.pid "$DIR/pids/broker.pid" \
+        for f in "$DIR/pids/gateway.pid" "$DIR"/pids/gateway-*.pid "$DIR"/pids/auth-*.pid \
+                "$DIR/pids/broker.pid" \
                 "$DIR/pids/redis.pid"; do
                 [ -f "$f" ] && basename "$f" .pid
         done
         for f in "$DIR"/pids/*.pid; do
                 [ -f "$f" ] || continue
                 f=$(basename "$f" .pid)
-                case "$f" in gateway | auth-* | broker | redis) ;; *) echo "$f" ;; esac
+                case "$f" in gateway | gateway-* | auth-* | broker | redis) ;; *) echo "$f" ;; esac
         done
 }
 
@@ -570,12 +649,16 @@ stop_names() {
 # In stages, so that nothing is left waiting on what already stopped: the
 # gateway (no new requests), the services, the broker, Redis, PostgreSQL.
 do_stop() {
-        local services=() name
+        local services=() gateways=() name
         if [ -d "$DIR/pids" ]; then
                 for name in $(stop_order); do
-                        case "$name" in gateway | broker | redis) ;; *) services+=("$name") ;; esac
+                        case "$name" in
+                        gateway | gateway-*) gateways+=("$name") ;;
+                        broker | redis) ;;
+                        *) services+=("$name") ;;
+                        esac
                 done
-                stop_names gateway
+                stop_names "${gateways[@]+"${gateways[@]}"}"
                 stop_names "${services[@]+"${services[@]}"}"
                 stop_names broker
                 stop_names redis
@@ -598,6 +681,22 @@ check_sanitizer_reports() {
                 fi
         done
         return $found
+}
+
+# Starts the stack's Redis again, on the port DIR/env names (after redis-stop).
+do_redis_start() {
+        local deadline=$((SECONDS + READY_TIMEOUT_S))
+        REDIS_PORT=$(sed -n 's|^KEELSON_IT_REDIS_URL=redis://127.0.0.1:||p' "$DIR/env" 2>/dev/null)
+        [ -n "$REDIS_PORT" ] || die "no running stack in $DIR (no Redis port in $DIR/env)"
+        if pid_is_ours redis "$(cat "$DIR/pids/redis.pid" 2>/dev/null || true)"; then
+                return 0
+        fi
+        start_redis
+        until redis_ready; do
+                alive "$(cat "$DIR/pids/redis.pid")" || fail_with_log redis "exited"
+                [ $SECONDS -lt $deadline ] || fail_with_log redis "not ready after ${READY_TIMEOUT_S}s"
+                sleep 0.1
+        done
 }
 
 # ---- run, curl example, packages ----------------------------------------------
@@ -691,6 +790,8 @@ main() {
         stop) parse_args "$@"; do_stop; pg_remove_outside; check_sanitizer_reports ;;
         status) parse_args "$@"; do_status ;;
         ensure-packages) do_ensure_packages ;;
+        redis-stop) parse_args "$@"; stop_names redis ;;
+        redis-start) parse_args "$@"; do_redis_start ;;
         curl-example)
                 if [ "${1:-}" = --dir ]; then
                         parse_args "$@"

@@ -1,7 +1,17 @@
 /*
  * keelson-auth internals: the service state every handler shares, the
- * handlers of keelson.auth.v1.AuthService, and the pure input rules
- * (validate.c) that the unit tests exercise without a database.
+ * handlers of keelson.auth.v1.AuthService, and the modules they share:
+ *
+ *   db.c         connections, transactions acting for a tenant, bytea helpers
+ *   tx.c         the tenant-method runner: caller, role, permission, dedupe
+ *   perms.c      roles and the permission table (pure)
+ *   events.c     outbox events: users.admin_summary, auth.context_revoked, auth.email
+ *   audit.c      the append-only audit log and ListAudit
+ *   hash_pool.c  scrypt on its own bounded pool of threads
+ *   passwords.c  password checks with lockout, shared by Login, AcceptInvitation, ChangePassword
+ *   sessions.c   session tokens, ResolveContext, WhoAmI, Logout, tenants, RevokeAllSessions
+ *   signup.c login.c members.c invitations.c reset.c api_keys.c: the methods
+ *   validate.c   pure input rules (unit-tested without a database)
  */
 #ifndef AUTH_H
 #define AUTH_H
@@ -21,31 +31,100 @@
 #define AUTH_EMAIL_BYTES_MAX    254  /* RFC 5321 path limit, after trimming */
 #define AUTH_PASSWORD_CHARS_MIN 8    /* UTF-8 code points */
 #define AUTH_PASSWORD_BYTES_MAX 1024 /* bounds the work one request can ask scrypt for */
-#define AUTH_NAME_CHARS_MAX     200  /* tenant and display names, code points */
+#define AUTH_NAME_CHARS_MAX     200  /* tenant, display and API key names, code points */
 #define AUTH_NAME_BYTES_MAX     (AUTH_NAME_CHARS_MAX * 4)
-#define AUTH_TOKEN_BYTES        32  /* random bytes behind a session token */
+#define AUTH_TOKEN_BYTES        32  /* random bytes behind every token and key */
 #define AUTH_TOKEN_LEN          43  /* base64url of 32 bytes, unpadded */
 #define AUTH_TOKEN_BYTES_MAX    512 /* longer bearer strings are refused unread */
 #define AUTH_UUID_LEN           36
 #define AUTH_ERR_MAX            128 /* validation messages */
+#define AUTH_ROLE_MAX           16  /* "owner", "admin", "member", "viewer" + NUL */
+#define AUTH_INVITE_BATCH_MAX   100 /* addresses in one Invite */
+#define AUTH_PAGE_SIZE_DEFAULT  50
+#define AUTH_PAGE_SIZE_MAX      200
+#define AUTH_CURSOR_MAX         64 /* "<micros>.<uuid>" or a decimal id */
+#define AUTH_REQUEST_ID_MAX     128
+
+/* API keys: "ks_live_" + 43 base64url characters; lists show the first 12. */
+#define AUTH_API_KEY_PREFIX     "ks_live_"
+#define AUTH_API_KEY_PREFIX_LEN 8
+#define AUTH_API_KEY_LEN        (AUTH_API_KEY_PREFIX_LEN + AUTH_TOKEN_LEN)
+#define AUTH_API_KEY_SHOWN      12
 
 /* Every reply to a failed Login, whatever failed: nothing tells them apart. */
 #define AUTH_LOGIN_FAILED_MSG "invalid email or password"
 /* Every database failure: the detail is in the log under the request id. */
 #define AUTH_INTERNAL_MSG "internal error"
 
+/* ---- the hash pool (hash_pool.c) ---------------------------------------- */
+
+typedef struct auth_hash_pool auth_hash_pool;
+
+/*
+ * workers threads run scrypt at nice value nice (0..19); at most queue_max
+ * jobs wait for one. A job beyond that is refused at once
+ * (resource_exhausted), so the RPC workers that can be blocked on hashing
+ * are bounded: workers + queue_max.
+ */
+int auth_hash_pool_new(auth_hash_pool **out, int workers, int queue_max, int nice);
+void auth_hash_pool_free(auth_hash_pool *p);
+
+/*
+ * Hashes (or verifies) on the pool and waits for the result. deadline is a
+ * wall-clock time in ms (0: none); a job still queued at its deadline is
+ * dropped. Returns KS_OK, KS_RESOURCE_EXHAUSTED (queue full),
+ * KS_DEADLINE_EXCEEDED, or KS_INTERNAL (scrypt failed; for verify: the
+ * stored string is malformed, and *ok is false).
+ */
+int auth_hash_password(auth_hash_pool *p, const char *password, const ks_scrypt_params *params,
+                       char out[KS_PASSWORD_HASH_MAX], int64_t deadline_unix_ms);
+int auth_verify_password(auth_hash_pool *p, const char *password, const char *stored,
+                         const ks_scrypt_params *current, bool *ok, bool *needs_rehash,
+                         int64_t deadline_unix_ms);
+
+/*
+ * True when a job submitted now would be refused. A hint, not a promise (the
+ * queue may drain a moment later): hash-heavy methods check it first and
+ * refuse at once, before spending a database round trip on a call whose
+ * hash would be refused anyway.
+ */
+bool auth_hash_pool_full(auth_hash_pool *p);
+
+/* Jobs waiting for a hash thread now, jobs being hashed now, and jobs refused since start. */
+int auth_hash_pool_queued(auth_hash_pool *p);
+int auth_hash_pool_running(auth_hash_pool *p);
+uint64_t auth_hash_pool_rejected(auth_hash_pool *p);
+
+/* ---- housekeeping (housekeeping.c) -------------------------------------- */
+
+typedef struct auth_housekeeper auth_housekeeper;
+struct auth_service;
+
+/* A thread deleting stale sessions, reset tokens and request records every interval_s. */
+int auth_housekeeper_start(auth_housekeeper **out, struct auth_service *svc, int interval_s);
+void auth_housekeeper_stop(auth_housekeeper *h);
+
 /* ---- service state ----------------------------------------------------- */
 
 typedef struct auth_service {
         ks_pg_pool *pool;
+        auth_hash_pool *hash;
         ks_scrypt_params scrypt;               /* configured hashing parameters */
         char dummy_hash[KS_PASSWORD_HASH_MAX]; /* verified for unknown emails */
         int64_t session_ttl_s;
+        int64_t invitation_ttl_s;
+        int64_t reset_ttl_s;
+        int lockout_max_failures;
+        int lockout_window_s;
+        int lockout_duration_s;
+        int reset_max_per_window; /* reset mails per address and window */
+        int reset_window_s;
         ks_counter *logins_ok;     /* keelson_auth_logins_total{result="ok"} */
         ks_counter *logins_failed; /* keelson_auth_logins_total{result="failed"} */
+        ks_counter *lockouts;      /* keelson_auth_lockouts_total */
 } auth_service;
 
-/* The method table served by this binary (handlers in signup/login/sessions.c). */
+/* The method table served by this binary. */
 extern const ks_method auth_methods[];
 extern const size_t auth_methods_n;
 
@@ -54,29 +133,90 @@ int auth_login(ks_call *call);
 int auth_logout(ks_call *call);
 int auth_whoami(ks_call *call);
 int auth_resolve_context(ks_call *call);
+int auth_list_tenants(ks_call *call);
+int auth_switch_tenant(ks_call *call);
+int auth_revoke_all_sessions(ks_call *call);
+int auth_change_password(ks_call *call);
+int auth_list_members(ks_call *call);
+int auth_set_role(ks_call *call);
+int auth_remove_member(ks_call *call);
+int auth_invite(ks_call *call);
+int auth_list_invitations(ks_call *call);
+int auth_revoke_invitation(ks_call *call);
+int auth_accept_invitation(ks_call *call);
+int auth_forgot_password(ks_call *call);
+int auth_reset_password(ks_call *call);
+int auth_create_api_key(ks_call *call);
+int auth_list_api_keys(ks_call *call);
+int auth_revoke_api_key(ks_call *call);
+int auth_list_audit(ks_call *call);
 
-/* ---- sessions.c: shared with login.c ----------------------------------- */
+/* ---- roles and permissions (perms.c, pure) ------------------------------ */
+
+typedef enum auth_perm {
+        AUTH_PERM_ORG_READ = 1u << 0,
+        AUTH_PERM_ORG_MANAGE = 1u << 1,
+        AUTH_PERM_MEMBERS_READ = 1u << 2,
+        AUTH_PERM_MEMBERS_INVITE = 1u << 3,
+        AUTH_PERM_MEMBERS_REMOVE = 1u << 4,
+        AUTH_PERM_MEMBERS_SET_ROLE = 1u << 5,
+        AUTH_PERM_BILLING_READ = 1u << 6,
+        AUTH_PERM_BILLING_MANAGE = 1u << 7,
+        AUTH_PERM_AUDIT_READ = 1u << 8,
+        AUTH_PERM_API_KEYS_MANAGE = 1u << 9,
+} auth_perm;
+
+#define AUTH_PERM_COUNT 10
+
+/* owner 4 > admin 3 > member 2 > viewer 1; 0 for anything else. */
+int auth_role_rank(const char *role);
+/* The permissions of a role (0 for an unknown role). */
+unsigned auth_role_perms(const char *role);
+/* "members.invite" for AUTH_PERM_MEMBERS_INVITE; "" for a value that is not one permission. */
+const char *auth_perm_name(unsigned perm);
+/* The names of a role's permissions, in table order; returns how many. */
+size_t auth_role_perm_names(const char *role, const char *out[AUTH_PERM_COUNT]);
+
+/* ---- tokens (sessions.c) ------------------------------------------------ */
+
+/* 32 random bytes in base64url (43 characters) into out. KS_OK or KS_INTERNAL. */
+int auth_new_token(char out[AUTH_TOKEN_LEN + 1]);
+
+/* Text form of a bytea parameter holding SHA-256(token): "\x" + 64 hex. */
+#define AUTH_SHA256_PARAM_LEN (2 + 2 * KS_SHA256_BYTES + 1)
+void auth_token_hash_param(const char *token, size_t len, char out[AUTH_SHA256_PARAM_LEN]);
 
 typedef struct auth_session {
         char token[AUTH_TOKEN_LEN + 1]; /* shown to the client once, never stored */
         char session_id[AUTH_UUID_LEN + 1];
         char tenant_id[AUTH_UUID_LEN + 1];
-        char role[16];
+        char role[AUTH_ROLE_MAX];
         int64_t expires_at_unix_ms;
 } auth_session;
 
 /*
- * Creates a session for user_id in tenant_id (or, when tenant_id is NULL,
- * in the user's oldest membership), in one statement that also proves the
- * membership exists. Returns KS_OK and fills *out; KS_NOT_FOUND when the
- * user is no member of that tenant; another code on a database failure.
+ * Inside a transaction acting for tenant_id: creates a session for user_id
+ * in that tenant, in one statement that also proves the membership exists.
+ * Returns KS_OK and fills *out; KS_NOT_FOUND when the user is no member of
+ * the tenant; another code on a database failure.
  */
 int auth_session_create(auth_service *svc, PGconn *conn, const char *request_id,
                         const char *user_id, const char *tenant_id, auth_session *out);
 
-/* Text form of a bytea parameter holding SHA-256(token): "\x" + 64 hex. */
-#define AUTH_SHA256_PARAM_LEN (2 + 2 * KS_SHA256_BYTES + 1)
-void auth_token_hash_param(const char *token, size_t len, char out[AUTH_SHA256_PARAM_LEN]);
+/*
+ * A whole transaction: creates the session in tenant_id, or when tenant_id is
+ * NULL in the user's oldest membership. Same returns as auth_session_create.
+ */
+int auth_session_open(auth_service *svc, const char *request_id, const char *user_id,
+                      const char *tenant_id, auth_session *out);
+
+/*
+ * Inside an open transaction (tenants.c): revokes every session of user_id
+ * in every tenant but keep_session_id (may be NULL), and queues
+ * auth.context_revoked with their hashes. *n: how many were revoked.
+ */
+int auth_revoke_user_sessions(PGconn *conn, const char *request_id, const char *user_id,
+                              const char *keep_session_id, const char *reason, int *n);
 
 /* ---- db.c -------------------------------------------------------------- */
 
@@ -94,6 +234,146 @@ int auth_db_exec_once(auth_service *svc, const char *request_id, const char *sql
 
 /* Copies the text of one result field into out, cut to out_len - 1 bytes. */
 void auth_copy_field(const PGresult *res, int row, int col, char *out, size_t out_len);
+
+/* A bigint field, 0 when NULL. */
+int64_t auth_int_field(const PGresult *res, int row, int col);
+
+/*
+ * BEGIN, then the tenant and the user this transaction acts for (NULL or ""
+ * for none): every row-level security policy reads them. The caller rolls
+ * back on failure.
+ */
+int auth_tx_begin(PGconn *conn, const char *request_id, const char *tenant_id, const char *user_id);
+
+/* Changes whom an open transaction acts for (SwitchTenant touches two tenants). */
+int auth_tx_act_for(PGconn *conn, const char *request_id, const char *tenant_id,
+                    const char *user_id);
+
+/*
+ * The connection string of the pool: dsn with "-c role=<role>" added to its
+ * startup options, so every connection runs as the runtime role from its
+ * first statement. *out is malloc'd. Returns 0, or -1 with a message in err.
+ */
+int auth_runtime_conninfo(const char *dsn, const char *role, char **out, char *err, size_t err_len);
+
+/* "\x" + hex of n bytes, malloc'd: a bytea parameter in text form. NULL when out of memory. */
+char *auth_bytea_param(const uint8_t *data, size_t n);
+
+/* Decodes a bytea field in text form ("\x" + hex); returns the length or -1. */
+long auth_bytea_decode(const char *text, uint8_t *out, size_t out_len);
+
+/* ---- the caller, and tenant transactions (tx.c) ------------------------ */
+
+/* Whoever makes the call: a user with a session, or an API key. */
+typedef struct auth_actor {
+        char tenant_id[AUTH_UUID_LEN + 1];
+        char user_id[AUTH_UUID_LEN + 1];    /* "" for an API key */
+        char session_id[AUTH_UUID_LEN + 1]; /* "" for an API key */
+        char api_key_id[AUTH_UUID_LEN + 1]; /* "" for a session */
+        char role[AUTH_ROLE_MAX];           /* as read in the transaction */
+        int rank;
+} auth_actor;
+
+typedef struct auth_tx {
+        ks_call *call;
+        auth_service *svc;
+        PGconn *conn;
+        auth_actor actor;
+} auth_tx;
+
+/* Runs inside the transaction; returns KS_OK after ks_call_reply, else a code it set. */
+typedef int (*auth_tx_fn)(auth_tx *tx, void *arg);
+
+enum {
+        AUTH_TX_DEDUPE = 1u << 0, /* a write: record the request id, replay its reply */
+        AUTH_TX_SECRET = 1u << 1, /* the reply holds a secret: a repeat is already_exists */
+};
+
+/*
+ * The frame of every tenant method: checks the caller context, opens a
+ * transaction acting for the caller's tenant, re-reads the caller's role
+ * there (a stale context cannot keep a demoted role), checks perm
+ * (permission_denied), deduplicates by request id when asked, runs fn and
+ * commits. Any failure rolls back: nothing fn wrote, no event, no audit row.
+ */
+int auth_tenant_tx(ks_call *call, unsigned perm, unsigned flags, auth_tx_fn fn, void *arg);
+
+/* The caller as a user with a session (user methods); replies and returns a code if not. */
+int auth_require_user(ks_call *call, auth_actor *out);
+
+/* ---- events (events.c): inside the write's transaction ----------------- */
+
+int auth_emit_admin_summary(PGconn *conn, const char *request_id, const char *tenant_id,
+                            const char *reason);
+
+typedef struct auth_revocation {
+        const char *tenant_id;  /* NULL: every tenant */
+        const char *user_id;    /* may be NULL */
+        const char *api_key_id; /* may be NULL */
+        const char *reason;
+} auth_revocation;
+
+/*
+ * One auth.context_revoked per AUTH_REVOKED_PER_EVENT hashes, taken from
+ * column col of every row of res (bytea). No row: one event without hashes
+ * when r->user_id is set (a role change with no live session still tells
+ * caches about the user), none otherwise.
+ */
+#define AUTH_REVOKED_PER_EVENT 256
+int auth_emit_context_revoked(PGconn *conn, const char *request_id, const auth_revocation *r,
+                              const PGresult *res, int col);
+
+typedef struct auth_email {
+        const char *to;
+        const char *kind; /* "invitation" | "password_reset" */
+        const char *token;
+        const char *tenant_name; /* may be NULL */
+        const char *tenant_id;   /* may be NULL */
+        const char *role;        /* may be NULL */
+        int64_t expires_at_unix_ms;
+} auth_email;
+
+/* Serializes an EmailRequested; *out is malloc'd. KS_OK or KS_INTERNAL. */
+int auth_email_pack(const auth_email *e, uint8_t **out, size_t *len);
+int auth_emit_email(PGconn *conn, const char *request_id, const auth_email *e);
+
+/* ---- audit (audit.c) ---------------------------------------------------- */
+
+/*
+ * Appends one row for the transaction's tenant. detail is a jansson object
+ * (may be NULL); the reference is stolen. It must never hold a secret.
+ */
+typedef struct json_t json_t;
+int auth_audit(PGconn *conn, const char *request_id, const auth_actor *actor, const char *action,
+               const char *target_type, const char *target_id, json_t *detail);
+
+/* ---- password checks with lockout (passwords.c) ------------------------ */
+
+typedef struct auth_login_user {
+        bool found;
+        bool locked;
+        char id[AUTH_UUID_LEN + 1];
+        char hash[KS_PASSWORD_HASH_MAX];
+} auth_login_user;
+
+/* The account behind a normalised email (not found is KS_OK with found = false). */
+int auth_login_lookup(auth_service *svc, const char *request_id, const char *email,
+                      auth_login_user *u);
+
+/*
+ * Verifies password against u (or the dummy hash when u is not found: the
+ * same work either way) on the hash pool, and records the outcome: a
+ * failure counts towards the lockout, a success clears the count. *ok is
+ * true only for a found, unlocked account with the right password. Returns
+ * KS_OK, or the pool's or the database's code (the call is then refused).
+ */
+int auth_password_check(ks_call *call, const auth_login_user *u, const char *password, bool *ok);
+
+/* KS_OK, or resource_exhausted (replied) when the hash queue is full: see auth_hash_pool_full. */
+int auth_hash_admit(ks_call *call);
+
+/* Hashes a new password on the pool; replies (resource_exhausted, ...) on failure. */
+int auth_password_new_hash(ks_call *call, const char *password, char out[KS_PASSWORD_HASH_MAX]);
 
 /* ---- validate.c: pure functions, no I/O -------------------------------- */
 
@@ -139,5 +419,14 @@ long auth_utf8_count(const char *s, size_t len);
 
 /* True for the 36-character text form of a uuid (hex digits, dashes at 8-13-18-23). */
 bool auth_uuid_valid(const char *s);
+
+/* The page size to use: the default for 0, max above max, -1 when negative. */
+int auth_page_size(int32_t requested, int max);
+
+/*
+ * Cursors of the list methods: "<unix micros>.<uuid>" (a row's created_at
+ * and id). Parse returns 0 and the parts (micros as decimal text), or -1.
+ */
+int auth_cursor_parse(const char *s, char micros[24], char id[AUTH_UUID_LEN + 1]);
 
 #endif

@@ -2,17 +2,29 @@
  * Database helpers shared by the handlers.
  *
  * Connections are taken from the pool per statement or per transaction, not
- * pinned to a worker: SignUp and Login spend 25-50 ms in scrypt, and a
- * connection pinned to a worker would sit idle through every hash. Acquiring
- * per call lets KEELSON_AUTH_PG_POOL_SIZE stay below the worker count (a
- * replica's share of PostgreSQL's max_connections is the pool, whatever the
- * workers), and the pool resets a broken connection before handing it out.
+ * pinned to a worker: password hashing takes 25-50 ms, and a connection
+ * pinned to a worker would sit idle through every hash. Acquiring per call
+ * lets KEELSON_AUTH_PG_POOL_SIZE stay below the worker count (a replica's
+ * share of PostgreSQL's max_connections is the pool, whatever the workers),
+ * and the pool resets a broken connection before handing it out.
+ *
+ * Every connection of the pool runs as the runtime role (keelson_auth_rt,
+ * KEELSON_AUTH_PG_ROLE): the DSN's role owns the tables and runs the
+ * migrations, the runtime role owns nothing, so row-level security binds it.
+ * The role is set as a startup option ("-c role=..."), not by a SET after
+ * connecting: it then holds from the first statement of every connection,
+ * including one the pool re-opens after a failure, and RESET ROLE returns to
+ * it rather than to the owner.
  */
 #include "auth.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ks_log.h"
+
+#define CONNINFO_MAX 4096
 
 int auth_db_fail(ks_call *call, int code)
 {
@@ -27,6 +39,8 @@ int auth_db_fail(ks_call *call, int code)
                 msg = "service temporarily unavailable, retry later";
         } else if (code == KS_ABORTED) {
                 msg = "conflicting concurrent update, retry";
+        } else if (code == KS_DEADLINE_EXCEEDED) {
+                msg = "deadline exceeded";
         } else if (code != KS_INTERNAL) {
                 /* Any other code from the database is a bug on our side, not the caller's. */
                 code = KS_INTERNAL;
@@ -56,4 +70,174 @@ void auth_copy_field(const PGresult *res, int row, int col, char *out, size_t ou
 
         memcpy(out, v, n);
         out[n] = '\0';
+}
+
+int64_t auth_int_field(const PGresult *res, int row, int col)
+{
+        if (PQgetisnull(res, row, col)) {
+                return 0;
+        }
+        return strtoll(PQgetvalue(res, row, col), NULL, 10);
+}
+
+/* The third argument true: SET LOCAL, gone at COMMIT or ROLLBACK. */
+static const char sql_act_for[] = "SELECT set_config('keelson.tenant_id', $1, true),"
+                                  " set_config('keelson.user_id', $2, true)";
+
+int auth_tx_act_for(PGconn *conn, const char *request_id, const char *tenant_id,
+                    const char *user_id)
+{
+        const char *params[2] = {tenant_id ? tenant_id : "", user_id ? user_id : ""};
+
+        /* Only uuids reach here: a malformed one would make every policy fail to cast. */
+        if ((params[0][0] != '\0' && !auth_uuid_valid(params[0])) ||
+            (params[1][0] != '\0' && !auth_uuid_valid(params[1]))) {
+                return KS_INTERNAL;
+        }
+        return ks_pg_exec(conn, request_id, sql_act_for, 2, params, NULL);
+}
+
+int auth_tx_begin(PGconn *conn, const char *request_id, const char *tenant_id, const char *user_id)
+{
+        int rc;
+
+        if ((rc = ks_pg_begin(conn, request_id)) != KS_OK) {
+                return rc;
+        }
+        return auth_tx_act_for(conn, request_id, tenant_id, user_id);
+}
+
+/* Appends "key='value' " with libpq's quoting (backslash before ' and \). */
+static int append_kv(char *out, size_t *len, const char *key, const char *val)
+{
+        size_t n = *len;
+        int w = snprintf(out + n, CONNINFO_MAX - n, "%s='", key);
+
+        if (w < 0 || (size_t)w >= CONNINFO_MAX - n) {
+                return -1;
+        }
+        n += (size_t)w;
+        for (const char *p = val; *p != '\0'; p++) {
+                if (n + 3 >= CONNINFO_MAX) {
+                        return -1;
+                }
+                if (*p == '\'' || *p == '\\') {
+                        out[n++] = '\\';
+                }
+                out[n++] = *p;
+        }
+        if (n + 3 >= CONNINFO_MAX) {
+                return -1;
+        }
+        out[n++] = '\'';
+        out[n++] = ' ';
+        out[n] = '\0';
+        *len = n;
+        return 0;
+}
+
+static bool role_name_ok(const char *role)
+{
+        size_t n = strlen(role);
+
+        return n >= 1 && n <= 63 && strspn(role, "abcdefghijklmnopqrstuvwxyz0123456789_") == n;
+}
+
+int auth_runtime_conninfo(const char *dsn, const char *role, char **out, char *err, size_t err_len)
+{
+        PQconninfoOption *opts, *o;
+        char *perr = NULL, options[512] = "", buf[CONNINFO_MAX];
+        size_t len = 0;
+        int rc = 0;
+
+        *out = NULL;
+        if (!role_name_ok(role)) {
+                snprintf(err, err_len, "KEELSON_AUTH_PG_ROLE: expected [a-z0-9_]{1,63}");
+                return -1;
+        }
+        if ((opts = PQconninfoParse(dsn, &perr)) == NULL) {
+                /* perr may quote the DSN, which may hold a password: not repeated. */
+                snprintf(err, err_len, "KEELSON_PG_DSN: not a valid connection string");
+                PQfreemem(perr);
+                return -1;
+        }
+        buf[0] = '\0';
+        for (o = opts; o->keyword != NULL && rc == 0; o++) {
+                if (o->val == NULL || o->val[0] == '\0') {
+                        continue;
+                }
+                if (strcmp(o->keyword, "options") == 0) {
+                        snprintf(options, sizeof(options), "%s ", o->val);
+                        continue;
+                }
+                rc = append_kv(buf, &len, o->keyword, o->val);
+        }
+        PQconninfoFree(opts);
+        if (rc == 0 && strlen(options) + strlen(role) + 10 < sizeof(options)) {
+                strcat(options, "-c role=");
+                strcat(options, role);
+                rc = append_kv(buf, &len, "options", options);
+        } else {
+                rc = -1;
+        }
+        if (rc != 0 || (*out = strdup(buf)) == NULL) {
+                snprintf(err, err_len, "KEELSON_PG_DSN: too long");
+                return -1;
+        }
+        return 0;
+}
+
+char *auth_bytea_param(const uint8_t *data, size_t n)
+{
+        static const char hex[] = "0123456789abcdef";
+        char *out = malloc(2 + 2 * n + 1);
+
+        if (out == NULL) {
+                return NULL;
+        }
+        out[0] = '\\';
+        out[1] = 'x';
+        for (size_t i = 0; i < n; i++) {
+                out[2 + 2 * i] = hex[data[i] >> 4];
+                out[3 + 2 * i] = hex[data[i] & 0xf];
+        }
+        out[2 + 2 * n] = '\0';
+        return out;
+}
+
+static int hex_value(char c)
+{
+        if (c >= '0' && c <= '9') {
+                return c - '0';
+        }
+        if (c >= 'a' && c <= 'f') {
+                return c - 'a' + 10;
+        }
+        if (c >= 'A' && c <= 'F') {
+                return c - 'A' + 10;
+        }
+        return -1;
+}
+
+long auth_bytea_decode(const char *text, uint8_t *out, size_t out_len)
+{
+        size_t n, i;
+
+        if (text == NULL || text[0] != '\\' || text[1] != 'x') {
+                return -1;
+        }
+        text += 2;
+        n = strlen(text);
+        if (n % 2 != 0 || n / 2 > out_len) {
+                return -1;
+        }
+        for (i = 0; i < n / 2; i++) {
+                int hi = hex_value(text[2 * i]), lo = hex_value(text[2 * i + 1]);
+
+                if (hi < 0 || lo < 0) {
+                        return -1;
+                }
+                out[i] = (uint8_t)(hi << 4 | lo);
+        }
+        return (long)(n / 2);
 }

@@ -1,25 +1,34 @@
 /*
- * keelson-auth: accounts, tenants and sessions (keelson.auth.v1.AuthService).
+ * keelson-auth: accounts, tenants, memberships, sessions, invitations,
+ * password resets, API keys and the audit log (keelson.auth.v1.AuthService).
  *
- * Start: configuration, logging, migrations of schema "auth", the PostgreSQL
- * pool, the health listener, then the RPC server on the back of every
- * broker. Then the main thread waits for SIGINT or SIGTERM and stops
- * everything in reverse order: the RPC server first (in-flight calls
- * finish), then the health listener, then the pool.
+ * Start: configuration, logging, the hash pool, migrations of schema "auth"
+ * (as the DSN's role, the owner), the PostgreSQL pool (as the runtime role,
+ * see db.c), the outbox relay and its publisher, the health listener, then
+ * the RPC server on the back of every broker. Then the main thread waits for
+ * SIGINT or SIGTERM and stops everything in reverse order: the RPC server
+ * first (in-flight calls finish), the relay (its batch in hand finishes),
+ * the publisher, the health listener, the hash pool, then the pool.
+ * Housekeeping (housekeeping.c) starts with the relay and stops before it.
  *
  * Workers carry no state of their own (no worker_init): handlers take a
  * connection from the pool per statement or transaction; see db.c for why.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "auth.h"
 #include "ks_config.h"
+#include "ks_events.h"
 #include "ks_health.h"
 #include "ks_log.h"
+#include "ks_outbox.h"
 #include "ks_topology.h"
 
 #define SCRYPT_MEM_BYTES_MAX (1ull << 30) /* 128 * r * N: one hash may not want more */
@@ -40,6 +49,21 @@ struct auth_config {
         int64_t scrypt_log_n;
         int64_t scrypt_r;
         int64_t scrypt_p;
+        char *pg_role;
+        int64_t hash_workers;
+        int64_t hash_queue_max;
+        int64_t hash_nice;
+        int64_t invitation_ttl_s;
+        int64_t reset_ttl_s;
+        int64_t reset_max_per_window;
+        int64_t reset_window_s;
+        int64_t lockout_max_failures;
+        int64_t lockout_window_s;
+        int64_t lockout_duration_s;
+        int64_t outbox_batch_max;
+        int64_t outbox_poll_ms;
+        int64_t outbox_retention_s;
+        int64_t housekeeping_s;
 };
 
 #define C struct auth_config
@@ -54,7 +78,8 @@ static const ks_config_var config_vars[] = {
                "address of the health and metrics listener"),
     KS_CFG_INT("KEELSON_AUTH_HTTP_PORT", C, http_port, "7481", 0, 65535,
                "port of the health and metrics listener (0 = any free port)"),
-    KS_CFG_INT("KEELSON_AUTH_WORKERS", C, workers, "8", 1, 256, "worker threads serving RPCs"),
+    KS_CFG_INT("KEELSON_AUTH_WORKERS", C, workers, "16", 2, 256,
+               "worker threads serving RPCs (some wait on the hash pool, the rest stay free)"),
     KS_CFG_INT("KEELSON_AUTH_QUEUE_MAX", C, queue_max, "64", 1, 65536,
                "requests waiting for a worker; more are refused with resource_exhausted"),
     KS_CFG_INT("KEELSON_AUTH_MAX_INFLIGHT", C, max_inflight, "128", 2, 65536,
@@ -71,25 +96,84 @@ static const ks_config_var config_vars[] = {
                "scrypt cost: log2 of N for new password hashes"),
     KS_CFG_INT("KEELSON_AUTH_SCRYPT_R", C, scrypt_r, "8", 1, 32, "scrypt block size r"),
     KS_CFG_INT("KEELSON_AUTH_SCRYPT_P", C, scrypt_p, "1", 1, 16, "scrypt parallelism p"),
+    KS_CFG_STR("KEELSON_AUTH_PG_ROLE", C, pg_role, "keelson_auth_rt", KS_CFG_NONEMPTY,
+               "role the pool's connections run as (SET ROLE at connect); owns no table"),
+    KS_CFG_INT("KEELSON_AUTH_HASH_WORKERS", C, hash_workers, "0", 0, 256,
+               "threads running scrypt (0 = the number of cores, at most half the workers)"),
+    KS_CFG_INT("KEELSON_AUTH_HASH_QUEUE_MAX", C, hash_queue_max, "0", 0, 65536,
+               "password hashes waiting for a hash thread; more are refused with"
+               " resource_exhausted (0 = twice the hash workers)"),
+    KS_CFG_INT("KEELSON_AUTH_HASH_NICE", C, hash_nice, "10", 0, 19,
+               "scheduling niceness of the hash threads: cheap calls get the cores first"),
+    KS_CFG_INT("KEELSON_AUTH_INVITATION_TTL_S", C, invitation_ttl_s, "604800", 60, 31536000,
+               "invitation lifetime in seconds"),
+    KS_CFG_INT("KEELSON_AUTH_RESET_TTL_S", C, reset_ttl_s, "3600", 60, 86400,
+               "password reset token lifetime in seconds"),
+    KS_CFG_INT("KEELSON_AUTH_RESET_MAX_PER_WINDOW", C, reset_max_per_window, "5", 1, 1000,
+               "reset mails one address may cause per window; more are silently not sent"),
+    KS_CFG_INT("KEELSON_AUTH_RESET_WINDOW_S", C, reset_window_s, "3600", 1, 86400,
+               "the reset mail window in seconds"),
+    KS_CFG_INT("KEELSON_AUTH_LOCKOUT_MAX_FAILURES", C, lockout_max_failures, "5", 1, 1000,
+               "failed password checks within the window that lock an account"),
+    KS_CFG_INT("KEELSON_AUTH_LOCKOUT_WINDOW_S", C, lockout_window_s, "900", 1, 86400,
+               "the window failed password checks are counted in, in seconds"),
+    KS_CFG_INT("KEELSON_AUTH_LOCKOUT_DURATION_S", C, lockout_duration_s, "900", 1, 86400,
+               "how long a locked account refuses every login, in seconds"),
+    KS_CFG_INT("KEELSON_AUTH_OUTBOX_BATCH_MAX", C, outbox_batch_max, "100", 1, 1000,
+               "events the outbox relay publishes per claim"),
+    KS_CFG_INT("KEELSON_AUTH_OUTBOX_POLL_MS", C, outbox_poll_ms, "1000", 10, 3600000,
+               "the relay looks for unpublished events this often without a notification"),
+    KS_CFG_INT("KEELSON_AUTH_OUTBOX_RETENTION_S", C, outbox_retention_s, "3600", 0, 31536000,
+               "published events (mail tokens among them) are deleted after this many seconds"),
+    KS_CFG_INT("KEELSON_AUTH_HOUSEKEEPING_S", C, housekeeping_s, "300", 1, 86400,
+               "how often stale sessions, reset tokens and request records are deleted"),
 };
 #undef C
 #define CONFIG_VARS_N (sizeof(config_vars) / sizeof(config_vars[0]))
 
-#define M(name) "keelson.auth.v1.AuthService/" name
+/*
+ * The method table. Flags mirror services/gateway/routes.c: public methods
+ * need no caller, ResolveContext is internal, idempotent ones may be resent
+ * (reads, and tenant writes deduplicated by request id, see tx.c).
+ */
+#define M(name, snake, fn, flags)                                                                  \
+        {                                                                                          \
+                "keelson.auth.v1.AuthService/" name,                                               \
+                    &keelson__auth__v1__##snake##_request__descriptor,                             \
+                    &keelson__auth__v1__##snake##_response__descriptor, fn, flags                  \
+        }
+#define PUB  KS_M_PUBLIC
+#define IDEM KS_M_IDEMPOTENT
+#define HASH KS_M_HASH_HEAVY
 const ks_method auth_methods[] = {
-    {M("SignUp"), &keelson__auth__v1__sign_up_request__descriptor,
-     &keelson__auth__v1__sign_up_response__descriptor, auth_signup, KS_M_PUBLIC | KS_M_HASH_HEAVY},
-    {M("Login"), &keelson__auth__v1__login_request__descriptor,
-     &keelson__auth__v1__login_response__descriptor, auth_login, KS_M_PUBLIC | KS_M_HASH_HEAVY},
-    {M("Logout"), &keelson__auth__v1__logout_request__descriptor,
-     &keelson__auth__v1__logout_response__descriptor, auth_logout, KS_M_IDEMPOTENT},
-    {M("WhoAmI"), &keelson__auth__v1__who_am_irequest__descriptor,
-     &keelson__auth__v1__who_am_iresponse__descriptor, auth_whoami, KS_M_IDEMPOTENT},
-    {M("ResolveContext"), &keelson__auth__v1__resolve_context_request__descriptor,
-     &keelson__auth__v1__resolve_context_response__descriptor, auth_resolve_context,
-     KS_M_INTERNAL | KS_M_PUBLIC | KS_M_IDEMPOTENT},
+    M("SignUp", sign_up, auth_signup, PUB | HASH),
+    M("Login", login, auth_login, PUB | HASH),
+    M("Logout", logout, auth_logout, IDEM),
+    {"keelson.auth.v1.AuthService/WhoAmI", &keelson__auth__v1__who_am_irequest__descriptor,
+     &keelson__auth__v1__who_am_iresponse__descriptor, auth_whoami, IDEM},
+    M("ResolveContext", resolve_context, auth_resolve_context, KS_M_INTERNAL | PUB | IDEM),
+    M("ListTenants", list_tenants, auth_list_tenants, IDEM),
+    M("SwitchTenant", switch_tenant, auth_switch_tenant, 0),
+    M("RevokeAllSessions", revoke_all_sessions, auth_revoke_all_sessions, IDEM),
+    M("ChangePassword", change_password, auth_change_password, HASH),
+    M("ListMembers", list_members, auth_list_members, IDEM),
+    M("SetRole", set_role, auth_set_role, IDEM),
+    M("RemoveMember", remove_member, auth_remove_member, IDEM),
+    M("Invite", invite, auth_invite, IDEM),
+    M("ListInvitations", list_invitations, auth_list_invitations, IDEM),
+    M("RevokeInvitation", revoke_invitation, auth_revoke_invitation, IDEM),
+    M("AcceptInvitation", accept_invitation, auth_accept_invitation, PUB | HASH),
+    M("ForgotPassword", forgot_password, auth_forgot_password, PUB),
+    M("ResetPassword", reset_password, auth_reset_password, PUB | HASH),
+    M("CreateApiKey", create_api_key, auth_create_api_key, 0),
+    M("ListApiKeys", list_api_keys, auth_list_api_keys, IDEM),
+    M("RevokeApiKey", revoke_api_key, auth_revoke_api_key, IDEM),
+    M("ListAudit", list_audit, auth_list_audit, IDEM),
 };
 #undef M
+#undef PUB
+#undef IDEM
+#undef HASH
 const size_t auth_methods_n = sizeof(auth_methods) / sizeof(auth_methods[0]);
 
 typedef struct auth_main {
@@ -102,7 +186,12 @@ typedef struct auth_main {
         char brokers[KS_BROKERS_MAX][KS_URL_MAX];
         char dial[KS_BROKERS_MAX][KS_URL_MAX];
         const char *dial_urls[KS_BROKERS_MAX];
+        const char *broker_bases[KS_BROKERS_MAX];
         int n_brokers;
+        int hash_workers, hash_queue_max; /* after the "0 = automatic" defaults */
+        ks_publisher *publisher;
+        ks_outbox_relay *relay;
+        auth_housekeeper *housekeeper;
 } auth_main;
 
 static int config_error(const char *msg)
@@ -110,6 +199,46 @@ static int config_error(const char *msg)
         /* Plain text, like ks_config_init's own errors: a person reads this one. */
         fprintf(stderr, "keelson-auth: %s\n", msg);
         return 2;
+}
+
+/* The cores this process may run on (its affinity mask: a cpuset-limited container's share). */
+static long usable_cores(void)
+{
+        cpu_set_t set;
+
+        if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
+                return CPU_COUNT(&set);
+        }
+        return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+/*
+ * The hash pool's size, and the rule that keeps cheap methods answering: RPC
+ * workers blocked on hashing (running or queued) are at most hash workers +
+ * hash queue, which must leave at least one RPC worker free.
+ */
+static int check_hash_config(auth_main *m)
+{
+        const struct auth_config *c = &m->cfg;
+        long cores = usable_cores();
+        char msg[256];
+
+        m->hash_workers = (int)c->hash_workers;
+        if (m->hash_workers == 0) {
+                m->hash_workers = cores > 0 ? (int)cores : 1;
+                if (m->hash_workers > (int)c->workers / 2) {
+                        m->hash_workers = (int)c->workers / 2;
+                }
+        }
+        m->hash_queue_max = c->hash_queue_max != 0 ? (int)c->hash_queue_max : 2 * m->hash_workers;
+        if (m->hash_workers + m->hash_queue_max >= (int)c->workers) {
+                snprintf(msg, sizeof(msg),
+                         "KEELSON_AUTH_HASH_WORKERS + KEELSON_AUTH_HASH_QUEUE_MAX (%d + %d) must be"
+                         " less than KEELSON_AUTH_WORKERS (%lld): some workers must stay free",
+                         m->hash_workers, m->hash_queue_max, (long long)c->workers);
+                return config_error(msg);
+        }
+        return 0;
 }
 
 /* Checks what one variable's range cannot: relations between variables, URLs. */
@@ -130,6 +259,9 @@ static int check_config(auth_main *m)
                 return config_error("KEELSON_AUTH_SCRYPT_LOG_N and KEELSON_AUTH_SCRYPT_R ask"
                                     " for more than 1 GiB per hash (128 * r * 2^log_n)");
         }
+        if (check_hash_config(m) != 0) {
+                return 2;
+        }
         m->n_brokers = ks_broker_list(c->broker_url, m->brokers, KS_BROKERS_MAX);
         if (m->n_brokers <= 0) {
                 return config_error("KEELSON_BROKER_URL: expected tcp://host:port[,...]");
@@ -140,6 +272,7 @@ static int check_config(auth_main *m)
                         return config_error("KEELSON_BROKER_URL: expected tcp://host:port[,...]");
                 }
                 m->dial_urls[i] = m->dial[i];
+                m->broker_bases[i] = m->brokers[i];
         }
         return 0;
 }
@@ -166,41 +299,104 @@ static int init_passwords(auth_main *m)
                 ks_log_error(NULL, "scrypt failed with the configured parameters", NULL);
                 return 1;
         }
-        ks_log_info(NULL, "password hashing ready", "{s:i, s:i, s:i, s:i}", "scrypt_log_n",
-                    (int)m->cfg.scrypt_log_n, "scrypt_r", (int)m->cfg.scrypt_r, "scrypt_p",
-                    (int)m->cfg.scrypt_p, "hash_ms", (int)(ks_now_ms() - t0));
         explicit_bzero(throwaway, sizeof(throwaway));
         explicit_bzero(raw, sizeof(raw));
+        if (auth_hash_pool_new(&svc->hash, m->hash_workers, m->hash_queue_max,
+                               (int)m->cfg.hash_nice) != KS_OK) {
+                ks_log_error(NULL, "cannot start the hash pool", NULL);
+                return 1;
+        }
+        ks_log_info(NULL, "password hashing ready", "{s:i, s:i, s:i, s:i, s:i, s:i}",
+                    "scrypt_log_n", (int)m->cfg.scrypt_log_n, "scrypt_r", (int)m->cfg.scrypt_r,
+                    "scrypt_p", (int)m->cfg.scrypt_p, "hash_ms", (int)(ks_now_ms() - t0),
+                    "hash_workers", m->hash_workers, "hash_queue_max", m->hash_queue_max);
         return 0;
+}
+
+/* The per-request limits the handlers read. */
+static void init_settings(auth_main *m)
+{
+        auth_service *svc = &m->svc;
+        const struct auth_config *c = &m->cfg;
+
+        svc->session_ttl_s = c->session_ttl_s;
+        svc->invitation_ttl_s = c->invitation_ttl_s;
+        svc->reset_ttl_s = c->reset_ttl_s;
+        svc->reset_max_per_window = (int)c->reset_max_per_window;
+        svc->reset_window_s = (int)c->reset_window_s;
+        svc->lockout_max_failures = (int)c->lockout_max_failures;
+        svc->lockout_window_s = (int)c->lockout_window_s;
+        svc->lockout_duration_s = (int)c->lockout_duration_s;
+        svc->logins_ok =
+            ks_counter_get(ks_metrics_default(), "keelson_auth_logins_total",
+                           "Login calls by outcome (failed: any reply but ok)", "result=\"ok\"");
+        svc->logins_failed = ks_counter_get(ks_metrics_default(), "keelson_auth_logins_total",
+                                            "Login calls by outcome (failed: any reply but ok)",
+                                            "result=\"failed\"");
+        svc->lockouts = ks_counter_get(ks_metrics_default(), "keelson_auth_lockouts_total",
+                                       "Accounts locked after repeated failed logins", NULL);
 }
 
 static int init_database(auth_main *m)
 {
+        char *conninfo = NULL;
         ks_pg_pool_options po = {
-            .dsn = m->cfg.pg_dsn,
+            .dsn = NULL,
             .application_name = "keelson-auth",
             .size = (int)m->cfg.pg_pool_size,
             .acquire_timeout_ms = (int)m->cfg.pg_acquire_timeout_ms,
             .statement_timeout_ms = (int)m->cfg.pg_statement_timeout_ms,
         };
         char err[512];
+        int rc;
 
+        init_settings(m);
         if (ks_pg_migrate(m->cfg.pg_dsn, "auth", ks_service_migrations, ks_service_migrations_n,
                           err, sizeof(err)) != 0) {
                 ks_log_error(NULL, "migrations failed", "{s:s}", "error", err);
                 return 1;
         }
-        if (ks_pg_pool_new(&m->svc.pool, &po) != KS_OK) {
+        if (auth_runtime_conninfo(m->cfg.pg_dsn, m->cfg.pg_role, &conninfo, err, sizeof(err)) !=
+            0) {
+                ks_log_error(NULL, "cannot build the pool's connection string", "{s:s}", "error",
+                             err);
+                return 1;
+        }
+        po.dsn = conninfo;
+        rc = ks_pg_pool_new(&m->svc.pool, &po);
+        explicit_bzero(conninfo, strlen(conninfo)); /* it may hold a password */
+        free(conninfo);
+        if (rc != KS_OK) {
                 ks_log_error(NULL, "cannot create the PostgreSQL pool", NULL);
                 return 1;
         }
-        m->svc.session_ttl_s = m->cfg.session_ttl_s;
-        m->svc.logins_ok =
-            ks_counter_get(ks_metrics_default(), "keelson_auth_logins_total",
-                           "Login calls by outcome (failed: any reply but ok)", "result=\"ok\"");
-        m->svc.logins_failed = ks_counter_get(ks_metrics_default(), "keelson_auth_logins_total",
-                                              "Login calls by outcome (failed: any reply but ok)",
-                                              "result=\"failed\"");
+        return 0;
+}
+
+/* The relay publishes committed outbox rows; it connects as the owner (the DSN's role). */
+static int start_relay(auth_main *m)
+{
+        ks_outbox_relay_options o = {
+            .dsn = m->cfg.pg_dsn,
+            .schema = "auth",
+            .batch_max = (int)m->cfg.outbox_batch_max,
+            .poll_ms = (int)m->cfg.outbox_poll_ms,
+            .retention_s = (int)m->cfg.outbox_retention_s,
+        };
+
+        if (ks_publisher_new(&m->publisher, m->broker_bases, m->n_brokers) != KS_OK) {
+                ks_log_error(NULL, "cannot create the event publisher", NULL);
+                return 1;
+        }
+        o.publisher = m->publisher;
+        if (ks_outbox_relay_start(&m->relay, &o) != KS_OK) {
+                ks_log_error(NULL, "cannot start the outbox relay", NULL);
+                return 1;
+        }
+        if (auth_housekeeper_start(&m->housekeeper, &m->svc, (int)m->cfg.housekeeping_s) != KS_OK) {
+                ks_log_error(NULL, "cannot start housekeeping", NULL);
+                return 1;
+        }
         return 0;
 }
 
@@ -280,8 +476,16 @@ static void stop_all(auth_main *m)
         if (s != NULL) {
                 ks_rpc_server_stop(s);
         }
+        auth_housekeeper_stop(m->housekeeper);
+        m->housekeeper = NULL;
+        ks_outbox_relay_stop(m->relay);
+        m->relay = NULL;
+        ks_publisher_free(m->publisher);
+        m->publisher = NULL;
         ks_health_stop(m->health);
         m->health = NULL;
+        auth_hash_pool_free(m->svc.hash);
+        m->svc.hash = NULL;
         ks_pg_pool_free(m->svc.pool);
         m->svc.pool = NULL;
         ks_config_free(config_vars, CONFIG_VARS_N, &m->cfg);
@@ -306,8 +510,8 @@ int main(int argc, char **argv)
         block_signals(&stop);
         pthread_mutex_init(&m.rpc_mu, NULL);
         ks_log_init("auth", KS_LOG_INFO);
-        ks_config_init(argc, argv, "keelson-auth: accounts, tenants and sessions", config_vars,
-                       CONFIG_VARS_N, &m.cfg);
+        ks_config_init(argc, argv, "keelson-auth: accounts, tenants, sessions and API keys",
+                       config_vars, CONFIG_VARS_N, &m.cfg);
         if ((level = ks_log_level_parse(m.cfg.log_level)) < 0) {
                 rc = config_error("KEELSON_LOG_LEVEL: expected debug, info, warn or error");
                 ks_config_free(config_vars, CONFIG_VARS_N, &m.cfg);
@@ -315,8 +519,8 @@ int main(int argc, char **argv)
         }
         ks_log_init("auth", (ks_log_level)level);
         if ((rc = check_config(&m)) != 0 || (rc = init_passwords(&m)) != 0 ||
-            (rc = init_database(&m)) != 0 || (rc = start_health(&m)) != 0 ||
-            (rc = start_rpc(&m)) != 0) {
+            (rc = init_database(&m)) != 0 || (rc = start_relay(&m)) != 0 ||
+            (rc = start_health(&m)) != 0 || (rc = start_rpc(&m)) != 0) {
                 stop_all(&m);
                 return rc;
         }

@@ -398,7 +398,8 @@ static step_result relay_batch(ks_outbox_relay *r)
         char limit[16];
         snprintf(limit, sizeof(limit), "%d", r->batch_max);
         const char *claim_params[] = {limit};
-        /* pub/sub accepts and drops events with no broker: marking them published would lose them */
+        /* pub/sub accepts and drops events with no broker: marking them published would lose them
+         */
         if (ks_publisher_connected(r->publisher) == 0) {
                 set_error(r, NULL, "no broker connected");
                 return STEP_PUBLISH_FAILED;

@@ -219,8 +219,9 @@ void gw_send(struct evhttp_request *req, int status, const char *content_type, c
                 buf = NULL;
                 status = 500;
         }
-        /* NULL reason: evhttp writes the standard phrase of the status. */
-        evhttp_send_reply(req, status, NULL, buf);
+        /* NULL reason: evhttp writes the standard phrase of the status; it
+         * predates 429 (RFC 6585) and would write "Client Error". */
+        evhttp_send_reply(req, status, status == 429 ? "Too Many Requests" : NULL, buf);
         if (buf != NULL) {
                 evbuffer_free(buf);
         }

@@ -33,28 +33,46 @@
  *    hands the call back (gw_rpc_complete), g->call belongs to the upstream.
  *    At shutdown the upstream hands back every call before it is freed.
  *
+ * 4. The same holds while a rate-limit decision is in flight in Redis
+ *    (GW_STAGE_LIMITING): g is on the server's waiting list with the close
+ *    callback set, and the decision's completion (on the loop) continues or
+ *    frees it. At shutdown every decision in flight completes (locally)
+ *    before the rate limiter is freed.
+ *
+ * The path of a request (each step may end it with an error):
+ *   checks and body -> public method: rate limit (auth scope) -> call
+ *                   -> else bearer token -> context cache hit, or
+ *                      ResolveContext (and fill the cache)
+ *                   -> rate limit (api scope) -> call -> reply (gzip)
+ *
  * Services never see a caller built from client input: the caller is either
  * unauthenticated (public methods) or copied field by field from the
- * ResolveContext reply; the only other field, client_ip, is the socket peer.
+ * ResolveContext reply (directly or through the cache); the only other
+ * field, client_ip, is the socket peer or what trusted proxies vouch for.
  */
 #include <event2/buffer.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <sys/queue.h>
 #include <jansson.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "gateway.h"
 #include "keelson/auth/v1/auth.pb-c.h"
+#include "ks_crypto.h"
 #include "ks_json.h"
 #include "ks_log.h"
 
 #define RESOLVE_METHOD "keelson.auth.v1.AuthService/ResolveContext"
 #define JSON_ERR_MAX   256
 #define NS_PER_S       1000000000.0
+#define NS_PER_MS      1000000
+#define XFF_LINES_MAX  16 /* X-Forwarded-For header lines considered (the last ones) */
 
 _Static_assert(offsetof(gw_request, call) == 0, "gw_rpc_complete casts a call to its request");
 
@@ -80,16 +98,37 @@ gw_request *gw_request_new(gw_server *s, struct evhttp_request *req, gw_route *r
         g->start_ns = start_ns;
         g->stage = GW_STAGE_INTAKE;
         snprintf(g->request_id, sizeof(g->request_id), "%s", request_id);
+        gw_request_client_ip(&s->cfg->rate.proxies, req, g->client_ip);
+        keelson__rpc__v1__caller_context__init(&g->caller);
+        g->caller.client_ip = g->client_ip;
+        return g;
+}
+
+void gw_request_client_ip(const gw_proxies *p, struct evhttp_request *req, char out[GW_IP_MAX])
+{
         struct evhttp_connection *evcon = evhttp_request_get_connection(req);
         char *addr = NULL;
         ev_uint16_t port = 0;
         if (evcon != NULL) {
                 evhttp_connection_get_peer(evcon, &addr, &port);
         }
-        snprintf(g->client_ip, sizeof(g->client_ip), "%s", addr != NULL ? addr : "");
-        keelson__rpc__v1__caller_context__init(&g->caller);
-        g->caller.client_ip = g->client_ip;
-        return g;
+        const char *xff[XFF_LINES_MAX];
+        int n = 0;
+        if (p->n > 0) {
+                struct evkeyval *kv;
+                TAILQ_FOREACH(kv, evhttp_request_get_input_headers(req), next)
+                {
+                        if (strcasecmp(kv->key, "X-Forwarded-For") != 0) {
+                                continue;
+                        }
+                        if (n == XFF_LINES_MAX) { /* keep the last ones: the right end counts */
+                                memmove(xff, xff + 1, sizeof(xff[0]) * (XFF_LINES_MAX - 1));
+                                n--;
+                        }
+                        xff[n++] = kv->value;
+                }
+        }
+        gw_client_ip(p, addr != NULL ? addr : "", xff, n, out);
 }
 
 static void wipe_auth_payload(gw_request *g)
@@ -107,9 +146,7 @@ static void request_free(gw_request *g)
         wipe_auth_payload(g);
         free(g->payload);
         ks_rpc_result_clear(&g->call.result);
-        if (g->resolved != NULL) {
-                protobuf_c_message_free_unpacked(g->resolved, NULL);
-        }
+        explicit_bzero(g->token_sha, sizeof(g->token_sha));
         free(g);
 }
 
@@ -128,6 +165,48 @@ static void add_header(gw_request *g, const char *name, const char *value)
         }
 }
 
+/* Over the threshold: route pattern, status and duration only (no id of any kind). */
+static void log_slow(const gw_request *g, int status, int64_t duration_ns)
+{
+        int64_t slow_ms = g->srv->cfg->slow_ms;
+        if (duration_ns < slow_ms * NS_PER_MS) {
+                return;
+        }
+        ks_counter_inc(g->srv->slow_requests);
+        ks_log(KS_LOG_WARN, NULL, "slow request", "{s:s,s:i,s:I}", "route", g->route->path,
+               "status", status, "duration_ms", (json_int_t)(duration_ns / NS_PER_MS));
+}
+
+/*
+ * gzip for a JSON body over KEELSON_GATEWAY_GZIP_MIN_BYTES when the client
+ * accepts it: *body and *len then describe the malloc'd *gz. Only when it
+ * is actually smaller.
+ */
+static void maybe_gzip(gw_request *g, const char *content_type, const void **body, size_t *len,
+                       uint8_t **gz)
+{
+        const gw_config *cfg = g->srv->cfg;
+        if (content_type == NULL || strcmp(content_type, "application/json") != 0 ||
+            *len <= (size_t)cfg->gzip_min_bytes) {
+                return;
+        }
+        add_header(g, "Vary", "Accept-Encoding");
+        const char *ae =
+            evhttp_find_header(evhttp_request_get_input_headers(g->req), "Accept-Encoding");
+        size_t gz_len = 0;
+        if (!gw_accepts_gzip(ae) || gw_gzip(*body, *len, (int)cfg->gzip_level, gz, &gz_len) != 0) {
+                return;
+        }
+        if (gz_len >= *len) {
+                free(*gz);
+                *gz = NULL;
+                return;
+        }
+        add_header(g, "Content-Encoding", "gzip");
+        *body = *gz;
+        *len = gz_len;
+}
+
 /* Replies (when the client is still there), counts, logs and frees g. */
 static void finish(gw_request *g, int status, int code, const char *content_type, const void *body,
                    size_t len)
@@ -141,7 +220,10 @@ static void finish(gw_request *g, int status, int code, const char *content_type
                         /* Keep-alive clients move to another replica after this reply. */
                         add_header(g, "Connection", "close");
                 }
+                uint8_t *gz = NULL;
+                maybe_gzip(g, content_type, &body, &len, &gz);
                 gw_send(g->req, status, content_type, body, len, g->request_id);
+                free(gz);
                 g->req = NULL;
         } else {
                 status = ks_code_http_status(KS_CANCELED);
@@ -149,9 +231,10 @@ static void finish(gw_request *g, int status, int code, const char *content_type
         }
         int64_t duration_ns = gw_now_ns() - g->start_ns;
         gw_route_observe(g->route, code, (double)duration_ns / NS_PER_S);
-        if (code != KS_OK) {
+        if (code != KS_OK && !g->quiet) {
                 log_failure(g, status, code, duration_ns);
         }
+        log_slow(g, status, duration_ns);
         request_free(g);
 }
 
@@ -215,6 +298,17 @@ static void on_connection_close(struct evhttp_connection *evcon, void *arg)
         g->req = NULL;
 }
 
+/* g waits for an upstream call or a rate-limit decision: see 2. to 4. at the top. */
+static void wait_begin(gw_request *g, gw_stage stage)
+{
+        g->stage = stage;
+        gw_server_wait_begin(g->srv, g);
+        struct evhttp_connection *evcon = evhttp_request_get_connection(g->req);
+        if (evcon != NULL) {
+                evhttp_connection_set_closecb(evcon, on_connection_close, g);
+        }
+}
+
 static void start_upstream(gw_request *g, gw_stage stage)
 {
         bool resolving = stage == GW_STAGE_RESOLVING;
@@ -240,12 +334,71 @@ static void start_upstream(gw_request *g, gw_stage stage)
                 return;
         }
         /* From here until gw_rpc_complete, g->call belongs to the upstream. */
-        g->stage = stage;
-        gw_server_wait_begin(g->srv, g);
-        struct evhttp_connection *evcon = evhttp_request_get_connection(g->req);
-        if (evcon != NULL) {
-                evhttp_connection_set_closecb(evcon, on_connection_close, g);
+        wait_begin(g, stage);
+}
+
+/* ---- rate limit ------------------------------------------------------------- */
+
+static void apply_limit(gw_request *g)
+{
+        const gw_decision *d = &g->limit.decision;
+        if (g->req != NULL) {
+                gw_ratelimit_headers(d, evhttp_request_get_output_headers(g->req));
         }
+        if (!d->allowed) {
+                /* Counted (ratelimit_decisions_total), not logged: a flood of
+                 * refusals must not become a flood of log lines. */
+                g->quiet = true;
+                gw_request_fail(g, 429, KS_RESOURCE_EXHAUSTED, "rate limit exceeded, retry later");
+                return;
+        }
+        start_upstream(g, GW_STAGE_CALLING);
+}
+
+/* A decision that Redis made (or that failed there and was made locally). */
+static void on_limit_decided(gw_limit_wait *w)
+{
+        gw_request *g = (gw_request *)(void *)((char *)w - offsetof(gw_request, limit));
+        gw_server *s = g->srv;
+        gw_server_wait_end(s, g);
+        if (s->closing) {
+                request_free(g); /* evhttp is gone: see 4. at the top */
+                return;
+        }
+        if (g->req == NULL) {
+                finish(g, 0, KS_CANCELED, NULL, NULL, 0);
+        } else {
+                apply_limit(g);
+        }
+        gw_server_drain_check(s);
+}
+
+static void limit_then_call(gw_request *g, const char *subject)
+{
+        g->limit.done = on_limit_decided;
+        switch (gw_ratelimit_take(g->srv->rl, g->route, subject, &g->limit)) {
+        case GW_LIMIT_OFF:
+                start_upstream(g, GW_STAGE_CALLING);
+                break;
+        case GW_LIMIT_NOW:
+                apply_limit(g);
+                break;
+        default:
+                wait_begin(g, GW_STAGE_LIMITING);
+                break;
+        }
+}
+
+/* The api scope's key: the tenant; a caller without one is limited on its own. */
+static const char *api_subject(const gw_request *g)
+{
+        if (g->ctx.tenant_id[0] != '\0') {
+                return g->ctx.tenant_id;
+        }
+        if (g->ctx.user_id[0] != '\0') {
+                return g->ctx.user_id;
+        }
+        return g->ctx.api_key_id[0] != '\0' ? g->ctx.api_key_id : g->client_ip;
 }
 
 /* Parses the body with the route's input type and packs it into g->payload. */
@@ -306,6 +459,37 @@ static int pack_resolve(gw_request *g, const char *tok, size_t tok_len)
         }
         explicit_bzero(token, sizeof(token));
         return g->auth_payload != NULL ? 0 : -1;
+}
+
+/* Points the caller's fields at g->ctx. */
+static void set_caller(gw_request *g)
+{
+        g->caller.authenticated = true;
+        g->caller.user_id = g->ctx.user_id;
+        g->caller.tenant_id = g->ctx.tenant_id;
+        g->caller.role = g->ctx.role;
+        g->caller.session_id = g->ctx.session_id;
+        g->caller.api_key_id = g->ctx.api_key_id;
+        g->caller.client_ip = g->client_ip;
+}
+
+static int copy_id(char dst[GW_ID_MAX + 1], const char *src)
+{
+        size_t n = strlen(src);
+        if (n > GW_ID_MAX) {
+                return -1;
+        }
+        memcpy(dst, src, n + 1);
+        return 0;
+}
+
+/* The context of a ResolveContext reply; -1 when a field is longer than we keep. */
+static int ctx_from_reply(gw_context *ctx, const Keelson__Auth__V1__ResolveContextResponse *r)
+{
+        ctx->expires_at_unix_ms = r->expires_at_unix_ms;
+        return copy_id(ctx->user_id, r->user_id) | copy_id(ctx->tenant_id, r->tenant_id) |
+               copy_id(ctx->role, r->role) | copy_id(ctx->session_id, r->session_id) |
+               copy_id(ctx->api_key_id, r->api_key_id);
 }
 
 /* Connect headers: returns 0, or replies with the error and returns -1. */
@@ -369,7 +553,7 @@ void gw_rpc_begin(gw_request *g)
                 return;
         }
         if ((g->route->flags & KS_M_PUBLIC) != 0) {
-                start_upstream(g, GW_STAGE_CALLING); /* caller: unauthenticated + client_ip */
+                limit_then_call(g, g->client_ip); /* caller: unauthenticated + client_ip */
                 return;
         }
         const char *tok = NULL;
@@ -380,24 +564,18 @@ void gw_rpc_begin(gw_request *g)
                 fail_unauthenticated(g, "missing bearer token");
                 return;
         }
+        ks_sha256(tok, tok_len, g->token_sha);
+        if (gw_cache_get(g->srv->cache, g->token_sha, gw_now_ns() / NS_PER_MS, &g->ctx)) {
+                set_caller(g);
+                limit_then_call(g, api_subject(g));
+                return;
+        }
+        g->cache_generation = gw_cache_generation(g->srv->cache);
         if (pack_resolve(g, tok, tok_len) != 0) {
                 gw_request_fail(g, 0, KS_INTERNAL, "out of memory");
                 return;
         }
         start_upstream(g, GW_STAGE_RESOLVING);
-}
-
-/* Fills the caller from a ResolveContext reply, which g->resolved keeps alive. */
-static void take_caller(gw_request *g, Keelson__Auth__V1__ResolveContextResponse *r)
-{
-        g->resolved = &r->base;
-        g->caller.authenticated = true;
-        g->caller.user_id = r->user_id;
-        g->caller.tenant_id = r->tenant_id;
-        g->caller.role = r->role;
-        g->caller.session_id = r->session_id;
-        g->caller.api_key_id = r->api_key_id;
-        g->caller.client_ip = g->client_ip;
 }
 
 static void on_resolved(gw_request *g)
@@ -432,8 +610,17 @@ static void on_resolved(gw_request *g)
                 fail_unauthenticated(g, "invalid or expired session");
                 return;
         }
-        take_caller(g, r);
-        start_upstream(g, GW_STAGE_CALLING);
+        int rc = ctx_from_reply(&g->ctx, r);
+        keelson__auth__v1__resolve_context_response__free_unpacked(r, NULL);
+        if (rc != 0) {
+                gw_server_upstream_error(g->srv, KS_SVC_AUTH, KS_INTERNAL);
+                gw_request_fail(g, 0, KS_INTERNAL, "invalid reply from the auth service");
+                return;
+        }
+        gw_cache_put(g->srv->cache, g->token_sha, &g->ctx, g->cache_generation,
+                     gw_now_ns() / NS_PER_MS, ks_now_ms());
+        set_caller(g);
+        limit_then_call(g, api_subject(g));
 }
 
 static void reply_json(gw_request *g, const ks_rpc_result *res)
@@ -465,6 +652,13 @@ static void on_replied(gw_request *g)
                 }
                 gw_request_fail(g, 0, res->code, res->message);
                 return;
+        }
+        /* This replica at once; the others when auth's event arrives. */
+        if (g->route->revokes == GW_REVOKES_TOKEN) {
+                gw_cache_evict_token(g->srv->cache, g->token_sha);
+        } else if (g->route->revokes == GW_REVOKES_USER) {
+                gw_cache_evict_token(g->srv->cache, g->token_sha);
+                gw_cache_evict_user(g->srv->cache, g->ctx.user_id, "");
         }
         if (g->codec == GW_CODEC_PROTO) {
                 finish(g, 200, KS_OK, gw_codec_content_type(GW_CODEC_PROTO), res->payload,

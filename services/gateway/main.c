@@ -38,6 +38,56 @@ static const ks_config_var config_vars[] = {
                "resend an unanswered call of an idempotent method (WhoAmI, Logout, token "
                "resolution) after this many ms, so a call caught by a replica that died is "
                "answered by another; 0 = never. Writes are never resent"),
+    /* rate limits */
+    KS_CFG_STR("KEELSON_REDIS_URL", gw_config, redis_url, "redis://127.0.0.1:6379", KS_CFG_SECRET,
+               "Redis for the shared rate limits, redis://[[user]:password@]host[:port][/db]; "
+               "empty = in-process limits only"),
+    KS_CFG_INT("KEELSON_GATEWAY_REPLICAS", gw_config, replicas, "1", 1, 1024,
+               "gateway replicas sharing the limits: while Redis is unavailable each one "
+               "enforces 1/N of every limit by itself"),
+    KS_CFG_STR("KEELSON_GATEWAY_RATE_AUTH", gw_config, rate_auth, "5:1/5s", KS_CFG_NONEMPTY,
+               "public methods (sign-up, login, ...) per client address and method: "
+               "CAPACITY:TOKENS/PERIOD (PERIOD = [n]ms|s|m|h) or off"),
+    KS_CFG_STR("KEELSON_GATEWAY_RATE_API", gw_config, rate_api, "500:500/1m", KS_CFG_NONEMPTY,
+               "authenticated methods per tenant: CAPACITY:TOKENS/PERIOD or off"),
+    KS_CFG_STR("KEELSON_GATEWAY_RATE_OVERRIDES", gw_config, rate_overrides, "", 0,
+               "per-method limits, comma-separated package.Service/Method=CAPACITY:TOKENS/PERIOD "
+               "or =off; each gets a bucket of its own"),
+    KS_CFG_INT("KEELSON_GATEWAY_RATE_LOCAL_KEYS", gw_config, rate_local_keys, "65536", 16, 1048576,
+               "keys the in-process buckets hold (used while Redis is unavailable); "
+               "the least recently used goes first"),
+    KS_CFG_INT("KEELSON_GATEWAY_REDIS_TIMEOUT_MS", gw_config, redis_timeout_ms, "250", 1, 10000,
+               "a rate-limit decision Redis has not answered by then is made locally, and the "
+               "connection is dropped and made again"),
+    KS_CFG_INT("KEELSON_GATEWAY_REDIS_RETRY_MS", gw_config, redis_retry_ms, "1000", 50, 60000,
+               "longest wait between attempts to reach Redis again (from 50 ms, doubling)"),
+    KS_CFG_INT("KEELSON_GATEWAY_REDIS_PENDING_MAX", gw_config, redis_pending_max, "4096", 1,
+               1048576, "rate-limit decisions in flight in Redis; more are made locally"),
+    KS_CFG_STR("KEELSON_GATEWAY_REDIS_PREFIX", gw_config, redis_prefix, "keelson:rl:", 0,
+               "prefix of every rate-limit key in Redis (at most 64 bytes)"),
+    KS_CFG_BOOL("KEELSON_GATEWAY_REDIS_SERVER_TIME", gw_config, redis_server_time, "true",
+                "the bucket script reads Redis TIME, the clock every replica shares; false sends "
+                "this gateway's clock instead (for managed Redis that refuses TIME in scripts)"),
+    KS_CFG_STR("KEELSON_GATEWAY_TRUSTED_PROXIES", gw_config, trusted_proxies, "", 0,
+               "addresses or CIDR blocks of proxies in front of the gateway, comma-separated: "
+               "from them, the client address is the right-most X-Forwarded-For entry that is "
+               "not a trusted proxy"),
+    /* context cache */
+    KS_CFG_INT("KEELSON_GATEWAY_CACHE_ENTRIES", gw_config, cache_entries, "65536", 0, 4194304,
+               "resolved callers cached by SHA-256 of their token (least recently used goes "
+               "first); 0 = no cache"),
+    KS_CFG_INT("KEELSON_GATEWAY_CACHE_SESSION_TTL_S", gw_config, cache_session_ttl_s, "30", 1, 3600,
+               "longest a session's context is cached (revocation events evict sooner)"),
+    KS_CFG_INT("KEELSON_GATEWAY_CACHE_API_KEY_TTL_S", gw_config, cache_api_key_ttl_s, "300", 1,
+               86400, "longest an API key's context is cached (revocation events evict sooner)"),
+    /* observability, replies */
+    KS_CFG_INT("KEELSON_GATEWAY_SLOW_MS", gw_config, slow_ms, "300", 0, 3600000,
+               "requests taking this long or longer are logged (route, status, duration only); "
+               "0 = every request"),
+    KS_CFG_INT("KEELSON_GATEWAY_GZIP_MIN_BYTES", gw_config, gzip_min_bytes, "1024", 0, 67108864,
+               "JSON replies larger than this are gzip-compressed for clients that accept it"),
+    KS_CFG_INT("KEELSON_GATEWAY_GZIP_LEVEL", gw_config, gzip_level, "6", 1, 9,
+               "gzip compression level: 1 fastest, 9 smallest"),
 };
 
 int main(int argc, char **argv)
@@ -55,6 +105,12 @@ int main(int argc, char **argv)
                 return 2;
         }
         ks_log_init("gateway", (ks_log_level)level);
+        char err[512];
+        if (gw_rate_config_parse(&cfg, &cfg.rate, err, sizeof(err)) != 0) {
+                fprintf(stderr, "keelson-gateway: %s\n", err);
+                ks_config_free(config_vars, n_vars, &cfg);
+                return 2;
+        }
         /* A client that hangs up mid-reply must cost an EPIPE, not the process. */
         signal(SIGPIPE, SIG_IGN);
 

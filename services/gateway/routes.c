@@ -14,11 +14,13 @@
 
 #include "gateway.h"
 #include "keelson/auth/v1/auth.pb-c.h"
+#include "keelson/ledger/v1/ledger.pb-c.h"
 #include "ks_log.h"
 
 /* The services the gateway routes, one line each. */
 static const ProtobufCServiceDescriptor *const routed_services[] = {
     &keelson__auth__v1__auth_service__descriptor,
+    &keelson__ledger__v1__ledger_service__descriptor,
 };
 
 /*
@@ -35,6 +37,37 @@ static const struct {
     {"keelson.auth.v1.AuthService/ResolveContext", KS_M_INTERNAL | KS_M_IDEMPOTENT},
     {"keelson.auth.v1.AuthService/WhoAmI", KS_M_IDEMPOTENT},
     {"keelson.auth.v1.AuthService/Logout", KS_M_IDEMPOTENT},
+    {"keelson.auth.v1.AuthService/AcceptInvitation", KS_M_PUBLIC},
+    {"keelson.auth.v1.AuthService/ForgotPassword", KS_M_PUBLIC},
+    {"keelson.auth.v1.AuthService/ResetPassword", KS_M_PUBLIC},
+    /* Reads, and tenant writes the auth service deduplicates by request id. */
+    {"keelson.auth.v1.AuthService/ListTenants", KS_M_IDEMPOTENT},
+    {"keelson.auth.v1.AuthService/RevokeAllSessions", KS_M_IDEMPOTENT},
+    {"keelson.auth.v1.AuthService/ListMembers", KS_M_IDEMPOTENT},
+    {"keelson.auth.v1.AuthService/SetRole", KS_M_IDEMPOTENT},
+    {"keelson.auth.v1.AuthService/RemoveMember", KS_M_IDEMPOTENT},
+    {"keelson.auth.v1.AuthService/Invite", KS_M_IDEMPOTENT},
+    {"keelson.auth.v1.AuthService/ListInvitations", KS_M_IDEMPOTENT},
+    {"keelson.auth.v1.AuthService/RevokeInvitation", KS_M_IDEMPOTENT},
+    {"keelson.auth.v1.AuthService/ListApiKeys", KS_M_IDEMPOTENT},
+    {"keelson.auth.v1.AuthService/RevokeApiKey", KS_M_IDEMPOTENT},
+    {"keelson.auth.v1.AuthService/ListAudit", KS_M_IDEMPOTENT},
+};
+
+/*
+ * Methods after whose success cached contexts of the caller are stale: the
+ * gateway evicts them from its own cache at once (the other replicas hear
+ * of it through auth.context_revoked). A name that is not routed (yet)
+ * simply never matches.
+ */
+static const struct {
+        const char *method;
+        int revokes; /* gw_revokes */
+} revoking[] = {
+    {"keelson.auth.v1.AuthService/Logout", GW_REVOKES_TOKEN},
+    {"keelson.auth.v1.AuthService/SwitchTenant", GW_REVOKES_TOKEN},
+    {"keelson.auth.v1.AuthService/RevokeAllSessions", GW_REVOKES_USER},
+    {"keelson.auth.v1.AuthService/ChangePassword", GW_REVOKES_USER},
 };
 
 #define ROUTES_MAX    1024 /* far above what the protos hold; bounds the table */
@@ -92,6 +125,11 @@ static int route_of(const ProtobufCServiceDescriptor *svc, const ProtobufCMethod
                 return -1;
         }
         r->flags = flags_of(r->method);
+        for (size_t i = 0; i < sizeof(revoking) / sizeof(revoking[0]); i++) {
+                if (strcmp(revoking[i].method, r->method) == 0) {
+                        r->revokes = revoking[i].revokes;
+                }
+        }
         r->input = m->input;
         r->output = m->output;
         return (r->flags & KS_M_INTERNAL) != 0 ? 1 : 0;
@@ -180,6 +218,28 @@ size_t gw_routes_count(const gw_routes *r)
 const gw_route *gw_routes_at(const gw_routes *r, size_t i)
 {
         return i < r->n ? &r->v[i] : NULL;
+}
+
+gw_route *gw_routes_at_mut(gw_routes *r, size_t i)
+{
+        return i < r->n ? &r->v[i] : NULL;
+}
+
+bool gw_method_routed(const char *method)
+{
+        for (size_t i = 0; i < sizeof(routed_services) / sizeof(routed_services[0]); i++) {
+                const ProtobufCServiceDescriptor *svc = routed_services[i];
+                size_t n = strlen(svc->name);
+                if (strncmp(method, svc->name, n) != 0 || method[n] != '/') {
+                        continue;
+                }
+                for (unsigned j = 0; j < svc->n_methods; j++) {
+                        if (strcmp(method + n + 1, svc->methods[j].name) == 0) {
+                                return (flags_of(method) & KS_M_INTERNAL) == 0;
+                        }
+                }
+        }
+        return false;
 }
 
 void gw_route_observe(gw_route *route, int code, double seconds)

@@ -23,9 +23,10 @@
  * /readyz to 503 and lets calls in flight finish for up to
  * KEELSON_GATEWAY_DRAIN_MS; the second stops at once. gw_server_free then
  * tears down in the one order that is safe: evhttp first (its close callbacks
- * detach every waiting request from its connection), then the upstream
- * (which hands back every call still in flight, freeing its request), then
- * the event base.
+ * detach every waiting request from its connection), then the rate limiter
+ * (every decision in flight in Redis completes, freeing its request), then
+ * the upstream (which hands back every call still in flight, freeing its
+ * request), the event subscriber, the context cache, then the event base.
  */
 #include <arpa/inet.h>
 #include <event2/buffer.h>
@@ -314,9 +315,17 @@ int gw_server_new(gw_server **out, const gw_config *cfg)
                 return -1;
         }
         s->cfg = cfg;
-        s->inflight = ks_gauge_get(ks_metrics_default(), "keelson_gateway_inflight_requests",
-                                   "Requests waiting on an upstream call", NULL);
+        s->inflight =
+            ks_gauge_get(ks_metrics_default(), "keelson_gateway_inflight_requests",
+                         "Requests waiting on an upstream call or a rate-limit decision", NULL);
+        s->slow_requests =
+            ks_counter_get(ks_metrics_default(), "keelson_gateway_slow_requests_total",
+                           "Requests slower than KEELSON_GATEWAY_SLOW_MS", NULL);
         if ((s->base = event_base_new()) == NULL || gw_routes_new(&s->routes) != 0 ||
+            gw_ratelimit_new(&s->rl, s->base, cfg, s->routes) != 0 ||
+            gw_cache_new(&s->cache, (size_t)cfg->cache_entries, cfg->cache_session_ttl_s * 1000,
+                         cfg->cache_api_key_ttl_s * 1000) != 0 ||
+            gw_events_new(&s->events, s->base, cfg->broker_url, s->cache) != 0 ||
             gw_upstream_new(&s->up, s->base, cfg, s->routes, gw_rpc_complete, s) != 0 ||
             events_setup(s) != 0 || http_setup(s) != 0) {
                 gw_server_free(s);
@@ -349,8 +358,14 @@ void gw_server_free(gw_server *s)
                 s->http = NULL;
                 s->bound = NULL;
         }
+        gw_ratelimit_free(s->rl); /* completes every decision in flight */
+        s->rl = NULL;
         gw_upstream_free(s->up); /* hands back every call in flight */
         s->up = NULL;
+        gw_events_free(s->events);
+        s->events = NULL;
+        gw_cache_free(s->cache);
+        s->cache = NULL;
         if (s->n_waiting != 0) {
                 ks_log_error(NULL, "requests left waiting at shutdown", "{s:I}", "count",
                              (json_int_t)s->n_waiting);

@@ -15,6 +15,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <sys/wait.h>
+
 #define IT_ENV_LINE_MAX      1024
 #define IT_BODY_MAX          (16u * 1024u * 1024u)
 #define IT_HEADERS_MAX       (64u * 1024u)
@@ -77,6 +82,28 @@ static int parse_list(const char *s, int *out, int max, int (*parse)(const char 
         return n;
 }
 
+/* "http://a,http://b" into s->gateway_urls. */
+static int parse_url_list(it_stack *s, const char *val)
+{
+        int n = 0;
+
+        while (*val != '\0') {
+                size_t len = strcspn(val, ",");
+                if (n == IT_REPLICAS_MAX || len == 0 || len >= sizeof(s->gateway_urls[0])) {
+                        return -1;
+                }
+                memcpy(s->gateway_urls[n], val, len);
+                s->gateway_urls[n][len] = '\0';
+                n++;
+                val += len;
+                if (*val == ',') {
+                        val++;
+                }
+        }
+        s->n_gateways = n;
+        return n > 0 ? 0 : -1;
+}
+
 static int apply_env_line(it_stack *s, const char *key, const char *val)
 {
         int n;
@@ -100,6 +127,15 @@ static int apply_env_line(it_stack *s, const char *key, const char *val)
                 }
                 s->n_auth = n;
                 return 0;
+        } else if (strcmp(key, "KEELSON_IT_GATEWAY_URLS") == 0) {
+                return parse_url_list(s, val);
+        } else if (strcmp(key, "KEELSON_IT_GATEWAY_PIDS") == 0) {
+                n = parse_list(val, s->gateway_pids, IT_REPLICAS_MAX, parse_pid);
+                return n < 1 ? -1 : 0;
+        } else if (strcmp(key, "KEELSON_IT_BIN") == 0) {
+                return copy_str(s->bin_dir, sizeof(s->bin_dir), val);
+        } else if (strcmp(key, "KEELSON_IT_STACK_SH") == 0) {
+                return copy_str(s->stack_sh, sizeof(s->stack_sh), val);
         } else if (strcmp(key, "KEELSON_IT_AUTH_PIDS") == 0) {
                 n = parse_list(val, s->auth_pids, IT_REPLICAS_MAX, parse_pid);
                 if (n < 1 || (s->n_auth != 0 && s->n_auth != n)) {
@@ -166,6 +202,11 @@ int it_stack_load(it_stack *s)
                 fprintf(stderr, "it_support: %s lacks a KEELSON_IT_ variable\n", path);
                 rc = -1;
         }
+        if (rc == 0 && s->n_gateways == 0) { /* a stack from before gateway replicas */
+                s->n_gateways = 1;
+                memcpy(s->gateway_urls[0], s->gateway_url, sizeof(s->gateway_urls[0]));
+                s->gateway_pids[0] = s->gateway_pid;
+        }
         return rc;
 }
 
@@ -215,6 +256,7 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *arg)
 }
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static __thread int tl_accept_gzip; /* set by it_http_post_gzip around one transfer */
 
 static void curl_init_once(void)
 {
@@ -288,6 +330,9 @@ static int transfer(const char *base_url, const char *path, const char *content_
         curl_easy_setopt(c, CURLOPT_WRITEDATA, &rbody);
         curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
         curl_easy_setopt(c, CURLOPT_HEADERDATA, &rhdrs);
+        if (tl_accept_gzip) {
+                curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "gzip");
+        }
         if (body != NULL) {
                 list = request_headers(content_type, headers);
                 curl_easy_setopt(c, CURLOPT_HTTPHEADER, list);
@@ -393,4 +438,319 @@ void it_unique_email(const char *prefix, char *out, size_t out_len)
         }
         snprintf(out, out_len, "%s-%02x%02x%02x%02x%02x%02x%02x%02x@example.test", prefix, r[0],
                  r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+}
+
+/* ---- gateway tests ------------------------------------------------------- */
+
+#define IT_GATEWAY_START_MS 15000
+#define IT_GATEWAY_STOP_MS  10000
+
+static void it_sleep_ms(long ms)
+{
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+        nanosleep(&ts, NULL);
+}
+
+static int run_and_wait(const char *const argv[])
+{
+        int status = 0;
+        pid_t pid = fork();
+
+        if (pid < 0) {
+                return -1;
+        }
+        if (pid == 0) {
+                execv(argv[0], (char *const *)argv);
+                _exit(127);
+        }
+        if (waitpid(pid, &status, 0) != pid) {
+                return -1;
+        }
+        return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+int it_stack_redis(const it_stack *s, int up)
+{
+        const char *argv[] = {s->stack_sh, up ? "redis-start" : "redis-stop", "--dir", s->dir,
+                              NULL};
+
+        if (s->stack_sh[0] == '\0') {
+                fprintf(stderr, "it_support: the stack's env names no stack.sh\n");
+                return -1;
+        }
+        return run_and_wait(argv);
+}
+
+/* In the child: the environment, stdout/stderr to the log, then exec. */
+static void exec_gateway(const it_stack *s, const char *const *env, const char *log_path)
+{
+        char bin[600];
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+        if (fd < 0) {
+                _exit(126);
+        }
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        close(fd);
+        setenv("KEELSON_GATEWAY_HOST", "127.0.0.1", 1);
+        setenv("KEELSON_GATEWAY_PORT", "0", 1);
+        setenv("KEELSON_BROKER_URL", s->broker_url, 1);
+        setenv("KEELSON_REDIS_URL", s->redis_url, 1);
+        /* Rate-limit buckets of its own (our pid is unique) unless env says otherwise. */
+        char prefix[64];
+        snprintf(prefix, sizeof(prefix), "it-%d:", (int)getpid());
+        setenv("KEELSON_GATEWAY_REDIS_PREFIX", prefix, 1);
+        for (size_t i = 0; env != NULL && env[i] != NULL; i++) {
+                putenv((char *)env[i]); /* the child's own copy of the environment */
+        }
+        snprintf(bin, sizeof(bin), "%s/keelson-gateway", s->bin_dir);
+        execl(bin, bin, (char *)NULL);
+        _exit(127);
+}
+
+/* The port of the "gateway listening" line of a log, or -1 while there is none. */
+static int listening_port(const char *log_path)
+{
+        char line[IT_ENV_LINE_MAX * 8];
+        const char *p;
+        FILE *f = fopen(log_path, "r");
+        int port = -1;
+
+        while (f != NULL && port < 0 && fgets(line, sizeof(line), f) != NULL) {
+                if (strstr(line, "\"msg\":\"gateway listening\"") != NULL &&
+                    (p = strstr(line, "\"port\":")) != NULL) {
+                        port = atoi(p + 7);
+                }
+        }
+        if (f != NULL) {
+                fclose(f);
+        }
+        return port;
+}
+
+static int wait_listening(it_gateway *g)
+{
+        int status;
+
+        for (int waited = 0; waited < IT_GATEWAY_START_MS; waited += 20) {
+                int port = listening_port(g->log_path);
+                if (port > 0) {
+                        snprintf(g->url, sizeof(g->url), "http://127.0.0.1:%d", port);
+                        return 0;
+                }
+                if (waitpid(g->pid, &status, WNOHANG) == g->pid) {
+                        fprintf(stderr, "it_support: the gateway exited at start, see %s\n",
+                                g->log_path);
+                        g->pid = 0;
+                        return -1;
+                }
+                it_sleep_ms(20);
+        }
+        fprintf(stderr, "it_support: the gateway did not listen, see %s\n", g->log_path);
+        return -1;
+}
+
+static int wait_ready(const it_gateway *g)
+{
+        for (int waited = 0; waited < IT_GATEWAY_START_MS; waited += 50) {
+                it_http_response r;
+                if (it_http_get(g->url, "/readyz", &r) == 0) {
+                        long status = r.status;
+                        it_http_response_free(&r);
+                        if (status == 200) {
+                                return 0;
+                        }
+                }
+                it_sleep_ms(50);
+        }
+        fprintf(stderr, "it_support: %s never became ready\n", g->url);
+        return -1;
+}
+
+int it_gateway_start(const it_stack *s, const char *const *env, int wait_ready_too, it_gateway *out)
+{
+        static int counter;
+
+        memset(out, 0, sizeof(out[0]));
+        if (s->bin_dir[0] == '\0') {
+                fprintf(stderr, "it_support: the stack's env names no build folder\n");
+                return -1;
+        }
+        snprintf(out->log_path, sizeof(out->log_path), "%s/logs/it-gateway-%d-%d.log", s->dir,
+                 (int)getpid(), ++counter);
+        out->pid = fork();
+        if (out->pid < 0) {
+                out->pid = 0;
+                return -1;
+        }
+        if (out->pid == 0) {
+                exec_gateway(s, env, out->log_path);
+        }
+        if (wait_listening(out) != 0 || (wait_ready_too && wait_ready(out) != 0)) {
+                it_gateway_stop(out);
+                return -1;
+        }
+        return 0;
+}
+
+void it_gateway_stop(it_gateway *g)
+{
+        int status;
+
+        if (g->pid <= 0) {
+                return;
+        }
+        kill(g->pid, SIGTERM);
+        for (int waited = 0; waited < IT_GATEWAY_STOP_MS; waited += 20) {
+                if (waitpid(g->pid, &status, WNOHANG) == g->pid) {
+                        g->pid = 0;
+                        return;
+                }
+                it_sleep_ms(20);
+        }
+        kill(g->pid, SIGKILL);
+        waitpid(g->pid, &status, 0);
+        g->pid = 0;
+}
+
+int it_http_post_gzip(const char *base_url, const char *path, const char *content_type,
+                      const void *body, size_t body_len, const char *const *headers,
+                      it_http_response *out)
+{
+        int rc;
+
+        tl_accept_gzip = 1;
+        rc = it_http_post(base_url, path, content_type, body, body_len, headers, out);
+        tl_accept_gzip = 0;
+        return rc;
+}
+
+int it_metric(const char *base_url, const char *series, double *out)
+{
+        it_http_response r;
+        size_t n = strlen(series);
+        const char *line;
+        int rc = -1;
+
+        if (it_http_get(base_url, "/metrics", &r) != 0) {
+                return -1;
+        }
+        for (line = r.body; line != NULL && *line != '\0';) {
+                if (strncmp(line, series, n) == 0 && line[n] == ' ') {
+                        *out = strtod(line + n + 1, NULL);
+                        rc = 0;
+                        break;
+                }
+                line = strchr(line, '\n');
+                line = line != NULL ? line + 1 : NULL;
+        }
+        it_http_response_free(&r);
+        return rc;
+}
+
+void it_random_ip(char *out, size_t out_len)
+{
+        unsigned char r[3] = {0};
+        FILE *f = fopen("/dev/urandom", "rb");
+
+        if (f == NULL || fread(r, 1, sizeof(r), f) != sizeof(r)) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                r[0] = (unsigned char)ts.tv_nsec;
+                r[1] = (unsigned char)(ts.tv_nsec >> 8);
+                r[2] = (unsigned char)getpid();
+        }
+        if (f != NULL) {
+                fclose(f);
+        }
+        snprintf(out, out_len, "198.%d.%d.%d", 18 + (r[0] & 1), r[1], r[2] == 0 ? 1 : r[2]);
+}
+
+#define IT_AUTH_PATH       "/keelson.auth.v1.AuthService/"
+#define IT_HEADERS_MAX_N   8
+#define IT_PASSWORD        "correct horse battery staple"
+#define IT_TOKEN_BYTES_MAX 512
+#define IT_ID_BYTES_MAX    64
+
+int it_auth_call(const char *base_url, const char *method, const char *json, const char *token,
+                 const char *const *headers, it_http_response *out)
+{
+        char path[160], auth[IT_TOKEN_BYTES_MAX + 32];
+        const char *all[IT_HEADERS_MAX_N] = {NULL};
+        int n = 0;
+
+        snprintf(path, sizeof(path), IT_AUTH_PATH "%s", method);
+        if (token != NULL) {
+                snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+                all[n++] = auth;
+        }
+        for (size_t i = 0; headers != NULL && headers[i] != NULL && n < IT_HEADERS_MAX_N - 1; i++) {
+                all[n++] = headers[i];
+        }
+        return it_http_post(base_url, path, "application/json", json, strlen(json), all, out);
+}
+
+/* Copies the string field key of a JSON reply into out (out_len bytes). */
+static int json_field(const it_http_response *r, const char *key, char *out, size_t out_len)
+{
+        json_t *j = json_loadb(r->body, r->body_len, 0, NULL);
+        json_t *v = j != NULL ? json_object_get(j, key) : NULL;
+        int rc = -1;
+
+        if (json_is_string(v) && strlen(json_string_value(v)) < out_len) {
+                snprintf(out, out_len, "%s", json_string_value(v));
+                rc = 0;
+        }
+        json_decref(j);
+        return rc;
+}
+
+int it_new_session(const char *base_url, const char *email_prefix, char *token, char *tenant_id,
+                   char *user_id)
+{
+        char email[128], body[512];
+        it_http_response r;
+        int rc;
+
+        it_unique_email(email_prefix, email, sizeof(email));
+        snprintf(body, sizeof(body),
+                 "{\"email\":\"%s\",\"password\":\"" IT_PASSWORD "\",\"tenantName\":\"%s\"}", email,
+                 email_prefix);
+        if (it_auth_call(base_url, "SignUp", body, NULL, NULL, &r) != 0 || r.status != 200) {
+                fprintf(stderr, "it_support: SignUp answered %ld: %s\n", r.status,
+                        r.body != NULL ? r.body : "");
+                it_http_response_free(&r);
+                return -1;
+        }
+        it_http_response_free(&r);
+        snprintf(body, sizeof(body), "{\"email\":\"%s\",\"password\":\"" IT_PASSWORD "\"}", email);
+        if (it_auth_call(base_url, "Login", body, NULL, NULL, &r) != 0 || r.status != 200) {
+                fprintf(stderr, "it_support: Login answered %ld: %s\n", r.status,
+                        r.body != NULL ? r.body : "");
+                it_http_response_free(&r);
+                return -1;
+        }
+        rc = json_field(&r, "sessionToken", token, IT_TOKEN_BYTES_MAX);
+        if (rc == 0 && tenant_id != NULL) {
+                rc = json_field(&r, "tenantId", tenant_id, IT_ID_BYTES_MAX);
+        }
+        if (rc == 0 && user_id != NULL) {
+                rc = json_field(&r, "userId", user_id, IT_ID_BYTES_MAX);
+        }
+        it_http_response_free(&r);
+        return rc;
+}
+
+long it_header_long(const it_http_response *r, const char *name)
+{
+        char v[32], *end = NULL;
+        long n;
+
+        if (it_http_header(r, name, v, sizeof(v)) != 0) {
+                return -1;
+        }
+        n = strtol(v, &end, 10);
+        return end != v && *end == '\0' ? n : -1;
 }

@@ -23,6 +23,12 @@ typedef struct it_stack {
         int auth_health_ports[IT_REPLICAS_MAX];
         int auth_pids[IT_REPLICAS_MAX];
         int gateway_pid;
+        /* every gateway replica (stack.sh --gateway-replicas); [0] is gateway_url */
+        int n_gateways;
+        char gateway_urls[IT_REPLICAS_MAX][256];
+        int gateway_pids[IT_REPLICAS_MAX];
+        char bin_dir[512];  /* the build folder the stack runs from */
+        char stack_sh[512]; /* deploy/local/stack.sh */
 } it_stack;
 
 /* Reads $KEELSON_IT_STACK/env. Returns 0, or -1 (the test should fail). */
@@ -54,5 +60,65 @@ PGconn *it_pg_connect(const it_stack *s);
 
 /* A unique email for this test run: "<prefix>-<random>@example.test". */
 void it_unique_email(const char *prefix, char *out, size_t out_len);
+
+/* ---- gateway tests ------------------------------------------------------- */
+
+/*
+ * Stops (up = 0) or starts again (up = 1) the stack's Redis, through
+ * "stack.sh redis-stop|redis-start". Returns 0 on success. A test that stops
+ * it must start it again, also when it fails (do it in a teardown).
+ */
+int it_stack_redis(const it_stack *s, int up);
+
+/* One more gateway next to the stack's, with its own settings. */
+typedef struct it_gateway {
+        int pid;
+        char url[256];      /* http://127.0.0.1:port */
+        char log_path[600]; /* its stderr: JSON log lines */
+} it_gateway;
+
+/*
+ * Starts keelson-gateway from the stack's build folder on a free port of
+ * 127.0.0.1, with the stack's broker and Redis, plus env: "NAME=value"
+ * entries (NULL-terminated, may be NULL) that also override those. Waits for
+ * its "gateway listening" line, then (wait_ready) for /readyz to say 200.
+ * Returns 0, or -1 (the process, if any, is stopped).
+ */
+int it_gateway_start(const it_stack *s, const char *const *env, int wait_ready, it_gateway *out);
+/* SIGTERM, then SIGKILL after 10 s; waits for it. Accepts a never-started one. */
+void it_gateway_stop(it_gateway *g);
+
+/* it_http_post, asking for gzip (libcurl decodes the body; the headers stay as sent). */
+int it_http_post_gzip(const char *base_url, const char *path, const char *content_type,
+                      const void *body, size_t body_len, const char *const *headers,
+                      it_http_response *out);
+
+/*
+ * The value of one series of base_url's /metrics, named exactly as it is
+ * rendered ("name" or "name{label=\"v\",...}"). Returns 0, or -1 when absent.
+ */
+int it_metric(const char *base_url, const char *series, double *out);
+
+/* A random address in 198.18.0.0/15 (benchmarking range), for X-Forwarded-For. */
+void it_random_ip(char *out, size_t out_len);
+
+/*
+ * POSTs a JSON body to an AuthService method ("Login") of base_url, with a
+ * bearer token and more "Name: value" headers when not NULL (at most 6).
+ * Returns what it_http_post returns.
+ */
+int it_auth_call(const char *base_url, const char *method, const char *json, const char *token,
+                 const char *const *headers, it_http_response *out);
+
+/*
+ * Signs a fresh user up (a new tenant) and logs in, through base_url.
+ * token: at least 512 bytes; tenant_id and user_id: at least 64 (either may
+ * be NULL). Returns 0, or -1 with the reason on stderr.
+ */
+int it_new_session(const char *base_url, const char *email_prefix, char *token, char *tenant_id,
+                   char *user_id);
+
+/* An integer response header (RateLimit-Remaining, ...); -1 when absent. */
+long it_header_long(const it_http_response *r, const char *name);
 
 #endif

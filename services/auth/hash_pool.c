@@ -1,0 +1,319 @@
+/*
+ * The hash pool: scrypt on threads of its own, off the RPC workers' path.
+ *
+ * A password hash costs 25-50 ms of one core. If RPC workers ran scrypt
+ * themselves, a burst of logins would occupy every worker and a cheap
+ * ResolveContext would wait behind them. Here a fixed number of hash
+ * threads (KEELSON_AUTH_HASH_WORKERS, default the number of cores: more
+ * would only share the same cores) takes jobs from a bounded queue
+ * (KEELSON_AUTH_HASH_QUEUE_MAX). An RPC worker with a hash to do queues a
+ * job and waits for it; when the queue is full the job is refused at once
+ * (resource_exhausted) instead of waiting. So at most workers + queue_max
+ * RPC workers are ever blocked on hashing, main.c checks that this leaves
+ * RPC workers free, and those keep answering cheap methods during a login
+ * storm.
+ *
+ * Free workers are not enough when the cores themselves are busy with
+ * scrypt: a ResolveContext needs CPU too (this process, the broker,
+ * PostgreSQL). Hash threads therefore run at a lower scheduling priority
+ * (KEELSON_AUTH_HASH_NICE, default 10: about a tenth of a normal thread's
+ * share under contention), so a cheap call gets a core first and logins use
+ * what is left. Nothing starves: with no cheap work, hashes use every core.
+ *
+ * A job lives on its caller's stack: the caller waits until the job is done,
+ * or removes it from the queue itself when its deadline passes first (a
+ * running job is always waited for: scrypt cannot be interrupted, and the
+ * wait is bounded by one hash).
+ */
+#include "auth.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ks_log.h"
+
+#define HASH_WORKERS_MAX 256
+#define HASH_QUEUE_MAX   65536
+/* A call without a deadline still waits at most this long in the queue. */
+#define NO_DEADLINE_WAIT_MS 60000
+
+typedef enum job_kind { JOB_HASH, JOB_VERIFY } job_kind;
+typedef enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
+
+typedef struct job {
+        job_kind kind;
+        job_state state;
+        const char *password;
+        const char *stored;             /* verify */
+        const ks_scrypt_params *params; /* hash: the parameters; verify: the current ones */
+        char *out;                      /* hash: KS_PASSWORD_HASH_MAX bytes */
+        bool ok, needs_rehash;          /* verify */
+        int rc;
+        struct job *next;
+} job;
+
+struct auth_hash_pool {
+        pthread_mutex_t mu;
+        pthread_cond_t work_cv; /* a job was queued, or stop */
+        pthread_cond_t done_cv; /* a job finished */
+        job *head, *tail;
+        int queued;
+        int running;
+        int queue_max;
+        bool stop;
+        pthread_t *threads;
+        int n_threads;
+        int nice;
+        atomic_uint_fast64_t rejected;
+        ks_gauge *queue_gauge;
+        ks_counter *rejected_counter;
+};
+
+static void run_job(job *j)
+{
+        if (j->kind == JOB_HASH) {
+                j->rc = ks_password_hash(j->password, j->params, j->out) == 0 ? KS_OK : KS_INTERNAL;
+                return;
+        }
+        j->ok = false;
+        j->needs_rehash = false;
+        j->rc = ks_password_verify(j->password, j->stored, j->params, &j->ok, &j->needs_rehash) == 0
+                    ? KS_OK
+                    : KS_INTERNAL;
+}
+
+static void *worker_main(void *arg)
+{
+        auth_hash_pool *p = arg;
+        job *j;
+
+        /* Linux: a thread's nice value is its own (PRIO_PROCESS with its tid). */
+        if (p->nice > 0 && setpriority(PRIO_PROCESS, (id_t)gettid(), p->nice) != 0) {
+                ks_log_warn(NULL, "cannot lower the hash thread's priority", NULL);
+        }
+        pthread_mutex_lock(&p->mu);
+        for (;;) {
+                while (!p->stop && p->head == NULL) {
+                        pthread_cond_wait(&p->work_cv, &p->mu);
+                }
+                if (p->head == NULL) {
+                        break; /* stopping, and nothing left to do */
+                }
+                j = p->head;
+                p->head = j->next;
+                if (p->head == NULL) {
+                        p->tail = NULL;
+                }
+                p->queued--;
+                ks_gauge_set(p->queue_gauge, p->queued);
+                j->state = JOB_RUNNING;
+                p->running++;
+                pthread_mutex_unlock(&p->mu);
+                run_job(j);
+                pthread_mutex_lock(&p->mu);
+                p->running--;
+                j->state = JOB_DONE;
+                pthread_cond_broadcast(&p->done_cv);
+        }
+        pthread_mutex_unlock(&p->mu);
+        return NULL;
+}
+
+int auth_hash_pool_new(auth_hash_pool **out, int workers, int queue_max, int nice)
+{
+        auth_hash_pool *p;
+
+        *out = NULL;
+        if (workers < 1 || workers > HASH_WORKERS_MAX || queue_max < 1 ||
+            queue_max > HASH_QUEUE_MAX || nice < 0 || nice > 19 ||
+            (p = calloc(1, sizeof(*p))) == NULL) {
+                return KS_INVALID_ARGUMENT;
+        }
+        p->queue_max = queue_max;
+        p->nice = nice;
+        pthread_mutex_init(&p->mu, NULL);
+        pthread_cond_init(&p->work_cv, NULL); /* CLOCK_REALTIME: deadlines are wall-clock */
+        pthread_cond_init(&p->done_cv, NULL);
+        p->queue_gauge = ks_gauge_get(ks_metrics_default(), "keelson_auth_hash_queue_depth",
+                                      "Password hash jobs waiting for a hash thread", NULL);
+        p->rejected_counter =
+            ks_counter_get(ks_metrics_default(), "keelson_auth_hash_rejected_total",
+                           "Password hash jobs refused because the hash queue was full", NULL);
+        if ((p->threads = calloc((size_t)workers, sizeof(*p->threads))) == NULL) {
+                auth_hash_pool_free(p);
+                return KS_INTERNAL;
+        }
+        for (int i = 0; i < workers; i++) {
+                if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0) {
+                        auth_hash_pool_free(p);
+                        return KS_INTERNAL;
+                }
+                p->n_threads++;
+        }
+        *out = p;
+        return KS_OK;
+}
+
+void auth_hash_pool_free(auth_hash_pool *p)
+{
+        if (p == NULL) {
+                return;
+        }
+        pthread_mutex_lock(&p->mu);
+        p->stop = true;
+        pthread_cond_broadcast(&p->work_cv);
+        pthread_mutex_unlock(&p->mu);
+        for (int i = 0; i < p->n_threads; i++) {
+                pthread_join(p->threads[i], NULL);
+        }
+        free(p->threads);
+        pthread_cond_destroy(&p->done_cv);
+        pthread_cond_destroy(&p->work_cv);
+        pthread_mutex_destroy(&p->mu);
+        free(p);
+}
+
+static struct timespec abs_deadline(int64_t deadline_unix_ms)
+{
+        struct timespec ts;
+
+        if (deadline_unix_ms <= 0) {
+                deadline_unix_ms = ks_now_ms() + NO_DEADLINE_WAIT_MS;
+        }
+        ts.tv_sec = (time_t)(deadline_unix_ms / 1000);
+        ts.tv_nsec = (long)(deadline_unix_ms % 1000) * 1000000L;
+        return ts;
+}
+
+/* Removes a job that is still queued (under the lock). */
+static void unlink_job(auth_hash_pool *p, job *j)
+{
+        job **pp = &p->head, *prev = NULL;
+
+        while (*pp != NULL && *pp != j) {
+                prev = *pp;
+                pp = &(*pp)->next;
+        }
+        if (*pp == NULL) {
+                return;
+        }
+        *pp = j->next;
+        if (p->tail == j) {
+                p->tail = prev;
+        }
+        p->queued--;
+        ks_gauge_set(p->queue_gauge, p->queued);
+}
+
+static int submit_and_wait(auth_hash_pool *p, job *j, int64_t deadline_unix_ms)
+{
+        struct timespec until = abs_deadline(deadline_unix_ms);
+        int rc = KS_OK;
+
+        pthread_mutex_lock(&p->mu);
+        if (p->stop || p->queued >= p->queue_max) {
+                pthread_mutex_unlock(&p->mu);
+                atomic_fetch_add(&p->rejected, 1);
+                ks_counter_inc(p->rejected_counter);
+                return p->stop ? KS_UNAVAILABLE : KS_RESOURCE_EXHAUSTED;
+        }
+        j->state = JOB_QUEUED;
+        j->next = NULL;
+        if (p->tail != NULL) {
+                p->tail->next = j;
+        } else {
+                p->head = j;
+        }
+        p->tail = j;
+        p->queued++;
+        ks_gauge_set(p->queue_gauge, p->queued);
+        pthread_cond_signal(&p->work_cv);
+        while (j->state != JOB_DONE) {
+                if (j->state == JOB_QUEUED &&
+                    pthread_cond_timedwait(&p->done_cv, &p->mu, &until) == ETIMEDOUT &&
+                    j->state == JOB_QUEUED) {
+                        unlink_job(p, j);
+                        rc = KS_DEADLINE_EXCEEDED;
+                        break;
+                }
+                if (j->state == JOB_RUNNING) {
+                        pthread_cond_wait(&p->done_cv, &p->mu);
+                }
+        }
+        pthread_mutex_unlock(&p->mu);
+        return rc != KS_OK ? rc : j->rc;
+}
+
+int auth_hash_password(auth_hash_pool *p, const char *password, const ks_scrypt_params *params,
+                       char out[KS_PASSWORD_HASH_MAX], int64_t deadline_unix_ms)
+{
+        job j;
+
+        memset(&j, 0, sizeof(j));
+        j.kind = JOB_HASH;
+        j.password = password;
+        j.params = params;
+        j.out = out;
+        return submit_and_wait(p, &j, deadline_unix_ms);
+}
+
+int auth_verify_password(auth_hash_pool *p, const char *password, const char *stored,
+                         const ks_scrypt_params *current, bool *ok, bool *needs_rehash,
+                         int64_t deadline_unix_ms)
+{
+        job j;
+        int rc;
+
+        memset(&j, 0, sizeof(j));
+        j.kind = JOB_VERIFY;
+        j.password = password;
+        j.stored = stored;
+        j.params = current;
+        rc = submit_and_wait(p, &j, deadline_unix_ms);
+        *ok = rc == KS_OK && j.ok;
+        if (needs_rehash != NULL) {
+                *needs_rehash = rc == KS_OK && j.needs_rehash;
+        }
+        return rc;
+}
+
+int auth_hash_pool_queued(auth_hash_pool *p)
+{
+        int n;
+
+        pthread_mutex_lock(&p->mu);
+        n = p->queued;
+        pthread_mutex_unlock(&p->mu);
+        return n;
+}
+
+bool auth_hash_pool_full(auth_hash_pool *p)
+{
+        bool full;
+
+        pthread_mutex_lock(&p->mu);
+        full = p->queued >= p->queue_max;
+        pthread_mutex_unlock(&p->mu);
+        return full;
+}
+
+int auth_hash_pool_running(auth_hash_pool *p)
+{
+        int n;
+
+        pthread_mutex_lock(&p->mu);
+        n = p->running;
+        pthread_mutex_unlock(&p->mu);
+        return n;
+}
+
+uint64_t auth_hash_pool_rejected(auth_hash_pool *p)
+{
+        return (uint64_t)atomic_load(&p->rejected);
+}

@@ -1,0 +1,340 @@
+/*
+ * Rate-limit specs ("5:1/5s") and the in-process token buckets the gateway
+ * falls back to while Redis is unavailable (and that tools/bench_bucket.c
+ * measures).
+ *
+ * The arithmetic is ratelimit.lua's, in C: tokens are counted in units of
+ * 1/period_us so that every refill is an exact integer (elapsed_us * refill)
+ * and a client that waits the retry-after it was given always finds its
+ * token. A key that is not in the table is a full bucket, which is also why
+ * evicting the least recently used key is safe: at worst it forgets a
+ * partly spent bucket, never grants more than capacity at once.
+ *
+ * The table: a fixed array of max_keys entries (keys inline, no allocation
+ * per key), chained hash heads of 32-bit indices, and an LRU list through
+ * the entries. One thread only (the loop, or a benchmark).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway.h"
+#include "ks_crypto.h"
+
+#define NONE             UINT32_MAX
+#define DIGITS_MAX       9
+#define US_PER_MS        1000LL
+#define BUCKETS_KEYS_MAX (1u << 24)
+
+/* ---- specs ----------------------------------------------------------------- */
+
+/* 1..DIGITS_MAX decimal digits at *p; advances *p. Returns -1 when none. */
+static int64_t parse_digits(const char **p)
+{
+        int64_t v = 0;
+        int n = 0;
+        while (**p >= '0' && **p <= '9' && n < DIGITS_MAX) {
+                v = v * 10 + (**p - '0');
+                (*p)++;
+                n++;
+        }
+        return n > 0 && !(**p >= '0' && **p <= '9') ? v : -1;
+}
+
+static int64_t unit_us(const char *u)
+{
+        static const struct {
+                const char *name;
+                int64_t us;
+        } units[] = {{"ms", 1000LL}, {"s", 1000000LL}, {"m", 60000000LL}, {"h", 3600000000LL}};
+        for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+                if (strcmp(u, units[i].name) == 0) {
+                        return units[i].us;
+                }
+        }
+        return -1;
+}
+
+static int spec_fail(char *err, size_t err_len, const char *spec, const char *why)
+{
+        snprintf(err, err_len, "\"%.64s\": %s", spec, why);
+        return -1;
+}
+
+int gw_limit_parse(const char *spec, gw_limit *out, bool *off, char *err, size_t err_len)
+{
+        const char *p = spec;
+        *off = false;
+        if (strcmp(spec, "off") == 0) {
+                *off = true;
+                return 0;
+        }
+        int64_t cap = parse_digits(&p);
+        if (cap < 0 || *p++ != ':') {
+                return spec_fail(err, err_len, spec, "expected " GW_LIMIT_SPEC_HELP);
+        }
+        int64_t refill = parse_digits(&p);
+        if (refill < 0 || *p++ != '/') {
+                return spec_fail(err, err_len, spec, "expected " GW_LIMIT_SPEC_HELP);
+        }
+        int64_t count = *p >= '0' && *p <= '9' ? parse_digits(&p) : 1;
+        int64_t unit = unit_us(p);
+        if (count < 1 || unit < 0) {
+                return spec_fail(err, err_len, spec,
+                                 "the period is [digits]unit with unit ms, s, m or h (5s, 1m)");
+        }
+        if (cap < 1 || cap > GW_LIMIT_CAPACITY_MAX || refill < 1 ||
+            refill > GW_LIMIT_CAPACITY_MAX) {
+                return spec_fail(err, err_len, spec, "capacity and tokens must be 1..1000000");
+        }
+        if (count * unit > GW_LIMIT_PERIOD_MAX_US) {
+                return spec_fail(err, err_len, spec, "the period must be at most 24h");
+        }
+        if (cap * count * unit >= GW_LIMIT_UNITS_MAX) {
+                return spec_fail(err, err_len, spec,
+                                 "capacity x period must stay below 2^53 token-microseconds");
+        }
+        out->capacity = cap;
+        out->refill = refill;
+        out->period_us = count * unit;
+        return 0;
+}
+
+gw_limit gw_limit_share(const gw_limit *lim, int64_t n)
+{
+        gw_limit share = *lim;
+        if (n > 1) {
+                share.capacity = lim->capacity / n > 0 ? lim->capacity / n : 1;
+                share.period_us = lim->period_us * n; /* the same tokens over n periods */
+        }
+        return share;
+}
+
+/* ---- the arithmetic (ratelimit.lua) ----------------------------------------- */
+
+static int64_t div_ceil(int64_t a, int64_t b)
+{
+        return a / b + (a % b != 0 ? 1 : 0);
+}
+
+bool gw_limit_consume(const gw_limit *lim, int64_t *units, int64_t *last_us, int64_t now_us)
+{
+        int64_t full = lim->capacity * lim->period_us;
+        int64_t s = *units;
+        if (s < 0 || s > full) {
+                s = full;
+        }
+        if (now_us > *last_us) {
+                /* 128 bits: a long idle times the refill rate overflows 64 (then: full). */
+                __int128 added = (__int128)(now_us - *last_us) * lim->refill;
+                s = added >= full - s ? full : s + (int64_t)added;
+                *last_us = now_us;
+        }
+        bool allowed = s >= lim->period_us; /* one token */
+        *units = allowed ? s - lim->period_us : s;
+        return allowed;
+}
+
+void gw_limit_describe(const gw_limit *lim, int64_t units, bool allowed, gw_decision *out)
+{
+        int64_t full = lim->capacity * lim->period_us;
+        out->allowed = allowed;
+        out->limit = lim->capacity;
+        out->remaining = units / lim->period_us;
+        out->retry_ms =
+            allowed ? 0 : div_ceil(div_ceil(lim->period_us - units, lim->refill), US_PER_MS);
+        out->reset_ms = div_ceil(div_ceil(full - units, lim->refill), US_PER_MS);
+}
+
+void gw_limit_decide(const gw_limit *lim, int64_t *units, int64_t *last_us, int64_t now_us,
+                     gw_decision *out)
+{
+        bool allowed = gw_limit_consume(lim, units, last_us, now_us);
+        gw_limit_describe(lim, *units, allowed, out);
+}
+
+/* ---- the table --------------------------------------------------------------- */
+
+typedef struct bucket {
+        uint64_t hash;
+        int64_t units;
+        int64_t last_us;
+        uint32_t chain; /* next entry with the same head */
+        uint32_t lru_prev, lru_next;
+        uint8_t key_len;
+        char key[GW_LIMIT_KEY_MAX];
+} bucket;
+
+struct gw_buckets {
+        bucket *v;
+        uint32_t max;
+        uint32_t n;
+        uint32_t *heads;
+        uint64_t mask;
+        uint32_t lru_head, lru_tail; /* most and least recently used */
+        uint64_t seed;
+};
+
+uint64_t gw_hash64(uint64_t seed, const void *data, size_t len)
+{
+        const uint8_t *p = data;
+        uint64_t h = seed ^ ((uint64_t)len * 0x9e3779b97f4a7c15ULL);
+        uint64_t w;
+        for (; len >= 8; p += 8, len -= 8) {
+                memcpy(&w, p, 8);
+                h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
+                h ^= h >> 31;
+        }
+        if (len > 0) {
+                w = 0;
+                memcpy(&w, p, len);
+                h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
+                h ^= h >> 31;
+        }
+        h ^= h >> 33; /* murmur3's finalizer: every input bit reaches the low bits */
+        h *= 0xff51afd7ed558ccdULL;
+        h ^= h >> 33;
+        h *= 0xc4ceb9fe1a85ec53ULL;
+        return h ^ (h >> 33);
+}
+
+int gw_buckets_new(gw_buckets **out, size_t max_keys)
+{
+        *out = NULL;
+        if (max_keys < 1 || max_keys > BUCKETS_KEYS_MAX) {
+                return -1;
+        }
+        gw_buckets *b = calloc(1, sizeof(*b));
+        if (b == NULL) {
+                return -1;
+        }
+        size_t n_heads = 1;
+        while (n_heads < 2 * max_keys) {
+                n_heads <<= 1;
+        }
+        b->max = (uint32_t)max_keys;
+        b->mask = n_heads - 1;
+        b->v = calloc(max_keys, sizeof(*b->v));
+        b->heads = malloc(n_heads * sizeof(*b->heads));
+        if (b->v == NULL || b->heads == NULL || ks_random_bytes(&b->seed, sizeof(b->seed)) != 0) {
+                gw_buckets_free(b);
+                return -1;
+        }
+        memset(b->heads, 0xff, n_heads * sizeof(*b->heads)); /* NONE */
+        b->lru_head = NONE;
+        b->lru_tail = NONE;
+        *out = b;
+        return 0;
+}
+
+void gw_buckets_free(gw_buckets *b)
+{
+        if (b == NULL) {
+                return;
+        }
+        free(b->v);
+        free(b->heads);
+        free(b);
+}
+
+size_t gw_buckets_count(const gw_buckets *b)
+{
+        return b->n;
+}
+
+static void lru_unlink(gw_buckets *b, uint32_t i)
+{
+        bucket *e = &b->v[i];
+        if (e->lru_prev != NONE) {
+                b->v[e->lru_prev].lru_next = e->lru_next;
+        } else {
+                b->lru_head = e->lru_next;
+        }
+        if (e->lru_next != NONE) {
+                b->v[e->lru_next].lru_prev = e->lru_prev;
+        } else {
+                b->lru_tail = e->lru_prev;
+        }
+}
+
+static void lru_push_front(gw_buckets *b, uint32_t i)
+{
+        bucket *e = &b->v[i];
+        e->lru_prev = NONE;
+        e->lru_next = b->lru_head;
+        if (b->lru_head != NONE) {
+                b->v[b->lru_head].lru_prev = i;
+        }
+        b->lru_head = i;
+        if (b->lru_tail == NONE) {
+                b->lru_tail = i;
+        }
+}
+
+static void chain_unlink(gw_buckets *b, uint32_t i)
+{
+        uint32_t *link = &b->heads[b->v[i].hash & b->mask];
+        while (*link != i) {
+                link = &b->v[*link].chain;
+        }
+        *link = b->v[i].chain;
+}
+
+/* A slot for a new key: a never-used one, else the least recently used. */
+static uint32_t slot_for_new(gw_buckets *b)
+{
+        if (b->n < b->max) {
+                return b->n++;
+        }
+        uint32_t i = b->lru_tail;
+        lru_unlink(b, i);
+        chain_unlink(b, i);
+        return i;
+}
+
+/* The entry of key, made (full) when it is new. */
+static uint32_t entry_of(gw_buckets *b, const char *key, size_t key_len, const gw_limit *lim,
+                         int64_t now_us)
+{
+        if (key_len > GW_LIMIT_KEY_MAX) {
+                key_len = GW_LIMIT_KEY_MAX; /* ratelimit.c hashes long keys down first */
+        }
+        uint64_t h = gw_hash64(b->seed, key, key_len);
+        uint32_t i = b->heads[h & b->mask];
+        while (i != NONE && (b->v[i].hash != h || b->v[i].key_len != key_len ||
+                             memcmp(b->v[i].key, key, key_len) != 0)) {
+                i = b->v[i].chain;
+        }
+        if (i != NONE) {
+                if (b->lru_head != i) {
+                        lru_unlink(b, i);
+                        lru_push_front(b, i);
+                }
+                return i;
+        }
+        i = slot_for_new(b);
+        bucket *e = &b->v[i];
+        e->hash = h;
+        e->key_len = (uint8_t)key_len;
+        memcpy(e->key, key, key_len);
+        e->units = lim->capacity * lim->period_us; /* a new bucket is full */
+        e->last_us = now_us;
+        e->chain = b->heads[h & b->mask];
+        b->heads[h & b->mask] = i;
+        lru_push_front(b, i);
+        return i;
+}
+
+bool gw_buckets_consume(gw_buckets *b, const char *key, size_t key_len, const gw_limit *lim,
+                        int64_t now_us)
+{
+        bucket *e = &b->v[entry_of(b, key, key_len, lim, now_us)];
+        return gw_limit_consume(lim, &e->units, &e->last_us, now_us);
+}
+
+void gw_buckets_take(gw_buckets *b, const char *key, size_t key_len, const gw_limit *lim,
+                     int64_t now_us, gw_decision *out)
+{
+        bucket *e = &b->v[entry_of(b, key, key_len, lim, now_us)];
+        gw_limit_decide(lim, &e->units, &e->last_us, now_us, out);
+}

@@ -1,0 +1,330 @@
+/*
+ * Rate limits: which bucket a request takes a token from, and who decides.
+ *
+ * Scopes (KEELSON_GATEWAY_RATE_AUTH, KEELSON_GATEWAY_RATE_API):
+ * - auth: every public method (sign-up, login, password reset, accepting an
+ *   invitation: the calls an attacker can make without a session), keyed by
+ *   client address and method. Default 5, refilling 1 every 5 s.
+ * - api: every authenticated method, keyed by the caller's tenant, whether
+ *   it came with a session or an API key. Default 500 per minute.
+ * - KEELSON_GATEWAY_RATE_OVERRIDES gives single methods their own
+ *   parameters (or "off"); an overridden method gets a bucket of its own
+ *   (the method joins the key), so it never drains its scope's bucket.
+ *
+ * Who decides: Redis (redis.c, ratelimit.lua), so that every replica shares
+ * one bucket per key. While Redis is unavailable, or a decision fails, the
+ * in-process buckets (bucket.c) decide with this replica's share of the
+ * parameters (divided by KEELSON_GATEWAY_REPLICAS), so the fleet as a whole
+ * stays near the configured rate and no request fails because Redis is down.
+ *
+ * Keys are "a:<method>:<address>", "t:<tenant>" and "m:<method>:<tenant>"
+ * (behind KEELSON_GATEWAY_REDIS_PREFIX in Redis). One longer than
+ * GW_LIMIT_KEY_MAX becomes "h:" and the hex SHA-256 of it, so replicas still
+ * agree on it.
+ */
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway.h"
+#include "ks_crypto.h"
+#include "ks_log.h"
+
+#define DECISIONS_NAME "keelson_gateway_ratelimit_decisions_total"
+#define DECISIONS_HELP "Rate-limit decisions by scope, result and where they were made"
+#define ERR_MAX        256
+
+struct gw_ratelimit {
+        gw_redis *redis; /* NULL without KEELSON_REDIS_URL */
+        gw_buckets *local;
+        /* [scope][local][limited] */
+        ks_counter *decisions[GW_SCOPE_COUNT][2][2];
+};
+
+static const char *const scope_names[GW_SCOPE_COUNT] = {"auth", "api"};
+
+/* ---- configuration ---------------------------------------------------------- */
+
+static int fail(char *err, size_t err_len, const char *var, const char *why)
+{
+        snprintf(err, err_len, "%s: %s", var, why);
+        return -1;
+}
+
+/* One "Method=SPEC" of the override list. */
+static int parse_override(const char *item, size_t len, gw_override *o, char *why, size_t why_len)
+{
+        char buf[GW_PATH_MAX + 64];
+        if (len >= sizeof(buf)) {
+                snprintf(why, why_len, "entry too long: \"%.48s...\"", item);
+                return -1;
+        }
+        memcpy(buf, item, len);
+        buf[len] = '\0';
+        char *eq = strchr(buf, '=');
+        if (eq == NULL) {
+                snprintf(why, why_len, "\"%.64s\": expected Method=" GW_LIMIT_SPEC_HELP, buf);
+                return -1;
+        }
+        *eq = '\0';
+        size_t method_len = (size_t)(eq - buf);
+        if (method_len >= sizeof(o->method) || !gw_method_routed(buf)) {
+                snprintf(why, why_len,
+                         "\"%.64s\" is not a routed method (write package.Service/Method, e.g. "
+                         "keelson.auth.v1.AuthService/Login)",
+                         buf);
+                return -1;
+        }
+        memcpy(o->method, buf, method_len + 1);
+        return gw_limit_parse(eq + 1, &o->limit, &o->off, why, why_len);
+}
+
+static int parse_overrides(const char *list, gw_rate_config *out, char *why, size_t why_len)
+{
+        for (const char *p = list; *p != '\0';) {
+                size_t len = strcspn(p, ",");
+                const char *item = p;
+                while (len > 0 && (*item == ' ' || *item == '\t')) {
+                        item++;
+                        len--;
+                }
+                while (len > 0 && (item[len - 1] == ' ' || item[len - 1] == '\t')) {
+                        len--;
+                }
+                if (len > 0) {
+                        if (out->n_overrides == GW_OVERRIDES_MAX) {
+                                snprintf(why, why_len, "more than %d entries", GW_OVERRIDES_MAX);
+                                return -1;
+                        }
+                        gw_override *o = &out->overrides[out->n_overrides];
+                        if (parse_override(item, len, o, why, why_len) != 0) {
+                                return -1;
+                        }
+                        for (int i = 0; i < out->n_overrides; i++) {
+                                if (strcmp(out->overrides[i].method, o->method) == 0) {
+                                        snprintf(why, why_len, "%s is listed twice", o->method);
+                                        return -1;
+                                }
+                        }
+                        out->n_overrides++;
+                }
+                p += strcspn(p, ",");
+                if (*p == ',') {
+                        p++;
+                }
+        }
+        return 0;
+}
+
+int gw_rate_config_parse(const gw_config *cfg, gw_rate_config *out, char *err, size_t err_len)
+{
+        char why[ERR_MAX];
+        const char *specs[GW_SCOPE_COUNT] = {cfg->rate_auth, cfg->rate_api};
+        const char *vars[GW_SCOPE_COUNT] = {"KEELSON_GATEWAY_RATE_AUTH",
+                                            "KEELSON_GATEWAY_RATE_API"};
+        memset(out, 0, sizeof(*out));
+        for (int s = 0; s < GW_SCOPE_COUNT; s++) {
+                if (gw_limit_parse(specs[s], &out->scope[s], &out->scope_off[s], why,
+                                   sizeof(why)) != 0) {
+                        return fail(err, err_len, vars[s], why);
+                }
+        }
+        if (parse_overrides(cfg->rate_overrides, out, why, sizeof(why)) != 0) {
+                return fail(err, err_len, "KEELSON_GATEWAY_RATE_OVERRIDES", why);
+        }
+        if (gw_proxies_parse(cfg->trusted_proxies, &out->proxies, why, sizeof(why)) != 0) {
+                return fail(err, err_len, "KEELSON_GATEWAY_TRUSTED_PROXIES", why);
+        }
+        if (strlen(cfg->redis_prefix) > GW_REDIS_PREFIX_MAX) {
+                return fail(err, err_len, "KEELSON_GATEWAY_REDIS_PREFIX", "at most 64 bytes");
+        }
+        out->has_redis = cfg->redis_url[0] != '\0';
+        if (out->has_redis && gw_redis_url_parse(cfg->redis_url, &out->redis) != 0) {
+                /* The value may hold a password: it is not repeated. */
+                return fail(err, err_len, "KEELSON_REDIS_URL",
+                            "expected redis://[[user]:password@]host[:port][/db], or empty for "
+                            "in-process limits only");
+        }
+        return 0;
+}
+
+/* ---- routes ------------------------------------------------------------------- */
+
+static const gw_override *override_of(const gw_rate_config *rc, const char *method)
+{
+        for (int i = 0; i < rc->n_overrides; i++) {
+                if (strcmp(rc->overrides[i].method, method) == 0) {
+                        return &rc->overrides[i];
+                }
+        }
+        return NULL;
+}
+
+static void route_limit(gw_route *r, const gw_config *cfg)
+{
+        const gw_rate_config *rc = &cfg->rate;
+        r->scope = (r->flags & KS_M_PUBLIC) != 0 ? GW_SCOPE_AUTH : GW_SCOPE_API;
+        r->key_method = r->scope == GW_SCOPE_AUTH;
+        r->limited = !rc->scope_off[r->scope];
+        r->limit = rc->scope[r->scope];
+        const gw_override *o = override_of(rc, r->method);
+        if (o != NULL) {
+                r->limited = !o->off;
+                r->limit = o->limit;
+                r->key_method = true;
+        }
+        r->local = gw_limit_share(&r->limit, cfg->replicas);
+}
+
+/* ---- decisions ---------------------------------------------------------------- */
+
+static void count(gw_ratelimit *rl, const gw_route *route, bool local, const gw_decision *d)
+{
+        ks_counter_inc(rl->decisions[route->scope][local ? 1 : 0][d->allowed ? 0 : 1]);
+}
+
+static void decide_locally(gw_limit_wait *w)
+{
+        gw_buckets_take(w->rl->local, w->key, w->key_len, &w->route->local, gw_now_ns() / 1000,
+                        &w->decision);
+        count(w->rl, w->route, true, &w->decision);
+}
+
+static void on_redis(void *arg, int rc, const gw_decision *d)
+{
+        gw_limit_wait *w = arg;
+        if (rc == KS_OK) {
+                w->decision = *d;
+                count(w->rl, w->route, false, d);
+        } else {
+                decide_locally(w);
+        }
+        w->done(w);
+}
+
+/* The bucket key of a request; long ones are hashed down (see the top). */
+static void make_key(gw_limit_wait *w, const char *subject)
+{
+        const gw_route *r = w->route;
+        char full[GW_PATH_MAX + GW_IP_MAX + GW_ID_MAX + 8];
+        int n;
+        if (r->scope == GW_SCOPE_AUTH) {
+                n = snprintf(full, sizeof(full), "a:%s:%s", r->method, subject);
+        } else if (r->key_method) {
+                n = snprintf(full, sizeof(full), "m:%s:%s", r->method, subject);
+        } else {
+                n = snprintf(full, sizeof(full), "t:%s", subject);
+        }
+        size_t len = n < 0 ? 0 : (size_t)n < sizeof(full) ? (size_t)n : sizeof(full) - 1;
+        if (len <= GW_LIMIT_KEY_MAX) {
+                memcpy(w->key, full, len + 1);
+                w->key_len = len;
+                return;
+        }
+        char hex[2 * KS_SHA256_BYTES + 1];
+        ks_sha256_hex(full, len, hex);
+        w->key_len = (size_t)snprintf(w->key, sizeof(w->key), "h:%s", hex);
+}
+
+int gw_ratelimit_take(gw_ratelimit *rl, const gw_route *route, const char *subject,
+                      gw_limit_wait *w)
+{
+        if (rl == NULL || !route->limited) {
+                return GW_LIMIT_OFF;
+        }
+        w->rl = rl;
+        w->route = route;
+        make_key(w, subject);
+        if (gw_redis_take(rl->redis, w->key, w->key_len, &route->limit, on_redis, w) == KS_OK) {
+                return GW_LIMIT_LATER;
+        }
+        decide_locally(w);
+        return GW_LIMIT_NOW;
+}
+
+static int64_t ceil_s(int64_t ms)
+{
+        return (ms + 999) / 1000;
+}
+
+void gw_ratelimit_headers(const gw_decision *d, struct evkeyvalq *headers)
+{
+        char v[24];
+        snprintf(v, sizeof(v), "%lld", (long long)d->limit);
+        evhttp_add_header(headers, "RateLimit-Limit", v);
+        snprintf(v, sizeof(v), "%lld", (long long)d->remaining);
+        evhttp_add_header(headers, "RateLimit-Remaining", v);
+        snprintf(v, sizeof(v), "%lld", (long long)ceil_s(d->reset_ms));
+        evhttp_add_header(headers, "RateLimit-Reset", v);
+        if (!d->allowed) {
+                int64_t s = ceil_s(d->retry_ms);
+                snprintf(v, sizeof(v), "%lld", (long long)(s > 0 ? s : 1));
+                evhttp_add_header(headers, "Retry-After", v);
+        }
+}
+
+/* ---- life ------------------------------------------------------------------------ */
+
+static void metrics_init(gw_ratelimit *rl)
+{
+        static const char *const backend[2] = {"redis", "local"};
+        static const char *const result[2] = {"allowed", "limited"};
+        for (int s = 0; s < GW_SCOPE_COUNT; s++) {
+                for (int b = 0; b < 2; b++) {
+                        for (int d = 0; d < 2; d++) {
+                                char labels[96];
+                                snprintf(labels, sizeof(labels),
+                                         "scope=\"%s\",decision=\"%s\",backend=\"%s\"",
+                                         scope_names[s], result[d], backend[b]);
+                                rl->decisions[s][b][d] = ks_counter_get(
+                                    ks_metrics_default(), DECISIONS_NAME, DECISIONS_HELP, labels);
+                        }
+                }
+        }
+}
+
+int gw_ratelimit_new(gw_ratelimit **out, struct event_base *base, const gw_config *cfg,
+                     gw_routes *routes)
+{
+        *out = NULL;
+        gw_ratelimit *rl = calloc(1, sizeof(*rl));
+        if (rl == NULL || gw_buckets_new(&rl->local, (size_t)cfg->rate_local_keys) != 0) {
+                free(rl);
+                return -1;
+        }
+        metrics_init(rl);
+        for (size_t i = 0; i < gw_routes_count(routes); i++) {
+                route_limit(gw_routes_at_mut(routes, i), cfg);
+        }
+        if (cfg->rate.has_redis) {
+                gw_redis_options o = {
+                    .url = cfg->rate.redis,
+                    .prefix = cfg->redis_prefix,
+                    .timeout_ms = (int)cfg->redis_timeout_ms,
+                    .retry_max_ms = (int)cfg->redis_retry_ms,
+                    .pending_max = (int)cfg->redis_pending_max,
+                    .server_time = cfg->redis_server_time,
+                };
+                int rc = gw_redis_new(&rl->redis, base, &o);
+                explicit_bzero(&o.url, sizeof(o.url));
+                if (rc != 0) {
+                        gw_ratelimit_free(rl);
+                        return -1;
+                }
+        } else {
+                ks_log_info(NULL, "no KEELSON_REDIS_URL: rate limits are per replica", NULL);
+        }
+        *out = rl;
+        return 0;
+}
+
+void gw_ratelimit_free(gw_ratelimit *rl)
+{
+        if (rl == NULL) {
+                return;
+        }
+        gw_redis_free(rl->redis); /* decisions in flight end here, decided locally */
+        gw_buckets_free(rl->local);
+        free(rl);
+}

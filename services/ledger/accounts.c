@@ -1,0 +1,125 @@
+/*
+ * CreateAccounts: a batch of up to 8,190 accounts in one transaction. The
+ * tenant's clock (locked first, db.c) orders the batch among the tenant's
+ * other writes and gives each account its timestamp; the accounts that
+ * already exist with the batch's ids are read for the idempotency checks.
+ * They need no lock: an account's identity fields never change, and only
+ * this path, under the same clock, inserts accounts.
+ */
+#include "ledger.h"
+
+#include <stdlib.h>
+
+typedef Keelson__Ledger__V1__CreateAccountsRequest accounts_req;
+typedef Keelson__Ledger__V1__CreateAccountsResponse accounts_resp;
+
+typedef struct job {
+        lg_worker *w;
+        int n;
+} job;
+
+static const char sql_existing[] = "SELECT " LG_ACCOUNT_COLS " FROM ledger.accounts"
+                                   " WHERE tenant_id = $1::uuid AND id = ANY ($2::uuid[])";
+
+static int load_existing(lg_tx *tx, lg_batch *b, const lg_account *ev, int n)
+{
+        const char *params[2];
+        PGresult *res = NULL;
+        lg_text *t = tx->text;
+        int rc;
+
+        lg_text_reset(t);
+        lg_text_param(t, tx->tenant);
+        lg_text_array_begin(t);
+        for (int i = 0; i < n; i++) {
+                lg_text_array_uuid(t, ev[i].id);
+        }
+        lg_text_array_end(t);
+        if (lg_text_params(t, params) != 2) {
+                return KS_INTERNAL;
+        }
+        if ((rc = lg_exec(tx, sql_existing, 2, params, &res)) != KS_OK) {
+                return rc;
+        }
+        for (int i = 0; i < PQntuples(res) && rc == KS_OK; i++) {
+                lg_account a;
+                if (lg_read_account(res, i, 0, &a) != 0 || lg_batch_load_account(b, &a) != 0) {
+                        rc = KS_INTERNAL;
+                }
+        }
+        PQclear(res);
+        return rc;
+}
+
+static int accounts_tx(lg_tx *tx, void *arg)
+{
+        job *j = arg;
+        lg_batch *b = j->w->batch;
+        int rc;
+
+        lg_batch_reset(b);
+        if ((rc = load_existing(tx, b, j->w->account_events, j->n)) != KS_OK) {
+                return rc;
+        }
+        lg_create_accounts(b, j->w->account_events, j->n, tx->base_ts, j->w->results);
+        return lg_write_batch(tx, b);
+}
+
+static int reply(ks_call *call, const uint8_t *results, int n)
+{
+        lg_service *svc = call->service;
+        accounts_resp resp = KEELSON__LEDGER__V1__CREATE_ACCOUNTS_RESPONSE__INIT;
+        Keelson__Ledger__V1__CreateAccountsResponse__Result *r = calloc((size_t)n, sizeof(*r));
+        uint64_t ok = 0;
+        int rc;
+
+        if (r == NULL) {
+                return ks_call_fail(call, KS_RESOURCE_EXHAUSTED, "out of memory");
+        }
+        for (int i = 0; i < n; i++) {
+                r[i] = (Keelson__Ledger__V1__CreateAccountsResponse__Result)results[i];
+                ok += results[i] == LG_AR(ok);
+        }
+        ks_counter_add(svc->events_ok[0], ok);
+        ks_counter_add(svc->events_failed[0], (uint64_t)n - ok);
+        resp.n_results = (size_t)n;
+        resp.results = r;
+        rc = ks_call_reply(call, &resp.base);
+        free(r);
+        return rc;
+}
+
+int lg_create_accounts_handler(ks_call *call)
+{
+        const accounts_req *req = (const accounts_req *)call->in;
+        lg_service *svc = call->service;
+        lg_worker *w = call->worker_state;
+        char err[128];
+        int rc;
+
+        if ((rc = lg_require_caller(call, true)) != KS_OK) {
+                return rc;
+        }
+        if (req->n_accounts == 0 || req->n_accounts > (size_t)svc->batch_max) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT,
+                                    "accounts: expected 1 to %d accounts, got %zu", svc->batch_max,
+                                    req->n_accounts);
+        }
+        for (size_t i = 0; i < req->n_accounts; i++) {
+                if (lg_account_from_pb(req->accounts[i], &w->account_events[i], err, sizeof(err)) !=
+                    KS_OK) {
+                        return ks_call_fail(call, KS_INVALID_ARGUMENT, "accounts[%zu]: %s", i, err);
+                }
+        }
+        job j = {.w = w, .n = (int)req->n_accounts};
+        lg_tx tx = {.svc = svc,
+                    .request_id = call->request_id,
+                    .tenant = call->caller->tenant_id,
+                    .text = &w->text};
+        int64_t t0 = ks_now_ms();
+        if ((rc = lg_tx_run(&tx, j.n, false, accounts_tx, &j)) != KS_OK) {
+                return lg_db_fail(call, rc);
+        }
+        ks_histogram_observe(svc->batch_seconds, (double)(ks_now_ms() - t0) / 1000.0);
+        return reply(call, w->results, j.n);
+}

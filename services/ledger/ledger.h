@@ -1,0 +1,469 @@
+/*
+ * keelson-ledger internals: TigerBeetle's double-entry contract on
+ * PostgreSQL, per tenant.
+ *
+ * How a batch runs (transfers.c, accounts.c): one transaction per batch.
+ *   1. BEGIN, the runtime role, the tenant, and the tenant's clock row
+ *      (locked: it serialises a tenant's writers and hands out the batch's
+ *      strictly increasing timestamps);
+ *   2. every account the batch touches, locked in id order (FOR UPDATE
+ *      ORDER BY id), and every transfer and failed id it refers to;
+ *   3. the batch runs in memory in machine.c, event by event, exactly as
+ *      TigerBeetle's state machine would, with linked chains rolled back
+ *      through an undo log;
+ *   4. what changed goes back in one statement of set-based writes (unnest
+ *      of arrays), then COMMIT.
+ * 1 and 2 travel in one libpq pipeline, 4 in another: two round trips per
+ * batch, whatever its size.
+ *
+ * Files: machine.c (the pure state machine: no I/O, unit of the contract),
+ * map.c (u128 -> index hash map), u128.c (128-bit text conversions),
+ * convert.c (protobuf <-> structs), db.c (transactions, pipelines, arrays,
+ * retries), rows.c (row readers, the write statement), accounts.c,
+ * transfers.c, queries.c (handlers), expiry.c (the sweeper thread), main.c
+ * (configuration and wiring); tests/ (the machine's unit tests).
+ */
+#ifndef LEDGER_H
+#define LEDGER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libpq-fe.h>
+
+#include "keelson/ledger/v1/ledger.pb-c.h"
+#include "ks_metrics.h"
+#include "ks_pg.h"
+#include "ks_rpc.h"
+
+/*
+ * Assertions stay compiled in (the build defines NDEBUG): a broken invariant
+ * of a ledger must stop the process, never write.
+ */
+void lg_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
+#define lg_assert(e) ((e) ? (void)0 : lg_assert_fail(#e, __FILE__, __LINE__))
+
+/* ---- 128-bit values ------------------------------------------------------ */
+
+/* GCC and Clang's unsigned 128-bit integer: TigerBeetle's u128. */
+typedef unsigned __int128 u128;
+#define U128_MAX (~(u128)0)
+
+#define LG_UUID_LEN   36 /* text form of a u128 stored as uuid */
+#define LG_DEC128_LEN 39 /* decimal digits of 2^128 - 1 */
+#define LG_INT8_LEN   20 /* "-9223372036854775808" */
+#define LG_TENANT_LEN 36
+
+static inline u128 lg_u128(uint64_t hi, uint64_t lo)
+{
+        return ((u128)hi << 64) | lo;
+}
+static inline uint64_t lg_hi(u128 v)
+{
+        return (uint64_t)(v >> 64);
+}
+static inline uint64_t lg_lo(u128 v)
+{
+        return (uint64_t)v;
+}
+
+/* u128.c. Writers NUL-terminate and return the length. */
+int lg_u128_to_uuid(u128 v, char out[LG_UUID_LEN + 1]);
+int lg_u128_to_dec(u128 v, char out[LG_DEC128_LEN + 1]);
+/* Parsers return 0, or -1 for text that is not exactly that form. */
+int lg_uuid_to_u128(const char *s, u128 *out);
+int lg_dec_to_u128(const char *s, u128 *out);
+/* A tenant id from the caller context: 36 characters, hex and dashes. */
+bool lg_tenant_valid(const char *s);
+
+/* ---- limits ------------------------------------------------------------- */
+
+#define LG_BATCH_MAX          8190 /* events per request, TigerBeetle's figure */
+#define LG_ACCOUNTS_PER_EVENT 4    /* a post may name 2 accounts and its pending 2 others */
+#define LG_TX_RETRIES_MAX     20
+#define LG_TIMEOUT_NS_PER_S   1000000000ull
+
+/* ---- flags (TigerBeetle's bits; see ledger.proto) ------------------------ */
+
+enum {
+        LG_AF_LINKED = 1u << 0,
+        LG_AF_DEBITS_MUST_NOT_EXCEED_CREDITS = 1u << 1,
+        LG_AF_CREDITS_MUST_NOT_EXCEED_DEBITS = 1u << 2,
+        LG_AF_HISTORY = 1u << 3,
+        LG_AF_CLOSED = 1u << 5,
+        LG_AF_KNOWN = LG_AF_LINKED | LG_AF_DEBITS_MUST_NOT_EXCEED_CREDITS |
+                      LG_AF_CREDITS_MUST_NOT_EXCEED_DEBITS | LG_AF_HISTORY | LG_AF_CLOSED,
+};
+
+enum {
+        LG_TF_LINKED = 1u << 0,
+        LG_TF_PENDING = 1u << 1,
+        LG_TF_POST = 1u << 2,
+        LG_TF_VOID = 1u << 3,
+        LG_TF_BALANCING_DEBIT = 1u << 4,
+        LG_TF_BALANCING_CREDIT = 1u << 5,
+        LG_TF_CLOSING_DEBIT = 1u << 6,
+        LG_TF_CLOSING_CREDIT = 1u << 7,
+        LG_TF_KNOWN = (1u << 8) - 1,
+};
+
+enum {
+        LG_FILTER_DEBITS = 1u << 0,
+        LG_FILTER_CREDITS = 1u << 1,
+        LG_FILTER_REVERSED = 1u << 2,
+        LG_FILTER_KNOWN = (1u << 3) - 1,
+};
+
+/* State of a pending transfer (ledger.pending_transfers.status). */
+enum {
+        LG_PENDING_NONE = 0, /* not a pending transfer */
+        LG_PENDING_PENDING = 1,
+        LG_PENDING_POSTED = 2,
+        LG_PENDING_VOIDED = 3,
+        LG_PENDING_EXPIRED = 4,
+};
+
+/* ---- result codes: the numbers of ledger.proto --------------------------- */
+
+#define LG_AR(name) KEELSON__LEDGER__V1__CREATE_ACCOUNTS_RESPONSE__RESULT__##name
+#define LG_TR(name) KEELSON__LEDGER__V1__CREATE_TRANSFERS_RESPONSE__RESULT__##name
+
+/* True for the failures TigerBeetle remembers with the id (id_already_failed). */
+bool lg_transfer_result_transient(int result);
+
+/* ---- records ------------------------------------------------------------ */
+
+typedef struct lg_account {
+        u128 id;
+        u128 debits_pending, debits_posted, credits_pending, credits_posted;
+        u128 user_data_128;
+        uint64_t user_data_64;
+        uint32_t user_data_32;
+        uint32_t ledger;
+        uint32_t code; /* checked <= 65535 at the request boundary */
+        uint32_t flags;
+        uint64_t timestamp;
+} lg_account;
+
+typedef struct lg_transfer {
+        u128 id;
+        u128 debit_account_id, credit_account_id;
+        u128 amount;
+        u128 pending_id;
+        u128 user_data_128;
+        uint64_t user_data_64;
+        uint32_t user_data_32;
+        uint32_t timeout;
+        uint32_t ledger;
+        uint32_t code;
+        uint32_t flags;
+        uint64_t timestamp;
+} lg_transfer;
+
+/* ---- map.c: u128 -> int32 open-addressing hash map ----------------------- */
+
+typedef struct lg_map_slot {
+        u128 key;
+        int32_t value;
+        uint32_t gen; /* the slot is in use when gen == the map's gen */
+} lg_map_slot;
+
+typedef struct lg_map {
+        lg_map_slot *slots;
+        uint32_t mask; /* capacity - 1, capacity a power of two */
+        uint32_t gen;
+        uint32_t count;
+        uint32_t count_max; /* keeps the load factor at or below 1/2 */
+} lg_map;
+
+/* Room for at least n keys. Returns 0 or -1 (no memory). */
+int lg_map_init(lg_map *m, uint32_t n);
+void lg_map_fini(lg_map *m);
+/* Empties the map in O(1). */
+void lg_map_clear(lg_map *m);
+/* The value of key, or -1. */
+int32_t lg_map_get(const lg_map *m, u128 key);
+/* Inserts or overwrites. Returns 0, or -1 when full (a bug: sized for the batch). */
+int lg_map_put(lg_map *m, u128 key, int32_t value);
+
+/* ---- machine.c: the state machine over a batch's rows -------------------- */
+
+typedef struct lg_xfer {
+        lg_transfer t;
+        u128 pending_amount;    /* a post: the amount of its pending transfer */
+        uint64_t expires_at_ns; /* a pending transfer: 0 = never */
+        uint8_t status;         /* LG_PENDING_* */
+        uint8_t status_loaded;  /* as read from the database */
+} lg_xfer;
+
+typedef struct lg_hist {
+        u128 account_id;
+        u128 transfer_id;
+        uint8_t side; /* 1: the account was debited, 2: credited */
+        u128 debits_pending, debits_posted, credits_pending, credits_posted;
+        uint64_t timestamp;
+} lg_hist;
+
+typedef struct lg_undo lg_undo;
+
+/*
+ * A batch's working set: the rows read from the database (loaded), what the
+ * events created, and the history rows they produced. Sized once for the
+ * largest batch (TigerBeetle's static allocation): no allocation while a
+ * batch runs.
+ */
+typedef struct lg_batch {
+        int events_max;
+        lg_account *accounts; /* loaded first, then created (CreateAccounts) */
+        lg_account *accounts_orig;
+        int n_accounts, n_accounts_loaded, accounts_max;
+        lg_map account_ix;
+        lg_xfer *xfers; /* loaded first, then created */
+        int n_xfers, n_xfers_loaded, xfers_max;
+        lg_map xfer_ix;
+        u128 *failed_ids; /* loaded first, then new */
+        uint8_t *failed_results;
+        int n_failed, n_failed_loaded, failed_max;
+        lg_map failed_ix;
+        lg_hist *hist;
+        int n_hist, hist_max;
+        lg_undo *undo;
+        int n_undo, undo_max;
+} lg_batch;
+
+int lg_batch_new(lg_batch **out, int events_max);
+void lg_batch_free(lg_batch *b);
+/* Forgets everything: the start of a batch (and of each retry). */
+void lg_batch_reset(lg_batch *b);
+
+/* Loading rows read from the database; call before running. 0 or -1 (full). */
+int lg_batch_load_account(lg_batch *b, const lg_account *a);
+int lg_batch_load_transfer(lg_batch *b, const lg_transfer *t, uint8_t status,
+                           uint64_t expires_at_ns, u128 pending_amount);
+int lg_batch_load_failed(lg_batch *b, u128 id, int result);
+
+/*
+ * Runs the events in order; event i gets timestamp base_ts + i. results[i]
+ * receives a CreateAccountsResponse/CreateTransfersResponse result code.
+ */
+void lg_create_accounts(lg_batch *b, const lg_account *events, int n, uint64_t base_ts,
+                        uint8_t *results);
+void lg_create_transfers(lg_batch *b, const lg_transfer *events, int n, uint64_t base_ts,
+                         uint8_t *results);
+/*
+ * Expires the pending transfers ids (those still pending; others are
+ * skipped): releases their pending amounts and reopens accounts they
+ * closed. Expiry i gets timestamp base_ts + i (for the history rows).
+ * Returns how many expired.
+ */
+int lg_expire(lg_batch *b, const u128 *ids, int n, uint64_t base_ts);
+
+/* Whether a loaded account changed (balances or flags). */
+bool lg_batch_account_changed(const lg_batch *b, int i);
+
+/* ---- service state ------------------------------------------------------ */
+
+#define LG_INTERNAL_MSG "internal error"
+
+typedef struct lg_service {
+        ks_pg_pool *pool;
+        int batch_max;
+        int tx_retries;
+        int expiry_interval_ms;
+        int expiry_batch_max;
+        int expiry_tenants_max;
+        /* the sweeper thread (expiry.c) */
+        pthread_t sweeper;
+        bool sweeper_started;
+        pthread_mutex_t sweeper_mu;
+        pthread_cond_t sweeper_cv; /* on CLOCK_MONOTONIC */
+        bool stopping;             /* under sweeper_mu */
+        void *sweeper_state;       /* an lg_worker sized for expiry_batch_max */
+        /* metrics */
+        ks_counter *events_ok[2];     /* [0] accounts, [1] transfers */
+        ks_counter *events_failed[2]; /* any result but ok */
+        ks_counter *retries;
+        ks_counter *expired;
+        ks_histogram *batch_seconds;
+} lg_service;
+
+extern const ks_method lg_methods[];
+extern const size_t lg_methods_n;
+
+int lg_create_accounts_handler(ks_call *call);
+int lg_create_transfers_handler(ks_call *call);
+int lg_lookup_accounts_handler(ks_call *call);
+int lg_lookup_transfers_handler(ks_call *call);
+int lg_get_account_transfers_handler(ks_call *call);
+int lg_get_account_balances_handler(ks_call *call);
+int lg_get_trial_balance_handler(ks_call *call);
+
+/* ---- convert.c ---------------------------------------------------------- */
+
+/* Request -> struct. Returns KS_OK, or KS_INVALID_ARGUMENT with a message in err. */
+int lg_account_from_pb(const Keelson__Ledger__V1__Account *in, lg_account *out, char *err,
+                       size_t err_len);
+int lg_transfer_from_pb(const Keelson__Ledger__V1__Transfer *in, lg_transfer *out, char *err,
+                        size_t err_len);
+/* Struct -> reply message (no allocation: every field is a number). */
+void lg_account_to_pb(const lg_account *in, Keelson__Ledger__V1__Account *out);
+void lg_transfer_to_pb(const lg_transfer *in, Keelson__Ledger__V1__Transfer *out);
+/* Ids from the parallel ids/ids_hi lists. KS_OK or KS_INVALID_ARGUMENT. */
+int lg_ids_from_pb(size_t n_ids, const uint64_t *ids, size_t n_hi, const uint64_t *hi, int max,
+                   u128 *out, char *err, size_t err_len);
+
+/* ---- db.c --------------------------------------------------------------- */
+
+/*
+ * A growable text buffer for array parameters, bounded by LG_TEXT_MAX.
+ * Parameters are appended one after another; lg_text_params() turns the
+ * recorded offsets into pointers once appending is over.
+ */
+#define LG_TEXT_MAX   (64u << 20)
+#define LG_PARAMS_MAX 48
+
+typedef struct lg_text {
+        char *buf;
+        size_t len, cap;
+        size_t offsets[LG_PARAMS_MAX];
+        int n_params;
+        bool failed; /* out of memory or over LG_TEXT_MAX */
+        bool in_array;
+        bool array_empty;
+} lg_text;
+
+void lg_text_reset(lg_text *t);
+void lg_text_fini(lg_text *t);
+/* A scalar parameter. */
+void lg_text_param(lg_text *t, const char *s);
+/* An array parameter: begin, items, end. */
+void lg_text_array_begin(lg_text *t);
+void lg_text_array_item(lg_text *t, const char *s);
+void lg_text_array_uuid(lg_text *t, u128 v);
+void lg_text_array_dec(lg_text *t, u128 v);
+void lg_text_array_i64(lg_text *t, int64_t v);
+void lg_text_array_end(lg_text *t);
+/* Fills params[] (at most LG_PARAMS_MAX); returns the count, or -1 if failed. */
+int lg_text_params(lg_text *t, const char **params);
+
+/*
+ * A connection in a transaction acting for one tenant. The caller fills
+ * svc, request_id, tenant and text (a buffer it keeps between calls);
+ * lg_tx_run fills the rest.
+ */
+typedef struct lg_tx {
+        lg_service *svc;
+        const char *request_id;
+        const char *tenant; /* checked by lg_tenant_valid */
+        lg_text *text;
+        PGconn *conn;
+        uint64_t base_ts; /* the first of the timestamps reserved */
+        int attempt;      /* 0, then 1.. on retries */
+        /* lg_run's state */
+        int reserve;
+        bool read_only;
+        bool opened;    /* the opening statements were sent */
+        bool committed; /* a COMMIT went with the last statements */
+        char reserve_text[16];
+        const char *prelude_params[2];
+} lg_tx;
+
+/* Monotonic microseconds, for the timings of the debug log. */
+int64_t lg_now_us(void);
+
+/*
+ * Runs fn in a transaction as the runtime role for tx->tenant, retried up to
+ * svc->tx_retries times on a serialization failure, a deadlock or a unique
+ * violation (a concurrent insert of the same id: the retry sees it).
+ * reserve_ts > 0 first locks the tenant's clock and reserves that many
+ * timestamps (tx->base_ts); read_only runs a read-only REPEATABLE READ
+ * transaction (one snapshot for every statement). fn returns KS_OK to
+ * commit; any other code rolls back and is returned.
+ */
+typedef int (*lg_tx_fn)(lg_tx *tx, void *arg);
+int lg_tx_run(lg_tx *tx, int reserve_ts, bool read_only, lg_tx_fn fn, void *arg);
+
+/* One statement of a pipeline; out (may be NULL) receives its result. */
+typedef struct lg_stmt {
+        const char *sql;
+        int n_params;
+        const char *const *params;
+        PGresult **out;
+} lg_stmt;
+
+#define LG_PIPELINE_MAX 12
+
+/*
+ * Runs the statements in one round trip (libpq's pipeline mode), preceded
+ * by the transaction's opening statements (BEGIN, role, tenant, clock) when
+ * they have not been sent yet, and followed by COMMIT when commit is true.
+ * Returns KS_OK (every out filled) or the code of the first failure (every
+ * out NULL), mapped like ks_pg_exec's.
+ */
+int lg_run(lg_tx *tx, const lg_stmt *stmts, int n, bool commit);
+
+/* One statement (lg_run without commit). */
+int lg_exec(lg_tx *tx, const char *sql, int n, const char *const *params, PGresult **out);
+
+/* Parsers of result fields; a malformed field is an internal error (-1). */
+int lg_field_u128_uuid(const PGresult *r, int row, int col, u128 *out);
+int lg_field_u128_dec(const PGresult *r, int row, int col, u128 *out);
+int64_t lg_field_i64(const PGresult *r, int row, int col);
+
+/* The caller context checks: authenticated, a valid tenant; writes refuse viewers. */
+int lg_require_caller(ks_call *call, bool write);
+
+/* Maps a database failure to the reply (as auth_db_fail). */
+int lg_db_fail(ks_call *call, int code);
+
+/* Per worker thread: the batch working set and conversion buffers. */
+typedef struct lg_worker {
+        lg_batch *batch;
+        lg_account *account_events;
+        lg_transfer *transfer_events;
+        uint8_t *results;
+        u128 *ids; /* lookups */
+        lg_text text;
+} lg_worker;
+
+int lg_worker_init(void *service, int index, void **state);
+void lg_worker_fini(void *service, void *state);
+
+/* ---- rows.c: shared row readers and the write statement ------------------ */
+
+/* The columns lg_read_account / lg_read_transfer expect, in order. */
+#define LG_ACCOUNT_COLS                                                                            \
+        "id, debits_pending, debits_posted, credits_pending, credits_posted, user_data_128,"       \
+        " user_data_64, user_data_32, ledger, code, flags, timestamp"
+#define LG_ACCOUNT_NCOLS 12
+#define LG_TRANSFER_COLS                                                                           \
+        "id, debit_account_id, credit_account_id, amount, pending_id, user_data_128,"              \
+        " user_data_64, user_data_32, timeout, ledger, code, flags, timestamp"
+#define LG_TRANSFER_NCOLS 13
+
+int lg_read_account(const PGresult *r, int row, int col0, lg_account *out);
+int lg_read_transfer(const PGresult *r, int row, int col0, lg_transfer *out);
+
+/*
+ * Writes what the batch changed: new accounts, changed accounts, new
+ * transfers, pending states, failed ids and history rows, in one statement.
+ */
+int lg_write_batch(lg_tx *tx, const lg_batch *b);
+
+/*
+ * transfers.c: resets the batch, locks the accounts that the events ev (and
+ * the pending transfers they name) touch, and loads the transfers and failed
+ * ids they refer to.
+ */
+int lg_load_for_transfers(lg_tx *tx, lg_batch *b, const lg_transfer *ev, int n);
+
+/* ---- expiry.c ----------------------------------------------------------- */
+
+int lg_sweeper_start(lg_service *svc);
+void lg_sweeper_stop(lg_service *svc);
+/* One pass over the tenants with due pending transfers. Returns how many expired, or -1. */
+int lg_sweep_once(lg_service *svc);
+
+#endif

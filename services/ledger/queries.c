@@ -1,0 +1,548 @@
+/*
+ * The reads: LookupAccounts, LookupTransfers, GetAccountTransfers,
+ * GetAccountBalances and GetTrialBalance. Each runs in one read-only
+ * REPEATABLE READ transaction as the tenant (one snapshot: a trial
+ * balance's page and totals agree), with every statement bounded by a
+ * limit of at most the batch size.
+ */
+#include "ledger.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ks_log.h"
+
+#define TRIAL_LIMIT_DEFAULT 1000
+#define SCALAR_MAX          48
+
+typedef Keelson__Ledger__V1__Account pb_account;
+typedef Keelson__Ledger__V1__Transfer pb_transfer;
+typedef Keelson__Ledger__V1__AccountBalance pb_balance;
+typedef Keelson__Ledger__V1__AccountFilter pb_filter;
+
+/* ---- lookups ------------------------------------------------------------------ */
+
+typedef struct lookup_job {
+        lg_worker *w;
+        int n;          /* ids in w->ids */
+        bool transfers; /* else accounts */
+} lookup_job;
+
+static const char sql_lookup_accounts[] = "SELECT " LG_ACCOUNT_COLS " FROM ledger.accounts"
+                                          " WHERE tenant_id = $1::uuid AND id = ANY ($2::uuid[])";
+static const char sql_lookup_transfers[] = "SELECT " LG_TRANSFER_COLS " FROM ledger.transfers"
+                                           " WHERE tenant_id = $1::uuid AND id = ANY ($2::uuid[])";
+
+/* Loads the rows into the worker's batch, whose maps then answer in request order. */
+static int lookup_tx(lg_tx *tx, void *arg)
+{
+        lookup_job *j = arg;
+        lg_batch *b = j->w->batch;
+        const char *params[2];
+        PGresult *res = NULL;
+        int rc;
+
+        lg_batch_reset(b);
+        lg_text_reset(tx->text);
+        lg_text_param(tx->text, tx->tenant);
+        lg_text_array_begin(tx->text);
+        for (int i = 0; i < j->n; i++) {
+                lg_text_array_uuid(tx->text, j->w->ids[i]);
+        }
+        lg_text_array_end(tx->text);
+        if (lg_text_params(tx->text, params) != 2) {
+                return KS_INTERNAL;
+        }
+        lg_stmt q = {.sql = j->transfers ? sql_lookup_transfers : sql_lookup_accounts,
+                     .n_params = 2,
+                     .params = params,
+                     .out = &res};
+        rc = lg_run(tx, &q, 1, true); /* BEGIN, the query and COMMIT: one round trip */
+        for (int i = 0; rc == KS_OK && i < PQntuples(res); i++) {
+                lg_account a;
+                lg_transfer t;
+                if (j->transfers ? lg_read_transfer(res, i, 0, &t) != 0 ||
+                                       lg_batch_load_transfer(b, &t, 0, 0, 0) != 0
+                                 : lg_read_account(res, i, 0, &a) != 0 ||
+                                       lg_batch_load_account(b, &a) != 0) {
+                        rc = KS_INTERNAL;
+                }
+        }
+        PQclear(res);
+        return rc;
+}
+
+static int lookup(ks_call *call, size_t n_ids, const uint64_t *ids, size_t n_hi, const uint64_t *hi,
+                  bool transfers)
+{
+        lg_service *svc = call->service;
+        lg_worker *w = call->worker_state;
+        char err[128];
+        int rc;
+
+        if ((rc = lg_require_caller(call, false)) != KS_OK) {
+                return rc;
+        }
+        if (lg_ids_from_pb(n_ids, ids, n_hi, hi, svc->batch_max, w->ids, err, sizeof(err)) !=
+            KS_OK) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
+        }
+        lookup_job j = {.w = w, .n = (int)n_ids, .transfers = transfers};
+        lg_tx tx = {.svc = svc,
+                    .request_id = call->request_id,
+                    .tenant = call->caller->tenant_id,
+                    .text = &w->text};
+        if ((rc = lg_tx_run(&tx, 0, true, lookup_tx, &j)) != KS_OK) {
+                return lg_db_fail(call, rc);
+        }
+        return KS_OK;
+}
+
+static int reply_accounts(ks_call *call, const lg_worker *w, int n)
+{
+        Keelson__Ledger__V1__LookupAccountsResponse resp =
+            KEELSON__LEDGER__V1__LOOKUP_ACCOUNTS_RESPONSE__INIT;
+        pb_account *items = calloc((size_t)n, sizeof(*items));
+        pb_account **ptrs = calloc((size_t)n, sizeof(*ptrs));
+        int rc;
+
+        if (items == NULL || ptrs == NULL) {
+                rc = ks_call_fail(call, KS_RESOURCE_EXHAUSTED, "out of memory");
+        } else {
+                for (int i = 0; i < n; i++) {
+                        int32_t k = lg_map_get(&w->batch->account_ix, w->ids[i]);
+                        if (k >= 0) {
+                                lg_account_to_pb(&w->batch->accounts[k], &items[resp.n_accounts]);
+                                ptrs[resp.n_accounts] = &items[resp.n_accounts];
+                                resp.n_accounts++;
+                        }
+                }
+                resp.accounts = ptrs;
+                rc = ks_call_reply(call, &resp.base);
+        }
+        free(ptrs);
+        free(items);
+        return rc;
+}
+
+int lg_lookup_accounts_handler(ks_call *call)
+{
+        const Keelson__Ledger__V1__LookupAccountsRequest *req = (const void *)call->in;
+        int rc = lookup(call, req->n_ids, req->ids, req->n_ids_hi, req->ids_hi, false);
+
+        return rc != KS_OK ? rc : reply_accounts(call, call->worker_state, (int)req->n_ids);
+}
+
+static int reply_transfers(ks_call *call, const lg_worker *w, int n)
+{
+        Keelson__Ledger__V1__LookupTransfersResponse resp =
+            KEELSON__LEDGER__V1__LOOKUP_TRANSFERS_RESPONSE__INIT;
+        pb_transfer *items = calloc((size_t)n, sizeof(*items));
+        pb_transfer **ptrs = calloc((size_t)n, sizeof(*ptrs));
+        int rc;
+
+        if (items == NULL || ptrs == NULL) {
+                rc = ks_call_fail(call, KS_RESOURCE_EXHAUSTED, "out of memory");
+        } else {
+                for (int i = 0; i < n; i++) {
+                        int32_t k = lg_map_get(&w->batch->xfer_ix, w->ids[i]);
+                        if (k >= 0) {
+                                lg_transfer_to_pb(&w->batch->xfers[k].t, &items[resp.n_transfers]);
+                                ptrs[resp.n_transfers] = &items[resp.n_transfers];
+                                resp.n_transfers++;
+                        }
+                }
+                resp.transfers = ptrs;
+                rc = ks_call_reply(call, &resp.base);
+        }
+        free(ptrs);
+        free(items);
+        return rc;
+}
+
+int lg_lookup_transfers_handler(ks_call *call)
+{
+        const Keelson__Ledger__V1__LookupTransfersRequest *req = (const void *)call->in;
+        int rc = lookup(call, req->n_ids, req->ids, req->n_ids_hi, req->ids_hi, true);
+
+        return rc != KS_OK ? rc : reply_transfers(call, call->worker_state, (int)req->n_ids);
+}
+
+/* ---- account filters --------------------------------------------------------- */
+
+/* The filter as statement parameters; NULL parameters do not filter. */
+typedef struct filter_params {
+        char tenant[LG_TENANT_LEN + 1];
+        char account[LG_UUID_LEN + 1];
+        char ts_min[SCALAR_MAX], ts_max[SCALAR_MAX];
+        char ud128[LG_UUID_LEN + 1], ud64[SCALAR_MAX], ud32[SCALAR_MAX], code[SCALAR_MAX];
+        char debits[8], credits[8], limit[SCALAR_MAX];
+        const char *p[11];
+        bool reversed;
+} filter_params;
+
+static int filter_check(ks_call *call, const pb_filter *f, int batch_max)
+{
+        u128 id = lg_u128(f->account_id_hi, f->account_id);
+
+        if (id == 0 || id == U128_MAX) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT,
+                                    "account_id: must not be 0 nor 2^128-1");
+        }
+        if (f->limit == 0 || f->limit > (uint32_t)batch_max) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "limit: expected 1 to %d",
+                                    batch_max);
+        }
+        if ((f->flags & ~(uint32_t)LG_FILTER_KNOWN) != 0 ||
+            (f->flags & (LG_FILTER_DEBITS | LG_FILTER_CREDITS)) == 0) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT,
+                                    "flags: set debits (1), credits (2) or both, and maybe"
+                                    " reversed (4)");
+        }
+        if (f->timestamp_min > (uint64_t)INT64_MAX || f->timestamp_max > (uint64_t)INT64_MAX ||
+            (f->timestamp_max != 0 && f->timestamp_min > f->timestamp_max)) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT,
+                                    "timestamp_min and timestamp_max: expected 0 <= min <= max"
+                                    " < 2^63 (0 = unbounded)");
+        }
+        if (f->code > 65535) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "code must be at most 65535");
+        }
+        return KS_OK;
+}
+
+static void filter_fill(filter_params *fp, const char *tenant, const pb_filter *f)
+{
+        u128 ud128 = lg_u128(f->user_data_128_hi, f->user_data_128);
+
+        snprintf(fp->tenant, sizeof(fp->tenant), "%s", tenant);
+        lg_u128_to_uuid(lg_u128(f->account_id_hi, f->account_id), fp->account);
+        snprintf(fp->ts_min, sizeof(fp->ts_min), "%llu", (unsigned long long)f->timestamp_min);
+        snprintf(
+            fp->ts_max, sizeof(fp->ts_max), "%llu",
+            (unsigned long long)(f->timestamp_max != 0 ? f->timestamp_max : (uint64_t)INT64_MAX));
+        lg_u128_to_uuid(ud128, fp->ud128);
+        snprintf(fp->ud64, sizeof(fp->ud64), "%lld", (long long)(int64_t)f->user_data_64);
+        snprintf(fp->ud32, sizeof(fp->ud32), "%u", f->user_data_32);
+        snprintf(fp->code, sizeof(fp->code), "%u", f->code);
+        snprintf(fp->debits, sizeof(fp->debits), "%s",
+                 (f->flags & LG_FILTER_DEBITS) ? "true" : "false");
+        snprintf(fp->credits, sizeof(fp->credits), "%s",
+                 (f->flags & LG_FILTER_CREDITS) ? "true" : "false");
+        snprintf(fp->limit, sizeof(fp->limit), "%u", f->limit);
+        fp->reversed = (f->flags & LG_FILTER_REVERSED) != 0;
+        const char *p[11] = {fp->tenant,
+                             fp->account,
+                             fp->ts_min,
+                             fp->ts_max,
+                             ud128 != 0 ? fp->ud128 : NULL,
+                             f->user_data_64 != 0 ? fp->ud64 : NULL,
+                             f->user_data_32 != 0 ? fp->ud32 : NULL,
+                             f->code != 0 ? fp->code : NULL,
+                             fp->debits,
+                             fp->credits,
+                             fp->limit};
+        memcpy(fp->p, p, sizeof(p));
+}
+
+/*
+ * One index range per side (transfers_debit_idx, transfers_credit_idx),
+ * merged: a transfer never debits and credits the same account, so the
+ * union has no duplicates.
+ */
+#define FILTER_WHERE(side)                                                                         \
+        " WHERE tenant_id = $1::uuid AND " side " = $2::uuid"                                      \
+        " AND timestamp BETWEEN $3::int8 AND $4::int8"                                             \
+        " AND ($5::uuid IS NULL OR user_data_128 = $5::uuid)"                                      \
+        " AND ($6::int8 IS NULL OR user_data_64 = $6::int8)"                                       \
+        " AND ($7::int8 IS NULL OR user_data_32 = $7::int8)"                                       \
+        " AND ($8::int4 IS NULL OR code = $8::int4)"
+#define ACCOUNT_TRANSFERS_SQL(dir)                                                                 \
+        "SELECT " LG_TRANSFER_COLS " FROM ("                                                       \
+        "(SELECT " LG_TRANSFER_COLS " FROM ledger.transfers" FILTER_WHERE(                         \
+            "debit_account_id") " AND $9::bool ORDER BY timestamp " dir " LIMIT $11::int8)"        \
+                                " UNION ALL (SELECT " LG_TRANSFER_COLS                             \
+                                " FROM ledger.transfers" FILTER_WHERE(                             \
+                                    "credit_account_id") " AND $10::bool"                          \
+                                                         " ORDER BY timestamp " dir                \
+                                                         " LIMIT $11::int8)) x"                    \
+                                                         " ORDER BY timestamp " dir                \
+                                                         " LIMIT $11::int8"
+
+static const char sql_account_transfers_asc[] = ACCOUNT_TRANSFERS_SQL("ASC");
+static const char sql_account_transfers_desc[] = ACCOUNT_TRANSFERS_SQL("DESC");
+
+/* History rows join the transfer (or, for an expiry, the pending transfer) they follow. */
+#define ACCOUNT_BALANCES_SQL(dir)                                                                  \
+        "SELECT b.timestamp, b.debits_pending, b.debits_posted, b.credits_pending,"                \
+        " b.credits_posted FROM ledger.account_balances b"                                         \
+        " JOIN LATERAL (SELECT user_data_128, user_data_64, user_data_32, code"                    \
+        " FROM ledger.transfers WHERE tenant_id = b.tenant_id AND id = b.transfer_id) t ON true"   \
+        " WHERE b.tenant_id = $1::uuid AND b.account_id = $2::uuid"                                \
+        " AND b.timestamp BETWEEN $3::int8 AND $4::int8"                                           \
+        " AND ($5::uuid IS NULL OR t.user_data_128 = $5::uuid)"                                    \
+        " AND ($6::int8 IS NULL OR t.user_data_64 = $6::int8)"                                     \
+        " AND ($7::int8 IS NULL OR t.user_data_32 = $7::int8)"                                     \
+        " AND ($8::int4 IS NULL OR t.code = $8::int4)"                                             \
+        " AND ((b.side = 1 AND $9::bool) OR (b.side = 2 AND $10::bool))"                           \
+        " ORDER BY b.timestamp " dir " LIMIT $11::int8"
+
+static const char sql_account_balances_asc[] = ACCOUNT_BALANCES_SQL("ASC");
+static const char sql_account_balances_desc[] = ACCOUNT_BALANCES_SQL("DESC");
+
+typedef struct filter_job {
+        filter_params fp;
+        const char *sql;
+        PGresult *res; /* kept for the reply; the caller clears it */
+} filter_job;
+
+static int filter_tx(lg_tx *tx, void *arg)
+{
+        filter_job *j = arg;
+
+        PQclear(j->res); /* a retry's leftover */
+        j->res = NULL;
+        lg_stmt q = {.sql = j->sql, .n_params = 11, .params = j->fp.p, .out = &j->res};
+        return lg_run(tx, &q, 1, true);
+}
+
+static int run_filter(ks_call *call, filter_job *j, const char *asc, const char *desc)
+{
+        const pb_filter *f = (const pb_filter *)call->in;
+        lg_service *svc = call->service;
+        lg_worker *w = call->worker_state;
+        int rc;
+
+        if ((rc = lg_require_caller(call, false)) != KS_OK ||
+            (rc = filter_check(call, f, svc->batch_max)) != KS_OK) {
+                return rc;
+        }
+        filter_fill(&j->fp, call->caller->tenant_id, f);
+        j->sql = j->fp.reversed ? desc : asc;
+        lg_tx tx = {.svc = svc,
+                    .request_id = call->request_id,
+                    .tenant = call->caller->tenant_id,
+                    .text = &w->text};
+        if ((rc = lg_tx_run(&tx, 0, true, filter_tx, j)) != KS_OK) {
+                PQclear(j->res);
+                j->res = NULL;
+                return lg_db_fail(call, rc);
+        }
+        return KS_OK;
+}
+
+int lg_get_account_transfers_handler(ks_call *call)
+{
+        Keelson__Ledger__V1__GetAccountTransfersResponse resp =
+            KEELSON__LEDGER__V1__GET_ACCOUNT_TRANSFERS_RESPONSE__INIT;
+        filter_job j = {.res = NULL};
+        int rc = run_filter(call, &j, sql_account_transfers_asc, sql_account_transfers_desc);
+
+        if (rc != KS_OK) {
+                return rc;
+        }
+        int n = PQntuples(j.res);
+        pb_transfer *items = calloc((size_t)n + 1, sizeof(*items));
+        pb_transfer **ptrs = calloc((size_t)n + 1, sizeof(*ptrs));
+        rc = items != NULL && ptrs != NULL ? KS_OK : KS_RESOURCE_EXHAUSTED;
+        for (int i = 0; rc == KS_OK && i < n; i++) {
+                lg_transfer t;
+                rc = lg_read_transfer(j.res, i, 0, &t) == 0 ? KS_OK : KS_INTERNAL;
+                lg_transfer_to_pb(&t, &items[i]);
+                ptrs[i] = &items[i];
+        }
+        PQclear(j.res);
+        if (rc == KS_OK) {
+                resp.n_transfers = (size_t)n;
+                resp.transfers = ptrs;
+                rc = ks_call_reply(call, &resp.base);
+        } else {
+                rc = ks_call_fail(call, rc, LG_INTERNAL_MSG);
+        }
+        free(ptrs);
+        free(items);
+        return rc;
+}
+
+static int read_balance(const PGresult *r, int row, pb_balance *b)
+{
+        u128 v[4];
+
+        keelson__ledger__v1__account_balance__init(b);
+        for (int c = 0; c < 4; c++) {
+                if (lg_field_u128_dec(r, row, 1 + c, &v[c]) != 0) {
+                        return -1;
+                }
+        }
+        b->timestamp = (uint64_t)lg_field_i64(r, row, 0);
+        b->debits_pending = lg_lo(v[0]);
+        b->debits_pending_hi = lg_hi(v[0]);
+        b->debits_posted = lg_lo(v[1]);
+        b->debits_posted_hi = lg_hi(v[1]);
+        b->credits_pending = lg_lo(v[2]);
+        b->credits_pending_hi = lg_hi(v[2]);
+        b->credits_posted = lg_lo(v[3]);
+        b->credits_posted_hi = lg_hi(v[3]);
+        return 0;
+}
+
+int lg_get_account_balances_handler(ks_call *call)
+{
+        Keelson__Ledger__V1__GetAccountBalancesResponse resp =
+            KEELSON__LEDGER__V1__GET_ACCOUNT_BALANCES_RESPONSE__INIT;
+        filter_job j = {.res = NULL};
+        int rc = run_filter(call, &j, sql_account_balances_asc, sql_account_balances_desc);
+
+        if (rc != KS_OK) {
+                return rc;
+        }
+        int n = PQntuples(j.res);
+        pb_balance *items = calloc((size_t)n + 1, sizeof(*items));
+        pb_balance **ptrs = calloc((size_t)n + 1, sizeof(*ptrs));
+        rc = items != NULL && ptrs != NULL ? KS_OK : KS_RESOURCE_EXHAUSTED;
+        for (int i = 0; rc == KS_OK && i < n; i++) {
+                rc = read_balance(j.res, i, &items[i]) == 0 ? KS_OK : KS_INTERNAL;
+                ptrs[i] = &items[i];
+        }
+        PQclear(j.res);
+        if (rc == KS_OK) {
+                resp.n_balances = (size_t)n;
+                resp.balances = ptrs;
+                rc = ks_call_reply(call, &resp.base);
+        } else {
+                rc = ks_call_fail(call, rc, LG_INTERNAL_MSG);
+        }
+        free(ptrs);
+        free(items);
+        return rc;
+}
+
+/* ---- trial balance ------------------------------------------------------------ */
+
+static const char sql_trial_page[] = "SELECT " LG_ACCOUNT_COLS " FROM ledger.accounts"
+                                     " WHERE tenant_id = $1::uuid AND ledger = $2::int8"
+                                     " AND id > $3::uuid ORDER BY id LIMIT $4::int8";
+
+static const char sql_trial_totals[] =
+    "SELECT count(*), coalesce(sum(debits_pending), 0), coalesce(sum(debits_posted), 0),"
+    " coalesce(sum(credits_pending), 0), coalesce(sum(credits_posted), 0),"
+    " coalesce((SELECT last_ns FROM ledger.clocks WHERE tenant_id = $1::uuid), 0)"
+    " FROM ledger.accounts WHERE tenant_id = $1::uuid AND ledger = $2::int8";
+
+typedef struct trial_job {
+        const char *p[4];
+        PGresult *page, *totals;
+} trial_job;
+
+static int trial_tx(lg_tx *tx, void *arg)
+{
+        trial_job *j = arg;
+        PQclear(j->page);
+        PQclear(j->totals);
+        j->page = j->totals = NULL;
+        lg_stmt q[2] = {
+            {.sql = sql_trial_page, .n_params = 4, .params = j->p, .out = &j->page},
+            {.sql = sql_trial_totals, .n_params = 2, .params = j->p, .out = &j->totals},
+        };
+        return lg_run(tx, q, 2, true);
+}
+
+/* Totals into the reply; KS_OUT_OF_RANGE when a sum does not fit 128 bits. */
+static int trial_totals(const PGresult *r, Keelson__Ledger__V1__GetTrialBalanceResponse *resp,
+                        pb_balance *totals)
+{
+        u128 v[4];
+
+        for (int c = 0; c < 4; c++) {
+                if (lg_field_u128_dec(r, 0, 1 + c, &v[c]) != 0) {
+                        return KS_OUT_OF_RANGE;
+                }
+        }
+        keelson__ledger__v1__account_balance__init(totals);
+        totals->debits_pending = lg_lo(v[0]);
+        totals->debits_pending_hi = lg_hi(v[0]);
+        totals->debits_posted = lg_lo(v[1]);
+        totals->debits_posted_hi = lg_hi(v[1]);
+        totals->credits_pending = lg_lo(v[2]);
+        totals->credits_pending_hi = lg_hi(v[2]);
+        totals->credits_posted = lg_lo(v[3]);
+        totals->credits_posted_hi = lg_hi(v[3]);
+        totals->timestamp = (uint64_t)lg_field_i64(r, 0, 5);
+        resp->totals = totals;
+        resp->accounts_total = (uint64_t)lg_field_i64(r, 0, 0);
+        resp->balanced = v[0] == v[2] && v[1] == v[3];
+        return KS_OK;
+}
+
+static int trial_reply(ks_call *call, trial_job *j)
+{
+        Keelson__Ledger__V1__GetTrialBalanceResponse resp =
+            KEELSON__LEDGER__V1__GET_TRIAL_BALANCE_RESPONSE__INIT;
+        pb_balance totals;
+        int n = PQntuples(j->page);
+        pb_account *items = calloc((size_t)n + 1, sizeof(*items));
+        pb_account **ptrs = calloc((size_t)n + 1, sizeof(*ptrs));
+        int rc = items != NULL && ptrs != NULL ? KS_OK : KS_RESOURCE_EXHAUSTED;
+
+        for (int i = 0; rc == KS_OK && i < n; i++) {
+                lg_account a;
+                rc = lg_read_account(j->page, i, 0, &a) == 0 ? KS_OK : KS_INTERNAL;
+                lg_account_to_pb(&a, &items[i]);
+                ptrs[i] = &items[i];
+        }
+        if (rc == KS_OK && PQntuples(j->totals) == 1) {
+                rc = trial_totals(j->totals, &resp, &totals);
+        }
+        if (rc == KS_OK) {
+                resp.n_accounts = (size_t)n;
+                resp.accounts = ptrs;
+                rc = ks_call_reply(call, &resp.base);
+        } else if (rc == KS_OUT_OF_RANGE) {
+                rc = ks_call_fail(call, rc, "the ledger's totals exceed 2^128 - 1");
+        } else {
+                rc = ks_call_fail(call, rc, LG_INTERNAL_MSG);
+        }
+        free(ptrs);
+        free(items);
+        return rc;
+}
+
+int lg_get_trial_balance_handler(ks_call *call)
+{
+        const Keelson__Ledger__V1__GetTrialBalanceRequest *req = (const void *)call->in;
+        lg_service *svc = call->service;
+        lg_worker *w = call->worker_state;
+        char ledger[SCALAR_MAX], after[LG_UUID_LEN + 1], limit[SCALAR_MAX];
+        trial_job j = {.page = NULL, .totals = NULL};
+        int rc;
+
+        if ((rc = lg_require_caller(call, false)) != KS_OK) {
+                return rc;
+        }
+        if (req->ledger == 0 || req->limit > (uint32_t)svc->batch_max) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT,
+                                    "ledger must not be 0, and limit at most %d", svc->batch_max);
+        }
+        snprintf(ledger, sizeof(ledger), "%u", req->ledger);
+        lg_u128_to_uuid(lg_u128(req->after_account_id_hi, req->after_account_id), after);
+        uint32_t n = req->limit != 0 ? req->limit : TRIAL_LIMIT_DEFAULT;
+        snprintf(limit, sizeof(limit), "%u",
+                 n < (uint32_t)svc->batch_max ? n : (uint32_t)svc->batch_max);
+        j.p[0] = call->caller->tenant_id;
+        j.p[1] = ledger;
+        j.p[2] = after;
+        j.p[3] = limit;
+        lg_tx tx = {.svc = svc,
+                    .request_id = call->request_id,
+                    .tenant = call->caller->tenant_id,
+                    .text = &w->text};
+        if ((rc = lg_tx_run(&tx, 0, true, trial_tx, &j)) != KS_OK) {
+                rc = lg_db_fail(call, rc);
+        } else {
+                rc = trial_reply(call, &j);
+        }
+        PQclear(j.page);
+        PQclear(j.totals);
+        return rc;
+}

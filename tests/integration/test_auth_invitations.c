@@ -1,0 +1,308 @@
+/*
+ * Invitations through the gateway: Invite (one address and batches),
+ * ListInvitations, RevokeInvitation and AcceptInvitation for a new and an
+ * existing account; the token is read from the auth.email event in the
+ * outbox, as a mail sender would get it. Used, expired, revoked and unknown
+ * tokens all get the same refusal; only the token's SHA-256 is stored; each
+ * committed invite or accept publishes one users.admin_summary, a refused
+ * one none.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "auth_it.h"
+
+#define SEVEN_DAYS_MS (7LL * 24 * 3600 * 1000)
+
+/* The refusal of a bad token, to compare bodies with. */
+static void accept_refused(const char *token, const char *password, it_http_response *out)
+{
+        char body[1024];
+
+        AIT_BODY(body, "{s:s, s:s}", "token", token, "password", password);
+        ait_call("AcceptInvitation", body, NULL, out);
+        if (out->status != 404) {
+                fail_msg("expected 404, got %ld: %.300s", out->status, out->body);
+        }
+}
+
+static void assert_same_body(const it_http_response *a, const it_http_response *b)
+{
+        assert_int_equal(a->status, b->status);
+        assert_int_equal(a->body_len, b->body_len);
+        assert_memory_equal(a->body, b->body, a->body_len);
+}
+
+static void test_invite_one_and_accept(void **state)
+{
+        ait_user owner;
+        char email[AIT_EMAIL_MAX], body[1024], token[AIT_TOKEN_MAX], hash[65];
+        const char *params[3];
+        long mark;
+        json_t *j, *inv;
+        it_http_response again;
+
+        (void)state;
+        ait_signup("it-inv-owner", "Invite Tenant", &owner);
+        it_unique_email("it-inv-new", email, sizeof(email));
+        mark = ait_outbox_mark();
+        AIT_BODY(body, "{s:[s], s:s}", "emails", email, "role", "admin");
+        j = ait_ok("Invite", body, owner.token);
+        inv = json_array_get(json_object_get(j, "invitations"), 0);
+        assert_string_equal(ait_str(inv, "email"), email);
+        assert_string_equal(ait_str(inv, "role"), "admin");
+        assert_string_equal(ait_str(inv, "status"), "pending");
+        /* Seven days, give or take the clocks: int64 travels as a JSON string. */
+        long long created = atoll(ait_str(inv, "createdAtUnixMs"));
+        long long expires = atoll(ait_str(inv, "expiresAtUnixMs"));
+        assert_true(expires - created == SEVEN_DAYS_MS);
+        json_decref(j);
+        ait_assert_one_summary(mark, owner.tenant_id, "Invite");
+        assert_int_equal(ait_mail_token(mark, email, "invitation", token), 1);
+
+        /* Only the SHA-256 of the token is stored. */
+        ks_sha256_hex(token, strlen(token), hash);
+        params[0] = owner.tenant_id;
+        params[1] = email;
+        params[2] = hash;
+        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.invitations WHERE tenant_id ="
+                                      " $1::uuid AND email = $2 AND encode(token_sha256, 'hex') ="
+                                      " $3 AND accepted_at IS NULL",
+                                      3, params),
+                         1);
+        /* No column of any invitation holds the token itself. */
+        params[0] = token;
+        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.invitations i"
+                                      " WHERE strpos(i::text, $1) > 0",
+                                      1, params),
+                         0);
+
+        mark = ait_outbox_mark();
+        AIT_BODY(body, "{s:s, s:s, s:s}", "token", token, "password", AIT_PASSWORD, "displayName",
+                 "Newcomer");
+        j = ait_ok("AcceptInvitation", body, NULL);
+        assert_string_equal(ait_str(j, "tenantId"), owner.tenant_id);
+        assert_string_equal(ait_str(j, "role"), "admin");
+        json_t *who = ait_ok("WhoAmI", "{}", ait_str(j, "sessionToken"));
+        assert_string_equal(ait_str(who, "email"), email);
+        assert_string_equal(ait_str(who, "displayName"), "Newcomer");
+        json_decref(who);
+        json_decref(j);
+        ait_assert_one_summary(mark, owner.tenant_id, "AcceptInvitation");
+
+        /* Single use: the second accept is refused, with the unknown token's reply. */
+        it_http_response unknown;
+        accept_refused(token, AIT_PASSWORD, &again);
+        accept_refused("no-such-invitation-token", AIT_PASSWORD, &unknown);
+        assert_same_body(&again, &unknown);
+        it_http_response_free(&again);
+        it_http_response_free(&unknown);
+}
+
+static void test_expired_and_revoked_tokens_are_refused_alike(void **state)
+{
+        ait_user owner;
+        char a[AIT_EMAIL_MAX], b[AIT_EMAIL_MAX], ta[AIT_TOKEN_MAX], tb[AIT_TOKEN_MAX];
+        char body[512];
+        const char *params[2];
+        it_http_response expired, revoked, unknown;
+        json_t *j, *list;
+        long mark;
+
+        (void)state;
+        ait_signup("it-inv-exp", "Expiry Tenant", &owner);
+        it_unique_email("it-inv-exp-a", a, sizeof(a));
+        it_unique_email("it-inv-exp-b", b, sizeof(b));
+        ait_invite(&owner, a, "member", ta);
+        ait_invite(&owner, b, "member", tb);
+
+        params[0] = owner.tenant_id;
+        params[1] = a;
+        PGconn *pg = ait_pg();
+        PQclear(ait_sql(pg,
+                        "UPDATE auth.invitations SET created_at = now() - interval '8 days',"
+                        " expires_at = now() - interval '1 day'"
+                        " WHERE tenant_id = $1::uuid AND email = $2",
+                        2, params));
+        PQfinish(pg);
+
+        j = ait_ok("ListInvitations", "{}", owner.token);
+        list = json_object_get(j, "invitations");
+        assert_int_equal(json_array_size(list), 1); /* pending only: b */
+        assert_string_equal(ait_str(json_array_get(list, 0), "email"), b);
+        AIT_BODY(body, "{s:s}", "invitationId", ait_str(json_array_get(list, 0), "id"));
+        json_decref(j);
+
+        mark = ait_outbox_mark();
+        json_decref(ait_ok("RevokeInvitation", body, owner.token));
+        ait_assert_one_summary(mark, owner.tenant_id, "RevokeInvitation");
+        /* Revoking again changes nothing and publishes nothing. */
+        mark = ait_outbox_mark();
+        json_decref(ait_ok("RevokeInvitation", body, owner.token));
+        assert_int_equal(ait_events(mark, "users.admin_summary", owner.tenant_id), 0);
+
+        j = ait_ok("ListInvitations", "{\"includeClosed\":true}", owner.token);
+        list = json_object_get(j, "invitations");
+        assert_int_equal(json_array_size(list), 2);
+        assert_string_equal(ait_str(json_array_get(list, 0), "status"), "revoked");
+        assert_string_equal(ait_str(json_array_get(list, 1), "status"), "expired");
+        json_decref(j);
+
+        accept_refused(ta, AIT_PASSWORD, &expired);
+        accept_refused(tb, AIT_PASSWORD, &revoked);
+        accept_refused("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", AIT_PASSWORD, &unknown);
+        assert_same_body(&expired, &unknown);
+        assert_same_body(&revoked, &unknown);
+        it_http_response_free(&expired);
+        it_http_response_free(&revoked);
+        it_http_response_free(&unknown);
+}
+
+static void test_batch_is_all_or_nothing(void **state)
+{
+        ait_user owner, member;
+        char e[3][AIT_EMAIL_MAX], body[2048], token[AIT_TOKEN_MAX];
+        long mark;
+        json_t *j, *arr;
+
+        (void)state;
+        ait_signup("it-inv-batch", "Batch Tenant", &owner);
+        for (int i = 0; i < 3; i++) {
+                it_unique_email("it-inv-batch-x", e[i], sizeof(e[i]));
+        }
+        mark = ait_outbox_mark();
+        AIT_BODY(body, "{s:[s,s,s], s:s}", "emails", e[0], e[1], e[2], "role", "viewer");
+        j = ait_ok("Invite", body, owner.token);
+        assert_int_equal(json_array_size(json_object_get(j, "invitations")), 3);
+        json_decref(j);
+        ait_assert_one_summary(mark, owner.tenant_id, "Invite");
+        for (int i = 0; i < 3; i++) {
+                assert_int_equal(ait_mail_token(mark, e[i], "invitation", token), 1);
+        }
+
+        /* One address already a member: already_exists, and nothing of the batch happens. */
+        ait_new_member(&owner, "it-inv-batch-m", "member", &member);
+        char fresh[AIT_EMAIL_MAX];
+        it_unique_email("it-inv-batch-y", fresh, sizeof(fresh));
+        mark = ait_outbox_mark();
+        AIT_BODY(body, "{s:[s,s], s:s}", "emails", fresh, member.email, "role", "viewer");
+        ait_fails("Invite", body, owner.token, "already_exists");
+        assert_int_equal(ait_events(mark, "users.admin_summary", owner.tenant_id), 0);
+        assert_int_equal(ait_events(mark, "auth.email", NULL), 0);
+        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.invitations WHERE email = $1", 1,
+                                      (const char *const[]){fresh}),
+                         0);
+
+        /* Bounds: 1..100 distinct, valid addresses. */
+        ait_fails("Invite", "{\"emails\":[],\"role\":\"viewer\"}", owner.token, "invalid_argument");
+        AIT_BODY(body, "{s:[s,s], s:s}", "emails", fresh, fresh, "role", "viewer");
+        ait_fails("Invite", body, owner.token, "invalid_argument");
+        ait_fails("Invite", "{\"emails\":[\"not-an-address\"],\"role\":\"viewer\"}", owner.token,
+                  "invalid_argument");
+        ait_fails("Invite", "{\"emails\":[\"a@example.test\"],\"role\":\"emperor\"}", owner.token,
+                  "invalid_argument");
+        arr = json_array();
+        for (int i = 0; i < 101; i++) {
+                char addr[64];
+                snprintf(addr, sizeof(addr), "bulk%d@example.test", i);
+                json_array_append_new(arr, json_string(addr));
+        }
+        j = json_pack("{s:o, s:s}", "emails", arr, "role", "viewer");
+        char *big = json_dumps(j, JSON_COMPACT);
+        ait_fails("Invite", big, owner.token, "invalid_argument");
+        free(big);
+        json_decref(j);
+}
+
+static void test_reinvite_replaces_the_token(void **state)
+{
+        ait_user owner;
+        char email[AIT_EMAIL_MAX], first[AIT_TOKEN_MAX], second[AIT_TOKEN_MAX], body[1024];
+        it_http_response r;
+        json_t *j;
+
+        (void)state;
+        ait_signup("it-inv-again", "Again Tenant", &owner);
+        it_unique_email("it-inv-again-x", email, sizeof(email));
+        ait_invite(&owner, email, "member", first);
+        ait_invite(&owner, email, "viewer", second);
+        assert_string_not_equal(first, second);
+        accept_refused(first, AIT_PASSWORD, &r);
+        it_http_response_free(&r);
+        AIT_BODY(body, "{s:s, s:s}", "token", second, "password", AIT_PASSWORD);
+        j = ait_ok("AcceptInvitation", body, NULL);
+        assert_string_equal(ait_str(j, "role"), "viewer");
+        json_decref(j);
+        /* Now a member: inviting the address again is already_exists. */
+        AIT_BODY(body, "{s:[s], s:s}", "emails", email, "role", "member");
+        ait_fails("Invite", body, owner.token, "already_exists");
+}
+
+static void test_existing_account_proves_its_password(void **state)
+{
+        ait_user owner, other;
+        char token[AIT_TOKEN_MAX], body[1024];
+        const char *params[2];
+        long mark;
+        json_t *j;
+
+        (void)state;
+        ait_signup("it-inv-exist-o", "Existing Tenant", &owner);
+        ait_signup("it-inv-exist-x", "Elsewhere", &other);
+        ait_invite(&owner, other.email, "member", token);
+
+        mark = ait_outbox_mark();
+        AIT_BODY(body, "{s:s, s:s}", "token", token, "password", "not the password");
+        ait_fails("AcceptInvitation", body, NULL, "unauthenticated");
+        assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
+
+        /* The invitation is still open: the right password joins the tenant. */
+        AIT_BODY(body, "{s:s, s:s}", "token", token, "password", AIT_PASSWORD);
+        j = ait_ok("AcceptInvitation", body, NULL);
+        assert_string_equal(ait_str(j, "userId"), other.user_id);
+        assert_string_equal(ait_str(j, "tenantId"), owner.tenant_id);
+        json_decref(j);
+        ait_assert_one_summary(mark, owner.tenant_id, "AcceptInvitation");
+        params[0] = other.user_id;
+        params[1] = owner.tenant_id;
+        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.memberships WHERE user_id ="
+                                      " $1::uuid AND tenant_id = $2::uuid AND role = 'member'",
+                                      2, params),
+                         1);
+        /* The account's password is unchanged, and its first tenant is still its own. */
+        json_decref(ait_ok("WhoAmI", "{}", other.token));
+}
+
+static void test_new_account_password_rules(void **state)
+{
+        ait_user owner;
+        char email[AIT_EMAIL_MAX], token[AIT_TOKEN_MAX], body[1024];
+
+        (void)state;
+        ait_signup("it-inv-rules", "Rules Tenant", &owner);
+        it_unique_email("it-inv-rules-x", email, sizeof(email));
+        ait_invite(&owner, email, "member", token);
+        AIT_BODY(body, "{s:s, s:s}", "token", token, "password", "short");
+        ait_fails("AcceptInvitation", body, NULL, "invalid_argument");
+        /* Still open afterwards. */
+        AIT_BODY(body, "{s:s, s:s}", "token", token, "password", AIT_PASSWORD);
+        json_decref(ait_ok("AcceptInvitation", body, NULL));
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_invite_one_and_accept),
+            cmocka_unit_test(test_expired_and_revoked_tokens_are_refused_alike),
+            cmocka_unit_test(test_batch_is_all_or_nothing),
+            cmocka_unit_test(test_reinvite_replaces_the_token),
+            cmocka_unit_test(test_existing_account_proves_its_password),
+            cmocka_unit_test(test_new_account_password_rules),
+        };
+
+        return cmocka_run_group_tests(tests, ait_setup, NULL);
+}

@@ -1,0 +1,333 @@
+/*
+ * Password reset, password change and lockout through the gateway.
+ *
+ * ForgotPassword answers the same bytes for an address with and without an
+ * account, and queues a mail (auth.email, read back from the outbox) only for
+ * the first. A reset token works once, expires, and revokes every session
+ * of its user. Lockout: the stack runs auth with KEELSON_AUTH_LOCKOUT_*
+ * (deploy/local/stack.sh) at 5 failures within WINDOW_S locking for LOCK_S,
+ * short enough to watch a lock expire; none of it publishes users.admin_summary.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "auth_it.h"
+
+#define MAX_FAILURES 5
+#define WINDOW_S     6 /* KEELSON_AUTH_LOCKOUT_WINDOW_S in deploy/local/stack.sh */
+#define LOCK_S       2 /* KEELSON_AUTH_LOCKOUT_DURATION_S in deploy/local/stack.sh */
+#define NEW_PASSWORD "another horse, another battery"
+
+static void sleep_ms(long ms)
+{
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+        nanosleep(&ts, NULL);
+}
+
+static void login_with(const char *email, const char *password, it_http_response *out)
+{
+        char body[1024];
+
+        AIT_BODY(body, "{s:s, s:s}", "email", email, "password", password);
+        ait_call("Login", body, NULL, out);
+}
+
+static void forgot(const char *email, it_http_response *out)
+{
+        char body[512];
+
+        AIT_BODY(body, "{s:s}", "email", email);
+        ait_call("ForgotPassword", body, NULL, out);
+        if (out->status != 200) {
+                fail_msg("ForgotPassword: expected 200, got %ld: %.300s", out->status, out->body);
+        }
+}
+
+static void assert_same(const it_http_response *a, const it_http_response *b)
+{
+        assert_int_equal(a->status, b->status);
+        assert_int_equal(a->body_len, b->body_len);
+        assert_memory_equal(a->body, b->body, a->body_len);
+}
+
+/* ---- ForgotPassword / ResetPassword ------------------------------------------ */
+
+static void test_forgot_password_tells_nothing(void **state)
+{
+        ait_user u;
+        char nobody[AIT_EMAIL_MAX], token[AIT_TOKEN_MAX];
+        it_http_response known, unknown;
+        long mark;
+
+        (void)state;
+        ait_signup("it-rst-known", "Reset Tenant", &u);
+        it_unique_email("it-rst-nobody", nobody, sizeof(nobody));
+        mark = ait_outbox_mark();
+        forgot(u.email, &known);
+        forgot(nobody, &unknown);
+        assert_same(&known, &unknown);
+        it_http_response_free(&known);
+        it_http_response_free(&unknown);
+        assert_int_equal(ait_mail_token(mark, u.email, "password_reset", token), 1);
+        assert_int_equal(ait_mail_token(mark, nobody, "password_reset", token), 0);
+        assert_int_equal(ait_events(mark, "auth.email", NULL), 1);
+        assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
+}
+
+static void test_reset_password(void **state)
+{
+        ait_user u;
+        char second[AIT_TOKEN_MAX], token[AIT_TOKEN_MAX], body[1024], reason[64] = "", hex[65];
+        const char *params[2];
+        it_http_response r, unknown;
+        long mark;
+
+        (void)state;
+        ait_signup("it-rst-flow", "Reset Flow", &u);
+        ait_login(&u, NULL, second);
+        mark = ait_outbox_mark();
+        forgot(u.email, &r);
+        it_http_response_free(&r);
+        assert_int_equal(ait_mail_token(mark, u.email, "password_reset", token), 1);
+        /* Stored as SHA-256 only, for this user. */
+        ks_sha256_hex(token, strlen(token), hex);
+        params[0] = hex;
+        params[1] = u.user_id;
+        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.password_resets WHERE"
+                                      " encode(token_sha256, 'hex') = $1 AND user_id = $2::uuid"
+                                      " AND used_at IS NULL",
+                                      2, params),
+                         1);
+
+        mark = ait_outbox_mark();
+        AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", NEW_PASSWORD);
+        json_decref(ait_ok("ResetPassword", body, NULL));
+        /* Every session of the user is gone, and caches were told. */
+        ait_wait_unauthenticated(u.token);
+        ait_wait_unauthenticated(second);
+        assert_int_equal(ait_revoked_has(mark, u.token, reason), 1);
+        assert_string_equal(reason, "password_changed");
+        assert_int_equal(ait_revoked_has(mark, second, NULL), 1);
+        assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
+
+        login_with(u.email, AIT_PASSWORD, &r);
+        assert_int_equal(r.status, 401);
+        it_http_response_free(&r);
+        login_with(u.email, NEW_PASSWORD, &r);
+        assert_int_equal(r.status, 200);
+        it_http_response_free(&r);
+
+        /* Single use: the second attempt is refused like an unknown token. */
+        ait_call("ResetPassword", body, NULL, &r);
+        AIT_BODY(body, "{s:s, s:s}", "token", "nonexistent-token", "newPassword", NEW_PASSWORD);
+        ait_call("ResetPassword", body, NULL, &unknown);
+        assert_int_equal(r.status, 404);
+        assert_same(&r, &unknown);
+        it_http_response_free(&r);
+        it_http_response_free(&unknown);
+}
+
+static void test_reset_token_expires_and_checks_the_password(void **state)
+{
+        ait_user u;
+        char token[AIT_TOKEN_MAX], body[1024];
+        const char *params[1];
+        it_http_response r;
+        long mark;
+
+        (void)state;
+        ait_signup("it-rst-exp", "Reset Expiry", &u);
+        mark = ait_outbox_mark();
+        forgot(u.email, &r);
+        it_http_response_free(&r);
+        assert_int_equal(ait_mail_token(mark, u.email, "password_reset", token), 1);
+
+        /* A bad new password is refused before the token is spent. */
+        AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", "short");
+        ait_fails("ResetPassword", body, NULL, "invalid_argument");
+
+        params[0] = u.user_id;
+        PGconn *pg = ait_pg();
+        PQclear(ait_sql(pg,
+                        "UPDATE auth.password_resets SET created_at = now() - interval '2 hours',"
+                        " expires_at = now() - interval '1 hour' WHERE user_id = $1::uuid",
+                        1, params));
+        PQfinish(pg);
+        AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", NEW_PASSWORD);
+        ait_fails("ResetPassword", body, NULL, "not_found");
+        json_decref(ait_ok("WhoAmI", "{}", u.token));
+}
+
+static void test_reset_mails_are_bounded_per_address(void **state)
+{
+        ait_user u;
+        char token[AIT_TOKEN_MAX];
+        it_http_response first, r;
+        long mark;
+
+        (void)state;
+        ait_signup("it-rst-flood", "Reset Flood", &u);
+        mark = ait_outbox_mark();
+        forgot(u.email, &first);
+        for (int i = 0; i < 7; i++) {
+                forgot(u.email, &r);
+                assert_same(&first, &r);
+                it_http_response_free(&r);
+        }
+        it_http_response_free(&first);
+        /* KEELSON_AUTH_RESET_MAX_PER_WINDOW: 5 by default. */
+        assert_int_equal(ait_mail_token(mark, u.email, "password_reset", token), 5);
+}
+
+/* ---- ChangePassword ------------------------------------------------------------ */
+
+static void test_change_password(void **state)
+{
+        ait_user u;
+        char other[AIT_TOKEN_MAX], body[1024], reason[64] = "";
+        it_http_response r;
+        long mark;
+        json_t *j;
+
+        (void)state;
+        ait_signup("it-rst-change", "Change Tenant", &u);
+        ait_login(&u, NULL, other);
+        AIT_BODY(body, "{s:s, s:s}", "currentPassword", "wrong wrong wrong", "newPassword",
+                 NEW_PASSWORD);
+        ait_fails("ChangePassword", body, u.token, "permission_denied");
+        AIT_BODY(body, "{s:s, s:s}", "currentPassword", AIT_PASSWORD, "newPassword", "short");
+        ait_fails("ChangePassword", body, u.token, "invalid_argument");
+
+        mark = ait_outbox_mark();
+        AIT_BODY(body, "{s:s, s:s}", "currentPassword", AIT_PASSWORD, "newPassword", NEW_PASSWORD);
+        j = ait_ok("ChangePassword", body, u.token);
+        assert_int_equal(json_integer_value(json_object_get(j, "revokedSessions")), 1);
+        json_decref(j);
+        ait_wait_unauthenticated(other);
+        json_decref(ait_ok("WhoAmI", "{}", u.token)); /* the caller's own session stays */
+        assert_int_equal(ait_revoked_has(mark, other, reason), 1);
+        assert_string_equal(reason, "password_changed");
+        assert_int_equal(ait_revoked_has(mark, u.token, NULL), 0);
+        assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
+        login_with(u.email, NEW_PASSWORD, &r);
+        assert_int_equal(r.status, 200);
+        it_http_response_free(&r);
+}
+
+/* ---- lockout ---------------------------------------------------------------------- */
+
+static void fail_logins(const char *email, int n)
+{
+        it_http_response r;
+
+        for (int i = 0; i < n; i++) {
+                login_with(email, "definitely not it", &r);
+                assert_int_equal(r.status, 401);
+                it_http_response_free(&r);
+        }
+}
+
+static void test_lockout_locks_then_expires(void **state)
+{
+        ait_user u;
+        it_http_response wrong, locked, r;
+        const char *params[1];
+        long mark;
+
+        (void)state;
+        ait_signup("it-lock", "Lock Tenant", &u);
+        mark = ait_outbox_mark();
+        fail_logins(u.email, MAX_FAILURES - 1);
+        login_with(u.email, "definitely not it", &wrong);
+        /* Locked now: the right password gets exactly the wrong password's reply. */
+        login_with(u.email, AIT_PASSWORD, &locked);
+        assert_int_equal(locked.status, 401);
+        assert_same(&wrong, &locked);
+        it_http_response_free(&wrong);
+        it_http_response_free(&locked);
+        params[0] = u.user_id;
+        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.users WHERE id = $1::uuid"
+                                      " AND locked_until > now()",
+                                      1, params),
+                         1);
+        /* Lockout writes are not admin writes. */
+        assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
+        /* A running session is not affected by the lock. */
+        json_decref(ait_ok("WhoAmI", "{}", u.token));
+
+        sleep_ms(LOCK_S * 1000 + 700);
+        login_with(u.email, AIT_PASSWORD, &r);
+        assert_int_equal(r.status, 200);
+        it_http_response_free(&r);
+}
+
+static void test_success_resets_the_count(void **state)
+{
+        ait_user u;
+        it_http_response r;
+
+        (void)state;
+        ait_signup("it-lock-reset", "Lock Reset", &u);
+        fail_logins(u.email, MAX_FAILURES - 1);
+        login_with(u.email, AIT_PASSWORD, &r);
+        assert_int_equal(r.status, 200);
+        it_http_response_free(&r);
+        fail_logins(u.email, MAX_FAILURES - 1);
+        login_with(u.email, AIT_PASSWORD, &r);
+        assert_int_equal(r.status, 200);
+        it_http_response_free(&r);
+}
+
+static void test_failures_outside_the_window_do_not_add_up(void **state)
+{
+        ait_user u;
+        it_http_response r;
+
+        (void)state;
+        ait_signup("it-lock-window", "Lock Window", &u);
+        fail_logins(u.email, MAX_FAILURES - 1);
+        sleep_ms(WINDOW_S * 1000 + 700);
+        fail_logins(u.email, MAX_FAILURES - 1);
+        login_with(u.email, AIT_PASSWORD, &r);
+        assert_int_equal(r.status, 200);
+        it_http_response_free(&r);
+}
+
+/* A wrong current password counts like a failed login; a locked account cannot change it. */
+static void test_change_password_counts_failures(void **state)
+{
+        ait_user u;
+        char body[1024];
+
+        (void)state;
+        ait_signup("it-lock-change", "Lock Change", &u);
+        AIT_BODY(body, "{s:s, s:s}", "currentPassword", "guess guess guess", "newPassword",
+                 NEW_PASSWORD);
+        for (int i = 0; i < MAX_FAILURES; i++) {
+                ait_fails("ChangePassword", body, u.token, "permission_denied");
+        }
+        AIT_BODY(body, "{s:s, s:s}", "currentPassword", AIT_PASSWORD, "newPassword", NEW_PASSWORD);
+        ait_fails("ChangePassword", body, u.token, "permission_denied");
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_forgot_password_tells_nothing),
+            cmocka_unit_test(test_reset_password),
+            cmocka_unit_test(test_reset_token_expires_and_checks_the_password),
+            cmocka_unit_test(test_reset_mails_are_bounded_per_address),
+            cmocka_unit_test(test_change_password),
+            cmocka_unit_test(test_lockout_locks_then_expires),
+            cmocka_unit_test(test_success_resets_the_count),
+            cmocka_unit_test(test_failures_outside_the_window_do_not_add_up),
+            cmocka_unit_test(test_change_password_counts_failures),
+        };
+
+        return cmocka_run_group_tests(tests, ait_setup, NULL);
+}

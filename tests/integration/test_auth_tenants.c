@@ -1,0 +1,619 @@
+/*
+ * Tenants, memberships and roles through the gateway: the permission table,
+ * ListMembers, SetRole, RemoveMember, the last-owner rule, SwitchTenant,
+ * ListTenants, Logout and RevokeAllSessions, request-id deduplication, and
+ * the events each write publishes (read back from auth.outbox): exactly one
+ * users.admin_summary per committed admin write, none for a refused or
+ * repeated one, none for logins.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "auth_it.h"
+#include "ks_code.h"
+#include "ks_events.h"
+#include "ks_topology.h"
+
+static void set_role(const ait_user *caller, const char *user_id, const char *role,
+                     it_http_response *out)
+{
+        char body[512];
+
+        AIT_BODY(body, "{s:s, s:s}", "userId", user_id, "role", role);
+        ait_call("SetRole", body, caller->token, out);
+}
+
+static void assert_code(it_http_response *r, long status, const char *code)
+{
+        json_t *j = ait_json(r);
+
+        if (r->status != status || strcmp(ait_str_or(j, "code"), code) != 0) {
+                fail_msg("expected HTTP %ld %s, got %ld: %.300s", status, code, r->status, r->body);
+        }
+        json_decref(j);
+        it_http_response_free(r);
+}
+
+static void whoami_fails(const char *token)
+{
+        ait_wait_unauthenticated(token);
+}
+
+/* ---- sign-up, login, who-am-i ---------------------------------------------- */
+
+static void test_signup_publishes_one_summary_and_login_none(void **state)
+{
+        ait_user u;
+        char token[AIT_TOKEN_MAX];
+        long mark = ait_outbox_mark(), after;
+        json_t *j, *perms;
+
+        (void)state;
+        ait_signup("it-ten-signup", "Signup Tenant", &u);
+        ait_assert_one_summary(mark, u.tenant_id, "SignUp");
+        after = ait_outbox_mark();
+        ait_login(&u, NULL, token);
+        ait_login(&u, u.tenant_id, token);
+        assert_int_equal(ait_events(after, "users.admin_summary", NULL), 0);
+
+        j = ait_ok("WhoAmI", "{}", token);
+        assert_string_equal(ait_str(j, "role"), "owner");
+        perms = json_object_get(j, "permissions");
+        assert_true(json_is_array(perms));
+        assert_int_equal(json_array_size(perms), 10);
+        json_decref(j);
+}
+
+static void test_member_permissions(void **state)
+{
+        ait_user owner, member, viewer;
+        json_t *j, *perms;
+        char body[512];
+        long mark;
+
+        (void)state;
+        ait_signup("it-ten-perm", "Perm Tenant", &owner);
+        ait_new_member(&owner, "it-ten-perm-m", "member", &member);
+        ait_new_member(&owner, "it-ten-perm-v", "viewer", &viewer);
+
+        j = ait_ok("WhoAmI", "{}", member.token);
+        perms = json_object_get(j, "permissions");
+        assert_int_equal(json_array_size(perms), 2); /* org.read, members.read */
+        json_decref(j);
+
+        /* Reads that every role may do. */
+        j = ait_ok("ListMembers", "{}", viewer.token);
+        assert_int_equal(json_array_size(json_object_get(j, "members")), 3);
+        json_decref(j);
+
+        mark = ait_outbox_mark();
+        AIT_BODY(body, "{s:s, s:s}", "userId", viewer.user_id, "role", "member");
+        ait_fails("SetRole", body, member.token, "permission_denied");
+        AIT_BODY(body, "{s:s}", "userId", viewer.user_id);
+        ait_fails("RemoveMember", body, member.token, "permission_denied");
+        ait_fails("Invite", "{\"emails\":[\"x@example.test\"],\"role\":\"viewer\"}", member.token,
+                  "permission_denied");
+        ait_fails("ListInvitations", "{}", viewer.token, "permission_denied");
+        ait_fails("ListAudit", "{}", member.token, "permission_denied");
+        ait_fails("CreateApiKey", "{\"name\":\"k\",\"role\":\"viewer\"}", member.token,
+                  "permission_denied");
+        ait_fails("ListApiKeys", "{}", viewer.token, "permission_denied");
+        /* Refused writes publish nothing. */
+        assert_int_equal(ait_events(mark, "users.admin_summary", owner.tenant_id), 0);
+}
+
+/* ---- SetRole ---------------------------------------------------------------- */
+
+static void test_set_role_publishes_and_audits(void **state)
+{
+        ait_user owner, m;
+        it_http_response r;
+        char reason[64] = "";
+        const char *params[2];
+        long mark;
+        json_t *j;
+
+        (void)state;
+        ait_signup("it-ten-role", "Role Tenant", &owner);
+        ait_new_member(&owner, "it-ten-role-m", "member", &m);
+        mark = ait_outbox_mark();
+        set_role(&owner, m.user_id, "admin", &r);
+        assert_int_equal(r.status, 200);
+        j = ait_json(&r);
+        assert_string_equal(ait_str(json_object_get(j, "member"), "role"), "admin");
+        assert_string_equal(ait_str(json_object_get(j, "member"), "email"), m.email);
+        json_decref(j);
+        it_http_response_free(&r);
+
+        params[0] = owner.tenant_id;
+        params[1] = m.user_id;
+        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.memberships WHERE tenant_id ="
+                                      " $1::uuid AND user_id = $2::uuid AND role = 'admin'",
+                                      2, params),
+                         1);
+        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.audit_log WHERE tenant_id ="
+                                      " $1::uuid AND target_id = $2 AND action = 'member.role_set'",
+                                      2, params),
+                         1);
+        ait_assert_one_summary(mark, owner.tenant_id, "SetRole");
+        /* The member's live session is named, so that caches drop its old role. */
+        assert_int_equal(ait_revoked_has(mark, m.token, reason), 1);
+        assert_string_equal(reason, "role_changed");
+        j = ait_ok("WhoAmI", "{}", m.token);
+        assert_string_equal(ait_str(j, "role"), "admin");
+        json_decref(j);
+
+        /* The same role again: no change, no event. */
+        mark = ait_outbox_mark();
+        set_role(&owner, m.user_id, "admin", &r);
+        assert_int_equal(r.status, 200);
+        it_http_response_free(&r);
+        assert_int_equal(ait_events(mark, "users.admin_summary", owner.tenant_id), 0);
+}
+
+static void test_rank_rules(void **state)
+{
+        ait_user owner, admin, admin2;
+        it_http_response r;
+        long mark;
+
+        (void)state;
+        ait_signup("it-ten-rank", "Rank Tenant", &owner);
+        ait_new_member(&owner, "it-ten-rank-a", "admin", &admin);
+        ait_new_member(&owner, "it-ten-rank-b", "admin", &admin2);
+        mark = ait_outbox_mark();
+        /* An admin grants no role above their own, and touches no owner. */
+        set_role(&admin, admin2.user_id, "owner", &r);
+        assert_code(&r, 403, "permission_denied");
+        set_role(&admin, owner.user_id, "member", &r);
+        assert_code(&r, 403, "permission_denied");
+        ait_fails("Invite", "{\"emails\":[\"y@example.test\"],\"role\":\"owner\"}", admin.token,
+                  "permission_denied");
+        assert_int_equal(ait_events(mark, "users.admin_summary", owner.tenant_id), 0);
+        /* Within their rank they may. */
+        set_role(&admin, admin2.user_id, "viewer", &r);
+        assert_int_equal(r.status, 200);
+        it_http_response_free(&r);
+        ait_assert_one_summary(mark, owner.tenant_id, "SetRole");
+}
+
+static void test_last_owner_is_kept(void **state)
+{
+        ait_user owner, other;
+        it_http_response r;
+        char body[512];
+        long mark;
+
+        (void)state;
+        ait_signup("it-ten-last", "Last Owner Tenant", &owner);
+        ait_new_member(&owner, "it-ten-last-o", "owner", &other);
+        mark = ait_outbox_mark();
+        /* Two owners: one may step down. */
+        set_role(&owner, owner.user_id, "admin", &r);
+        assert_int_equal(r.status, 200);
+        it_http_response_free(&r);
+        /* Now other is the last owner: neither demoted nor removed, and nothing published. */
+        long before = ait_outbox_mark();
+        set_role(&other, other.user_id, "member", &r);
+        assert_code(&r, 400, "failed_precondition");
+        AIT_BODY(body, "{s:s}", "userId", other.user_id);
+        ait_fails("RemoveMember", body, other.token, "failed_precondition");
+        assert_int_equal(ait_events(before, "users.admin_summary", owner.tenant_id), 0);
+        assert_int_equal(ait_events(before, "auth.context_revoked", owner.tenant_id), 0);
+        assert_int_equal(ait_events(mark, "users.admin_summary", owner.tenant_id), 1);
+}
+
+/* ---- RemoveMember ------------------------------------------------------------ */
+
+static void test_remove_member(void **state)
+{
+        ait_user owner, m;
+        char body[512], reason[64] = "";
+        const char *params[2];
+        long mark;
+        json_t *j;
+
+        (void)state;
+        ait_signup("it-ten-rm", "Remove Tenant", &owner);
+        ait_new_member(&owner, "it-ten-rm-m", "member", &m);
+        mark = ait_outbox_mark();
+        AIT_BODY(body, "{s:s}", "userId", m.user_id);
+        j = ait_ok("RemoveMember", body, owner.token);
+        json_decref(j);
+        whoami_fails(m.token);
+        ait_assert_one_summary(mark, owner.tenant_id, "RemoveMember");
+        assert_int_equal(ait_revoked_has(mark, m.token, reason), 1);
+        assert_string_equal(reason, "member_removed");
+        params[0] = owner.tenant_id;
+        params[1] = m.user_id;
+        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.memberships WHERE tenant_id ="
+                                      " $1::uuid AND user_id = $2::uuid",
+                                      2, params),
+                         0);
+        /* Gone is gone: a second removal is not_found. */
+        ait_fails("RemoveMember", body, owner.token, "not_found");
+        j = ait_ok("ListMembers", "{}", owner.token);
+        assert_int_equal(json_array_size(json_object_get(j, "members")), 1);
+        json_decref(j);
+}
+
+/* ---- deduplication by request id --------------------------------------------- */
+
+static void test_repeated_request_id_changes_nothing(void **state)
+{
+        ait_user owner, m;
+        it_http_response first, second, other;
+        char body[512], rid[96], body2[512];
+        long mark;
+
+        (void)state;
+        ait_signup("it-ten-dup", "Dedupe Tenant", &owner);
+        ait_new_member(&owner, "it-ten-dup-m", "member", &m);
+        snprintf(rid, sizeof(rid), "it-dup-%s", m.user_id);
+        AIT_BODY(body, "{s:s, s:s}", "userId", m.user_id, "role", "viewer");
+        mark = ait_outbox_mark();
+        ait_call_rid("SetRole", body, owner.token, rid, &first);
+        ait_call_rid("SetRole", body, owner.token, rid, &second);
+        assert_int_equal(first.status, 200);
+        assert_int_equal(second.status, 200);
+        assert_int_equal(first.body_len, second.body_len);
+        assert_memory_equal(first.body, second.body, first.body_len);
+        ait_assert_one_summary(mark, owner.tenant_id, "SetRole");
+        /* The same id for another request is refused, and changes nothing. */
+        AIT_BODY(body2, "{s:s, s:s}", "userId", m.user_id, "role", "admin");
+        ait_call_rid("SetRole", body2, owner.token, rid, &other);
+        assert_code(&other, 400, "invalid_argument");
+        it_http_response_free(&first);
+        it_http_response_free(&second);
+        assert_int_equal(ait_events(mark, "users.admin_summary", owner.tenant_id), 1);
+}
+
+/* ---- ListMembers paging --------------------------------------------------------- */
+
+static void test_list_members_pages(void **state)
+{
+        ait_user owner, a, b;
+        char body[256], seen[3][AIT_ID_MAX];
+        int n = 0;
+        json_t *j;
+        char token[256] = "";
+
+        (void)state;
+        ait_signup("it-ten-page", "Page Tenant", &owner);
+        ait_new_member(&owner, "it-ten-page-a", "member", &a);
+        ait_new_member(&owner, "it-ten-page-b", "member", &b);
+        for (int page = 0; page < 4; page++) {
+                json_t *ms;
+
+                AIT_BODY(body, "{s:i, s:s}", "pageSize", 2, "pageToken", token);
+                j = ait_ok("ListMembers", body, owner.token);
+                ms = json_object_get(j, "members");
+                for (size_t i = 0; i < json_array_size(ms); i++) {
+                        assert_true(n < 3);
+                        snprintf(seen[n++], AIT_ID_MAX, "%s",
+                                 ait_str(json_array_get(ms, i), "userId"));
+                }
+                snprintf(token, sizeof(token), "%s", ait_str_or(j, "nextPageToken"));
+                json_decref(j);
+                if (token[0] == '\0') {
+                        break;
+                }
+        }
+        assert_int_equal(n, 3);
+        /* Oldest membership first: the owner, then a, then b. */
+        assert_string_equal(seen[0], owner.user_id);
+        assert_string_equal(seen[1], a.user_id);
+        assert_string_equal(seen[2], b.user_id);
+        ait_fails("ListMembers", "{\"pageToken\":\"nonsense\"}", owner.token, "invalid_argument");
+}
+
+/* ---- sessions across tenants ------------------------------------------------------ */
+
+static void test_switch_tenant(void **state)
+{
+        ait_user a, b, member_of_b;
+        char body[512], reason[64] = "", token_b[AIT_TOKEN_MAX];
+        long mark;
+        json_t *j;
+
+        (void)state;
+        ait_signup("it-ten-sw-a", "Switch A", &a);
+        ait_signup("it-ten-sw-b", "Switch B", &b);
+        /* a joins B too, with an existing account: the invitation asks for its password. */
+        ait_invite(&b, a.email, "viewer", token_b);
+        AIT_BODY(body, "{s:s, s:s}", "token", token_b, "password", AIT_PASSWORD);
+        json_decref(ait_ok("AcceptInvitation", body, NULL));
+
+        j = ait_ok("ListTenants", "{}", a.token);
+        assert_int_equal(json_array_size(json_object_get(j, "tenants")), 2);
+        assert_string_equal(ait_str(json_array_get(json_object_get(j, "tenants"), 0), "tenantId"),
+                            a.tenant_id);
+        json_decref(j);
+
+        mark = ait_outbox_mark();
+        AIT_BODY(body, "{s:s}", "tenantId", b.tenant_id);
+        j = ait_ok("SwitchTenant", body, a.token);
+        assert_string_equal(ait_str(j, "tenantId"), b.tenant_id);
+        assert_string_equal(ait_str(j, "role"), "viewer");
+        snprintf(member_of_b.token, sizeof(member_of_b.token), "%s", ait_str(j, "sessionToken"));
+        json_decref(j);
+        j = ait_ok("WhoAmI", "{}", member_of_b.token);
+        assert_string_equal(ait_str(j, "tenantId"), b.tenant_id);
+        assert_string_equal(ait_str(j, "tenantName"), "Switch B");
+        json_decref(j);
+        /* The old token stopped working, and caches were told. */
+        whoami_fails(a.token);
+        assert_int_equal(ait_revoked_has(mark, a.token, reason), 1);
+        assert_string_equal(reason, "tenant_switched");
+        assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
+
+        /* A tenant the user is no member of: not_found, like one that does not exist. */
+        AIT_BODY(body, "{s:s}", "tenantId", "00000000-0000-4000-8000-000000000000");
+        ait_fails("SwitchTenant", body, b.token, "not_found");
+        AIT_BODY(body, "{s:s}", "tenantId", a.tenant_id);
+        ait_fails("SwitchTenant", body, b.token, "not_found");
+}
+
+static void test_logout_and_revoke_all_sessions(void **state)
+{
+        ait_user u;
+        char t2[AIT_TOKEN_MAX], t3[AIT_TOKEN_MAX], reason[64] = "";
+        long mark;
+        json_t *j;
+
+        (void)state;
+        ait_signup("it-ten-revoke", "Revoke Tenant", &u);
+        ait_login(&u, NULL, t2);
+        ait_login(&u, NULL, t3);
+
+        mark = ait_outbox_mark();
+        json_decref(ait_ok("Logout", "{}", t3));
+        whoami_fails(t3);
+        assert_int_equal(ait_revoked_has(mark, t3, reason), 1);
+        assert_string_equal(reason, "logout");
+        /* A second logout of the same session is refused and publishes nothing. */
+        mark = ait_outbox_mark();
+        ait_fails("Logout", "{}", t3, "unauthenticated");
+        assert_int_equal(ait_events(mark, "auth.context_revoked", NULL), 0);
+
+        mark = ait_outbox_mark();
+        j = ait_ok("RevokeAllSessions", "{\"keepCurrent\":true}", u.token);
+        assert_int_equal(json_integer_value(json_object_get(j, "revokedSessions")), 1);
+        json_decref(j);
+        whoami_fails(t2);
+        json_decref(ait_ok("WhoAmI", "{}", u.token));
+        assert_int_equal(ait_revoked_has(mark, t2, reason), 1);
+        assert_string_equal(reason, "sessions_revoked");
+        assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
+
+        j = ait_ok("RevokeAllSessions", "{}", u.token);
+        assert_int_equal(json_integer_value(json_object_get(j, "revokedSessions")), 1);
+        json_decref(j);
+        whoami_fails(u.token);
+}
+
+/* ---- ListAudit ------------------------------------------------------------------ */
+
+static void test_audit_newest_first(void **state)
+{
+        ait_user owner, m;
+        char body[256], next[128];
+        json_t *j, *e;
+
+        (void)state;
+        ait_signup("it-ten-audit", "Audit Tenant", &owner);
+        ait_new_member(&owner, "it-ten-audit-m", "member", &m);
+        AIT_BODY(body, "{s:s}", "userId", m.user_id);
+        json_decref(ait_ok("RemoveMember", body, owner.token));
+
+        j = ait_ok("ListAudit", "{\"pageSize\":2}", owner.token);
+        e = json_object_get(j, "entries");
+        assert_int_equal(json_array_size(e), 2);
+        assert_string_equal(ait_str(json_array_get(e, 0), "action"), "member.removed");
+        assert_string_equal(ait_str(json_array_get(e, 0), "targetId"), m.user_id);
+        assert_string_equal(ait_str(json_array_get(e, 0), "actorUserId"), owner.user_id);
+        assert_string_equal(ait_str(json_array_get(e, 1), "action"), "invitation.accepted");
+        snprintf(next, sizeof(next), "%s", ait_str(j, "nextPageToken"));
+        json_decref(j);
+        AIT_BODY(body, "{s:i, s:s}", "pageSize", 2, "pageToken", next);
+        j = ait_ok("ListAudit", body, owner.token);
+        e = json_object_get(j, "entries");
+        assert_int_equal(json_array_size(e), 2);
+        assert_string_equal(ait_str(json_array_get(e, 0), "action"), "invitation.created");
+        assert_string_equal(ait_str(json_array_get(e, 1), "action"), "tenant.created");
+        assert_string_equal(ait_str_or(j, "nextPageToken"), "");
+        json_decref(j);
+}
+
+/* ---- a write that fails after its outbox insert publishes nothing -------------- */
+
+static int restore_audit_grant(void **state)
+{
+        PGconn *pg = ait_pg();
+
+        (void)state;
+        PQclear(ait_sql(pg, "GRANT INSERT ON auth.audit_log TO keelson_auth_rt", 0, NULL));
+        PQfinish(pg);
+        return 0;
+}
+
+static void test_rolled_back_write_publishes_nothing(void **state)
+{
+        ait_user owner, m;
+        char body[512];
+        const char *params[2];
+        long mark;
+        PGconn *pg;
+
+        (void)state;
+        ait_signup("it-ten-rollback", "Rollback Tenant", &owner);
+        ait_new_member(&owner, "it-ten-rollback-m", "member", &m);
+        /*
+         * Fault injection: the audit insert, the last statement of RemoveMember
+         * before its users.admin_summary, fails. The membership delete, the
+         * session revocation and the auth.context_revoked outbox row that came
+         * before it must all roll back.
+         */
+        pg = ait_pg();
+        PQclear(ait_sql(pg, "REVOKE INSERT ON auth.audit_log FROM keelson_auth_rt", 0, NULL));
+        PQfinish(pg);
+        mark = ait_outbox_mark();
+        AIT_BODY(body, "{s:s}", "userId", m.user_id);
+        ait_fails("RemoveMember", body, owner.token, "internal");
+        restore_audit_grant(NULL);
+
+        assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
+        assert_int_equal(ait_events(mark, "auth.context_revoked", NULL), 0);
+        params[0] = owner.tenant_id;
+        params[1] = m.user_id;
+        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.memberships WHERE tenant_id ="
+                                      " $1::uuid AND user_id = $2::uuid",
+                                      2, params),
+                         1);
+        json_decref(ait_ok("WhoAmI", "{}", m.token));
+        /* The same call, with the database well again, goes through once. */
+        json_decref(ait_ok("RemoveMember", body, owner.token));
+        ait_assert_one_summary(mark, owner.tenant_id, "RemoveMember");
+}
+
+/* ---- housekeeping ---------------------------------------------------------------- */
+
+/* What every replica runs every KEELSON_AUTH_HOUSEKEEPING_S, called here directly. */
+static void test_housekeeping_deletes_only_stale_sessions(void **state)
+{
+        ait_user u;
+        char old[AIT_TOKEN_MAX];
+        const char *params[1];
+        PGconn *pg;
+
+        (void)state;
+        ait_signup("it-ten-house", "House Tenant", &u);
+        ait_login(&u, NULL, old);
+        params[0] = old;
+        pg = ait_pg();
+        PQclear(ait_sql(pg,
+                        "UPDATE auth.sessions SET created_at = now() - interval '10 days',"
+                        " expires_at = now() - interval '9 days'"
+                        " WHERE token_sha256 = sha256(convert_to($1, 'UTF8'))",
+                        1, params));
+        PQclear(ait_sql(pg, "SET ROLE keelson_auth_rt", 0, NULL));
+        PQclear(ait_sql(pg, "SELECT auth.housekeeping(86400, 86400, 1000)", 0, NULL));
+        PQfinish(pg);
+        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.sessions"
+                                      " WHERE token_sha256 = sha256(convert_to($1, 'UTF8'))",
+                                      1, params),
+                         0);
+        json_decref(ait_ok("WhoAmI", "{}", u.token)); /* a live session stays */
+}
+
+/* ---- events on the broker's bus ---------------------------------------------------- */
+
+static ks_subscriber *subscribe(const char *prefix)
+{
+        const char *bases[1] = {ait_stack.broker_url};
+        const char *prefixes[1] = {prefix};
+        struct timespec settle = {0, 300 * 1000 * 1000};
+        ks_subscriber *sub = NULL;
+
+        assert_int_equal(ks_subscriber_new(&sub, bases, 1, prefixes, 1), KS_OK);
+        /* A subscriber hears only what is published after its dial completed. */
+        nanosleep(&settle, NULL);
+        return sub;
+}
+
+/* Waits for an event of topic with this tenant (or this event id); fails after 10 s. */
+static void expect_event(ks_subscriber *sub, const char *topic, const char *tenant_id,
+                         const char *event_id)
+{
+        for (int i = 0; i < 1000; i++) {
+                Keelson__Events__V1__Event *ev = NULL;
+                int rc = ks_subscriber_next(sub, 10000, &ev);
+                bool match;
+
+                if (rc != KS_OK) {
+                        fail_msg("no %s event for tenant %s on the bus (code %d)", topic, tenant_id,
+                                 rc);
+                }
+                match = strcmp(ev->topic, topic) == 0 &&
+                        (tenant_id == NULL || strcmp(ev->tenant_id, tenant_id) == 0) &&
+                        (event_id == NULL || strcmp(ev->event_id, event_id) == 0);
+                keelson__events__v1__event__free_unpacked(ev, NULL);
+                if (match) {
+                        return;
+                }
+        }
+        fail_msg("no %s event for tenant %s among the next 1000 events", topic, tenant_id);
+}
+
+static void test_events_reach_subscribers(void **state)
+{
+        ks_subscriber *sub = subscribe("users.admin_summary");
+        ait_user u;
+
+        (void)state;
+        ait_signup("it-ten-bus", "Bus Tenant", &u);
+        expect_event(sub, "users.admin_summary", u.tenant_id, NULL);
+        ks_subscriber_free(sub);
+}
+
+/*
+ * A committed outbox row that its writer never published (the process died
+ * between its commit and its relay's next pass) is published by a relay that
+ * is alive, and marked only then.
+ */
+static void test_relay_publishes_rows_left_behind(void **state)
+{
+        ks_subscriber *sub = subscribe("users.admin_summary");
+        char event_id[37], tenant_id[37];
+        const char *params[2] = {event_id, tenant_id};
+        PGconn *pg = ait_pg();
+
+        (void)state;
+        assert_int_equal(ks_uuid_v4(event_id), 0);
+        assert_int_equal(ks_uuid_v4(tenant_id), 0);
+        PQclear(ait_sql(pg,
+                        "INSERT INTO auth.outbox (event_id, topic, tenant_id, payload)"
+                        " VALUES ($1::uuid, 'users.admin_summary', $2::uuid, '\\x')",
+                        2, params));
+        PQfinish(pg);
+        expect_event(sub, "users.admin_summary", tenant_id, event_id);
+        ks_subscriber_free(sub);
+        for (int i = 0; i < 100; i++) {
+                if (ait_sql_long("SELECT count(*) FROM auth.outbox WHERE event_id = $1::uuid"
+                                 " AND published_at IS NOT NULL",
+                                 1, params) == 1) {
+                        return;
+                }
+                struct timespec pause = {0, 50 * 1000 * 1000};
+                nanosleep(&pause, NULL);
+        }
+        fail_msg("the published row was not marked");
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_signup_publishes_one_summary_and_login_none),
+            cmocka_unit_test(test_member_permissions),
+            cmocka_unit_test(test_set_role_publishes_and_audits),
+            cmocka_unit_test(test_rank_rules),
+            cmocka_unit_test(test_last_owner_is_kept),
+            cmocka_unit_test(test_remove_member),
+            cmocka_unit_test(test_repeated_request_id_changes_nothing),
+            cmocka_unit_test(test_list_members_pages),
+            cmocka_unit_test(test_switch_tenant),
+            cmocka_unit_test(test_logout_and_revoke_all_sessions),
+            cmocka_unit_test(test_audit_newest_first),
+            cmocka_unit_test_teardown(test_rolled_back_write_publishes_nothing,
+                                      restore_audit_grant),
+            cmocka_unit_test(test_housekeeping_deletes_only_stale_sessions),
+            cmocka_unit_test(test_events_reach_subscribers),
+            cmocka_unit_test(test_relay_publishes_rows_left_behind),
+        };
+
+        return cmocka_run_group_tests(tests, ait_setup, NULL);
+}

@@ -1,0 +1,312 @@
+/*
+ * What an operator sees of the gateway, and what a client gets back:
+ * request ids end to end, /metrics (requests by route and code, latency
+ * histograms, rate-limit decisions, context cache, upstream errors), the
+ * slow-request log (route, status and duration, never a token, an id, a
+ * query string or a body), and gzip for large JSON replies.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "it_support.h"
+
+#define TOKEN_MAX    512
+#define ID_MAX       64
+#define WHOAMI_ROUTE "route=\"/keelson.auth.v1.AuthService/WhoAmI\""
+#define PASSWORD     "correct horse battery staple"
+#define LOG_WAIT_MS  5000
+
+static it_stack g_stack;
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static void sleep_ms(long ms)
+{
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+}
+
+static double metric(const char *url, const char *series)
+{
+        double v = 0;
+        if (it_metric(url, series, &v) != 0) {
+                fail_msg("%s has no series %s", url, series);
+        }
+        return v;
+}
+
+/* A unique, well-formed X-Request-Id. */
+static void request_id(const char *prefix, char *out, size_t len)
+{
+        char email[128];
+        it_unique_email(prefix, email, sizeof(email)); /* "<prefix>-<hex>@example.test" */
+        *strchr(email, '@') = '\0';
+        snprintf(out, len, "%.60s", email);
+}
+
+/* Reads a whole file (a log) into a malloc'd string. */
+static char *read_file(const char *path)
+{
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        char *s = malloc((size_t)n + 1);
+        assert_non_null(s);
+        assert_int_equal(fread(s, 1, (size_t)n, f), (size_t)n);
+        s[n] = '\0';
+        fclose(f);
+        return s;
+}
+
+static bool file_contains(const char *path, const char *needle)
+{
+        FILE *f = fopen(path, "r");
+        if (f == NULL) {
+                return false;
+        }
+        fclose(f);
+        char *s = read_file(path);
+        bool found = strstr(s, needle) != NULL;
+        free(s);
+        return found;
+}
+
+static int setup(void **state)
+{
+        (void)state;
+        return it_stack_load(&g_stack);
+}
+
+/* ---- request ids ------------------------------------------------------------------ */
+
+/* A well-formed X-Request-Id comes back and reaches the service's log lines. */
+static void test_request_id_end_to_end(void **state)
+{
+        (void)state;
+        char rid[96], header[128], got[96], path[600];
+        char body[] = "{\"email\":\"nobody-obs@example.test\",\"password\":\"wrong password\"}";
+        it_http_response r;
+        request_id("it-rid", rid, sizeof(rid));
+        snprintf(header, sizeof(header), "X-Request-Id: %s", rid);
+        const char *headers[] = {header, NULL};
+        assert_int_equal(it_auth_call(g_stack.gateway_url, "Login", body, NULL, headers, &r), 0);
+        assert_int_equal(r.status, 401);
+        assert_int_equal(it_http_header(&r, "X-Request-Id", got, sizeof(got)), 0);
+        assert_string_equal(got, rid);
+        it_http_response_free(&r);
+        /* auth logs every login attempt with the request id of the call */
+        bool found = false;
+        for (int waited = 0; waited < LOG_WAIT_MS && !found; waited += 100) {
+                for (int i = 0; i < g_stack.n_auth && !found; i++) {
+                        snprintf(path, sizeof(path), "%s/logs/auth-%d.log", g_stack.dir, i + 1);
+                        found = file_contains(path, rid);
+                }
+                if (!found) {
+                        sleep_ms(100);
+                }
+        }
+        assert_true(found);
+        /* A malformed one is replaced by a fresh uuid. */
+        const char *bad[] = {"X-Request-Id: not ok!", NULL};
+        assert_int_equal(it_auth_call(g_stack.gateway_url, "Login", body, NULL, bad, &r), 0);
+        assert_int_equal(it_http_header(&r, "X-Request-Id", got, sizeof(got)), 0);
+        assert_int_equal(strlen(got), 36);
+        assert_int_equal(got[14], '4'); /* uuid version 4 */
+        it_http_response_free(&r);
+}
+
+/* ---- metrics ------------------------------------------------------------------------ */
+
+static void test_metrics_by_route_code_scope_and_cache(void **state)
+{
+        (void)state;
+        char token[TOKEN_MAX];
+        const char *gw = g_stack.gateway_url;
+        assert_int_equal(it_new_session(gw, "obs", token, NULL, NULL), 0);
+        double ok = 0, count = 0, allowed = 0, hits = 0, misses = 0;
+        it_metric(gw, "keelson_gateway_requests_total{" WHOAMI_ROUTE ",code=\"ok\"}", &ok);
+        it_metric(gw, "keelson_gateway_request_duration_seconds_count{" WHOAMI_ROUTE "}", &count);
+        allowed = metric(gw, "keelson_gateway_ratelimit_decisions_total{scope=\"api\","
+                             "decision=\"allowed\",backend=\"redis\"}");
+        hits = metric(gw, "keelson_gateway_context_cache_hits_total");
+        misses = metric(gw, "keelson_gateway_context_cache_misses_total");
+        for (int i = 0; i < 3; i++) {
+                it_http_response r;
+                assert_int_equal(it_auth_call(gw, "WhoAmI", "{}", token, NULL, &r), 0);
+                assert_int_equal(r.status, 200);
+                it_http_response_free(&r);
+        }
+        assert_true(metric(gw, "keelson_gateway_requests_total{" WHOAMI_ROUTE ",code=\"ok\"}") >=
+                    ok + 3);
+        assert_true(metric(gw, "keelson_gateway_request_duration_seconds_count{" WHOAMI_ROUTE
+                               "}") >= count + 3);
+        assert_true(metric(gw, "keelson_gateway_ratelimit_decisions_total{scope=\"api\","
+                               "decision=\"allowed\",backend=\"redis\"}") >= allowed + 3);
+        /* One resolution, then the cache: at least one miss and two hits. */
+        assert_true(metric(gw, "keelson_gateway_context_cache_misses_total") >= misses + 1);
+        assert_true(metric(gw, "keelson_gateway_context_cache_hits_total") >= hits + 2);
+        metric(gw, "keelson_gateway_redis_up");
+        metric(gw, "keelson_gateway_context_cache_entries");
+}
+
+/* A gateway that reaches no broker counts the failures per service. */
+static void test_metrics_upstream_errors(void **state)
+{
+        (void)state;
+        it_gateway gw;
+        it_http_response r;
+        const char *env[] = {"KEELSON_BROKER_URL=tcp://127.0.0.1:9",
+                             "KEELSON_GATEWAY_TIMEOUT_MS=300", NULL};
+        assert_int_equal(it_gateway_start(&g_stack, env, 0, &gw), 0);
+        int rc = it_auth_call(gw.url, "WhoAmI", "{}", "some-token", NULL, &r);
+        long status = r.status;
+        if (rc == 0) {
+                it_http_response_free(&r);
+        }
+        double unavailable = 0, deadline = 0;
+        it_metric(gw.url,
+                  "keelson_gateway_upstream_errors_total{service=\"auth\",code=\"unavailable\"}",
+                  &unavailable);
+        it_metric(gw.url,
+                  "keelson_gateway_upstream_errors_total{service=\"auth\",code=\"deadline_"
+                  "exceeded\"}",
+                  &deadline);
+        it_gateway_stop(&gw);
+        assert_int_equal(rc, 0);
+        assert_true(status == 503 || status == 504);
+        assert_true(unavailable + deadline >= 1);
+}
+
+/* ---- the slow-request log --------------------------------------------------------------- */
+
+static void test_slow_log_holds_no_secret(void **state)
+{
+        (void)state;
+        char token[TOKEN_MAX], rid[96], rid_header[128], query[64], path_method[96];
+        it_gateway gw;
+        it_http_response r;
+        const char *env[] = {"KEELSON_GATEWAY_SLOW_MS=0", NULL}; /* every request is slow */
+        assert_int_equal(it_gateway_start(&g_stack, env, 1, &gw), 0);
+        assert_int_equal(it_new_session(gw.url, "slowlog", token, NULL, NULL), 0);
+        request_id("it-slow", rid, sizeof(rid));
+        request_id("qs", query, sizeof(query));
+        snprintf(rid_header, sizeof(rid_header), "X-Request-Id: %s", rid);
+        snprintf(path_method, sizeof(path_method), "WhoAmI?trace=%s", query);
+        const char *headers[] = {rid_header, NULL};
+        assert_int_equal(it_auth_call(gw.url, path_method, "{}", token, headers, &r), 0);
+        assert_int_equal(r.status, 200);
+        it_http_response_free(&r);
+        it_gateway_stop(&gw); /* every line is written */
+
+        char *log = read_file(gw.log_path);
+        size_t slow = 0;
+        for (char *line = strtok(log, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+                if (strstr(line, "\"slow request\"") == NULL) {
+                        continue;
+                }
+                slow++;
+                assert_non_null(strstr(line, "\"route\":\"/keelson.auth.v1.AuthService/"));
+                assert_non_null(strstr(line, "\"status\":200"));
+                assert_non_null(strstr(line, "\"duration_ms\":"));
+                assert_null(strstr(line, "request_id"));
+        }
+        free(log);
+        assert_true(slow >= 3); /* SignUp, Login, WhoAmI */
+        /* Nowhere in the whole log: the token, its request id, the query, the password. */
+        assert_false(file_contains(gw.log_path, token));
+        assert_false(file_contains(gw.log_path, rid));
+        assert_false(file_contains(gw.log_path, query));
+        assert_false(file_contains(gw.log_path, PASSWORD));
+}
+
+/* ---- gzip ------------------------------------------------------------------------------ */
+
+static void long_name_session(char token[TOKEN_MAX], char name[201])
+{
+        char email[128], body[1024];
+        it_http_response r;
+        memset(name, 'a', 200);
+        name[200] = '\0';
+        it_unique_email("gzip", email, sizeof(email));
+        snprintf(body, sizeof(body),
+                 "{\"email\":\"%s\",\"password\":\"" PASSWORD "\",\"tenantName\":\"%s\","
+                 "\"displayName\":\"%s\"}",
+                 email, name, name);
+        assert_int_equal(it_auth_call(g_stack.gateway_url, "SignUp", body, NULL, NULL, &r), 0);
+        assert_int_equal(r.status, 200);
+        it_http_response_free(&r);
+        snprintf(body, sizeof(body), "{\"email\":\"%s\",\"password\":\"" PASSWORD "\"}", email);
+        assert_int_equal(it_auth_call(g_stack.gateway_url, "Login", body, NULL, NULL, &r), 0);
+        assert_int_equal(r.status, 200);
+        json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
+        snprintf(token, TOKEN_MAX, "%s", json_string_value(json_object_get(j, "sessionToken")));
+        json_decref(j);
+        it_http_response_free(&r);
+}
+
+static void whoami_gzip(const char *url, const char *token, int accept, it_http_response *r)
+{
+        char auth[TOKEN_MAX + 32];
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+        const char *headers[] = {auth, NULL};
+        int rc = accept ? it_http_post_gzip(url, "/keelson.auth.v1.AuthService/WhoAmI",
+                                            "application/json", "{}", 2, headers, r)
+                        : it_http_post(url, "/keelson.auth.v1.AuthService/WhoAmI",
+                                       "application/json", "{}", 2, headers, r);
+        assert_int_equal(rc, 0);
+        assert_int_equal(r->status, 200);
+}
+
+static void test_gzip_large_json_replies(void **state)
+{
+        (void)state;
+        char token[TOKEN_MAX], name[201], enc[32];
+        it_gateway gw;
+        it_http_response r;
+        const char *env[] = {"KEELSON_GATEWAY_GZIP_MIN_BYTES=256", NULL};
+        long_name_session(token, name);
+        assert_int_equal(it_gateway_start(&g_stack, env, 1, &gw), 0);
+        /* Accepted and large enough: compressed (libcurl decodes it back). */
+        whoami_gzip(gw.url, token, 1, &r);
+        assert_int_equal(it_http_header(&r, "Content-Encoding", enc, sizeof(enc)), 0);
+        assert_string_equal(enc, "gzip");
+        assert_int_equal(it_http_header(&r, "Vary", enc, sizeof(enc)), 0);
+        assert_non_null(strstr(r.body, name));
+        size_t plain_len = r.body_len;
+        it_http_response_free(&r);
+        /* Not accepted: the same JSON, as it is. */
+        whoami_gzip(gw.url, token, 0, &r);
+        assert_int_not_equal(it_http_header(&r, "Content-Encoding", enc, sizeof(enc)), 0);
+        assert_int_equal(r.body_len, plain_len);
+        it_http_response_free(&r);
+        it_gateway_stop(&gw);
+        /* The default threshold is 1 KiB: at or below it, never compressed. */
+        whoami_gzip(g_stack.gateway_url, token, 1, &r);
+        bool gzipped = it_http_header(&r, "Content-Encoding", enc, sizeof(enc)) == 0;
+        assert_int_equal(gzipped, r.body_len > 1024);
+        it_http_response_free(&r);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_request_id_end_to_end),
+            cmocka_unit_test(test_metrics_by_route_code_scope_and_cache),
+            cmocka_unit_test(test_metrics_upstream_errors),
+            cmocka_unit_test(test_slow_log_holds_no_secret),
+            cmocka_unit_test(test_gzip_large_json_replies),
+        };
+        return cmocka_run_group_tests(tests, setup, NULL);
+}

@@ -1,0 +1,794 @@
+/*
+ * The ledger's contract, scenario by scenario, through the gateway as a
+ * Connect client in binary protobuf: every result code of CreateAccounts
+ * and CreateTransfers is provoked on purpose and checked (the last test
+ * asserts that none was missed), with the balances each scenario must
+ * leave; then the reads (lookups, account transfers and balances, trial
+ * balance), the request-level errors and tenant isolation, in the API and
+ * in the database's row-level security.
+ *
+ * overflows_timeout is the one code no request can reach before the year
+ * 2216 (timeout is a u32 of seconds): the state machine's unit test
+ * (services/ledger/tests) provokes it with a crafted clock.
+ */
+#include "test_ledger_support.h"
+
+#define N_TR 60 /* CreateTransfersResponse results 0..59 */
+#define N_AR 21 /* CreateAccountsResponse results 0..20 */
+
+static it_stack g_stack;
+static lt_tenant g_t;
+static bool g_seen_tr[N_TR];
+static bool g_seen_ar[N_AR];
+
+/* ---- helpers -------------------------------------------------------------------- */
+
+static void expect_transfers(lt_transfer_pb *x, size_t n, const int *expected)
+{
+        int got[16];
+
+        assert_true(n <= 16);
+        lt_create_transfers(&g_t, x, n, got);
+        for (size_t i = 0; i < n; i++) {
+                if (got[i] != expected[i]) {
+                        fail_msg("transfer %zu (id %llu): expected %s, got %s", i,
+                                 (unsigned long long)x[i].id, lt_tr_name(expected[i]),
+                                 lt_tr_name(got[i]));
+                }
+                g_seen_tr[got[i]] = true;
+        }
+}
+
+static void expect_transfer(lt_transfer_pb *x, int expected)
+{
+        expect_transfers(x, 1, &expected);
+}
+
+static void expect_accounts(lt_account_pb *a, size_t n, const int *expected)
+{
+        int got[16];
+
+        assert_true(n <= 16);
+        lt_create_accounts(&g_t, a, n, got);
+        for (size_t i = 0; i < n; i++) {
+                if (got[i] != expected[i]) {
+                        fail_msg("account %zu (id %llu): expected %s, got %s", i,
+                                 (unsigned long long)a[i].id, lt_ar_name(expected[i]),
+                                 lt_ar_name(got[i]));
+                }
+                g_seen_ar[got[i]] = true;
+        }
+}
+
+static void expect_account(lt_account_pb *a, int expected)
+{
+        expect_accounts(a, 1, &expected);
+}
+
+/* Creates plain accounts ids[0..n) on a ledger with flags; all must be ok. */
+static void accounts(const u128 *ids, size_t n, uint32_t ledger, uint32_t flags)
+{
+        lt_account_pb a[16];
+        int ok[16] = {0};
+
+        for (size_t i = 0; i < n; i++) {
+                lt_account_init(&a[i], ids[i], ledger, 7, flags);
+        }
+        expect_accounts(a, n, ok);
+}
+
+typedef struct balances {
+        u128 dp, dpo, cp, cpo;
+        uint32_t flags;
+} balances;
+
+static balances balances_of(u128 id)
+{
+        Keelson__Ledger__V1__LookupAccountsResponse *r = lt_lookup_accounts(&g_t, &id, 1);
+        balances b;
+
+        assert_int_equal(r->n_accounts, 1);
+        const lt_account_pb *a = r->accounts[0];
+        b.dp = lt_u128(a->debits_pending_hi, a->debits_pending);
+        b.dpo = lt_u128(a->debits_posted_hi, a->debits_posted);
+        b.cp = lt_u128(a->credits_pending_hi, a->credits_pending);
+        b.cpo = lt_u128(a->credits_posted_hi, a->credits_posted);
+        b.flags = a->flags;
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+        return b;
+}
+
+static void assert_balances(u128 id, u128 dp, u128 dpo, u128 cp, u128 cpo)
+{
+        balances b = balances_of(id);
+
+        if (b.dp != dp || b.dpo != dpo || b.cp != cp || b.cpo != cpo) {
+                fail_msg("account %llu: balances %llu/%llu/%llu/%llu, expected %llu/%llu/%llu/%llu",
+                         (unsigned long long)id, (unsigned long long)b.dp,
+                         (unsigned long long)b.dpo, (unsigned long long)b.cp,
+                         (unsigned long long)b.cpo, (unsigned long long)dp, (unsigned long long)dpo,
+                         (unsigned long long)cp, (unsigned long long)cpo);
+        }
+}
+
+static lt_transfer_pb xfer(u128 id, u128 dr, u128 cr, u128 amount, uint32_t flags)
+{
+        lt_transfer_pb t;
+
+        lt_transfer_init(&t, id, dr, cr, amount, 1, 1, flags);
+        return t;
+}
+
+/* A post or void of pending: everything else left at 0, to be inherited. */
+static lt_transfer_pb resolve(u128 id, u128 pending, u128 amount, uint32_t flags)
+{
+        lt_transfer_pb t;
+
+        lt_transfer_init(&t, id, 0, 0, amount, 0, 0, flags);
+        t.pending_id = lt_lo(pending);
+        t.pending_id_hi = lt_hi(pending);
+        return t;
+}
+
+static int group_setup(void **state)
+{
+        (void)state;
+        if (it_stack_load(&g_stack) != 0) {
+                return -1;
+        }
+        lt_tenant_new(&g_stack, "it-ledger-codes", &g_t);
+        return 0;
+}
+
+/* ---- accounts -------------------------------------------------------------------- */
+
+static void test_account_codes(void **state)
+{
+        lt_account_pb a[4];
+        (void)state;
+
+        lt_account_init(&a[0], 1000, 1, 7, AF_HISTORY);
+        expect_account(a, AR(ok));
+        expect_account(a, AR(exists));
+        a[0].flags = 0;
+        expect_account(a, AR(exists_with_different_flags));
+        lt_account_init(&a[0], 1000, 1, 7, AF_HISTORY);
+        a[0].user_data_128_hi = 1;
+        expect_account(a, AR(exists_with_different_user_data_128));
+        lt_account_init(&a[0], 1000, 1, 7, AF_HISTORY);
+        a[0].user_data_64 = 1;
+        expect_account(a, AR(exists_with_different_user_data_64));
+        lt_account_init(&a[0], 1000, 1, 7, AF_HISTORY);
+        a[0].user_data_32 = 1;
+        expect_account(a, AR(exists_with_different_user_data_32));
+        lt_account_init(&a[0], 1000, 2, 7, AF_HISTORY);
+        expect_account(a, AR(exists_with_different_ledger));
+        lt_account_init(&a[0], 1000, 1, 8, AF_HISTORY);
+        expect_account(a, AR(exists_with_different_code));
+
+        lt_account_init(&a[0], 1001, 1, 7, 0);
+        a[0].timestamp = 1;
+        expect_account(a, AR(timestamp_must_be_zero));
+        lt_account_init(&a[0], 1001, 1, 7, 16); /* imported: not supported */
+        expect_account(a, AR(reserved_flag));
+        lt_account_init(&a[0], 0, 1, 7, 0);
+        expect_account(a, AR(id_must_not_be_zero));
+        lt_account_init(&a[0], U128_MAX, 1, 7, 0);
+        expect_account(a, AR(id_must_not_be_int_max));
+        lt_account_init(&a[0], 1001, 1, 7,
+                        AF_DEBITS_MUST_NOT_EXCEED_CREDITS | AF_CREDITS_MUST_NOT_EXCEED_DEBITS);
+        expect_account(a, AR(flags_are_mutually_exclusive));
+        lt_account_init(&a[0], 1001, 1, 7, 0);
+        a[0].debits_pending = 1;
+        expect_account(a, AR(debits_pending_must_be_zero));
+        lt_account_init(&a[0], 1001, 1, 7, 0);
+        a[0].debits_posted_hi = 1;
+        expect_account(a, AR(debits_posted_must_be_zero));
+        lt_account_init(&a[0], 1001, 1, 7, 0);
+        a[0].credits_pending = 1;
+        expect_account(a, AR(credits_pending_must_be_zero));
+        lt_account_init(&a[0], 1001, 1, 7, 0);
+        a[0].credits_posted = 1;
+        expect_account(a, AR(credits_posted_must_be_zero));
+        lt_account_init(&a[0], 1001, 0, 7, 0);
+        expect_account(a, AR(ledger_must_not_be_zero));
+        lt_account_init(&a[0], 1001, 1, 0, 0);
+        expect_account(a, AR(code_must_not_be_zero));
+}
+
+static void test_account_chains(void **state)
+{
+        lt_account_pb a[3];
+        (void)state;
+
+        /* A chain with a failure creates nothing; the next event is independent. */
+        lt_account_init(&a[0], 1010, 1, 7, AF_LINKED);
+        lt_account_init(&a[1], 1011, 0, 7, 0); /* ledger 0: fails the chain */
+        lt_account_init(&a[2], 1012, 1, 7, 0);
+        expect_accounts(a, 3,
+                        (int[]){AR(linked_event_failed), AR(ledger_must_not_be_zero), AR(ok)});
+        /* 1010 was rolled back: creating it again is ok, not exists. */
+        lt_account_init(&a[0], 1010, 1, 7, AF_LINKED);
+        lt_account_init(&a[1], 1011, 1, 7, AF_LINKED);
+        expect_accounts(a, 2, (int[]){AR(linked_event_failed), AR(linked_event_chain_open)});
+        lt_account_init(&a[0], 1010, 1, 7, 0);
+        expect_account(a, AR(ok));
+}
+
+/* ---- transfers ------------------------------------------------------------------- */
+
+/* Accounts of the transfer tests: 1, 2 plain; 3 debits<=credits; 4 credits<=debits; 5 ledger 2. */
+static void test_transfer_basics(void **state)
+{
+        lt_transfer_pb x[2];
+        (void)state;
+
+        accounts((u128[]){1, 2}, 2, 1, 0);
+        accounts((u128[]){3}, 1, 1, AF_DEBITS_MUST_NOT_EXCEED_CREDITS);
+        accounts((u128[]){4}, 1, 1, AF_CREDITS_MUST_NOT_EXCEED_DEBITS);
+        accounts((u128[]){5}, 1, 2, 0);
+
+        x[0] = xfer(100, 1, 2, 10, 0);
+        expect_transfer(x, TR(ok));
+        assert_balances(1, 0, 10, 0, 0);
+        assert_balances(2, 0, 0, 0, 10);
+        expect_transfer(x, TR(exists));
+        assert_balances(1, 0, 10, 0, 0); /* exists changes nothing */
+
+        x[0] = xfer(101, 3, 1, 1, 0);
+        expect_transfer(x, TR(exceeds_credits));
+        expect_transfer(x, TR(id_already_failed));
+        x[0] = xfer(101, 1, 2, 1, 0); /* even when it could succeed now */
+        expect_transfer(x, TR(id_already_failed));
+        x[0] = xfer(102, 1, 4, 1, 0);
+        expect_transfer(x, TR(exceeds_debits));
+        x[0] = xfer(103, 1, 99, 1, 0);
+        expect_transfer(x, TR(credit_account_not_found));
+        x[0] = xfer(104, 99, 1, 1, 0);
+        expect_transfer(x, TR(debit_account_not_found));
+        x[0] = xfer(105, 1, 5, 1, 0);
+        expect_transfer(x, TR(accounts_must_have_the_same_ledger));
+        x[0] = xfer(105, 1, 2, 1, 0);
+        x[0].ledger = 2;
+        expect_transfer(x, TR(transfer_must_have_the_same_ledger_as_accounts));
+
+        /* 3 may spend what it was credited, and no more. */
+        x[0] = xfer(106, 1, 3, 30, 0);
+        x[1] = xfer(107, 3, 2, 30, 0);
+        expect_transfers(x, 2, (int[]){TR(ok), TR(ok)});
+        assert_balances(3, 0, 30, 0, 30);
+}
+
+static void test_transfer_exists_with_different(void **state)
+{
+        lt_transfer_pb x[1];
+        (void)state;
+
+        /* 100 is 1 -> 2, amount 10, ledger 1, code 1, no flags (test_transfer_basics). */
+        struct {
+                int field;
+                int result;
+        } cases[] = {
+            {0, TR(exists_with_different_flags)},
+            {1, TR(exists_with_different_pending_id)},
+            {2, TR(exists_with_different_timeout)},
+            {3, TR(exists_with_different_debit_account_id)},
+            {4, TR(exists_with_different_credit_account_id)},
+            {5, TR(exists_with_different_amount)},
+            {6, TR(exists_with_different_user_data_128)},
+            {7, TR(exists_with_different_user_data_64)},
+            {8, TR(exists_with_different_user_data_32)},
+            {9, TR(exists_with_different_ledger)},
+            {10, TR(exists_with_different_code)},
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                x[0] = xfer(100, 1, 2, 10, 0);
+                switch (cases[i].field) {
+                case 0:
+                        x[0].flags = TF_PENDING;
+                        break;
+                case 1:
+                        x[0].pending_id = 5;
+                        break;
+                case 2:
+                        x[0].timeout = 5;
+                        break;
+                case 3:
+                        x[0].debit_account_id = 3;
+                        break;
+                case 4:
+                        x[0].credit_account_id = 3;
+                        break;
+                case 5:
+                        x[0].amount = 11;
+                        break;
+                case 6:
+                        x[0].user_data_128 = 1;
+                        break;
+                case 7:
+                        x[0].user_data_64 = 1;
+                        break;
+                case 8:
+                        x[0].user_data_32 = 1;
+                        break;
+                case 9:
+                        x[0].ledger = 2;
+                        break;
+                default:
+                        x[0].code = 2;
+                        break;
+                }
+                expect_transfer(x, cases[i].result);
+        }
+}
+
+static void test_transfer_validation(void **state)
+{
+        lt_transfer_pb x[1];
+        (void)state;
+
+        x[0] = xfer(110, 1, 2, 1, 0);
+        x[0].timestamp = 1;
+        expect_transfer(x, TR(timestamp_must_be_zero));
+        x[0] = xfer(110, 1, 2, 1, 256); /* imported: not supported */
+        expect_transfer(x, TR(reserved_flag));
+        x[0] = xfer(0, 1, 2, 1, 0);
+        expect_transfer(x, TR(id_must_not_be_zero));
+        x[0] = xfer(U128_MAX, 1, 2, 1, 0);
+        expect_transfer(x, TR(id_must_not_be_int_max));
+        x[0] = xfer(110, 1, 2, 1, TF_PENDING | TF_POST);
+        expect_transfer(x, TR(flags_are_mutually_exclusive));
+        x[0] = xfer(110, 1, 2, 1, TF_POST | TF_BALANCING_DEBIT);
+        expect_transfer(x, TR(flags_are_mutually_exclusive));
+        x[0] = xfer(110, 0, 2, 1, 0);
+        expect_transfer(x, TR(debit_account_id_must_not_be_zero));
+        x[0] = xfer(110, U128_MAX, 2, 1, 0);
+        expect_transfer(x, TR(debit_account_id_must_not_be_int_max));
+        x[0] = xfer(110, 1, 0, 1, 0);
+        expect_transfer(x, TR(credit_account_id_must_not_be_zero));
+        x[0] = xfer(110, 1, U128_MAX, 1, 0);
+        expect_transfer(x, TR(credit_account_id_must_not_be_int_max));
+        x[0] = xfer(110, 1, 1, 1, 0);
+        expect_transfer(x, TR(accounts_must_be_different));
+        x[0] = xfer(110, 1, 2, 1, 0);
+        x[0].pending_id = 100;
+        expect_transfer(x, TR(pending_id_must_be_zero));
+        x[0] = resolve(110, 0, 0, TF_POST);
+        expect_transfer(x, TR(pending_id_must_not_be_zero));
+        x[0] = resolve(110, U128_MAX, 0, TF_VOID);
+        expect_transfer(x, TR(pending_id_must_not_be_int_max));
+        x[0] = resolve(110, 110, 0, TF_VOID);
+        expect_transfer(x, TR(pending_id_must_be_different));
+        x[0] = xfer(110, 1, 2, 1, 0);
+        x[0].timeout = 1;
+        expect_transfer(x, TR(timeout_reserved_for_pending_transfer));
+        x[0] = xfer(110, 1, 2, 1, TF_CLOSING_DEBIT);
+        expect_transfer(x, TR(closing_transfer_must_be_pending));
+        x[0] = xfer(110, 1, 2, 1, 0);
+        x[0].ledger = 0;
+        expect_transfer(x, TR(ledger_must_not_be_zero));
+        x[0] = xfer(110, 1, 2, 1, 0);
+        x[0].code = 0;
+        expect_transfer(x, TR(code_must_not_be_zero));
+        /* None of these were transient: 110 is still free. */
+        x[0] = xfer(110, 1, 2, 1, 0);
+        expect_transfer(x, TR(ok));
+}
+
+static void test_transfer_linked(void **state)
+{
+        lt_transfer_pb x[4];
+        (void)state;
+
+        balances b1 = balances_of(1), b2 = balances_of(2);
+        /* The chain 120, 121 fails at 121; 122 stands alone and succeeds. */
+        x[0] = xfer(120, 1, 2, 5, TF_LINKED);
+        x[1] = xfer(121, 3, 2, 1000, 0);
+        x[2] = xfer(122, 2, 1, 1, 0);
+        expect_transfers(x, 3, (int[]){TR(linked_event_failed), TR(exceeds_credits), TR(ok)});
+        assert_balances(1, b1.dp, b1.dpo, b1.cp, b1.cpo + 1);
+        assert_balances(2, b2.dp, b2.dpo + 1, b2.cp, b2.cpo);
+        /* 120 was rolled back, so its id is free; an open chain fails whole. */
+        x[0] = xfer(123, 1, 2, 1, 0);
+        x[1] = xfer(120, 1, 2, 5, TF_LINKED);
+        x[2] = xfer(124, 1, 2, 5, TF_LINKED);
+        expect_transfers(x, 3,
+                         (int[]){TR(ok), TR(linked_event_failed), TR(linked_event_chain_open)});
+        x[0] = xfer(120, 1, 2, 5, TF_LINKED);
+        x[1] = xfer(124, 1, 2, 5, 0);
+        expect_transfers(x, 2, (int[]){TR(ok), TR(ok)});
+        /* Retrying a committed chain: exists breaks the chain, as in TigerBeetle. */
+        expect_transfers(x, 2, (int[]){TR(exists), TR(linked_event_failed)});
+}
+
+static int pending_released(void *arg)
+{
+        return balances_of(*(u128 *)arg).dp == 0;
+}
+
+static void test_two_phase(void **state)
+{
+        lt_transfer_pb x[2];
+        (void)state;
+
+        accounts((u128[]){20, 21}, 2, 1, 0);
+        x[0] = xfer(200, 20, 21, 50, TF_PENDING);
+        expect_transfer(x, TR(ok));
+        assert_balances(20, 50, 0, 0, 0);
+        assert_balances(21, 0, 0, 50, 0);
+        x[0] = resolve(201, 999, 0, TF_POST);
+        expect_transfer(x, TR(pending_transfer_not_found));
+        x[0] = resolve(202, 100, 0, TF_POST);
+        expect_transfer(x, TR(pending_transfer_not_pending));
+        x[0] = resolve(203, 200, U128_MAX, TF_POST);
+        x[0].debit_account_id = 21;
+        expect_transfer(x, TR(pending_transfer_has_different_debit_account_id));
+        x[0] = resolve(203, 200, U128_MAX, TF_POST);
+        x[0].credit_account_id = 20;
+        expect_transfer(x, TR(pending_transfer_has_different_credit_account_id));
+        x[0] = resolve(203, 200, U128_MAX, TF_POST);
+        x[0].ledger = 2;
+        expect_transfer(x, TR(pending_transfer_has_different_ledger));
+        x[0] = resolve(203, 200, U128_MAX, TF_POST);
+        x[0].code = 9;
+        expect_transfer(x, TR(pending_transfer_has_different_code));
+        x[0] = resolve(203, 200, 51, TF_POST);
+        expect_transfer(x, TR(exceeds_pending_transfer_amount));
+        x[0] = resolve(203, 200, 49, TF_VOID);
+        expect_transfer(x, TR(pending_transfer_has_different_amount));
+        /* A partial post posts 20 and releases the other 30. */
+        x[0] = resolve(203, 200, 20, TF_POST);
+        expect_transfer(x, TR(ok));
+        assert_balances(20, 0, 20, 0, 0);
+        assert_balances(21, 0, 0, 0, 20);
+        x[0] = resolve(203, 200, 20, TF_POST);
+        expect_transfer(x, TR(exists));
+        x[0] = resolve(203, 200, 21, TF_POST);
+        expect_transfer(x, TR(exists_with_different_amount));
+        x[0] = resolve(204, 200, 0, TF_VOID);
+        expect_transfer(x, TR(pending_transfer_already_posted));
+
+        x[0] = xfer(210, 20, 21, 7, TF_PENDING);
+        x[1] = resolve(211, 210, 0, TF_VOID);
+        expect_transfers(x, 2, (int[]){TR(ok), TR(ok)});
+        assert_balances(20, 0, 20, 0, 0);
+        x[0] = resolve(212, 210, U128_MAX, TF_POST);
+        expect_transfer(x, TR(pending_transfer_already_voided));
+
+        /* A post of the full amount: AMOUNT_MAX, then exists for any amount >= it. */
+        x[0] = xfer(220, 20, 21, 5, TF_PENDING);
+        x[1] = resolve(221, 220, U128_MAX, TF_POST);
+        expect_transfers(x, 2, (int[]){TR(ok), TR(ok)});
+        x[0] = resolve(221, 220, 5, TF_POST);
+        expect_transfer(x, TR(exists));
+        assert_balances(20, 0, 25, 0, 0);
+}
+
+static void test_expiry(void **state)
+{
+        lt_transfer_pb x[1];
+        u128 debit = 30;
+        (void)state;
+
+        accounts((u128[]){30, 31}, 2, 1, 0);
+        x[0] = xfer(300, 30, 31, 8, TF_PENDING);
+        x[0].timeout = 1;
+        expect_transfer(x, TR(ok));
+        assert_balances(30, 8, 0, 0, 0);
+        /* The sweeper releases it some time after one second. */
+        assert_true(lt_wait_until(pending_released, &debit, 30000));
+        assert_balances(31, 0, 0, 0, 0);
+        x[0] = resolve(301, 300, U128_MAX, TF_POST);
+        expect_transfer(x, TR(pending_transfer_expired));
+        x[0] = resolve(302, 300, 0, TF_VOID);
+        expect_transfer(x, TR(pending_transfer_expired));
+}
+
+static void test_closed_accounts(void **state)
+{
+        lt_transfer_pb x[2];
+        lt_account_pb a[1];
+        (void)state;
+
+        lt_account_init(&a[0], 40, 1, 7, AF_CLOSED);
+        expect_account(a, AR(ok));
+        accounts((u128[]){41, 42}, 2, 1, 0);
+        x[0] = xfer(400, 40, 41, 1, 0);
+        expect_transfer(x, TR(debit_account_already_closed));
+        x[0] = xfer(401, 41, 40, 1, 0);
+        expect_transfer(x, TR(credit_account_already_closed));
+        /* A closing pending transfer closes 42; voiding it reopens it. */
+        x[0] = xfer(402, 42, 41, 3, TF_PENDING | TF_CLOSING_DEBIT);
+        expect_transfer(x, TR(ok));
+        assert_true((balances_of(42).flags & AF_CLOSED) != 0);
+        x[0] = xfer(403, 42, 41, 1, 0);
+        expect_transfer(x, TR(debit_account_already_closed));
+        x[0] = resolve(404, 402, 0, TF_VOID);
+        x[1] = xfer(405, 42, 41, 1, 0);
+        expect_transfers(x, 2, (int[]){TR(ok), TR(ok)});
+        assert_true((balances_of(42).flags & AF_CLOSED) == 0);
+        assert_balances(42, 0, 1, 0, 0);
+}
+
+static void test_overflows(void **state)
+{
+        lt_transfer_pb x[1];
+        const u128 half = (u128)1 << 127;
+        (void)state;
+
+        accounts((u128[]){50, 51, 52, 53, 54, 55, 56, 57, 58}, 9, 1, 0);
+        x[0] = xfer(500, 50, 51, U128_MAX - 5, 0);
+        expect_transfer(x, TR(ok));
+        x[0] = xfer(501, 50, 52, 10, 0);
+        expect_transfer(x, TR(overflows_debits_posted));
+        x[0] = xfer(502, 53, 51, 10, 0);
+        expect_transfer(x, TR(overflows_credits_posted));
+        x[0] = xfer(503, 54, 55, U128_MAX - 5, TF_PENDING);
+        expect_transfer(x, TR(ok));
+        x[0] = xfer(504, 54, 56, 10, TF_PENDING);
+        expect_transfer(x, TR(overflows_debits_pending));
+        x[0] = xfer(505, 56, 55, 10, TF_PENDING);
+        expect_transfer(x, TR(overflows_credits_pending));
+        /* Pending and posted that each fit but not together. */
+        x[0] = xfer(506, 57, 58, half, TF_PENDING);
+        expect_transfer(x, TR(ok));
+        x[0] = xfer(507, 57, 56, half, 0);
+        expect_transfer(x, TR(overflows_debits));
+        x[0] = xfer(508, 56, 58, half, 0);
+        expect_transfer(x, TR(overflows_credits));
+        assert_balances(57, half, 0, 0, 0);
+}
+
+static void test_balancing(void **state)
+{
+        lt_transfer_pb x[1];
+        u128 id = 600;
+        (void)state;
+
+        accounts((u128[]){60}, 1, 1, AF_DEBITS_MUST_NOT_EXCEED_CREDITS);
+        accounts((u128[]){61}, 1, 1, 0);
+        x[0] = xfer(600, 61, 60, 30, 0);
+        expect_transfer(x, TR(ok));
+        x[0] = xfer(601, 60, 61, 100, TF_BALANCING_DEBIT);
+        expect_transfer(x, TR(ok));
+        assert_balances(60, 0, 30, 0, 30);
+        id = 601;
+        Keelson__Ledger__V1__LookupTransfersResponse *r = lt_lookup_transfers(&g_t, &id, 1);
+        assert_int_equal(r->n_transfers, 1);
+        assert_int_equal(r->transfers[0]->amount, 30); /* what it moved, not what was asked */
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+        expect_transfer(x, TR(exists)); /* asked 100 >= 30 */
+        x[0].amount = 20;
+        expect_transfer(x, TR(exists_with_different_amount));
+}
+
+/* ---- reads ------------------------------------------------------------------------- */
+
+static void test_queries(void **state)
+{
+        lt_transfer_pb x[3];
+        (void)state;
+
+        accounts((u128[]){70}, 1, 3, AF_HISTORY);
+        accounts((u128[]){71}, 1, 3, 0);
+        x[0] = xfer(700, 71, 70, 5, 0);
+        x[1] = xfer(701, 70, 71, 2, 0);
+        x[2] = xfer(702, 71, 70, 4, TF_PENDING);
+        for (int i = 0; i < 3; i++) {
+                x[i].ledger = 3;
+                x[i].user_data_32 = (uint32_t)(i + 1);
+        }
+        expect_transfers(x, 3, (int[]){TR(ok), TR(ok), TR(ok)});
+
+        Keelson__Ledger__V1__AccountFilter f = KEELSON__LEDGER__V1__ACCOUNT_FILTER__INIT;
+        f.account_id = 70;
+        f.limit = 10;
+        f.flags = 1 | 2;
+        Keelson__Ledger__V1__GetAccountTransfersResponse *gt =
+            lt_call(&g_t, "GetAccountTransfers", &f.base,
+                    &keelson__ledger__v1__get_account_transfers_response__descriptor);
+        assert_int_equal(gt->n_transfers, 3);
+        assert_int_equal(gt->transfers[0]->id, 700);
+        assert_int_equal(gt->transfers[2]->id, 702);
+        assert_true(gt->transfers[0]->timestamp < gt->transfers[1]->timestamp);
+        uint64_t second_ts = gt->transfers[1]->timestamp;
+        protobuf_c_message_free_unpacked(&gt->base, NULL);
+
+        f.flags = 2 | 4; /* credits, newest first */
+        gt = lt_call(&g_t, "GetAccountTransfers", &f.base,
+                     &keelson__ledger__v1__get_account_transfers_response__descriptor);
+        assert_int_equal(gt->n_transfers, 2);
+        assert_int_equal(gt->transfers[0]->id, 702);
+        assert_int_equal(gt->transfers[1]->id, 700);
+        protobuf_c_message_free_unpacked(&gt->base, NULL);
+
+        f.flags = 1 | 2;
+        f.timestamp_min = second_ts; /* paging by timestamp */
+        f.limit = 1;
+        gt = lt_call(&g_t, "GetAccountTransfers", &f.base,
+                     &keelson__ledger__v1__get_account_transfers_response__descriptor);
+        assert_int_equal(gt->n_transfers, 1);
+        assert_int_equal(gt->transfers[0]->id, 701);
+        protobuf_c_message_free_unpacked(&gt->base, NULL);
+
+        f.timestamp_min = 0;
+        f.limit = 10;
+        Keelson__Ledger__V1__GetAccountBalancesResponse *gb =
+            lt_call(&g_t, "GetAccountBalances", &f.base,
+                    &keelson__ledger__v1__get_account_balances_response__descriptor);
+        assert_int_equal(gb->n_balances, 3);
+        assert_int_equal(gb->balances[0]->credits_posted, 5);
+        assert_int_equal(gb->balances[1]->debits_posted, 2);
+        assert_int_equal(gb->balances[2]->credits_pending, 4);
+        protobuf_c_message_free_unpacked(&gb->base, NULL);
+
+        f.account_id = 71; /* no history flag: no balances */
+        gb = lt_call(&g_t, "GetAccountBalances", &f.base,
+                     &keelson__ledger__v1__get_account_balances_response__descriptor);
+        assert_int_equal(gb->n_balances, 0);
+        protobuf_c_message_free_unpacked(&gb->base, NULL);
+}
+
+static void test_trial_balance(void **state)
+{
+        (void)state;
+        Keelson__Ledger__V1__GetTrialBalanceRequest req =
+            KEELSON__LEDGER__V1__GET_TRIAL_BALANCE_REQUEST__INIT;
+        req.ledger = 3;
+        req.limit = 1;
+        Keelson__Ledger__V1__GetTrialBalanceResponse *r =
+            lt_call(&g_t, "GetTrialBalance", &req.base,
+                    &keelson__ledger__v1__get_trial_balance_response__descriptor);
+        assert_int_equal(r->n_accounts, 1);
+        assert_int_equal(r->accounts[0]->id, 70);
+        assert_int_equal(r->accounts_total, 2);
+        assert_true(r->balanced);
+        assert_non_null(r->totals);
+        assert_int_equal(r->totals->debits_posted, 7);
+        assert_int_equal(r->totals->credits_posted, 7);
+        assert_int_equal(r->totals->debits_pending, 4);
+        assert_int_equal(r->totals->credits_pending, 4);
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+        req.after_account_id = 70; /* the next page */
+        r = lt_call(&g_t, "GetTrialBalance", &req.base,
+                    &keelson__ledger__v1__get_trial_balance_response__descriptor);
+        assert_int_equal(r->n_accounts, 1);
+        assert_int_equal(r->accounts[0]->id, 71);
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+}
+
+/* ---- request errors and isolation --------------------------------------------------- */
+
+static void expect_error(const lt_tenant *t, const char *method, const ProtobufCMessage *req,
+                         long status, const char *code)
+{
+        ProtobufCMessage *out = NULL;
+        char err[64] = "";
+
+        long got = lt_call_status(t, method, req,
+                                  &keelson__ledger__v1__create_transfers_response__descriptor, &out,
+                                  err, sizeof(err));
+        if (got != status || strcmp(err, code) != 0) {
+                fail_msg("%s: expected HTTP %ld %s, got %ld %s", method, status, code, got, err);
+        }
+}
+
+static void test_request_errors(void **state)
+{
+        Keelson__Ledger__V1__CreateTransfersRequest req =
+            KEELSON__LEDGER__V1__CREATE_TRANSFERS_REQUEST__INIT;
+        lt_transfer_pb x = xfer(800, 1, 2, 1, 0);
+        lt_transfer_pb *px = &x;
+        lt_tenant anonymous = g_t;
+        (void)state;
+
+        expect_error(&g_t, "CreateTransfers", &req.base, 400, "invalid_argument"); /* empty */
+        x.code = 70000;
+        req.n_transfers = 1;
+        req.transfers = &px;
+        expect_error(&g_t, "CreateTransfers", &req.base, 400, "invalid_argument");
+        lt_transfer_pb *many = calloc(8191, sizeof(*many));
+        lt_transfer_pb **pm = calloc(8191, sizeof(*pm));
+        for (int i = 0; i < 8191; i++) {
+                many[i] = xfer(900000 + (u128)i, 1, 2, 1, 0);
+                pm[i] = &many[i];
+        }
+        req.n_transfers = 8191;
+        req.transfers = pm;
+        expect_error(&g_t, "CreateTransfers", &req.base, 400, "invalid_argument");
+        free(pm);
+        free(many);
+        snprintf(anonymous.token, sizeof(anonymous.token), "not-a-session");
+        req.n_transfers = 1;
+        req.transfers = &px;
+        x.code = 1;
+        expect_error(&anonymous, "CreateTransfers", &req.base, 401, "unauthenticated");
+}
+
+static void test_tenant_isolation(void **state)
+{
+        lt_tenant other;
+        lt_transfer_pb x[1];
+        lt_account_pb a[1];
+        u128 id = 1;
+        int r;
+        (void)state;
+
+        lt_tenant_new(&g_stack, "it-ledger-other", &other);
+        Keelson__Ledger__V1__LookupAccountsResponse *la = lt_lookup_accounts(&other, &id, 1);
+        assert_int_equal(la->n_accounts, 0); /* the first tenant's account 1 is invisible */
+        protobuf_c_message_free_unpacked(&la->base, NULL);
+        /* Ids are per tenant: the same id is free here. */
+        lt_account_init(&a[0], 1, 1, 7, 0);
+        lt_create_accounts(&other, a, 1, &r);
+        assert_int_equal(r, AR(ok));
+        x[0] = xfer(100, 1, 2, 1, 0); /* 2 does not exist in this tenant */
+        lt_create_transfers(&other, x, 1, &r);
+        assert_int_equal(r, TR(credit_account_not_found));
+
+        /* In the database: the runtime role sees nothing without a tenant, one with it. */
+        PGconn *c = it_pg_connect(&g_stack);
+        char sql[512];
+        assert_non_null(c);
+        PQclear(PQexec(c, "BEGIN"));
+        PQclear(PQexec(c, "SET LOCAL ROLE keelson_ledger_rt"));
+        PGresult *res = PQexec(c, "SELECT count(*) FROM ledger.accounts");
+        assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+        assert_string_equal(PQgetvalue(res, 0, 0), "0");
+        PQclear(res);
+        snprintf(sql, sizeof(sql), "SELECT set_config('keelson.tenant_id', '%s', true)",
+                 other.tenant_id);
+        PQclear(PQexec(c, sql));
+        res = PQexec(c, "SELECT count(*), count(*) FILTER (WHERE tenant_id <> "
+                        "current_setting('keelson.tenant_id')::uuid) FROM ledger.accounts");
+        assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+        assert_string_equal(PQgetvalue(res, 0, 0), "1");
+        assert_string_equal(PQgetvalue(res, 0, 1), "0");
+        PQclear(res);
+        /* Transfers are immutable for the runtime role. */
+        res = PQexec(c, "UPDATE ledger.transfers SET amount = 0");
+        assert_int_equal(PQresultStatus(res), PGRES_FATAL_ERROR);
+        PQclear(res);
+        PQclear(PQexec(c, "ROLLBACK"));
+        PQfinish(c);
+}
+
+/* ---- coverage ------------------------------------------------------------------------- */
+
+static void test_every_code_reached(void **state)
+{
+        (void)state;
+        for (int r = 0; r < N_AR; r++) {
+                if (!g_seen_ar[r]) {
+                        fail_msg("account result %s was never reached", lt_ar_name(r));
+                }
+        }
+        for (int r = 0; r < N_TR; r++) {
+                if (!g_seen_tr[r] && r != TR(overflows_timeout)) {
+                        fail_msg("transfer result %s was never reached", lt_tr_name(r));
+                }
+        }
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_account_codes),
+            cmocka_unit_test(test_account_chains),
+            cmocka_unit_test(test_transfer_basics),
+            cmocka_unit_test(test_transfer_exists_with_different),
+            cmocka_unit_test(test_transfer_validation),
+            cmocka_unit_test(test_transfer_linked),
+            cmocka_unit_test(test_two_phase),
+            cmocka_unit_test(test_expiry),
+            cmocka_unit_test(test_closed_accounts),
+            cmocka_unit_test(test_overflows),
+            cmocka_unit_test(test_balancing),
+            cmocka_unit_test(test_queries),
+            cmocka_unit_test(test_trial_balance),
+            cmocka_unit_test(test_request_errors),
+            cmocka_unit_test(test_tenant_isolation),
+            cmocka_unit_test(test_every_code_reached),
+        };
+        return cmocka_run_group_tests(tests, group_setup, NULL);
+}

@@ -1,0 +1,324 @@
+/*
+ * Concurrency: several client threads hammer a handful of hot accounts of
+ * one tenant at once, through the gateway and the two ledger replicas of
+ * the test stack, with single-phase, pending, post and void transfers,
+ * linked chains, limits and resent batches. Afterwards:
+ *   - every request succeeded (none failed with a deadlock, a serialization
+ *     failure or a timeout), and PostgreSQL counted no deadlock;
+ *   - both replicas served batches;
+ *   - the invariants hold, checked in SQL on the stored rows: per ledger,
+ *     sum of debits_posted = sum of credits_posted and the same for pending;
+ *     every account's balances equal the sums of its transfers; every
+ *     pending transfer is resolved at most once; timestamps are unique.
+ */
+#include "test_ledger_support.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#define THREADS      6
+#define BATCHES      25
+#define BATCH_EVENTS 40
+#define HOT_ACCOUNTS 8
+#define PENDING_MAX  (BATCHES * BATCH_EVENTS)
+
+static it_stack g_stack;
+static lt_tenant g_t;
+
+typedef struct worker {
+        int index;
+        uint64_t rng;
+        int failures; /* requests that did not answer 200 */
+        char last_error[64];
+        u128 pending[PENDING_MAX];
+        int n_pending;
+        uint64_t next;
+} worker;
+
+static uint64_t rnd(worker *w)
+{
+        w->rng ^= w->rng << 13;
+        w->rng ^= w->rng >> 7;
+        w->rng ^= w->rng << 17;
+        return w->rng;
+}
+
+static u128 new_id(worker *w)
+{
+        return lt_u128((uint64_t)w->index + 1, ++w->next);
+}
+
+static void make_event(worker *w, lt_transfer_pb *t)
+{
+        u128 dr = 1 + rnd(w) % HOT_ACCOUNTS, cr = 1 + rnd(w) % HOT_ACCOUNTS;
+        int k = (int)(rnd(w) % 100);
+
+        if (cr == dr) {
+                cr = 1 + dr % HOT_ACCOUNTS;
+        }
+        if (k < 55) {
+                lt_transfer_init(t, new_id(w), dr, cr, 1 + rnd(w) % 50, 1, 1, 0);
+        } else if (k < 80 || w->n_pending == 0) {
+                u128 id = new_id(w);
+                lt_transfer_init(t, id, dr, cr, 1 + rnd(w) % 50, 1, 1, TF_PENDING);
+                w->pending[w->n_pending++] = id;
+        } else {
+                /* Post or void one of this thread's pending transfers (maybe resolved). */
+                u128 p = w->pending[rnd(w) % (uint64_t)w->n_pending];
+                bool post = rnd(w) % 2 == 0;
+                lt_transfer_init(t, new_id(w), 0, 0, post ? U128_MAX : 0, 0, 0,
+                                 post ? TF_POST : TF_VOID);
+                t->pending_id = lt_lo(p);
+                t->pending_id_hi = lt_hi(p);
+        }
+        if (rnd(w) % 10 == 0) {
+                t->flags |= TF_LINKED; /* chains of various lengths */
+        }
+}
+
+/* Sends one batch; no cmocka assertion here: this runs on the worker threads. */
+static void send(worker *w, lt_transfer_pb *x, int n)
+{
+        Keelson__Ledger__V1__CreateTransfersRequest req =
+            KEELSON__LEDGER__V1__CREATE_TRANSFERS_REQUEST__INIT;
+        lt_transfer_pb *ptrs[BATCH_EVENTS];
+        uint8_t body[BATCH_EVENTS * 128];
+        char auth[LT_TOKEN_MAX + 32];
+        const char *headers[2] = {auth, NULL};
+        it_http_response r;
+
+        for (int i = 0; i < n; i++) {
+                ptrs[i] = &x[i];
+        }
+        req.n_transfers = (size_t)n;
+        req.transfers = ptrs;
+        if (protobuf_c_message_get_packed_size(&req.base) > sizeof(body)) {
+                w->failures++;
+                snprintf(w->last_error, sizeof(w->last_error), "batch too large");
+                return;
+        }
+        size_t len = protobuf_c_message_pack(&req.base, body);
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", g_t.token);
+        if (it_http_post(g_t.gateway, LT_PATH "CreateTransfers", "application/proto", body, len,
+                         headers, &r) != 0) {
+                w->failures++;
+                snprintf(w->last_error, sizeof(w->last_error), "no HTTP response");
+                return;
+        }
+        if (r.status != 200) {
+                w->failures++;
+                snprintf(w->last_error, sizeof(w->last_error), "HTTP %ld %.40s", r.status, r.body);
+        }
+        it_http_response_free(&r);
+}
+
+static void *hammer(void *arg)
+{
+        worker *w = arg;
+        lt_transfer_pb x[BATCH_EVENTS];
+
+        for (int b = 0; b < BATCHES; b++) {
+                for (int i = 0; i < BATCH_EVENTS; i++) {
+                        make_event(w, &x[i]);
+                }
+                send(w, x, BATCH_EVENTS);
+                if (rnd(w) % 8 == 0) {
+                        send(w, x, BATCH_EVENTS); /* a client retry: all exists, or same */
+                }
+        }
+        return NULL;
+}
+
+/* ---- measurements ---------------------------------------------------------------------- */
+
+static int64_t sql_int(PGconn *c, const char *sql)
+{
+        PGresult *r = PQexec(c, sql);
+
+        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+                fail_msg("%s: %s", sql, PQerrorMessage(c));
+        }
+        int64_t v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+        return v;
+}
+
+static int64_t deadlocks(PGconn *c)
+{
+        return sql_int(c, "SELECT deadlocks FROM pg_stat_database WHERE datname = 'keelson'");
+}
+
+/* Transfers served by the replica whose health port is port (from its metrics). */
+static long served_by(int port)
+{
+        char base[64];
+        it_http_response r;
+        long n = -1;
+
+        snprintf(base, sizeof(base), "http://127.0.0.1:%d", port);
+        if (it_http_get(base, "/metrics", &r) != 0) {
+                return -1;
+        }
+        const char *key = "keelson_ledger_events_total{kind=\"transfer\",result=\"ok\"} ";
+        const char *at = strstr(r.body, key);
+        if (at != NULL) {
+                n = strtol(at + strlen(key), NULL, 10);
+        }
+        it_http_response_free(&r);
+        return n;
+}
+
+/* The ledger replicas' health ports, from the stack's env file. */
+static int ledger_ports(int *ports, int max)
+{
+        char path[600], line[1024];
+        int n = 0;
+
+        snprintf(path, sizeof(path), "%s/env", g_stack.dir);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        while (fgets(line, sizeof(line), f) != NULL) {
+                const char *key = "KEELSON_IT_LEDGER_HEALTH_PORTS=";
+                if (strncmp(line, key, strlen(key)) != 0) {
+                        continue;
+                }
+                for (char *p = line + strlen(key); *p != '\0' && n < max;) {
+                        ports[n++] = (int)strtol(p, &p, 10);
+                        if (*p != ',') {
+                                break;
+                        }
+                        p++;
+                }
+        }
+        fclose(f);
+        return n;
+}
+
+/* ---- the invariants, in SQL ---------------------------------------------------------------- */
+
+static const char sql_ledger_sums[] =
+    "SELECT count(*) FROM (SELECT tenant_id, ledger FROM ledger.accounts"
+    " GROUP BY tenant_id, ledger"
+    " HAVING sum(debits_posted) <> sum(credits_posted)"
+    " OR sum(debits_pending) <> sum(credits_pending)) x";
+
+/* Posted: single-phase and posts. Pending: pending transfers still pending. */
+static const char sql_account_sums[] =
+    "WITH t AS (SELECT t.tenant_id, t.debit_account_id, t.credit_account_id, t.amount,"
+    "   (t.flags & 10) = 0 AS posts,"
+    "   (t.flags & 2) <> 0 AND p.status = 1 AS reserves"
+    "  FROM ledger.transfers t LEFT JOIN ledger.pending_transfers p"
+    "   ON p.tenant_id = t.tenant_id AND p.id = t.id),"
+    " s AS (SELECT a.tenant_id, a.id,"
+    "   a.debits_posted, a.credits_posted, a.debits_pending, a.credits_pending,"
+    "   (SELECT coalesce(sum(amount), 0) FROM t WHERE t.tenant_id = a.tenant_id"
+    "     AND t.debit_account_id = a.id AND posts) AS dpo,"
+    "   (SELECT coalesce(sum(amount), 0) FROM t WHERE t.tenant_id = a.tenant_id"
+    "     AND t.credit_account_id = a.id AND posts) AS cpo,"
+    "   (SELECT coalesce(sum(amount), 0) FROM t WHERE t.tenant_id = a.tenant_id"
+    "     AND t.debit_account_id = a.id AND reserves) AS dp,"
+    "   (SELECT coalesce(sum(amount), 0) FROM t WHERE t.tenant_id = a.tenant_id"
+    "     AND t.credit_account_id = a.id AND reserves) AS cp"
+    "  FROM ledger.accounts a WHERE a.tenant_id = '%s')"
+    " SELECT count(*) FROM s WHERE debits_posted <> dpo OR credits_posted <> cpo"
+    " OR debits_pending <> dp OR credits_pending <> cp";
+
+static const char sql_resolved_twice[] =
+    "SELECT count(*) FROM (SELECT pending_id FROM ledger.transfers"
+    " WHERE tenant_id = '%s' AND (flags & 12) <> 0 GROUP BY pending_id HAVING count(*) > 1) x";
+
+static const char sql_pending_states[] =
+    "SELECT count(*) FROM ledger.transfers t JOIN ledger.pending_transfers p"
+    " ON p.tenant_id = t.tenant_id AND p.id = t.pending_id"
+    " WHERE t.tenant_id = '%s' AND (t.flags & 12) <> 0"
+    " AND p.status <> CASE WHEN (t.flags & 4) <> 0 THEN 2 ELSE 3 END";
+
+static const char sql_timestamps[] =
+    "SELECT count(*) - count(DISTINCT ts) FROM (SELECT timestamp AS ts FROM ledger.transfers"
+    " WHERE tenant_id = '%s' UNION ALL SELECT timestamp FROM ledger.accounts"
+    " WHERE tenant_id = '%s') x";
+
+static void assert_invariants(PGconn *c)
+{
+        char sql[4096];
+
+        assert_int_equal(sql_int(c, sql_ledger_sums), 0);
+        snprintf(sql, sizeof(sql), sql_account_sums, g_t.tenant_id);
+        assert_int_equal(sql_int(c, sql), 0);
+        snprintf(sql, sizeof(sql), sql_resolved_twice, g_t.tenant_id);
+        assert_int_equal(sql_int(c, sql), 0);
+        snprintf(sql, sizeof(sql), sql_pending_states, g_t.tenant_id);
+        assert_int_equal(sql_int(c, sql), 0);
+        snprintf(sql, sizeof(sql), sql_timestamps, g_t.tenant_id, g_t.tenant_id);
+        assert_int_equal(sql_int(c, sql), 0);
+        snprintf(sql, sizeof(sql), "SELECT count(*) FROM ledger.transfers WHERE tenant_id = '%s'",
+                 g_t.tenant_id);
+        assert_true(sql_int(c, sql) > THREADS * BATCHES); /* the hammering did write */
+}
+
+static void test_hammer_hot_accounts(void **state)
+{
+        static worker workers[THREADS];
+        pthread_t threads[THREADS];
+        lt_account_pb a[HOT_ACCOUNTS];
+        int results[HOT_ACCOUNTS], ports[IT_REPLICAS_MAX];
+        long before[IT_REPLICAS_MAX];
+        (void)state;
+
+        for (int i = 0; i < HOT_ACCOUNTS; i++) {
+                /* One account with a limit: refusals must not break anything either. */
+                lt_account_init(&a[i], (u128)i + 1, 1, 1,
+                                i == 0 ? AF_DEBITS_MUST_NOT_EXCEED_CREDITS : 0);
+        }
+        lt_create_accounts(&g_t, a, HOT_ACCOUNTS, results);
+        int n_ports = ledger_ports(ports, IT_REPLICAS_MAX);
+        assert_true(n_ports >= 2);
+        for (int i = 0; i < n_ports; i++) {
+                before[i] = served_by(ports[i]);
+        }
+        PGconn *c = it_pg_connect(&g_stack);
+        assert_non_null(c);
+        int64_t deadlocks_before = deadlocks(c);
+
+        for (int i = 0; i < THREADS; i++) {
+                workers[i] = (worker){.index = i, .rng = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1)};
+                assert_int_equal(pthread_create(&threads[i], NULL, hammer, &workers[i]), 0);
+        }
+        for (int i = 0; i < THREADS; i++) {
+                pthread_join(threads[i], NULL);
+                if (workers[i].failures != 0) {
+                        fail_msg("thread %d: %d requests failed, the last with %s", i,
+                                 workers[i].failures, workers[i].last_error);
+                }
+        }
+        for (int i = 0; i < n_ports; i++) {
+                long after = served_by(ports[i]);
+                if (after <= before[i]) {
+                        fail_msg("ledger replica %d (port %d) served no transfer", i, ports[i]);
+                }
+        }
+        assert_invariants(c);
+        /* The statistics are flushed at most a second late: give them that. */
+        sleep(2);
+        assert_int_equal(deadlocks(c) - deadlocks_before, 0);
+        PQfinish(c);
+}
+
+static int group_setup(void **state)
+{
+        (void)state;
+        if (it_stack_load(&g_stack) != 0) {
+                return -1;
+        }
+        lt_tenant_new(&g_stack, "it-ledger-hammer", &g_t);
+        return 0;
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_hammer_hot_accounts),
+        };
+        return cmocka_run_group_tests(tests, group_setup, NULL);
+}

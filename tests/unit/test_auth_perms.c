@@ -1,0 +1,143 @@
+/*
+ * Unit tests of the auth service's role and permission table
+ * (services/auth/perms.c) and of the paging helpers of validate.c: ranks,
+ * what each role may do, the names WhoAmI lists, page sizes and cursors.
+ *
+ * Both files are compiled into this test by inclusion: they are pure, and
+ * unit tests link only keelson_core.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../services/auth/perms.c"
+#include "../../services/auth/validate.c"
+
+static void test_ranks(void **state)
+{
+        (void)state;
+        assert_true(auth_role_rank("owner") > auth_role_rank("admin"));
+        assert_true(auth_role_rank("admin") > auth_role_rank("member"));
+        assert_true(auth_role_rank("member") > auth_role_rank("viewer"));
+        assert_true(auth_role_rank("viewer") > 0);
+        assert_int_equal(auth_role_rank("Owner"), 0);
+        assert_int_equal(auth_role_rank(""), 0);
+        assert_int_equal(auth_role_rank(NULL), 0);
+}
+
+static void test_every_role_reads_the_org_and_members(void **state)
+{
+        static const char *const all[] = {"owner", "admin", "member", "viewer"};
+
+        (void)state;
+        for (size_t i = 0; i < 4; i++) {
+                unsigned p = auth_role_perms(all[i]);
+                assert_true((p & AUTH_PERM_ORG_READ) != 0);
+                assert_true((p & AUTH_PERM_MEMBERS_READ) != 0);
+        }
+        assert_int_equal(auth_role_perms("emperor"), 0);
+}
+
+static void test_admin_writes_are_admin_and_owner_only(void **state)
+{
+        static const unsigned admin_perms[] = {
+            AUTH_PERM_MEMBERS_INVITE, AUTH_PERM_MEMBERS_REMOVE,  AUTH_PERM_MEMBERS_SET_ROLE,
+            AUTH_PERM_AUDIT_READ,     AUTH_PERM_API_KEYS_MANAGE, AUTH_PERM_BILLING_READ,
+        };
+
+        (void)state;
+        for (size_t i = 0; i < sizeof(admin_perms) / sizeof(admin_perms[0]); i++) {
+                assert_true((auth_role_perms("owner") & admin_perms[i]) != 0);
+                assert_true((auth_role_perms("admin") & admin_perms[i]) != 0);
+                assert_int_equal(auth_role_perms("member") & admin_perms[i], 0);
+                assert_int_equal(auth_role_perms("viewer") & admin_perms[i], 0);
+        }
+        /* The organisation and its money: owners only. */
+        assert_true((auth_role_perms("owner") & AUTH_PERM_ORG_MANAGE) != 0);
+        assert_true((auth_role_perms("owner") & AUTH_PERM_BILLING_MANAGE) != 0);
+        assert_int_equal(auth_role_perms("admin") & AUTH_PERM_ORG_MANAGE, 0);
+        assert_int_equal(auth_role_perms("admin") & AUTH_PERM_BILLING_MANAGE, 0);
+}
+
+static void test_higher_roles_hold_every_lower_permission(void **state)
+{
+        static const char *const order[] = {"viewer", "member", "admin", "owner"};
+
+        (void)state;
+        for (size_t i = 1; i < 4; i++) {
+                unsigned lower = auth_role_perms(order[i - 1]);
+                assert_int_equal(auth_role_perms(order[i]) & lower, lower);
+        }
+}
+
+static void test_names(void **state)
+{
+        const char *names[AUTH_PERM_COUNT];
+
+        (void)state;
+        assert_string_equal(auth_perm_name(AUTH_PERM_MEMBERS_INVITE), "members.invite");
+        assert_string_equal(auth_perm_name(AUTH_PERM_API_KEYS_MANAGE), "api_keys.manage");
+        assert_string_equal(auth_perm_name(AUTH_PERM_ORG_READ | AUTH_PERM_ORG_MANAGE), "");
+        assert_string_equal(auth_perm_name(0), "");
+        assert_int_equal(auth_role_perm_names("owner", names), AUTH_PERM_COUNT);
+        assert_int_equal(auth_role_perm_names("viewer", names), 2);
+        assert_string_equal(names[0], "org.read");
+        assert_string_equal(names[1], "members.read");
+        assert_int_equal(auth_role_perm_names("nobody", names), 0);
+}
+
+static void test_page_size(void **state)
+{
+        (void)state;
+        assert_int_equal(auth_page_size(0, AUTH_PAGE_SIZE_MAX), AUTH_PAGE_SIZE_DEFAULT);
+        assert_int_equal(auth_page_size(1, AUTH_PAGE_SIZE_MAX), 1);
+        assert_int_equal(auth_page_size(AUTH_PAGE_SIZE_MAX + 1, AUTH_PAGE_SIZE_MAX),
+                         AUTH_PAGE_SIZE_MAX);
+        assert_int_equal(auth_page_size(-1, AUTH_PAGE_SIZE_MAX), -1);
+        assert_int_equal(auth_page_size(0, 10), 10);
+}
+
+static void test_cursor(void **state)
+{
+        char micros[24], id[AUTH_UUID_LEN + 1];
+
+        (void)state;
+        assert_int_equal(
+            auth_cursor_parse("1796230303551123.8c5e382b-f5fe-4723-b9d0-de982861f3fe", micros, id),
+            0);
+        assert_string_equal(micros, "1796230303551123");
+        assert_string_equal(id, "8c5e382b-f5fe-4723-b9d0-de982861f3fe");
+        assert_int_equal(auth_cursor_parse("", micros, id), -1);
+        assert_int_equal(auth_cursor_parse("nonsense", micros, id), -1);
+        assert_int_equal(auth_cursor_parse(".8c5e382b-f5fe-4723-b9d0-de982861f3fe", micros, id),
+                         -1);
+        assert_int_equal(auth_cursor_parse("12a.8c5e382b-f5fe-4723-b9d0-de982861f3fe", micros, id),
+                         -1);
+        assert_int_equal(
+            auth_cursor_parse("1234567890123456789.8c5e382b-f5fe-4723-b9d0-de982861f3fe", micros,
+                              id),
+            -1);
+        assert_int_equal(auth_cursor_parse("1.8c5e382b-f5fe-4723-b9d0-de982861f3f", micros, id),
+                         -1);
+        assert_int_equal(auth_cursor_parse("1.8c5e382b-f5fe-4723-b9d0-de982861f3fe'", micros, id),
+                         -1);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_ranks),
+            cmocka_unit_test(test_every_role_reads_the_org_and_members),
+            cmocka_unit_test(test_admin_writes_are_admin_and_owner_only),
+            cmocka_unit_test(test_higher_roles_hold_every_lower_permission),
+            cmocka_unit_test(test_names),
+            cmocka_unit_test(test_page_size),
+            cmocka_unit_test(test_cursor),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
