@@ -4,6 +4,7 @@
 #   make up / down  the same in the background / stop it
 #   make test       unit and integration tests (ctest)
 #   make test-asan  the same, built with AddressSanitizer and UBSan
+#   make fuzz       libFuzzer on the parsers, FUZZ_SECONDS per target (default 60)
 #   make format     clang-format every C file (format-check: fail if one is not)
 BUILD         ?= build
 BUILD_ASAN    ?= build-asan
@@ -18,7 +19,7 @@ STACK_ARGS    := --dir $(STACK_DIR) --bin $(BUILD) --gateway-port $(GATEWAY_PORT
 SAN_ENV       := ASAN_OPTIONS=detect_leaks=1 \
                  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-.PHONY: all build run up down test asan test-asan format format-check clean ensure-packages
+.PHONY: all build run up down test asan test-asan fuzz format format-check clean ensure-packages
 
 all: build
 
@@ -52,6 +53,12 @@ asan: $(BUILD_ASAN)/build.ninja
 
 test-asan: ensure-packages asan
 	$(SAN_ENV) ctest --test-dir $(BUILD_ASAN) --output-on-failure -j $(JOBS)
+
+# libFuzzer targets of the parsers (needs clang and libclang-rt-14-dev):
+# replays the committed corpora and regressions, then fuzzes each target.
+FUZZ_SECONDS ?= 60
+fuzz:
+	tools/fuzz.sh $(FUZZ_SECONDS)
 
 # Our sources only: never generated code in the build trees.
 format:

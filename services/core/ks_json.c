@@ -675,7 +675,25 @@ static int parse_key(parse_ctx *c, const ProtobufCFieldDescriptor *kf, const cha
         }
         if (rc == -2)
                 return fail(c, "map key out of range for %s", type_name(kf->type));
-        return rc == 0 ? KS_OK : fail(c, "expected an integer map key");
+        if (rc != 0)
+                return fail(c, "expected an integer map key");
+        /*
+         * Only the canonical spelling: JSON keys are unique as strings, so "1"
+         * and "01" (or "0" and "-0") would otherwise become two entries with
+         * one proto key, and readers would disagree on which one counts.
+         */
+        char canon[32];
+        bool is_signed = kf->type == PROTOBUF_C_TYPE_INT32 || kf->type == PROTOBUF_C_TYPE_SINT32 ||
+                         kf->type == PROTOBUF_C_TYPE_SFIXED32 ||
+                         kf->type == PROTOBUF_C_TYPE_INT64 || kf->type == PROTOBUF_C_TYPE_SINT64 ||
+                         kf->type == PROTOBUF_C_TYPE_SFIXED64;
+        if (is_signed)
+                snprintf(canon, sizeof(canon), "%lld", (long long)i);
+        else
+                snprintf(canon, sizeof(canon), "%llu", (unsigned long long)u);
+        if (strcmp(canon, key) != 0)
+                return fail(c, "map key must be a canonical integer (\"%s\")", canon);
+        return KS_OK;
 }
 
 static int parse_entry(parse_ctx *c, const ProtobufCMessageDescriptor *edesc, const char *key,
@@ -896,7 +914,8 @@ static json_t *float_to_json(float f)
                 return json_string(f > 0 ? "Infinity" : "-Infinity");
         for (int p = 1; p <= 9; p++) {
                 snprintf(buf, sizeof(buf), "%.*g", p, (double)f);
-                if (strtof(buf, NULL) == f)
+                /* read back as a reader will: a double, then rounded to float */
+                if ((float)strtod(buf, NULL) == f)
                         break;
         }
         /* The printer then finds the same short form for this double. */
