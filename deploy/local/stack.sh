@@ -4,8 +4,8 @@
 # 127.0.0.1, everything (data, logs, pids) under one folder.
 #
 #   stack.sh start --dir DIR --bin BUILD_DIR [--free-ports] [--auth-replicas N]
-#                  [--ledger-replicas N] [--gateway-port P] [--gateway-replicas N]
-#                  [--keep-data]
+#                  [--ledger-replicas N] [--summary-replicas N] [--gateway-port P]
+#                  [--gateway-replicas N] [--keep-data]
 #   stack.sh run   (same options)   start, print a curl example, wait for Ctrl-C, stop
 #   stack.sh stop  --dir DIR         stop what DIR/pids names, then PostgreSQL
 #   stack.sh status --dir DIR        which of the started processes still run
@@ -32,6 +32,7 @@ AUTH_REPLICAS_MAX=8
 # the caller's environment reaches the services unchanged (the test fixture
 # shortens the lockout that way: tests/CMakeLists.txt).
 LEDGER_REPLICAS_MAX=8
+SUMMARY_REPLICAS_MAX=8
 GATEWAY_REPLICAS_MAX=8
 # Random ports come from below Linux's ephemeral range (32768-60999), so an
 # outgoing connection cannot take one between our check and the bind.
@@ -43,6 +44,7 @@ BIN=""
 FREE_PORTS=0
 AUTH_REPLICAS=1
 LEDGER_REPLICAS=1
+SUMMARY_REPLICAS=1
 GATEWAY_PORT=""
 GATEWAY_REPLICAS=1
 GATEWAY_PORTS=() # one per replica; the first is GATEWAY_PORT
@@ -56,6 +58,8 @@ AUTH_HEALTH_BASE=7481
 AUTH_HEALTH_PORTS=()
 LEDGER_HEALTH_BASE=7491
 LEDGER_HEALTH_PORTS=()
+SUMMARY_HEALTH_BASE=7501
+SUMMARY_HEALTH_PORTS=()
 USED_PORTS=()
 STARTED=0 # set once start began launching things: a failure then cleans up
 
@@ -79,6 +83,7 @@ parse_args() {
                 --free-ports) FREE_PORTS=1; shift ;;
                 --auth-replicas) AUTH_REPLICAS=${2:?--auth-replicas needs a value}; shift 2 ;;
                 --ledger-replicas) LEDGER_REPLICAS=${2:?--ledger-replicas needs a value}; shift 2 ;;
+                --summary-replicas) SUMMARY_REPLICAS=${2:?--summary-replicas needs a value}; shift 2 ;;
                 --gateway-port) GATEWAY_PORT=${2:?--gateway-port needs a value}; shift 2 ;;
                 --gateway-replicas) GATEWAY_REPLICAS=${2:?--gateway-replicas needs a value}; shift 2 ;;
                 --keep-data) KEEP_DATA=1; shift ;;
@@ -95,7 +100,7 @@ check_start_args() {
         [ -n "$BIN" ] || die "--bin BUILD_DIR is required"
         BIN=$(cd "$BIN" 2>/dev/null && pwd) || die "--bin: no such folder"
         local b
-        for b in keelson-broker keelson-auth keelson-ledger keelson-gateway; do
+        for b in keelson-broker keelson-auth keelson-ledger keelson-summary keelson-gateway; do
                 [ -x "$BIN/$b" ] || die "$BIN/$b is missing: build first (make)"
         done
         case "$AUTH_REPLICAS" in
@@ -109,6 +114,12 @@ check_start_args() {
         esac
         if [ "$LEDGER_REPLICAS" -lt 1 ] || [ "$LEDGER_REPLICAS" -gt "$LEDGER_REPLICAS_MAX" ]; then
                 die "--ledger-replicas must be within 1..$LEDGER_REPLICAS_MAX"
+        fi
+        case "$SUMMARY_REPLICAS" in
+        '' | *[!0-9]*) die "--summary-replicas must be a number" ;;
+        esac
+        if [ "$SUMMARY_REPLICAS" -lt 1 ] || [ "$SUMMARY_REPLICAS" -gt "$SUMMARY_REPLICAS_MAX" ]; then
+                die "--summary-replicas must be within 1..$SUMMARY_REPLICAS_MAX"
         fi
         case "$GATEWAY_PORT" in
         *[!0-9]*) die "--gateway-port must be a number" ;;
@@ -189,6 +200,9 @@ choose_ports() {
                 for ((i = 0; i < LEDGER_REPLICAS; i++)); do
                         pick_ports 1; LEDGER_HEALTH_PORTS+=("$REPLY")
                 done
+                for ((i = 0; i < SUMMARY_REPLICAS; i++)); do
+                        pick_ports 1; SUMMARY_HEALTH_PORTS+=("$REPLY")
+                done
                 if [ -z "$GATEWAY_PORT" ]; then
                         pick_ports 1; GATEWAY_PORT=$REPLY
                 else
@@ -212,6 +226,10 @@ choose_ports() {
         for ((i = 0; i < LEDGER_REPLICAS; i++)); do
                 claim_port $((LEDGER_HEALTH_BASE + i)) "ledger health"
                 LEDGER_HEALTH_PORTS+=($((LEDGER_HEALTH_BASE + i)))
+        done
+        for ((i = 0; i < SUMMARY_REPLICAS; i++)); do
+                claim_port $((SUMMARY_HEALTH_BASE + i)) "summary health"
+                SUMMARY_HEALTH_PORTS+=($((SUMMARY_HEALTH_BASE + i)))
         done
         claim_port "$GATEWAY_PORT" gateway
         GATEWAY_PORTS=("$GATEWAY_PORT")
@@ -470,6 +488,14 @@ start_services() {
                         KEELSON_LEDGER_HTTP_PORT="${LEDGER_HEALTH_PORTS[$i]}" \
                         KEELSON_LEDGER_EXPIRY_INTERVAL_MS=200 "$BIN/keelson-ledger"
         done
+        # The reader role comes with auth's migrations: /readyz waits for it.
+        for ((i = 0; i < SUMMARY_REPLICAS; i++)); do
+                spawn "summary-$((i + 1))" env KEELSON_PG_DSN="$(service_dsn)" \
+                        KEELSON_BROKER_URL="$(broker_url)" KEELSON_REDIS_URL="$(redis_url)" \
+                        KEELSON_SUMMARY_HTTP_HOST=127.0.0.1 \
+                        KEELSON_SUMMARY_HTTP_PORT="${SUMMARY_HEALTH_PORTS[$i]}" \
+                        "$BIN/keelson-summary"
+        done
         for ((i = 0; i < GATEWAY_REPLICAS; i++)); do
                 spawn "$(gateway_name $i)" env KEELSON_GATEWAY_HOST=127.0.0.1 \
                         KEELSON_GATEWAY_PORT="${GATEWAY_PORTS[$i]}" \
@@ -493,6 +519,9 @@ ready_targets() {
         done
         for ((i = 0; i < LEDGER_REPLICAS; i++)); do
                 echo "ledger-$((i + 1)) ${LEDGER_HEALTH_PORTS[$i]}"
+        done
+        for ((i = 0; i < SUMMARY_REPLICAS; i++)); do
+                echo "summary-$((i + 1)) ${SUMMARY_HEALTH_PORTS[$i]}"
         done
         for ((i = 0; i < GATEWAY_REPLICAS; i++)); do
                 echo "$(gateway_name $i) ${GATEWAY_PORTS[$i]}"
@@ -543,12 +572,15 @@ join_by_comma() {
 }
 
 write_env() {
-        local pids=() ledger_pids=() gw_urls=() gw_pids=() i
+        local pids=() ledger_pids=() summary_pids=() gw_urls=() gw_pids=() i
         for ((i = 0; i < AUTH_REPLICAS; i++)); do
                 pids+=("$(cat "$DIR/pids/auth-$((i + 1)).pid")")
         done
         for ((i = 0; i < LEDGER_REPLICAS; i++)); do
                 ledger_pids+=("$(cat "$DIR/pids/ledger-$((i + 1)).pid")")
+        done
+        for ((i = 0; i < SUMMARY_REPLICAS; i++)); do
+                summary_pids+=("$(cat "$DIR/pids/summary-$((i + 1)).pid")")
         done
         for ((i = 0; i < GATEWAY_REPLICAS; i++)); do
                 gw_urls+=("http://127.0.0.1:${GATEWAY_PORTS[$i]}")
@@ -565,6 +597,8 @@ KEELSON_IT_AUTH_HEALTH_PORTS=$(join_by_comma "${AUTH_HEALTH_PORTS[@]}")
 KEELSON_IT_AUTH_PIDS=$(join_by_comma "${pids[@]}")
 KEELSON_IT_LEDGER_HEALTH_PORTS=$(join_by_comma "${LEDGER_HEALTH_PORTS[@]}")
 KEELSON_IT_LEDGER_PIDS=$(join_by_comma "${ledger_pids[@]}")
+KEELSON_IT_SUMMARY_HEALTH_PORTS=$(join_by_comma "${SUMMARY_HEALTH_PORTS[@]}")
+KEELSON_IT_SUMMARY_PIDS=$(join_by_comma "${summary_pids[@]}")
 KEELSON_IT_GATEWAY_PID=$(cat "$DIR/pids/gateway.pid")
 KEELSON_IT_GATEWAY_URLS=$(join_by_comma "${gw_urls[@]}")
 KEELSON_IT_GATEWAY_PIDS=$(join_by_comma "${gw_pids[@]}")

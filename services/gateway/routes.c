@@ -15,12 +15,14 @@
 #include "gateway.h"
 #include "keelson/auth/v1/auth.pb-c.h"
 #include "keelson/ledger/v1/ledger.pb-c.h"
+#include "keelson/summary/v1/summary.pb-c.h"
 #include "ks_log.h"
 
 /* The services the gateway routes, one line each. */
 static const ProtobufCServiceDescriptor *const routed_services[] = {
     &keelson__auth__v1__auth_service__descriptor,
     &keelson__ledger__v1__ledger_service__descriptor,
+    &keelson__summary__v1__admin_summary_service__descriptor,
 };
 
 /*

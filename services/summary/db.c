@@ -1,0 +1,176 @@
+/*
+ * The figures from PostgreSQL, through the tenant-isolated path auth grants
+ * (services/auth/migrations/004_summary_reader.sql): every connection runs
+ * as keelson_summary_rt, which may SELECT a few columns and whose row-level
+ * security policies match only the tenant named by the transaction's
+ * set_config('keelson.tenant_id', ..., true). Each query also filters by the
+ * tenant itself: the policy is the second wall, not the only one.
+ *
+ * One statement, one grouped query per table (COUNT(*) FILTER), whatever the
+ * number of users or roles. A fill is SM_SQL_PER_FILL statements, each counted.
+ */
+#include "summary.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ks_log.h"
+
+#define CONNINFO_MAX 2048
+
+static const char sql_act_for[] = "SELECT set_config('keelson.tenant_id', $1, true)";
+
+static const char sql_counts[] =
+    "SELECT m.active, m.locked, m.owner, m.admin, m.member, m.viewer, i.pending, k.keys FROM"
+    " (SELECT count(*) FILTER (WHERE u.locked_until IS NULL OR u.locked_until <= now()) AS active,"
+    "         count(*) FILTER (WHERE u.locked_until > now()) AS locked,"
+    "         count(*) FILTER (WHERE mm.role = 'owner') AS owner,"
+    "         count(*) FILTER (WHERE mm.role = 'admin') AS admin,"
+    "         count(*) FILTER (WHERE mm.role = 'member') AS member,"
+    "         count(*) FILTER (WHERE mm.role = 'viewer') AS viewer"
+    "    FROM auth.memberships mm JOIN auth.users u ON u.id = mm.user_id"
+    "   WHERE mm.tenant_id = $1::uuid) m,"
+    " (SELECT count(*) AS pending FROM auth.invitations"
+    "   WHERE tenant_id = $1::uuid AND accepted_at IS NULL AND revoked_at IS NULL"
+    "     AND expires_at > now()) i,"
+    " (SELECT count(*) AS keys FROM auth.api_keys"
+    "   WHERE tenant_id = $1::uuid AND revoked_at IS NULL"
+    "     AND (expires_at IS NULL OR expires_at > now())) k";
+
+/* Appends "key='value' " with libpq's quoting (backslash before ' and \). */
+static int append_kv(char *out, size_t *len, const char *key, const char *val)
+{
+        size_t n = *len;
+        int w = snprintf(out + n, CONNINFO_MAX - n, "%s='", key);
+
+        if (w < 0 || (size_t)w >= CONNINFO_MAX - n) {
+                return -1;
+        }
+        n += (size_t)w;
+        for (const char *p = val; *p != '\0'; p++) {
+                if (n + 3 >= CONNINFO_MAX) {
+                        return -1;
+                }
+                if (*p == '\'' || *p == '\\') {
+                        out[n++] = '\\';
+                }
+                out[n++] = *p;
+        }
+        if (n + 3 >= CONNINFO_MAX) {
+                return -1;
+        }
+        out[n++] = '\'';
+        out[n++] = ' ';
+        out[n] = '\0';
+        *len = n;
+        return 0;
+}
+
+/* The DSN with "-c role=<role>" added to its options: the pool runs as the reader role. */
+int sm_runtime_conninfo(const char *dsn, const char *role, char **out, char *err, size_t err_len)
+{
+        PQconninfoOption *opts, *o;
+        char *perr = NULL, options[512] = "", buf[CONNINFO_MAX] = "";
+        size_t len = 0, rl = strlen(role);
+        int rc = 0;
+
+        *out = NULL;
+        if (rl < 1 || rl > 63 || strspn(role, "abcdefghijklmnopqrstuvwxyz0123456789_") != rl) {
+                snprintf(err, err_len, "KEELSON_SUMMARY_PG_ROLE: expected [a-z0-9_]{1,63}");
+                return -1;
+        }
+        if ((opts = PQconninfoParse(dsn, &perr)) == NULL) {
+                /* perr may quote the DSN, which may hold a password: not repeated. */
+                snprintf(err, err_len, "KEELSON_PG_DSN: not a valid connection string");
+                PQfreemem(perr);
+                return -1;
+        }
+        for (o = opts; o->keyword != NULL && rc == 0; o++) {
+                if (o->val == NULL || o->val[0] == '\0') {
+                        continue;
+                }
+                if (strcmp(o->keyword, "options") == 0) {
+                        snprintf(options, sizeof(options), "%s ", o->val);
+                        continue;
+                }
+                rc = append_kv(buf, &len, o->keyword, o->val);
+        }
+        PQconninfoFree(opts);
+        if (rc == 0 && strlen(options) + rl + 10 < sizeof(options)) {
+                strcat(options, "-c role=");
+                strcat(options, role);
+                rc = append_kv(buf, &len, "options", options);
+        } else {
+                rc = -1;
+        }
+        if (rc != 0 || (*out = strdup(buf)) == NULL) {
+                snprintf(err, err_len, "KEELSON_PG_DSN: too long");
+                return -1;
+        }
+        return 0;
+}
+
+static int64_t field(const PGresult *res, int col)
+{
+        return (int64_t)strtoll(PQgetvalue(res, 0, col), NULL, 10);
+}
+
+static void read_counts(const PGresult *res, sm_counts *out)
+{
+        memset(out, 0, sizeof(*out));
+        out->active = field(res, 0);
+        out->locked = field(res, 1);
+        out->owner = field(res, 2);
+        out->admin = field(res, 3);
+        out->member = field(res, 4);
+        out->viewer = field(res, 5);
+        out->pending_invitations = field(res, 6);
+        out->invited = out->pending_invitations;
+        out->active_api_keys = field(res, 7);
+        out->disabled = 0; /* auth has no disabled state yet */
+        out->computed_ms = ks_now_ms();
+}
+
+static int run(sm_service *svc, PGconn *conn, const char *rid, const char *sql, int n,
+               const char *const *params, PGresult **res)
+{
+        ks_counter_inc(svc->m.sql);
+        return ks_pg_exec(conn, rid, sql, n, params, res);
+}
+
+int sm_db_counts(sm_service *svc, const char *request_id, const char *tenant, sm_counts *out)
+{
+        const char *params[1] = {tenant};
+        PGconn *conn = NULL;
+        PGresult *res = NULL;
+        int rc;
+
+        if ((rc = ks_pg_acquire(svc->pool, &conn)) != KS_OK) {
+                return rc;
+        }
+        ks_counter_inc(svc->m.sql);
+        rc = ks_pg_begin(conn, request_id);
+        if (rc == KS_OK) {
+                rc = run(svc, conn, request_id, sql_act_for, 1, params, &res);
+                PQclear(res);
+                res = NULL;
+        }
+        if (rc == KS_OK) {
+                rc = run(svc, conn, request_id, sql_counts, 1, params, &res);
+        }
+        if (rc == KS_OK && PQntuples(res) != 1) {
+                rc = KS_INTERNAL;
+        }
+        if (rc == KS_OK) {
+                read_counts(res, out);
+                ks_counter_inc(svc->m.sql);
+                rc = ks_pg_commit(conn, request_id);
+        }
+        PQclear(res);
+        if (rc != KS_OK) {
+                ks_pg_rollback(conn);
+        }
+        ks_pg_release(svc->pool, conn);
+        return rc;
+}

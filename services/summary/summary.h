@@ -1,0 +1,144 @@
+/*
+ * keelson-summary: the admin dashboard's counts for one tenant
+ * (keelson.summary.v1.AdminSummaryService/GetSummary), cached on two levels.
+ *
+ * Keys. Every cached value is keyed by (tenant, generation). The generation
+ * is a per-tenant counter in Redis ("<prefix>gen:<tenant>", absent = 0); a
+ * "users.admin_summary" event INCRs it (one atomic operation) and evicts the
+ * tenant's local entry. A read first GETs the generation, then looks for
+ * (tenant, generation) in this replica's memory, then in Redis
+ * ("<prefix>v:<tenant>:<generation>"), and only then runs SQL. A fill keeps
+ * the generation it read before its SQL and stores under it: if an
+ * invalidation came in between, the value lands under the old generation,
+ * which no later read asks for (and the fill is counted as discarded).
+ *
+ * Floors. Every value carries the time it was computed and is not served
+ * past computed + TTL, on either level, so a lost event costs at most the
+ * TTL. Redis down: the generation cannot be known, so nothing cached is
+ * served; the figures come from PostgreSQL (counted), and the local cache is
+ * emptied (a restarted Redis may begin its generations at 0 again).
+ */
+#ifndef SUMMARY_H
+#define SUMMARY_H
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "keelson/summary/v1/summary.pb-c.h"
+#include "ks_events.h"
+#include "ks_metrics.h"
+#include "ks_pg.h"
+#include "ks_rpc.h"
+
+#define SM_TENANT_LEN   36 /* a uuid in text */
+#define SM_PREFIX_MAX   64
+#define SM_KEY_MAX      (SM_PREFIX_MAX + 64)
+#define SM_HOST_MAX     256
+#define SM_PAUSE_MAX_MS 10000
+#define SM_SQL_PER_FILL 4 /* BEGIN, set_config, the counts, COMMIT */
+
+/* The figures, as read from PostgreSQL. */
+typedef struct sm_counts {
+        int64_t active, invited, locked, disabled;
+        int64_t owner, admin, member, viewer;
+        int64_t pending_invitations, active_api_keys;
+        int64_t computed_ms;
+} sm_counts;
+
+/* Where an answer came from (the response's source field). */
+typedef enum { SM_SRC_LOCAL, SM_SRC_REDIS, SM_SRC_DATABASE } sm_source;
+
+/* One replica's in-process cache: direct-mapped by a hash of the tenant. */
+typedef struct sm_local_entry {
+        char tenant[SM_TENANT_LEN + 1];
+        int64_t gen;
+        uint64_t epoch; /* sm_service.redis_epoch when stored */
+        sm_counts counts;
+        bool used;
+} sm_local_entry;
+
+typedef struct sm_local {
+        pthread_mutex_t mu;
+        sm_local_entry *slots;
+        size_t n;
+} sm_local;
+
+typedef struct sm_redis_options {
+        char host[SM_HOST_MAX];
+        int port;
+        int timeout_ms;
+        int retry_ms; /* after a failure, no new connection attempt before this */
+        char prefix[SM_PREFIX_MAX];
+} sm_redis_options;
+
+/* One synchronous Redis connection, owned by one thread. */
+typedef struct sm_redis {
+        const sm_redis_options *opts;
+        redisContext *ctx;
+        int64_t retry_at_ms;
+} sm_redis;
+
+typedef struct sm_metrics {
+        ks_counter *hits_local, *hits_redis, *misses_local, *misses_redis;
+        ks_counter *invalidations, *discarded, *sql, *degraded, *redis_errors;
+        ks_gauge *paused;
+        ks_histogram *latency;
+} sm_metrics;
+
+typedef struct sm_service {
+        ks_pg_pool *pool;
+        sm_local local;
+        sm_redis_options redis;
+        bool cache_enabled;
+        bool test_hooks;
+        int64_t ttl_ms;
+        /* Bumped on every Redis failure: local entries of an older epoch are misses. */
+        _Atomic uint64_t redis_epoch;
+        sm_metrics m;
+        /* the invalidation listener */
+        ks_subscriber *sub;
+        void *pending; /* bumps to retry once Redis answers (events.c) */
+        pthread_t events_thread;
+        bool events_started;
+        atomic_bool stop;
+} sm_service;
+
+typedef struct sm_worker {
+        sm_redis redis;
+} sm_worker;
+
+/* local.c */
+int sm_local_init(sm_local *l, size_t n);
+void sm_local_fini(sm_local *l);
+bool sm_local_get(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, int64_t now_ms,
+                  int64_t ttl_ms, sm_counts *out);
+void sm_local_put(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, const sm_counts *c);
+void sm_local_evict(sm_local *l, const char *tenant);
+
+/* redis.c: every call returns 0, 1 (not found, for the gets) or -1 (Redis failed). */
+int sm_redis_parse_url(const char *url, sm_redis_options *o);
+void sm_redis_fini(sm_redis *r);
+int sm_redis_gen(sm_redis *r, const char *tenant, int64_t *gen);
+int sm_redis_bump(sm_redis *r, const char *tenant);
+int sm_redis_get(sm_redis *r, const char *tenant, int64_t gen, sm_counts *out);
+int sm_redis_put(sm_redis *r, const char *tenant, int64_t gen, const sm_counts *c, int64_t ttl_ms);
+/* The value's text form (also what Redis stores); 0 or -1. */
+int sm_counts_format(const sm_counts *c, char *out, size_t len);
+int sm_counts_parse(const char *s, sm_counts *out);
+
+/* db.c */
+int sm_runtime_conninfo(const char *dsn, const char *role, char **out, char *err, size_t err_len);
+int sm_db_counts(sm_service *svc, const char *request_id, const char *tenant, sm_counts *out);
+
+/* handler.c */
+int sm_get_summary_handler(ks_call *call);
+bool sm_uuid_valid(const char *s);
+
+/* events.c */
+int sm_events_start(sm_service *svc, const char *const *brokers, int n);
+void sm_events_stop(sm_service *svc);
+
+#endif

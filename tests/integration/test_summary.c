@@ -1,0 +1,522 @@
+/*
+ * keelson-summary through the gateway, with the stack's two summary
+ * replicas, real Redis and PostgreSQL: repeated reads run no SQL (the
+ * replicas' keelson_summary_sql_statements_total), every admin write in auth
+ * changes the next summary on both replicas long before the TTL, logins,
+ * lockouts and refused writes leave the cache alone, a fill racing an
+ * invalidation is never served (forced with the test-only fill pause the
+ * stack enables), Redis stopped means PostgreSQL answers until caching
+ * resumes, and a tenant sees only its own counts.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+
+#include "auth_it.h"
+
+#define SUMMARY_PATH "/keelson.summary.v1.AdminSummaryService/GetSummary"
+#define WAIT_MS      10000 /* event delivery bound; the replicas' TTL is 30 s */
+#define REPLICA_MAX  IT_REPLICAS_MAX
+
+static int g_ports[REPLICA_MAX];
+static int g_n;
+
+/* KEELSON_IT_SUMMARY_HEALTH_PORTS from the stack's env file. */
+static int load_ports(void)
+{
+        char path[600], line[1024];
+        const char *key = "KEELSON_IT_SUMMARY_HEALTH_PORTS=";
+        FILE *f;
+
+        snprintf(path, sizeof(path), "%s/env", ait_stack.dir);
+        if ((f = fopen(path, "r")) == NULL) {
+                return -1;
+        }
+        while (fgets(line, sizeof(line), f) != NULL) {
+                if (strncmp(line, key, strlen(key)) == 0) {
+                        char *p = line + strlen(key), *end;
+                        while (g_n < REPLICA_MAX && (g_ports[g_n] = (int)strtol(p, &end, 10)) > 0) {
+                                g_n++;
+                                p = *end == ',' ? end + 1 : end;
+                        }
+                }
+        }
+        fclose(f);
+        return g_n >= 2 ? 0 : -1;
+}
+
+static int setup(void **state)
+{
+        if (ait_setup(state) != 0) {
+                return -1;
+        }
+        return load_ports();
+}
+
+static double metric(int replica, const char *series)
+{
+        char url[64];
+        double v = 0;
+
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d", g_ports[replica]);
+        assert_int_equal(it_metric(url, series, &v), 0);
+        return v;
+}
+
+static double metric_sum(const char *series)
+{
+        double sum = 0;
+
+        for (int i = 0; i < g_n; i++) {
+                sum += metric(i, series);
+        }
+        return sum;
+}
+
+#define SQL    "keelson_summary_sql_statements_total"
+#define SERVED "keelson_summary_duration_seconds_count"
+
+/* GetSummary as token's caller; the reply as JSON (NULL unless HTTP 200). */
+static json_t *summary_body(const char *token, const char *body, long *status)
+{
+        char auth[AIT_TOKEN_MAX + 32];
+        const char *headers[2] = {auth, NULL};
+        it_http_response r;
+        json_t *j = NULL;
+
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+        assert_int_equal(it_http_post(ait_stack.gateway_url, SUMMARY_PATH, "application/json", body,
+                                      strlen(body), headers, &r),
+                         0);
+        *status = r.status;
+        if (r.status == 200) {
+                j = ait_json(&r);
+        }
+        it_http_response_free(&r);
+        return j;
+}
+
+static json_t *summary(const char *token)
+{
+        long status = 0;
+        json_t *j = summary_body(token, "{}", &status);
+
+        if (j == NULL) {
+                fail_msg("GetSummary: HTTP %ld", status);
+        }
+        return j;
+}
+
+/* proto3 JSON: int64 as a string, absent when 0. */
+static long num(json_t *j, const char *obj, const char *key)
+{
+        json_t *o = obj != NULL ? json_object_get(j, obj) : j;
+        json_t *v = json_object_get(o, key);
+
+        if (json_is_string(v)) {
+                return strtol(json_string_value(v), NULL, 10);
+        }
+        return json_is_integer(v) ? (long)json_integer_value(v) : 0;
+}
+
+typedef struct figures {
+        long active, invited, locked, owner, admin, member, viewer, pending, keys;
+} figures;
+
+static void read_figures(json_t *j, figures *f)
+{
+        f->active = num(j, "users", "active");
+        f->invited = num(j, "users", "invited");
+        f->locked = num(j, "users", "locked");
+        f->owner = num(j, "members", "owner");
+        f->admin = num(j, "members", "admin");
+        f->member = num(j, "members", "member");
+        f->viewer = num(j, "members", "viewer");
+        f->pending = num(j, NULL, "pendingInvitations");
+        f->keys = num(j, NULL, "activeApiKeys");
+}
+
+static void assert_figures(const figures *got, const figures *want)
+{
+        assert_int_equal(got->active, want->active);
+        assert_int_equal(got->invited, want->invited);
+        assert_int_equal(got->owner, want->owner);
+        assert_int_equal(got->admin, want->admin);
+        assert_int_equal(got->member, want->member);
+        assert_int_equal(got->viewer, want->viewer);
+        assert_int_equal(got->pending, want->pending);
+        assert_int_equal(got->keys, want->keys);
+}
+
+static bool figures_equal(const figures *a, const figures *b)
+{
+        return a->active == b->active && a->invited == b->invited && a->owner == b->owner &&
+               a->admin == b->admin && a->member == b->member && a->viewer == b->viewer &&
+               a->pending == b->pending && a->keys == b->keys;
+}
+
+static void sleep_ms(int ms)
+{
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+        nanosleep(&ts, NULL);
+}
+
+/*
+ * Reads until every replica has answered at least twice since the call
+ * began, asserting each answer: both replicas are warm (or checked) after.
+ */
+static void read_on_every_replica(const char *token, const figures *want, const char *tenant)
+{
+        double before[REPLICA_MAX];
+        bool done = false;
+
+        for (int i = 0; i < g_n; i++) {
+                before[i] = metric(i, SERVED);
+        }
+        for (int n = 0; n < 200 && !done; n++) {
+                json_t *j = summary(token);
+                figures f;
+                read_figures(j, &f);
+                assert_figures(&f, want);
+                assert_string_equal(ait_str(j, "tenantId"), tenant);
+                json_decref(j);
+                done = true;
+                for (int i = 0; i < g_n; i++) {
+                        done = done && metric(i, SERVED) >= before[i] + 2;
+                }
+        }
+        assert_true(done);
+}
+
+/* Polls until the summary shows want (bounded far below the TTL), then checks every replica. */
+static void wait_figures(const char *token, const figures *want, const char *tenant)
+{
+        figures f = {0};
+
+        for (int waited = 0; waited <= WAIT_MS; waited += 50) {
+                json_t *j = summary(token);
+                read_figures(j, &f);
+                json_decref(j);
+                if (figures_equal(&f, want)) {
+                        read_on_every_replica(token, want, tenant);
+                        return;
+                }
+                sleep_ms(50);
+        }
+        fail_msg("summary unchanged %d ms after the write (active %ld, pending %ld)", WAIT_MS,
+                 f.active, f.pending);
+}
+
+/* The tenant's generation in Redis (absent: 0). */
+static long generation(const char *tenant)
+{
+        char host[256] = "127.0.0.1";
+        int port = 6379;
+        const char *p = strrchr(ait_stack.redis_url, ':');
+        redisContext *c;
+        redisReply *rep;
+        long gen = -1;
+
+        if (p != NULL) {
+                port = atoi(p + 1);
+        }
+        c = redisConnect(host, port);
+        assert_true(c != NULL && c->err == 0);
+        rep = redisCommand(c, "GET keelson:summary:gen:%s", tenant);
+        assert_non_null(rep);
+        if (rep->type == REDIS_REPLY_NIL) {
+                gen = 0;
+        } else if (rep->type == REDIS_REPLY_STRING) {
+                gen = atol(rep->str);
+        }
+        freeReplyObject(rep);
+        redisFree(c);
+        return gen;
+}
+
+/* Waits until every replica has bumped the tenant's generation for every event auth published. */
+static long settle(const char *tenant)
+{
+        long events = ait_events(0, "users.admin_summary", tenant), gen = 0;
+
+        for (int waited = 0; waited <= WAIT_MS; waited += 50) {
+                if ((gen = generation(tenant)) >= events * g_n) {
+                        return gen;
+                }
+                sleep_ms(50);
+        }
+        fail_msg("generation %ld after %ld events on %d replicas", gen, events, g_n);
+        return -1;
+}
+
+static const figures fresh_tenant = {.active = 1, .owner = 1};
+
+/* ---- tests ----------------------------------------------------------------------- */
+
+static void test_repeated_reads_run_no_sql(void **state)
+{
+        ait_user owner;
+        double sql0;
+        int local = 0;
+
+        (void)state;
+        ait_signup("it-sum-sql", "Summary SQL", &owner);
+        settle(owner.tenant_id);
+        read_on_every_replica(owner.token, &fresh_tenant, owner.tenant_id);
+        sql0 = metric_sum(SQL);
+        for (int i = 0; i < 30; i++) {
+                json_t *j = summary(owner.token);
+                figures f;
+                read_figures(j, &f);
+                assert_figures(&f, &fresh_tenant);
+                assert_string_not_equal(ait_str(j, "source"), "database");
+                local += strcmp(ait_str(j, "source"), "local") == 0;
+                json_decref(j);
+        }
+        assert_true(metric_sum(SQL) == sql0);
+        assert_true(local > 0);
+}
+
+static void test_every_admin_write_changes_the_next_summary(void **state)
+{
+        ait_user owner;
+        figures want = fresh_tenant;
+        char body[1024], email[AIT_EMAIL_MAX], token[AIT_TOKEN_MAX], user_id[AIT_ID_MAX];
+        json_t *j;
+
+        (void)state;
+        ait_signup("it-sum-w", "Summary Writes", &owner);
+        settle(owner.tenant_id);
+        read_on_every_replica(owner.token, &want, owner.tenant_id);
+
+        it_unique_email("it-sum-w-a", email, sizeof(email));
+        ait_invite(&owner, email, "member", token);
+        want.invited = want.pending = 1;
+        wait_figures(owner.token, &want, owner.tenant_id);
+
+        AIT_BODY(body, "{s:s, s:s}", "token", token, "password", AIT_PASSWORD);
+        j = ait_ok("AcceptInvitation", body, NULL);
+        snprintf(user_id, sizeof(user_id), "%s", ait_str(j, "userId"));
+        json_decref(j);
+        want.invited = want.pending = 0;
+        want.active = 2;
+        want.member = 1;
+        wait_figures(owner.token, &want, owner.tenant_id);
+
+        AIT_BODY(body, "{s:s, s:s}", "userId", user_id, "role", "admin");
+        json_decref(ait_ok("SetRole", body, owner.token));
+        want.member = 0;
+        want.admin = 1;
+        wait_figures(owner.token, &want, owner.tenant_id);
+
+        AIT_BODY(body, "{s:s}", "userId", user_id);
+        json_decref(ait_ok("RemoveMember", body, owner.token));
+        want.active = 1;
+        want.admin = 0;
+        wait_figures(owner.token, &want, owner.tenant_id);
+
+        it_unique_email("it-sum-w-b", email, sizeof(email));
+        ait_invite(&owner, email, "viewer", token);
+        want.invited = want.pending = 1;
+        wait_figures(owner.token, &want, owner.tenant_id);
+        j = ait_ok("ListInvitations", "{}", owner.token);
+        AIT_BODY(body, "{s:s}", "invitationId",
+                 ait_str(json_array_get(json_object_get(j, "invitations"), 0), "id"));
+        json_decref(j);
+        json_decref(ait_ok("RevokeInvitation", body, owner.token));
+        want.invited = want.pending = 0;
+        wait_figures(owner.token, &want, owner.tenant_id);
+}
+
+static void test_login_lockout_and_refused_writes_leave_the_cache(void **state)
+{
+        ait_user owner, m;
+        figures want = fresh_tenant;
+        char body[1024], token[AIT_TOKEN_MAX];
+        it_http_response r;
+        long gen0, mark;
+        double sql0;
+
+        (void)state;
+        ait_signup("it-sum-l", "Summary Lockout", &owner);
+        ait_new_member(&owner, "it-sum-l-m", "member", &m);
+        want.active = 2;
+        want.member = 1;
+        gen0 = settle(owner.tenant_id);
+        read_on_every_replica(owner.token, &want, owner.tenant_id);
+        sql0 = metric_sum(SQL);
+        mark = ait_outbox_mark();
+
+        ait_login(&owner, owner.tenant_id, token);
+        for (int i = 0; i < 5; i++) { /* KEELSON_AUTH_LOCKOUT_MAX_FAILURES default: locks */
+                AIT_BODY(body, "{s:s, s:s}", "email", m.email, "password", "definitely not it");
+                ait_call("Login", body, NULL, &r);
+                assert_int_equal(r.status, 401);
+                it_http_response_free(&r);
+        }
+        /* Refused, so rolled back: a member may not invite, nobody invites as "emperor". */
+        AIT_BODY(body, "{s:[s], s:s}", "emails", "nobody@example.test", "role", "viewer");
+        ait_fails("Invite", body, m.token, "permission_denied");
+        AIT_BODY(body, "{s:[s], s:s}", "emails", "nobody@example.test", "role", "emperor");
+        ait_fails("Invite", body, owner.token, "invalid_argument");
+
+        assert_int_equal(ait_events(mark, "users.admin_summary", owner.tenant_id), 0);
+        assert_int_equal(generation(owner.tenant_id), gen0);
+        read_on_every_replica(token, &want, owner.tenant_id);
+        assert_true(metric_sum(SQL) == sql0);
+}
+
+typedef struct racer {
+        const char *token;
+        json_t *reply;
+        long status;
+} racer;
+
+static void *race_read(void *arg)
+{
+        racer *r = arg;
+
+        r->reply = summary_body(r->token, "{\"testFillPauseMs\":10000}", &r->status);
+        return NULL;
+}
+
+static void test_fill_racing_an_invalidation_is_not_served(void **state)
+{
+        ait_user owner;
+        figures want = fresh_tenant, got;
+        char email[AIT_EMAIL_MAX], token[AIT_TOKEN_MAX];
+        racer rc = {0};
+        pthread_t t;
+        double discarded0 = metric_sum("keelson_summary_fills_discarded_total");
+        bool paused = false;
+
+        (void)state;
+        ait_signup("it-sum-race", "Summary Race", &owner);
+        settle(owner.tenant_id);
+        rc.token = owner.token;
+        assert_int_equal(pthread_create(&t, NULL, race_read, &rc), 0);
+        for (int waited = 0; waited <= WAIT_MS && !paused; waited += 20) {
+                paused = metric_sum("keelson_summary_test_fills_paused") >= 1;
+                sleep_ms(20);
+        }
+        /* The fill has read the counts and holds them: now the write commits. */
+        it_unique_email("it-sum-race-a", email, sizeof(email));
+        ait_invite(&owner, email, "member", token);
+        pthread_join(t, NULL);
+        assert_true(paused);
+        assert_int_equal(rc.status, 200);
+        read_figures(rc.reply, &got);
+        assert_figures(&got, &fresh_tenant); /* computed before the write */
+        assert_string_equal(ait_str(rc.reply, "source"), "database");
+        json_decref(rc.reply);
+        assert_true(metric_sum("keelson_summary_fills_discarded_total") == discarded0 + 1);
+        /* The held figures were stored under the old generation: nobody gets them now. */
+        want.invited = want.pending = 1;
+        read_on_every_replica(owner.token, &want, owner.tenant_id);
+}
+
+static void test_a_tenant_sees_only_its_own_counts(void **state)
+{
+        ait_user a, b, viewer;
+        figures want_a = fresh_tenant, want_b = fresh_tenant;
+        char email[AIT_EMAIL_MAX], token[AIT_TOKEN_MAX];
+        json_t *j;
+
+        (void)state;
+        ait_signup("it-sum-ta", "Summary A", &a);
+        ait_signup("it-sum-tb", "Summary B", &b);
+        for (int i = 0; i < 2; i++) {
+                it_unique_email("it-sum-ta-i", email, sizeof(email));
+                ait_invite(&a, email, "member", token);
+        }
+        ait_new_member(&b, "it-sum-tb-v", "viewer", &viewer);
+        want_a.invited = want_a.pending = 2;
+        want_b.active = 2;
+        want_b.viewer = 1;
+        settle(a.tenant_id);
+        settle(b.tenant_id);
+        for (int i = 0; i < 5; i++) {
+                read_on_every_replica(a.token, &want_a, a.tenant_id);
+                read_on_every_replica(b.token, &want_b, b.tenant_id);
+                read_on_every_replica(viewer.token, &want_b, b.tenant_id);
+        }
+        /* A viewer reads (org.read) but may assign nothing; an owner any role. */
+        j = summary(viewer.token);
+        assert_int_equal(json_array_size(json_object_get(j, "assignableRoles")), 0);
+        json_decref(j);
+        j = summary(a.token);
+        assert_int_equal(json_array_size(json_object_get(j, "assignableRoles")), 4);
+        json_decref(j);
+}
+
+static bool g_redis_stopped;
+
+static int start_redis_again(void **state)
+{
+        (void)state;
+        if (g_redis_stopped && it_stack_redis(&ait_stack, 1) == 0) {
+                g_redis_stopped = false;
+        }
+        return 0;
+}
+
+static void test_redis_down_serves_from_postgres_then_caching_resumes(void **state)
+{
+        ait_user owner;
+        figures want = fresh_tenant;
+        char email[AIT_EMAIL_MAX], token[AIT_TOKEN_MAX];
+        double degraded0;
+        bool cached = false;
+
+        (void)state;
+        ait_signup("it-sum-redis", "Summary Redis", &owner);
+        settle(owner.tenant_id);
+        read_on_every_replica(owner.token, &want, owner.tenant_id);
+        degraded0 = metric_sum("keelson_summary_degraded_total");
+        assert_int_equal(it_stack_redis(&ait_stack, 0), 0);
+        g_redis_stopped = true;
+
+        for (int i = 0; i < 10; i++) {
+                json_t *j = summary(owner.token);
+                assert_string_equal(ait_str(j, "source"), "database");
+                json_decref(j);
+        }
+        read_on_every_replica(owner.token, &want, owner.tenant_id);
+        it_unique_email("it-sum-redis-a", email, sizeof(email));
+        ait_invite(&owner, email, "member", token);
+        want.invited = want.pending = 1;
+        read_on_every_replica(owner.token, &want, owner.tenant_id); /* no cache: at once */
+        assert_true(metric_sum("keelson_summary_degraded_total") >= degraded0 + 10);
+
+        assert_int_equal(it_stack_redis(&ait_stack, 1), 0);
+        g_redis_stopped = false;
+        for (int waited = 0; waited <= WAIT_MS && !cached; waited += 100) {
+                json_t *j = summary(owner.token);
+                cached = strcmp(ait_str(j, "source"), "database") != 0;
+                json_decref(j);
+                sleep_ms(100);
+        }
+        assert_true(cached);
+        read_on_every_replica(owner.token, &want, owner.tenant_id);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_repeated_reads_run_no_sql),
+            cmocka_unit_test(test_every_admin_write_changes_the_next_summary),
+            cmocka_unit_test(test_login_lockout_and_refused_writes_leave_the_cache),
+            cmocka_unit_test(test_fill_racing_an_invalidation_is_not_served),
+            cmocka_unit_test(test_a_tenant_sees_only_its_own_counts),
+            /* Last: a restarted Redis starts every generation at 0 again. */
+            cmocka_unit_test_teardown(test_redis_down_serves_from_postgres_then_caching_resumes,
+                                      start_redis_again),
+        };
+
+        return cmocka_run_group_tests(tests, setup, NULL);
+}
