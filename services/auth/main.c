@@ -63,6 +63,7 @@ struct auth_config {
         int64_t outbox_batch_max;
         int64_t outbox_poll_ms;
         int64_t outbox_retention_s;
+        bool outbox_relay;
         int64_t housekeeping_s;
 };
 
@@ -125,6 +126,9 @@ static const ks_config_var config_vars[] = {
                "the relay looks for unpublished events this often without a notification"),
     KS_CFG_INT("KEELSON_AUTH_OUTBOX_RETENTION_S", C, outbox_retention_s, "3600", 0, 31536000,
                "published events (mail tokens among them) are deleted after this many seconds"),
+    KS_CFG_BOOL("KEELSON_AUTH_OUTBOX_RELAY", C, outbox_relay, "true",
+                "run the outbox relay in this replica (false: other replicas publish what it "
+                "commits, e.g. a few dedicated relay replicas)"),
     KS_CFG_INT("KEELSON_AUTH_HOUSEKEEPING_S", C, housekeeping_s, "300", 1, 86400,
                "how often stale sessions, reset tokens and request records are deleted"),
 };
@@ -384,12 +388,15 @@ static int start_relay(auth_main *m)
             .retention_s = (int)m->cfg.outbox_retention_s,
         };
 
-        if (ks_publisher_new(&m->publisher, m->broker_bases, m->n_brokers) != KS_OK) {
+        if (!m->cfg.outbox_relay) {
+                ks_log_info(NULL, "outbox relay off: other replicas publish this one's events",
+                            NULL);
+        } else if (ks_publisher_new(&m->publisher, m->broker_bases, m->n_brokers) != KS_OK) {
                 ks_log_error(NULL, "cannot create the event publisher", NULL);
                 return 1;
         }
         o.publisher = m->publisher;
-        if (ks_outbox_relay_start(&m->relay, &o) != KS_OK) {
+        if (m->cfg.outbox_relay && ks_outbox_relay_start(&m->relay, &o) != KS_OK) {
                 ks_log_error(NULL, "cannot start the outbox relay", NULL);
                 return 1;
         }

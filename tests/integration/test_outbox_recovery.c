@@ -1,0 +1,186 @@
+/*
+ * A committed event survives the death of the process that wrote it. The
+ * test runs its own broker and an auth replica of its own with its outbox
+ * relay off (KEELSON_AUTH_OUTBOX_RELAY=false), on the stack's database: that
+ * replica commits a sign-up (and its users.admin_summary outbox row) and is
+ * killed with SIGKILL before anything of its own could publish it. The
+ * stack's auth replicas, whose relays share the outbox table, must publish
+ * the event on the stack's broker, and mark the row published.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth.pb-c.h"
+#include "it_support.h"
+#include "ks_events.h"
+#include "ks_rpc.h"
+#include "ks_topology.h"
+
+static void sleep_ms(int ms)
+{
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+}
+
+/* A value of $KEELSON_IT_STACK/env that it_stack does not carry. */
+static void env_value(const char *key, char *out, size_t out_len)
+{
+        char path[600], line[600];
+        snprintf(path, sizeof(path), "%s/env", getenv("KEELSON_IT_STACK"));
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        out[0] = '\0';
+        size_t klen = strlen(key);
+        while (fgets(line, sizeof(line), f) != NULL) {
+                if (strncmp(line, key, klen) == 0 && line[klen] == '=') {
+                        snprintf(out, out_len, "%s", line + klen + 1);
+                        out[strcspn(out, "\n")] = '\0';
+                }
+        }
+        fclose(f);
+        assert_true(out[0] != '\0');
+}
+
+static pid_t spawn(const char *bin, char *const envp[])
+{
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                char *argv[] = {(char *)bin, NULL};
+                execve(bin, argv, envp);
+                _exit(127);
+        }
+        return pid;
+}
+
+static void stop(pid_t pid, int sig)
+{
+        kill(pid, sig);
+        waitpid(pid, NULL, 0);
+}
+
+/* SignUp through our own broker, retried until our replica answers. */
+static void signup(const char *front, const char *email, char tenant_id[64])
+{
+        const char *urls[] = {front};
+        ks_rpc_client_options co = {
+            .dial_urls = urls, .n_dial_urls = 1, .max_inflight = 4, .default_timeout_ms = 5000};
+        ks_rpc_client *c = NULL;
+        assert_int_equal(ks_rpc_client_new(&c, &co), KS_OK);
+        Keelson__Auth__V1__SignUpRequest req = KEELSON__AUTH__V1__SIGN_UP_REQUEST__INIT;
+        req.email = (char *)email;
+        req.password = "correct horse battery";
+        req.tenant_name = "Outbox Recovery";
+        uint8_t buf[512];
+        size_t len = keelson__auth__v1__sign_up_request__pack(&req, buf);
+        ks_rpc_call_args a = {.method = "keelson.auth.v1.AuthService/SignUp",
+                              .request_id = "outbox-recovery",
+                              .payload = buf,
+                              .payload_len = len};
+        ks_rpc_result res;
+        int code = KS_UNAVAILABLE;
+        for (int i = 0; i < 300 && code != KS_OK; i++) { /* the replica starts: up to ~30 s */
+                a.deadline_unix_ms = ks_now_ms() + 2000;
+                code = ks_rpc_call(c, &a, &res);
+                if (code != KS_OK) {
+                        ks_rpc_result_clear(&res);
+                        sleep_ms(100);
+                }
+        }
+        assert_int_equal(code, KS_OK);
+        Keelson__Auth__V1__SignUpResponse *out =
+            keelson__auth__v1__sign_up_response__unpack(NULL, res.payload_len, res.payload);
+        assert_non_null(out);
+        snprintf(tenant_id, 64, "%s", out->tenant_id);
+        keelson__auth__v1__sign_up_response__free_unpacked(out, NULL);
+        ks_rpc_result_clear(&res);
+        ks_rpc_client_free(c);
+}
+
+static void test_another_replica_publishes_what_a_killed_one_committed(void **state)
+{
+        (void)state;
+        it_stack s;
+        assert_int_equal(it_stack_load(&s), 0);
+        const char *bin_dir = getenv("KEELSON_IT_BIN_DIR");
+        assert_non_null(bin_dir);
+        char dsn[600], broker_bin[600], auth_bin[600];
+        env_value("KEELSON_IT_SERVICE_PG_DSN", dsn, sizeof(dsn));
+        snprintf(broker_bin, sizeof(broker_bin), "%s/keelson-broker", bin_dir);
+        snprintf(auth_bin, sizeof(auth_bin), "%s/keelson-auth", bin_dir);
+
+        /* the stack's event bus, where the stack's relays publish */
+        const char *bases[] = {s.broker_url};
+        const char *prefixes[] = {"users.admin_summary"};
+        ks_subscriber *sub = NULL;
+        assert_int_equal(ks_subscriber_new(&sub, bases, 1, prefixes, 1), KS_OK);
+
+        /* our own broker and relay-less auth replica, on the stack's database */
+        srand((unsigned)getpid());
+        char base[64], env_broker[128], env_dsn[700], front[KS_URL_MAX];
+        snprintf(base, sizeof(base), "tcp://127.0.0.1:%d", 40000 + rand() % 10000);
+        snprintf(env_broker, sizeof(env_broker), "KEELSON_BROKER_URL=%s", base);
+        snprintf(env_dsn, sizeof(env_dsn), "KEELSON_PG_DSN=%s", dsn);
+        ks_broker_url(front, sizeof(front), base, KS_SVC_AUTH, KS_SIDE_FRONT);
+        char *broker_env[] = {env_broker, "KEELSON_BROKER_HTTP_PORT=0", NULL};
+        char *auth_env[] = {env_broker,
+                            env_dsn,
+                            "KEELSON_AUTH_HTTP_PORT=0",
+                            "KEELSON_AUTH_OUTBOX_RELAY=false",
+                            "KEELSON_AUTH_HASH_WORKERS=1",
+                            NULL};
+        pid_t broker = spawn(broker_bin, broker_env);
+        pid_t auth = spawn(auth_bin, auth_env);
+
+        char email[128], tenant_id[64];
+        it_unique_email("outbox-recovery", email, sizeof(email));
+        signup(front, email, tenant_id);
+        stop(auth, SIGKILL); /* committed; never published by its writer */
+        stop(broker, SIGTERM);
+
+        bool seen = false;
+        int64_t until = ks_now_ms() + 20000;
+        while (!seen && ks_now_ms() < until) {
+                Keelson__Events__V1__Event *ev = NULL;
+                if (ks_subscriber_next(sub, 500, &ev) == KS_OK) {
+                        seen = strcmp(ev->tenant_id, tenant_id) == 0;
+                        keelson__events__v1__event__free_unpacked(ev, NULL);
+                }
+        }
+        ks_subscriber_free(sub);
+        assert_true(seen);
+
+        PGconn *pg = it_pg_connect(&s);
+        assert_non_null(pg);
+        const char *params[] = {tenant_id};
+        PGresult *r = PQexecParams(pg,
+                                   "SELECT count(*) FILTER (WHERE published_at IS NOT NULL), "
+                                   "count(*) FROM auth.outbox WHERE topic = 'users.admin_summary' "
+                                   "AND tenant_id = $1::uuid",
+                                   1, NULL, params, NULL, NULL, 0);
+        assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+        assert_string_equal(PQgetvalue(r, 0, 1), "1"); /* exactly one event for the sign-up */
+        assert_string_equal(PQgetvalue(r, 0, 0), "1"); /* and it is marked published */
+        PQclear(r);
+        PQfinish(pg);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_another_replica_publishes_what_a_killed_one_committed),
+        };
+        return cmocka_run_group_tests_name("outbox_recovery", tests, NULL, NULL);
+}
