@@ -65,10 +65,24 @@ static pid_t spawn(const char *bin, char *const envp[])
         return pid;
 }
 
-static void stop(pid_t pid, int sig)
+/* The processes this test started; the teardown stops what a failure left. */
+static pid_t broker_pid, auth_pid;
+
+static void stop(pid_t *pid, int sig)
 {
-        kill(pid, sig);
-        waitpid(pid, NULL, 0);
+        if (*pid > 0) {
+                kill(*pid, sig);
+                waitpid(*pid, NULL, 0);
+                *pid = 0;
+        }
+}
+
+static int teardown(void **state)
+{
+        (void)state;
+        stop(&auth_pid, SIGKILL);
+        stop(&broker_pid, SIGKILL);
+        return 0;
 }
 
 /* SignUp through our own broker, retried until our replica answers. */
@@ -91,7 +105,8 @@ static void signup(const char *front, const char *email, char tenant_id[64])
                               .payload_len = len};
         ks_rpc_result res;
         int code = KS_UNAVAILABLE;
-        for (int i = 0; i < 300 && code != KS_OK; i++) { /* the replica starts: up to ~30 s */
+        int64_t until = ks_now_ms() + 30000; /* the replica is starting */
+        while (code != KS_OK && ks_now_ms() < until) {
                 a.deadline_unix_ms = ks_now_ms() + 2000;
                 code = ks_rpc_call(c, &a, &res);
                 if (code != KS_OK) {
@@ -128,27 +143,35 @@ static void test_another_replica_publishes_what_a_killed_one_committed(void **st
         assert_int_equal(ks_subscriber_new(&sub, bases, 1, prefixes, 1), KS_OK);
 
         /* our own broker and relay-less auth replica, on the stack's database */
-        srand((unsigned)getpid());
         char base[64], env_broker[128], env_dsn[700], front[KS_URL_MAX];
-        snprintf(base, sizeof(base), "tcp://127.0.0.1:%d", 40000 + rand() % 10000);
-        snprintf(env_broker, sizeof(env_broker), "KEELSON_BROKER_URL=%s", base);
         snprintf(env_dsn, sizeof(env_dsn), "KEELSON_PG_DSN=%s", dsn);
+        srand((unsigned)getpid() ^ (unsigned)time(NULL));
+        for (int attempt = 0; attempt < 10 && broker_pid <= 0; attempt++) {
+                /* below Linux's ephemeral range, as deploy/local/stack.sh picks ports */
+                snprintf(base, sizeof(base), "tcp://127.0.0.1:%d", 15000 + rand() % 16900);
+                snprintf(env_broker, sizeof(env_broker), "KEELSON_BROKER_URL=%s", base);
+                char *broker_env[] = {env_broker, "KEELSON_BROKER_HTTP_PORT=0", NULL};
+                broker_pid = spawn(broker_bin, broker_env);
+                sleep_ms(300);
+                if (waitpid(broker_pid, NULL, WNOHANG) != 0) {
+                        broker_pid = 0; /* a port of its span was taken: another base */
+                }
+        }
+        assert_true(broker_pid > 0);
         ks_broker_url(front, sizeof(front), base, KS_SVC_AUTH, KS_SIDE_FRONT);
-        char *broker_env[] = {env_broker, "KEELSON_BROKER_HTTP_PORT=0", NULL};
         char *auth_env[] = {env_broker,
                             env_dsn,
                             "KEELSON_AUTH_HTTP_PORT=0",
                             "KEELSON_AUTH_OUTBOX_RELAY=false",
                             "KEELSON_AUTH_HASH_WORKERS=1",
                             NULL};
-        pid_t broker = spawn(broker_bin, broker_env);
-        pid_t auth = spawn(auth_bin, auth_env);
+        auth_pid = spawn(auth_bin, auth_env);
 
         char email[128], tenant_id[64];
         it_unique_email("outbox-recovery", email, sizeof(email));
         signup(front, email, tenant_id);
-        stop(auth, SIGKILL); /* committed; never published by its writer */
-        stop(broker, SIGTERM);
+        stop(&auth_pid, SIGKILL); /* committed; never published by its writer */
+        stop(&broker_pid, SIGTERM);
 
         bool seen = false;
         int64_t until = ks_now_ms() + 20000;
@@ -180,7 +203,8 @@ static void test_another_replica_publishes_what_a_killed_one_committed(void **st
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_another_replica_publishes_what_a_killed_one_committed),
+            cmocka_unit_test_teardown(test_another_replica_publishes_what_a_killed_one_committed,
+                                      teardown),
         };
         return cmocka_run_group_tests_name("outbox_recovery", tests, NULL, NULL);
 }
