@@ -70,7 +70,7 @@ static int group_setup(void **state)
         }
         srand((unsigned)getpid() ^ (unsigned)time(NULL));
         for (int attempt = 0; attempt < 20 && fx.broker == NULL; attempt++) {
-                snprintf(fx.base, sizeof(fx.base), "tcp://127.0.0.1:%d", 20000 + rand() % 30000);
+                snprintf(fx.base, sizeof(fx.base), "tcp://127.0.0.1:%d", 15000 + rand() % 16900);
                 if (ks_broker_start(&fx.broker, fx.base) != KS_OK) {
                         fx.broker = NULL;
                 }

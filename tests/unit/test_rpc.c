@@ -124,7 +124,7 @@ static int setup(void **state)
         }
         srand((unsigned)getpid() ^ (unsigned)time(NULL));
         for (int attempt = 0; attempt < 20 && f->broker == NULL; attempt++) {
-                int port = 20000 + rand() % 30000;
+                int port = 15000 + rand() % 16900;
                 snprintf(f->base, sizeof(f->base), "tcp://127.0.0.1:%d", port);
                 if (ks_broker_start(&f->broker, f->base) != KS_OK) {
                         f->broker = NULL;
