@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "ks_config.h"
+#include "ks_service.h"
 #include "ks_health.h"
 #include "ks_log.h"
 #include "ks_topology.h"
@@ -101,8 +102,7 @@ typedef struct summary_main {
         struct summary_config cfg;
         sm_service svc;
         ks_health *health;
-        pthread_mutex_t rpc_mu;
-        ks_rpc_server *rpc;
+        ks_service_ready ready; /* the readiness checks and the RPC server */
         char brokers[KS_BROKERS_MAX][KS_URL_MAX];
         char dial[KS_BROKERS_MAX][KS_URL_MAX];
         const char *dial_urls[KS_BROKERS_MAX];
@@ -244,42 +244,12 @@ static int init_service(summary_main *m)
         return 0;
 }
 
-static int ready_database(void *arg)
-{
-        summary_main *m = arg;
-
-        return ks_pg_ping(m->svc.pool) == 0 ? 0 : -1;
-}
-
-static int ready_broker(void *arg)
-{
-        summary_main *m = arg;
-        int connected = 0;
-
-        pthread_mutex_lock(&m->rpc_mu);
-        if (m->rpc != NULL) {
-                connected = ks_rpc_server_connected(m->rpc);
-        }
-        pthread_mutex_unlock(&m->rpc_mu);
-        return connected > 0 ? 0 : -1;
-}
-
 /* Redis is not a readiness check: without it the service still answers (degraded). */
 static int start_health(summary_main *m)
 {
-        if (ks_health_start(&m->health, m->cfg.http_host, (int)m->cfg.http_port) != KS_OK) {
-                ks_log_error(NULL, "cannot start the health listener", "{s:s, s:i}", "host",
-                             m->cfg.http_host, "port", (int)m->cfg.http_port);
-                return 1;
-        }
-        if (ks_health_add_check(m->health, "database", ready_database, m) != 0 ||
-            ks_health_add_check(m->health, "broker", ready_broker, m) != 0) {
-                ks_log_error(NULL, "cannot register readiness checks", NULL);
-                return 1;
-        }
-        ks_log_info(NULL, "health listener started", "{s:s, s:i}", "host", m->cfg.http_host, "port",
-                    ks_health_port(m->health));
-        return 0;
+        m->ready.pool = m->svc.pool;
+        return ks_service_health_start(&m->health, m->cfg.http_host, (int)m->cfg.http_port,
+                                       &m->ready);
 }
 
 static int start_rpc(summary_main *m)
@@ -303,9 +273,7 @@ static int start_rpc(summary_main *m)
                 ks_log_error(NULL, "cannot start the RPC server", NULL);
                 return 1;
         }
-        pthread_mutex_lock(&m->rpc_mu);
-        m->rpc = s;
-        pthread_mutex_unlock(&m->rpc_mu);
+        ks_service_ready_set_rpc(&m->ready, s);
         ks_log_info(NULL, "serving", "{s:i, s:i, s:b, s:i}", "brokers", m->n_brokers, "workers",
                     (int)m->cfg.workers, "cache", m->cfg.cache, "ttl_ms", (int)m->cfg.ttl_ms);
         return 0;
@@ -315,10 +283,7 @@ static void stop_all(summary_main *m)
 {
         ks_rpc_server *s;
 
-        pthread_mutex_lock(&m->rpc_mu);
-        s = m->rpc;
-        m->rpc = NULL; /* readiness fails from here on */
-        pthread_mutex_unlock(&m->rpc_mu);
+        s = ks_service_ready_take_rpc(&m->ready); /* readiness fails from here on */
         if (s != NULL) {
                 ks_rpc_server_stop(s);
         }
@@ -347,7 +312,7 @@ int main(int argc, char **argv)
         int level, sig = 0, rc;
 
         block_signals(&stop);
-        pthread_mutex_init(&m.rpc_mu, NULL);
+        ks_service_ready_init(&m.ready);
         ks_log_init("summary", KS_LOG_INFO);
         ks_config_init(argc, argv, "keelson-summary: admin dashboard counts, cached", config_vars,
                        CONFIG_VARS_N, &m.cfg);
