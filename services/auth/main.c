@@ -26,6 +26,7 @@
 #include "auth.h"
 #include "ks_config.h"
 #include "ks_service.h"
+#include "ks_shutdown.h"
 #include "ks_events.h"
 #include "ks_health.h"
 #include "ks_log.h"
@@ -499,6 +500,7 @@ int main(int argc, char **argv)
         }
         sigwait(&stop, &sig);
         ks_log_info(NULL, "stopping", "{s:s}", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        ks_shutdown_deadline(KS_SHUTDOWN_DEADLINE_MS);
         stop_all(&m);
         ks_log_info(NULL, "stopped", NULL);
         return 0;

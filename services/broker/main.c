@@ -12,6 +12,7 @@
 #include "ks_config.h"
 #include "ks_health.h"
 #include "ks_log.h"
+#include "ks_shutdown.h"
 
 typedef struct broker_config {
         char *url;
@@ -75,6 +76,7 @@ int main(int argc, char **argv)
         int sig = 0;
         sigwait(&sigs, &sig);
         ks_log_info(NULL, "stopping", "{s:i}", "signal", sig);
+        ks_shutdown_deadline(KS_SHUTDOWN_DEADLINE_MS);
         status = 0;
 out:
         ks_health_stop(health);

@@ -5,6 +5,12 @@
  * grows up to max_inflight, runs SEND -> RECV on nng's threads, and gives the
  * slot back when done. The blocking call is the asynchronous one plus a
  * condition variable, so both share every transport path.
+ *
+ * Resending is ours, not nng's: a call with resend_ms keeps a copy of its
+ * request, waits for the reply at most resend_ms at a time, and sends the
+ * copy again on the same context (which drops the earlier request id) until
+ * its deadline. nng 1.5's own resend tick could leave the socket unable to
+ * close (a pipe reaper waiting forever), so the socket's resend is disabled.
  */
 #include "ks_rpc.h"
 
@@ -30,6 +36,8 @@ typedef struct call_slot {
         nng_aio *aio;
         call_state state;
         int64_t deadline_ms;
+        int resend_ms;   /* 0: never */
+        nng_msg *resend; /* a copy of the request while resend_ms > 0 */
         ks_rpc_done_fn done;
         void *arg;
         struct call_slot *next_free;
@@ -92,7 +100,7 @@ int ks_rpc_client_new(ks_rpc_client **out, const ks_rpc_client_options *opts)
                 free(c);
                 return KS_INTERNAL;
         }
-        /* A resent request is a duplicate write: calls end at their deadline instead. */
+        /* nng never resends by itself: only idempotent calls are resent, by us (above). */
         nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
         nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, CLIENT_RECV_MAX_BYTES);
         nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 50);
@@ -124,6 +132,7 @@ void ks_rpc_client_free(ks_rpc_client *c)
         while (s != NULL) {
                 call_slot *next = s->next_all;
                 nng_aio_free(s->aio);
+                nng_msg_free(s->resend);
                 free(s);
                 s = next;
         }
@@ -169,6 +178,8 @@ static void slot_give(call_slot *s)
         ks_rpc_client *c = s->client;
         s->done = NULL;
         s->arg = NULL;
+        nng_msg_free(s->resend);
+        s->resend = NULL;
         pthread_mutex_lock(&c->mu);
         s->next_free = c->free_list;
         c->free_list = s;
@@ -224,6 +235,21 @@ static void finish_reply(call_slot *s, nng_msg *msg)
         finish(s, &res);
 }
 
+/* Waits for the reply until the deadline, or for one resend period. */
+static void recv_reply(call_slot *s)
+{
+        int64_t left = s->deadline_ms - ks_now_ms();
+        if (left < 1) {
+                left = 1;
+        }
+        if (s->resend != NULL && s->resend_ms < left) {
+                left = s->resend_ms;
+        }
+        s->state = CALL_RECV;
+        nng_aio_set_timeout(s->aio, (nng_duration)left);
+        nng_ctx_recv(s->ctx, s->aio);
+}
+
 static void call_cb(void *arg)
 {
         call_slot *s = arg;
@@ -240,10 +266,19 @@ static void call_cb(void *arg)
                         }
                         return;
                 }
-                int64_t left = s->deadline_ms - ks_now_ms();
-                s->state = CALL_RECV;
-                nng_aio_set_timeout(s->aio, (nng_duration)(left > 0 ? left : 1));
-                nng_ctx_recv(s->ctx, s->aio);
+                recv_reply(s);
+                return;
+        }
+        if (rv == NNG_ETIMEDOUT && s->resend != NULL && s->deadline_ms - ks_now_ms() > 0) {
+                nng_msg *again = NULL;
+                if (nng_msg_dup(&again, s->resend) != 0) {
+                        finish_error(s, KS_INTERNAL, "out of memory");
+                        return;
+                }
+                s->state = CALL_SEND;
+                nng_aio_set_msg(s->aio, again);
+                nng_aio_set_timeout(s->aio, (nng_duration)(s->deadline_ms - ks_now_ms()));
+                nng_ctx_send(s->ctx, s->aio);
                 return;
         }
         if (rv == NNG_ETIMEDOUT) {
@@ -302,8 +337,12 @@ int ks_rpc_call_async(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_don
         s->arg = arg;
         s->deadline_ms = deadline;
         s->state = CALL_SEND;
-        nng_ctx_set_ms(s->ctx, NNG_OPT_REQ_RESENDTIME,
-                       args->resend_ms > 0 ? args->resend_ms : NNG_DURATION_INFINITE);
+        s->resend_ms = args->resend_ms > 0 ? args->resend_ms : 0;
+        if (s->resend_ms > 0 && nng_msg_dup(&s->resend, msg) != 0) {
+                nng_msg_free(msg);
+                slot_give(s);
+                return KS_INTERNAL;
+        }
         nng_aio_set_msg(s->aio, msg);
         nng_aio_set_timeout(s->aio, (nng_duration)(deadline - now));
         nng_ctx_send(s->ctx, s->aio);

@@ -10,6 +10,7 @@
 #include "gateway.h"
 #include "ks_config.h"
 #include "ks_log.h"
+#include "ks_shutdown.h"
 
 static const ks_config_var config_vars[] = {
     KS_CFG_STR("KEELSON_GATEWAY_HOST", gw_config, host, "127.0.0.1", KS_CFG_NONEMPTY,
@@ -121,6 +122,8 @@ int main(int argc, char **argv)
                 goto out;
         }
         status = gw_server_run(server) == 0 ? 0 : 1;
+        /* drained (or out of drain time): what is left is closing sockets */
+        ks_shutdown_deadline(KS_SHUTDOWN_DEADLINE_MS);
         ks_log_info(NULL, "gateway stopped", NULL);
 out:
         gw_server_free(server);

@@ -16,6 +16,7 @@
 
 #include "ks_config.h"
 #include "ks_service.h"
+#include "ks_shutdown.h"
 #include "ks_health.h"
 #include "ks_log.h"
 #include "ks_topology.h"
@@ -329,6 +330,7 @@ int main(int argc, char **argv)
         }
         sigwait(&stop, &sig);
         ks_log_info(NULL, "stopping", "{s:s}", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        ks_shutdown_deadline(KS_SHUTDOWN_DEADLINE_MS);
         stop_all(&m);
         ks_log_info(NULL, "stopped", NULL);
         return 0;
