@@ -23,22 +23,22 @@ static const char sql_existing[] = "SELECT " LG_ACCOUNT_COLS " FROM ledger.accou
 
 static int load_existing(lg_tx *tx, lg_batch *b, const lg_account *ev, int n)
 {
-        const char *params[2];
+        lg_param params[2];
         PGresult *res = NULL;
-        lg_text *t = tx->text;
+        lg_args *t = tx->args;
         int rc;
 
-        lg_text_reset(t);
-        lg_text_param(t, tx->tenant);
-        lg_text_array_begin(t);
+        lg_args_reset(t);
+        lg_args_text(t, tx->tenant);
+        lg_args_array_begin(t, LG_ELEM_UUID);
         for (int i = 0; i < n; i++) {
-                lg_text_array_uuid(t, ev[i].id);
+                lg_args_array_uuid(t, ev[i].id);
         }
-        lg_text_array_end(t);
-        if (lg_text_params(t, params) != 2) {
+        lg_args_array_end(t);
+        if (lg_args_params(t, params) != 2) {
                 return KS_INTERNAL;
         }
-        if ((rc = lg_exec(tx, sql_existing, 2, params, &res)) != KS_OK) {
+        if ((rc = lg_exec_args(tx, sql_existing, 2, params, &res)) != KS_OK) {
                 return rc;
         }
         for (int i = 0; i < PQntuples(res) && rc == KS_OK; i++) {
@@ -115,7 +115,7 @@ int lg_create_accounts_handler(ks_call *call)
         lg_tx tx = {.svc = svc,
                     .request_id = call->request_id,
                     .tenant = call->caller->tenant_id,
-                    .text = &w->text};
+                    .args = &w->args};
         int64_t t0 = ks_now_ms();
         if ((rc = lg_tx_run(&tx, j.n, false, accounts_tx, &j)) != KS_OK) {
                 return lg_db_fail(call, rc);

@@ -30,9 +30,18 @@ int64_t lg_now_us(void)
         return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* ---- text parameters ------------------------------------------------------ */
+/* ---- parameters ------------------------------------------------------------ */
 
-void lg_text_reset(lg_text *t)
+/* PostgreSQL's type oids (pg_type.dat): fixed since the types were added. */
+#define OID_INT8          20
+#define OID_NUMERIC       1700
+#define OID_UUID          2950
+#define OID_INT8_ARRAY    1016
+#define OID_NUMERIC_ARRAY 1231
+#define OID_UUID_ARRAY    2951
+#define ARRAY_HEADER      20 /* ndim, flags, element type, length, lower bound */
+
+void lg_args_reset(lg_args *t)
 {
         t->len = 0;
         t->n_params = 0;
@@ -40,115 +49,209 @@ void lg_text_reset(lg_text *t)
         t->in_array = false;
 }
 
-void lg_text_fini(lg_text *t)
+void lg_args_fini(lg_args *t)
 {
         free(t->buf);
         memset(t, 0, sizeof(*t));
 }
 
-static void text_append(lg_text *t, const char *s, size_t n)
+/* Room for n more bytes; false (and failed) when there is none. */
+static bool args_room(lg_args *t, size_t n)
 {
         if (t->failed) {
-                return;
+                return false;
         }
         if (t->len + n + 1 > t->cap) {
                 size_t cap = t->cap != 0 ? t->cap : TEXT_INITIAL_BYTES;
                 while (cap < t->len + n + 1) {
                         cap *= 2;
                 }
-                char *nb = cap <= LG_TEXT_MAX ? realloc(t->buf, cap) : NULL;
+                char *nb = cap <= LG_ARGS_MAX_BYTES ? realloc(t->buf, cap) : NULL;
                 if (nb == NULL) {
                         t->failed = true;
-                        return;
+                        return false;
                 }
                 t->buf = nb;
                 t->cap = cap;
         }
-        memcpy(t->buf + t->len, s, n);
-        t->len += n;
-        t->buf[t->len] = '\0';
+        return true;
 }
 
-/* Starts a parameter: its text runs from here to the NUL that ends it. */
-static void text_param_start(lg_text *t)
+static void args_append(lg_args *t, const void *s, size_t n)
 {
-        if (t->n_params >= LG_PARAMS_MAX) {
+        if (args_room(t, n)) {
+                memcpy(t->buf + t->len, s, n);
+                t->len += n;
+        }
+}
+
+static void put_be32(char *p, uint32_t v)
+{
+        p[0] = (char)(v >> 24);
+        p[1] = (char)(v >> 16);
+        p[2] = (char)(v >> 8);
+        p[3] = (char)v;
+}
+
+static void append_be16(lg_args *t, uint16_t v)
+{
+        char b[2] = {(char)(v >> 8), (char)v};
+        args_append(t, b, 2);
+}
+
+static void append_be32(lg_args *t, uint32_t v)
+{
+        char b[4];
+        put_be32(b, v);
+        args_append(t, b, 4);
+}
+
+static void append_be64(lg_args *t, uint64_t v)
+{
+        append_be32(t, (uint32_t)(v >> 32));
+        append_be32(t, (uint32_t)v);
+}
+
+/* Starts a parameter: its bytes run from here to where the next one starts. */
+static void param_start(lg_args *t, unsigned int type)
+{
+        if (t->n_params >= LG_PARAMS_MAX || t->in_array) {
                 t->failed = true;
                 return;
         }
+        t->types[t->n_params] = type;
         t->offsets[t->n_params++] = t->len;
 }
 
-static void text_param_end(lg_text *t)
+static void param_end(lg_args *t)
 {
-        text_append(t, "", 0);
-        if (!t->failed) {
-                t->len++; /* keep the NUL: the next parameter starts after it */
+        if (t->failed) {
+                return;
+        }
+        int i = t->n_params - 1;
+        t->lengths[i] = t->len - t->offsets[i];
+        /* a NUL after each parameter: a text one is then a C string in place */
+        if (args_room(t, 1)) {
+                t->buf[t->len++] = '\0';
         }
 }
 
-void lg_text_param(lg_text *t, const char *s)
+void lg_args_text(lg_args *t, const char *s)
 {
-        text_param_start(t);
-        text_append(t, s, strlen(s));
-        text_param_end(t);
+        param_start(t, 0);
+        args_append(t, s, strlen(s));
+        param_end(t);
 }
 
-void lg_text_array_begin(lg_text *t)
+static const unsigned int array_oid[] = {OID_UUID_ARRAY, OID_NUMERIC_ARRAY, OID_INT8_ARRAY};
+static const unsigned int elem_oid[] = {OID_UUID, OID_NUMERIC, OID_INT8};
+
+void lg_args_array_begin(lg_args *t, lg_elem elem)
 {
-        text_param_start(t);
-        text_append(t, "{", 1);
+        param_start(t, array_oid[elem]);
         t->in_array = true;
-        t->array_empty = true;
+        t->elem = elem;
+        t->items = 0;
+        char header[ARRAY_HEADER] = {0};
+        args_append(t, header, sizeof(header)); /* filled in by lg_args_array_end */
 }
 
-void lg_text_array_item(lg_text *t, const char *s)
+/* Counts an item of the open array, which must be of type elem. */
+static bool array_item(lg_args *t, lg_elem elem)
 {
-        if (!t->array_empty) {
-                text_append(t, ",", 1);
+        if (!t->in_array || t->elem != elem || t->items == INT32_MAX) {
+                t->failed = true;
+                return false;
         }
-        t->array_empty = false;
-        text_append(t, s, strlen(s));
+        t->items++;
+        return !t->failed;
 }
 
-void lg_text_array_uuid(lg_text *t, u128 v)
+void lg_args_array_uuid(lg_args *t, u128 v)
 {
-        char s[LG_UUID_LEN + 1];
-
-        lg_u128_to_uuid(v, s);
-        lg_text_array_item(t, s);
+        if (array_item(t, LG_ELEM_UUID)) {
+                append_be32(t, 16);
+                append_be64(t, lg_hi(v));
+                append_be64(t, lg_lo(v));
+        }
 }
 
-void lg_text_array_dec(lg_text *t, u128 v)
+/*
+ * numeric's binary form: ndigits, weight (of the first digit, in powers of
+ * 10000), sign, display scale, then the base-10000 digits from the most
+ * significant, trailing zero digits left out. 2^128 - 1 has 10 of them.
+ */
+void lg_args_array_dec(lg_args *t, u128 v)
 {
-        char s[LG_DEC128_LEN + 1];
-
-        lg_u128_to_dec(v, s);
-        lg_text_array_item(t, s);
+        if (!array_item(t, LG_ELEM_NUMERIC)) {
+                return;
+        }
+        uint16_t digits[10];
+        int n = 0;
+        for (; v != 0; v /= 10000) {
+                digits[n++] = (uint16_t)(v % 10000); /* least significant first */
+        }
+        int weight = n - 1;
+        int skip = 0; /* trailing zero digits */
+        while (skip < n && digits[skip] == 0) {
+                skip++;
+        }
+        int ndigits = n - skip;
+        append_be32(t, (uint32_t)(8 + 2 * ndigits));
+        append_be16(t, (uint16_t)ndigits);
+        append_be16(t, (uint16_t)(n == 0 ? 0 : weight));
+        append_be16(t, 0); /* positive */
+        append_be16(t, 0); /* scale 0 */
+        for (int i = n - 1; i >= skip; i--) {
+                append_be16(t, digits[i]);
+        }
 }
 
-void lg_text_array_i64(lg_text *t, int64_t v)
+void lg_args_array_i64(lg_args *t, int64_t v)
 {
-        char s[LG_INT8_LEN + 1];
-
-        snprintf(s, sizeof(s), "%lld", (long long)v);
-        lg_text_array_item(t, s);
+        if (array_item(t, LG_ELEM_INT8)) {
+                append_be32(t, 8);
+                append_be64(t, (uint64_t)v);
+        }
 }
 
-void lg_text_array_end(lg_text *t)
+void lg_args_array_end(lg_args *t)
 {
-        text_append(t, "}", 1);
+        if (!t->in_array) {
+                t->failed = true;
+                return;
+        }
         t->in_array = false;
-        text_param_end(t);
+        if (t->failed) {
+                return;
+        }
+        char *h = t->buf + t->offsets[t->n_params - 1];
+        if (t->items == 0) {
+                /* an empty array has no dimension: 12 bytes of header, nothing after */
+                put_be32(h, 0);
+                put_be32(h + 4, 0);
+                put_be32(h + 8, elem_oid[t->elem]);
+                t->len = t->offsets[t->n_params - 1] + 12;
+        } else {
+                put_be32(h, 1);
+                put_be32(h + 4, 0); /* no NULLs */
+                put_be32(h + 8, elem_oid[t->elem]);
+                put_be32(h + 12, (uint32_t)t->items);
+                put_be32(h + 16, 1);
+        }
+        param_end(t);
 }
 
-int lg_text_params(lg_text *t, const char **params)
+int lg_args_params(lg_args *t, lg_param *params)
 {
         if (t->failed || t->in_array) {
                 return -1;
         }
         for (int i = 0; i < t->n_params; i++) {
-                params[i] = t->buf + t->offsets[i];
+                params[i] = (lg_param){.value = t->buf + t->offsets[i],
+                                       .length = (int)t->lengths[i],
+                                       .format = t->types[i] != 0,
+                                       .type = t->types[i]};
         }
         return t->n_params;
 }
@@ -224,6 +327,26 @@ static void clear_outs(const lg_stmt *s, int n)
         }
 }
 
+static int send_stmt(PGconn *c, const lg_stmt *s)
+{
+        if (s->args == NULL) {
+                return PQsendQueryParams(c, s->sql, s->n_params, NULL, s->params, NULL, NULL, 0);
+        }
+        const char *values[LG_PARAMS_MAX];
+        int lengths[LG_PARAMS_MAX], formats[LG_PARAMS_MAX];
+        Oid types[LG_PARAMS_MAX];
+        if (s->n_params > LG_PARAMS_MAX) {
+                return 0;
+        }
+        for (int i = 0; i < s->n_params; i++) {
+                values[i] = s->args[i].value;
+                lengths[i] = s->args[i].length;
+                formats[i] = s->args[i].format;
+                types[i] = s->args[i].type;
+        }
+        return PQsendQueryParams(c, s->sql, s->n_params, types, values, lengths, formats, 0);
+}
+
 /*
  * Sends the statements in one pipeline and one Sync, then reads every
  * result: one round trip however many statements. libpq keeps reading
@@ -242,8 +365,7 @@ static int pipeline(lg_tx *tx, const lg_stmt *s, int n)
         if (PQenterPipelineMode(c) != 1) {
                 return KS_UNAVAILABLE;
         }
-        while (sent < n && PQsendQueryParams(c, s[sent].sql, s[sent].n_params, NULL, s[sent].params,
-                                             NULL, NULL, 0) == 1) {
+        while (sent < n && send_stmt(c, &s[sent]) == 1) {
                 sent++;
         }
         if (sent < n || PQpipelineSync(c) != 1) {
@@ -358,6 +480,13 @@ int lg_run(lg_tx *tx, const lg_stmt *stmts, int n, bool commit)
 int lg_exec(lg_tx *tx, const char *sql, int n, const char *const *params, PGresult **out)
 {
         lg_stmt s = {.sql = sql, .n_params = n, .params = params, .out = out};
+
+        return lg_run(tx, &s, 1, false);
+}
+
+int lg_exec_args(lg_tx *tx, const char *sql, int n, const lg_param *args, PGresult **out)
+{
+        lg_stmt s = {.sql = sql, .n_params = n, .args = args, .out = out};
 
         return lg_run(tx, &s, 1, false);
 }

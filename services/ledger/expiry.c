@@ -165,7 +165,7 @@ int lg_sweep_once(lg_service *svc)
         for (int i = 0; i < tl.n; i++) {
                 expire_job j = {.w = svc->sweeper_state, .limit = svc->expiry_batch_max};
                 lg_tx tx = {
-                    .svc = svc, .request_id = "expiry", .tenant = tl.ids[i], .text = &j.w->text};
+                    .svc = svc, .request_id = "expiry", .tenant = tl.ids[i], .args = &j.w->args};
                 int rc = lg_tx_run(&tx, svc->expiry_batch_max, false, expire_tx, &j);
                 if (rc != KS_OK) {
                         ks_log_warn(NULL, "expiry: a tenant's sweep failed", "{s:s}", "code",

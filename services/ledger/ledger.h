@@ -317,47 +317,62 @@ int lg_ids_from_pb(size_t n_ids, const uint64_t *ids, size_t n_hi, const uint64_
 /* ---- db.c --------------------------------------------------------------- */
 
 /*
- * A growable text buffer for array parameters, bounded by LG_TEXT_MAX.
- * Parameters are appended one after another; lg_text_params() turns the
- * recorded offsets into pointers once appending is over.
+ * A statement's parameters, built one after another in one growable buffer
+ * bounded by LG_ARGS_MAX_BYTES: scalars as text, arrays in PostgreSQL's
+ * binary array format (uuid as 16 bytes, numeric as base-10000 digits,
+ * int8 as 8 bytes, all big-endian), so that the server parses no text for
+ * the thousands of values of a batch. lg_args_params() turns the recorded
+ * offsets into parameters once appending is over.
  */
-#define LG_TEXT_MAX   (64u << 20)
-#define LG_PARAMS_MAX 48
+#define LG_ARGS_MAX_BYTES (64u << 20)
+#define LG_PARAMS_MAX     48
 
-typedef struct lg_text {
+typedef enum lg_elem { LG_ELEM_UUID, LG_ELEM_NUMERIC, LG_ELEM_INT8 } lg_elem;
+
+/* One parameter as libpq takes it (type 0: the statement's cast decides). */
+typedef struct lg_param {
+        const char *value;
+        int length;
+        int format; /* 0 text, 1 binary */
+        unsigned int type;
+} lg_param;
+
+typedef struct lg_args {
         char *buf;
         size_t len, cap;
         size_t offsets[LG_PARAMS_MAX];
+        size_t lengths[LG_PARAMS_MAX];
+        unsigned int types[LG_PARAMS_MAX]; /* 0 for a text scalar */
         int n_params;
-        bool failed; /* out of memory or over LG_TEXT_MAX */
+        bool failed; /* out of memory, over LG_ARGS_MAX_BYTES, or misuse */
         bool in_array;
-        bool array_empty;
-} lg_text;
+        lg_elem elem;  /* of the open array */
+        int32_t items; /* of the open array */
+} lg_args;
 
-void lg_text_reset(lg_text *t);
-void lg_text_fini(lg_text *t);
-/* A scalar parameter. */
-void lg_text_param(lg_text *t, const char *s);
-/* An array parameter: begin, items, end. */
-void lg_text_array_begin(lg_text *t);
-void lg_text_array_item(lg_text *t, const char *s);
-void lg_text_array_uuid(lg_text *t, u128 v);
-void lg_text_array_dec(lg_text *t, u128 v);
-void lg_text_array_i64(lg_text *t, int64_t v);
-void lg_text_array_end(lg_text *t);
+void lg_args_reset(lg_args *t);
+void lg_args_fini(lg_args *t);
+/* A scalar parameter, as text. */
+void lg_args_text(lg_args *t, const char *s);
+/* An array parameter of one element type: begin, items of that type, end. */
+void lg_args_array_begin(lg_args *t, lg_elem elem);
+void lg_args_array_uuid(lg_args *t, u128 v);
+void lg_args_array_dec(lg_args *t, u128 v);
+void lg_args_array_i64(lg_args *t, int64_t v);
+void lg_args_array_end(lg_args *t);
 /* Fills params[] (at most LG_PARAMS_MAX); returns the count, or -1 if failed. */
-int lg_text_params(lg_text *t, const char **params);
+int lg_args_params(lg_args *t, lg_param *params);
 
 /*
  * A connection in a transaction acting for one tenant. The caller fills
- * svc, request_id, tenant and text (a buffer it keeps between calls);
+ * svc, request_id, tenant and args (a buffer it keeps between calls);
  * lg_tx_run fills the rest.
  */
 typedef struct lg_tx {
         lg_service *svc;
         const char *request_id;
         const char *tenant; /* checked by lg_tenant_valid */
-        lg_text *text;
+        lg_args *args;
         PGconn *conn;
         uint64_t base_ts; /* the first of the timestamps reserved */
         int attempt;      /* 0, then 1.. on retries */
@@ -389,7 +404,8 @@ int lg_tx_run(lg_tx *tx, int reserve_ts, bool read_only, lg_tx_fn fn, void *arg)
 typedef struct lg_stmt {
         const char *sql;
         int n_params;
-        const char *const *params;
+        const char *const *params; /* text parameters, or */
+        const lg_param *args;      /* parameters from lg_args_params */
         PGresult **out;
 } lg_stmt;
 
@@ -406,6 +422,8 @@ int lg_run(lg_tx *tx, const lg_stmt *stmts, int n, bool commit);
 
 /* One statement (lg_run without commit). */
 int lg_exec(lg_tx *tx, const char *sql, int n, const char *const *params, PGresult **out);
+/* The same with parameters from lg_args_params. */
+int lg_exec_args(lg_tx *tx, const char *sql, int n, const lg_param *args, PGresult **out);
 
 /* Parsers of result fields; a malformed field is an internal error (-1). */
 int lg_field_u128_uuid(const PGresult *r, int row, int col, u128 *out);
@@ -425,7 +443,7 @@ typedef struct lg_worker {
         lg_transfer *transfer_events;
         uint8_t *results;
         u128 *ids; /* lookups */
-        lg_text text;
+        lg_args args;
 } lg_worker;
 
 int lg_worker_init(void *service, int index, void **state);

@@ -132,7 +132,7 @@ void lg_worker_fini(void *service, void *state)
         free(w->transfer_events);
         free(w->results);
         free(w->ids);
-        lg_text_fini(&w->text);
+        lg_args_fini(&w->args);
         free(w);
 }
 

@@ -39,24 +39,24 @@ static int lookup_tx(lg_tx *tx, void *arg)
 {
         lookup_job *j = arg;
         lg_batch *b = j->w->batch;
-        const char *params[2];
+        lg_param params[2];
         PGresult *res = NULL;
         int rc;
 
         lg_batch_reset(b);
-        lg_text_reset(tx->text);
-        lg_text_param(tx->text, tx->tenant);
-        lg_text_array_begin(tx->text);
+        lg_args_reset(tx->args);
+        lg_args_text(tx->args, tx->tenant);
+        lg_args_array_begin(tx->args, LG_ELEM_UUID);
         for (int i = 0; i < j->n; i++) {
-                lg_text_array_uuid(tx->text, j->w->ids[i]);
+                lg_args_array_uuid(tx->args, j->w->ids[i]);
         }
-        lg_text_array_end(tx->text);
-        if (lg_text_params(tx->text, params) != 2) {
+        lg_args_array_end(tx->args);
+        if (lg_args_params(tx->args, params) != 2) {
                 return KS_INTERNAL;
         }
         lg_stmt q = {.sql = j->transfers ? sql_lookup_transfers : sql_lookup_accounts,
                      .n_params = 2,
-                     .params = params,
+                     .args = params,
                      .out = &res};
         rc = lg_run(tx, &q, 1, true); /* BEGIN, the query and COMMIT: one round trip */
         for (int i = 0; rc == KS_OK && i < PQntuples(res); i++) {
@@ -92,7 +92,7 @@ static int lookup(ks_call *call, size_t n_ids, const uint64_t *ids, size_t n_hi,
         lg_tx tx = {.svc = svc,
                     .request_id = call->request_id,
                     .tenant = call->caller->tenant_id,
-                    .text = &w->text};
+                    .args = &w->args};
         if ((rc = lg_tx_run(&tx, 0, true, lookup_tx, &j)) != KS_OK) {
                 return lg_db_fail(call, rc);
         }
@@ -323,7 +323,7 @@ static int run_filter(ks_call *call, filter_job *j, const char *asc, const char 
         lg_tx tx = {.svc = svc,
                     .request_id = call->request_id,
                     .tenant = call->caller->tenant_id,
-                    .text = &w->text};
+                    .args = &w->args};
         if ((rc = lg_tx_run(&tx, 0, true, filter_tx, j)) != KS_OK) {
                 PQclear(j->res);
                 j->res = NULL;
@@ -536,7 +536,7 @@ int lg_get_trial_balance_handler(ks_call *call)
         lg_tx tx = {.svc = svc,
                     .request_id = call->request_id,
                     .tenant = call->caller->tenant_id,
-                    .text = &w->text};
+                    .args = &w->args};
         if ((rc = lg_tx_run(&tx, 0, true, trial_tx, &j)) != KS_OK) {
                 rc = lg_db_fail(call, rc);
         } else {

@@ -92,7 +92,7 @@ static void sql_add(sqlbuf *q, const char *fmt, ...)
  * Opens a CTE "<name> AS (<head> SELECT $1::uuid, * FROM unnest($k::t, ...)"
  * for the n arrays about to be appended (parameters first .. first + n - 1).
  */
-static void cte_insert(sqlbuf *q, const lg_text *t, const char *head, const char *const *types,
+static void cte_insert(sqlbuf *q, const lg_args *t, const char *head, const char *const *types,
                        int n)
 {
         int first = t->n_params + 1;
@@ -106,10 +106,19 @@ static void cte_insert(sqlbuf *q, const lg_text *t, const char *head, const char
         q->ctes++;
 }
 
+/* The binary element type an array of SQL type `type` is sent as (integers as int8). */
+static lg_elem elem_of(const char *type)
+{
+        if (strcmp(type, "uuid") == 0) {
+                return LG_ELEM_UUID;
+        }
+        return strcmp(type, "numeric") == 0 ? LG_ELEM_NUMERIC : LG_ELEM_INT8;
+}
+
 static const char *const new_account_types[] = {"uuid", "uuid", "int8", "int8",
                                                 "int8", "int4", "int4", "int8"};
 
-static void write_new_accounts(sqlbuf *q, lg_text *t, const lg_batch *b)
+static void write_new_accounts(sqlbuf *q, lg_args *t, const lg_batch *b)
 {
         if (b->n_accounts == b->n_accounts_loaded) {
                 return;
@@ -119,37 +128,37 @@ static void write_new_accounts(sqlbuf *q, lg_text *t, const lg_batch *b)
                    " user_data_32, ledger, code, flags, timestamp)",
                    new_account_types, 8);
         for (int col = 0; col < 8; col++) {
-                lg_text_array_begin(t);
+                lg_args_array_begin(t, elem_of(new_account_types[col]));
                 for (int i = b->n_accounts_loaded; i < b->n_accounts; i++) {
                         const lg_account *a = &b->accounts[i];
                         switch (col) {
                         case 0:
-                                lg_text_array_uuid(t, a->id);
+                                lg_args_array_uuid(t, a->id);
                                 break;
                         case 1:
-                                lg_text_array_uuid(t, a->user_data_128);
+                                lg_args_array_uuid(t, a->user_data_128);
                                 break;
                         case 2:
-                                lg_text_array_i64(t, (int64_t)a->user_data_64);
+                                lg_args_array_i64(t, (int64_t)a->user_data_64);
                                 break;
                         case 3:
-                                lg_text_array_i64(t, a->user_data_32);
+                                lg_args_array_i64(t, a->user_data_32);
                                 break;
                         case 4:
-                                lg_text_array_i64(t, a->ledger);
+                                lg_args_array_i64(t, a->ledger);
                                 break;
                         case 5:
-                                lg_text_array_i64(t, a->code);
+                                lg_args_array_i64(t, a->code);
                                 break;
                         case 6:
-                                lg_text_array_i64(t, a->flags);
+                                lg_args_array_i64(t, a->flags);
                                 break;
                         default:
-                                lg_text_array_i64(t, (int64_t)a->timestamp);
+                                lg_args_array_i64(t, (int64_t)a->timestamp);
                                 break;
                         }
                 }
-                lg_text_array_end(t);
+                lg_args_array_end(t);
         }
 }
 
@@ -158,7 +167,7 @@ static void write_new_accounts(sqlbuf *q, lg_text *t, const lg_batch *b)
  * key, not by a scan of the tenant's accounts that stale statistics can
  * make the planner prefer.
  */
-static void write_changed_accounts(sqlbuf *q, lg_text *t, const lg_batch *b)
+static void write_changed_accounts(sqlbuf *q, lg_args *t, const lg_batch *b)
 {
         int changed = 0;
 
@@ -178,7 +187,9 @@ static void write_changed_accounts(sqlbuf *q, lg_text *t, const lg_batch *b)
                 q->ctes ? "," : "WITH", q->ctes, p, p + 1, p + 2, p + 3, p + 4, p + 5, p);
         q->ctes++;
         for (int col = 0; col < 6; col++) {
-                lg_text_array_begin(t);
+                lg_args_array_begin(t, col == 0   ? LG_ELEM_UUID
+                                       : col == 5 ? LG_ELEM_INT8
+                                                  : LG_ELEM_NUMERIC);
                 for (int i = 0; i < b->n_accounts_loaded; i++) {
                         const lg_account *a = &b->accounts[i];
                         if (!lg_batch_account_changed(b, i)) {
@@ -186,26 +197,26 @@ static void write_changed_accounts(sqlbuf *q, lg_text *t, const lg_batch *b)
                         }
                         switch (col) {
                         case 0:
-                                lg_text_array_uuid(t, a->id);
+                                lg_args_array_uuid(t, a->id);
                                 break;
                         case 1:
-                                lg_text_array_dec(t, a->debits_pending);
+                                lg_args_array_dec(t, a->debits_pending);
                                 break;
                         case 2:
-                                lg_text_array_dec(t, a->debits_posted);
+                                lg_args_array_dec(t, a->debits_posted);
                                 break;
                         case 3:
-                                lg_text_array_dec(t, a->credits_pending);
+                                lg_args_array_dec(t, a->credits_pending);
                                 break;
                         case 4:
-                                lg_text_array_dec(t, a->credits_posted);
+                                lg_args_array_dec(t, a->credits_posted);
                                 break;
                         default:
-                                lg_text_array_i64(t, a->flags);
+                                lg_args_array_i64(t, a->flags);
                                 break;
                         }
                 }
-                lg_text_array_end(t);
+                lg_args_array_end(t);
         }
 }
 
@@ -213,52 +224,52 @@ static const char *const transfer_types[] = {"uuid", "uuid", "uuid", "numeric", 
                                              "uuid", "int8", "int8", "int8",    "int8",
                                              "int4", "int4", "int8"};
 
-static void transfer_item(lg_text *t, const lg_transfer *x, int col)
+static void transfer_item(lg_args *t, const lg_transfer *x, int col)
 {
         switch (col) {
         case 0:
-                lg_text_array_uuid(t, x->id);
+                lg_args_array_uuid(t, x->id);
                 break;
         case 1:
-                lg_text_array_uuid(t, x->debit_account_id);
+                lg_args_array_uuid(t, x->debit_account_id);
                 break;
         case 2:
-                lg_text_array_uuid(t, x->credit_account_id);
+                lg_args_array_uuid(t, x->credit_account_id);
                 break;
         case 3:
-                lg_text_array_dec(t, x->amount);
+                lg_args_array_dec(t, x->amount);
                 break;
         case 4:
-                lg_text_array_uuid(t, x->pending_id);
+                lg_args_array_uuid(t, x->pending_id);
                 break;
         case 5:
-                lg_text_array_uuid(t, x->user_data_128);
+                lg_args_array_uuid(t, x->user_data_128);
                 break;
         case 6:
-                lg_text_array_i64(t, (int64_t)x->user_data_64);
+                lg_args_array_i64(t, (int64_t)x->user_data_64);
                 break;
         case 7:
-                lg_text_array_i64(t, x->user_data_32);
+                lg_args_array_i64(t, x->user_data_32);
                 break;
         case 8:
-                lg_text_array_i64(t, x->timeout);
+                lg_args_array_i64(t, x->timeout);
                 break;
         case 9:
-                lg_text_array_i64(t, x->ledger);
+                lg_args_array_i64(t, x->ledger);
                 break;
         case 10:
-                lg_text_array_i64(t, x->code);
+                lg_args_array_i64(t, x->code);
                 break;
         case 11:
-                lg_text_array_i64(t, x->flags);
+                lg_args_array_i64(t, x->flags);
                 break;
         default:
-                lg_text_array_i64(t, (int64_t)x->timestamp);
+                lg_args_array_i64(t, (int64_t)x->timestamp);
                 break;
         }
 }
 
-static void write_new_transfers(sqlbuf *q, lg_text *t, const lg_batch *b)
+static void write_new_transfers(sqlbuf *q, lg_args *t, const lg_batch *b)
 {
         if (b->n_xfers == b->n_xfers_loaded) {
                 return;
@@ -266,11 +277,11 @@ static void write_new_transfers(sqlbuf *q, lg_text *t, const lg_batch *b)
         cte_insert(q, t, "INSERT INTO ledger.transfers (tenant_id, " LG_TRANSFER_COLS ")",
                    transfer_types, LG_TRANSFER_NCOLS);
         for (int col = 0; col < LG_TRANSFER_NCOLS; col++) {
-                lg_text_array_begin(t);
+                lg_args_array_begin(t, elem_of(transfer_types[col]));
                 for (int i = b->n_xfers_loaded; i < b->n_xfers; i++) {
                         transfer_item(t, &b->xfers[i].t, col);
                 }
-                lg_text_array_end(t);
+                lg_args_array_end(t);
         }
 }
 
@@ -287,7 +298,7 @@ static bool pending_row(const lg_batch *b, int i)
 
 static const char *const pending_types[] = {"uuid", "int2", "int8"};
 
-static void write_pending(sqlbuf *q, lg_text *t, const lg_batch *b)
+static void write_pending(sqlbuf *q, lg_args *t, const lg_batch *b)
 {
         int n = 0;
 
@@ -303,79 +314,79 @@ static void write_pending(sqlbuf *q, lg_text *t, const lg_batch *b)
         q->len -= 1; /* reopen the CTE to add the conflict clause */
         sql_add(q, " ON CONFLICT (tenant_id, id) DO UPDATE SET status = EXCLUDED.status)");
         for (int col = 0; col < 3; col++) {
-                lg_text_array_begin(t);
+                lg_args_array_begin(t, elem_of(pending_types[col]));
                 for (int i = 0; i < b->n_xfers; i++) {
                         const lg_xfer *x = &b->xfers[i];
                         if (!pending_row(b, i)) {
                                 continue;
                         }
                         if (col == 0) {
-                                lg_text_array_uuid(t, x->t.id);
+                                lg_args_array_uuid(t, x->t.id);
                         } else if (col == 1) {
-                                lg_text_array_i64(t, x->status);
+                                lg_args_array_i64(t, x->status);
                         } else {
-                                lg_text_array_i64(t, (int64_t)x->expires_at_ns);
+                                lg_args_array_i64(t, (int64_t)x->expires_at_ns);
                         }
                 }
-                lg_text_array_end(t);
+                lg_args_array_end(t);
         }
 }
 
 static const char *const failed_types[] = {"uuid", "int4"};
 
-static void write_failed(sqlbuf *q, lg_text *t, const lg_batch *b)
+static void write_failed(sqlbuf *q, lg_args *t, const lg_batch *b)
 {
         if (b->n_failed == b->n_failed_loaded) {
                 return;
         }
         cte_insert(q, t, "INSERT INTO ledger.transfers_failed (tenant_id, id, result)",
                    failed_types, 2);
-        lg_text_array_begin(t);
+        lg_args_array_begin(t, LG_ELEM_UUID);
         for (int i = b->n_failed_loaded; i < b->n_failed; i++) {
-                lg_text_array_uuid(t, b->failed_ids[i]);
+                lg_args_array_uuid(t, b->failed_ids[i]);
         }
-        lg_text_array_end(t);
-        lg_text_array_begin(t);
+        lg_args_array_end(t);
+        lg_args_array_begin(t, LG_ELEM_INT8);
         for (int i = b->n_failed_loaded; i < b->n_failed; i++) {
-                lg_text_array_i64(t, b->failed_results[i]);
+                lg_args_array_i64(t, b->failed_results[i]);
         }
-        lg_text_array_end(t);
+        lg_args_array_end(t);
 }
 
 static const char *const hist_types[] = {"uuid",    "int8",    "uuid",    "int2",
                                          "numeric", "numeric", "numeric", "numeric"};
 
-static void hist_item(lg_text *t, const lg_hist *h, int col)
+static void hist_item(lg_args *t, const lg_hist *h, int col)
 {
         switch (col) {
         case 0:
-                lg_text_array_uuid(t, h->account_id);
+                lg_args_array_uuid(t, h->account_id);
                 break;
         case 1:
-                lg_text_array_i64(t, (int64_t)h->timestamp);
+                lg_args_array_i64(t, (int64_t)h->timestamp);
                 break;
         case 2:
-                lg_text_array_uuid(t, h->transfer_id);
+                lg_args_array_uuid(t, h->transfer_id);
                 break;
         case 3:
-                lg_text_array_i64(t, h->side);
+                lg_args_array_i64(t, h->side);
                 break;
         case 4:
-                lg_text_array_dec(t, h->debits_pending);
+                lg_args_array_dec(t, h->debits_pending);
                 break;
         case 5:
-                lg_text_array_dec(t, h->debits_posted);
+                lg_args_array_dec(t, h->debits_posted);
                 break;
         case 6:
-                lg_text_array_dec(t, h->credits_pending);
+                lg_args_array_dec(t, h->credits_pending);
                 break;
         default:
-                lg_text_array_dec(t, h->credits_posted);
+                lg_args_array_dec(t, h->credits_posted);
                 break;
         }
 }
 
-static void write_history(sqlbuf *q, lg_text *t, const lg_batch *b)
+static void write_history(sqlbuf *q, lg_args *t, const lg_batch *b)
 {
         if (b->n_hist == 0) {
                 return;
@@ -386,22 +397,22 @@ static void write_history(sqlbuf *q, lg_text *t, const lg_batch *b)
                    " credits_posted)",
                    hist_types, 8);
         for (int col = 0; col < 8; col++) {
-                lg_text_array_begin(t);
+                lg_args_array_begin(t, elem_of(hist_types[col]));
                 for (int i = 0; i < b->n_hist; i++) {
                         hist_item(t, &b->hist[i], col);
                 }
-                lg_text_array_end(t);
+                lg_args_array_end(t);
         }
 }
 
 int lg_write_batch(lg_tx *tx, const lg_batch *b)
 {
         sqlbuf local = {.len = 0};
-        const char *params[LG_PARAMS_MAX];
-        lg_text *t = tx->text;
+        lg_param params[LG_PARAMS_MAX];
+        lg_args *t = tx->args;
 
-        lg_text_reset(t);
-        lg_text_param(t, tx->tenant);
+        lg_args_reset(t);
+        lg_args_text(t, tx->tenant);
         write_new_accounts(&local, t, b);
         write_changed_accounts(&local, t, b);
         write_new_transfers(&local, t, b);
@@ -412,10 +423,10 @@ int lg_write_batch(lg_tx *tx, const lg_batch *b)
                 return KS_OK; /* nothing changed: every event failed; lg_tx_run commits */
         }
         sql_add(&local, " SELECT 1");
-        int n = lg_text_params(t, params);
+        int n = lg_args_params(t, params);
         if (local.overflow || n < 0) {
                 return KS_INTERNAL;
         }
-        lg_stmt write = {.sql = local.s, .n_params = n, .params = params};
+        lg_stmt write = {.sql = local.s, .n_params = n, .args = params};
         return lg_run(tx, &write, 1, true); /* the COMMIT goes in the same round trip */
 }

@@ -72,39 +72,39 @@ static const char sql_failed[] = "SELECT id, result FROM ledger.transfers_failed
  * $4 its ids and pending ids, $5 its ids alone (id_already_failed concerns
  * only those: the failed ids read stay within the batch's size).
  */
-static int load_params(lg_tx *tx, const lg_transfer *ev, int n, const char **p)
+static int load_params(lg_tx *tx, const lg_transfer *ev, int n, lg_param *p)
 {
-        lg_text *t = tx->text;
+        lg_args *t = tx->args;
 
-        lg_text_reset(t);
-        lg_text_param(t, tx->tenant);
-        lg_text_array_begin(t);
+        lg_args_reset(t);
+        lg_args_text(t, tx->tenant);
+        lg_args_array_begin(t, LG_ELEM_UUID);
         for (int i = 0; i < n; i++) {
-                lg_text_array_uuid(t, ev[i].debit_account_id);
-                lg_text_array_uuid(t, ev[i].credit_account_id);
+                lg_args_array_uuid(t, ev[i].debit_account_id);
+                lg_args_array_uuid(t, ev[i].credit_account_id);
         }
-        lg_text_array_end(t);
-        lg_text_array_begin(t);
+        lg_args_array_end(t);
+        lg_args_array_begin(t, LG_ELEM_UUID);
         for (int i = 0; i < n; i++) {
                 if (ev[i].pending_id != 0) {
-                        lg_text_array_uuid(t, ev[i].pending_id);
+                        lg_args_array_uuid(t, ev[i].pending_id);
                 }
         }
-        lg_text_array_end(t);
-        lg_text_array_begin(t);
+        lg_args_array_end(t);
+        lg_args_array_begin(t, LG_ELEM_UUID);
         for (int i = 0; i < n; i++) {
-                lg_text_array_uuid(t, ev[i].id);
+                lg_args_array_uuid(t, ev[i].id);
                 if (ev[i].pending_id != 0) {
-                        lg_text_array_uuid(t, ev[i].pending_id);
+                        lg_args_array_uuid(t, ev[i].pending_id);
                 }
         }
-        lg_text_array_end(t);
-        lg_text_array_begin(t);
+        lg_args_array_end(t);
+        lg_args_array_begin(t, LG_ELEM_UUID);
         for (int i = 0; i < n; i++) {
-                lg_text_array_uuid(t, ev[i].id);
+                lg_args_array_uuid(t, ev[i].id);
         }
-        lg_text_array_end(t);
-        return lg_text_params(t, p) == 5 ? KS_OK : KS_INTERNAL;
+        lg_args_array_end(t);
+        return lg_args_params(t, p) == 5 ? KS_OK : KS_INTERNAL;
 }
 
 static int load_accounts(lg_batch *b, const PGresult *res)
@@ -150,7 +150,7 @@ static int load_failed(lg_batch *b, const PGresult *res)
 
 int lg_load_for_transfers(lg_tx *tx, lg_batch *b, const lg_transfer *ev, int n)
 {
-        const char *p[5];
+        lg_param p[5];
         PGresult *accounts = NULL, *transfers = NULL, *failed = NULL;
         int rc;
 
@@ -159,13 +159,13 @@ int lg_load_for_transfers(lg_tx *tx, lg_batch *b, const lg_transfer *ev, int n)
                 return rc;
         }
         /* One round trip: the locks first, then the reads, which see what committed before. */
-        const char *lock_params[3] = {p[0], p[1], p[2]};
-        const char *read_params[2] = {p[0], p[3]};
-        const char *failed_params[2] = {p[0], p[4]};
+        const lg_param lock_params[3] = {p[0], p[1], p[2]};
+        const lg_param read_params[2] = {p[0], p[3]};
+        const lg_param failed_params[2] = {p[0], p[4]};
         lg_stmt s[3] = {
-            {.sql = sql_lock_accounts, .n_params = 3, .params = lock_params, .out = &accounts},
-            {.sql = sql_transfers, .n_params = 2, .params = read_params, .out = &transfers},
-            {.sql = sql_failed, .n_params = 2, .params = failed_params, .out = &failed},
+            {.sql = sql_lock_accounts, .n_params = 3, .args = lock_params, .out = &accounts},
+            {.sql = sql_transfers, .n_params = 2, .args = read_params, .out = &transfers},
+            {.sql = sql_failed, .n_params = 2, .args = failed_params, .out = &failed},
         };
         if ((rc = lg_run(tx, s, 3, false)) != KS_OK) {
                 return rc;
@@ -253,7 +253,7 @@ int lg_create_transfers_handler(ks_call *call)
         lg_tx tx = {.svc = svc,
                     .request_id = call->request_id,
                     .tenant = call->caller->tenant_id,
-                    .text = &w->text};
+                    .args = &w->args};
         int64_t t0 = ks_now_ms();
         if ((rc = lg_tx_run(&tx, j.n, false, transfers_tx, &j)) != KS_OK) {
                 return lg_db_fail(call, rc);
