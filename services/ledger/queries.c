@@ -29,10 +29,12 @@ typedef struct lookup_job {
         bool transfers; /* else accounts */
 } lookup_job;
 
-static const char sql_lookup_accounts[] = "SELECT " LG_ACCOUNT_COLS " FROM ledger.accounts"
-                                          " WHERE tenant_id = $1::uuid AND id = ANY ($2::uuid[])";
-static const char sql_lookup_transfers[] = "SELECT " LG_TRANSFER_COLS " FROM ledger.transfers"
-                                           " WHERE tenant_id = $1::uuid AND id = ANY ($2::uuid[])";
+static const char sql_lookup_accounts[] =
+    "SELECT " LG_ACCOUNT_COLS " FROM ledger.accounts"
+    " WHERE tenant_id = $1::uuid AND id = ANY (ARRAY(SELECT unnest($2::uuid[])))";
+static const char sql_lookup_transfers[] =
+    "SELECT " LG_TRANSFER_COLS " FROM ledger.transfers"
+    " WHERE tenant_id = $1::uuid AND id = ANY (ARRAY(SELECT unnest($2::uuid[])))";
 
 /* Loads the rows into the worker's batch, whose maps then answer in request order. */
 static int lookup_tx(lg_tx *tx, void *arg)

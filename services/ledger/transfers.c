@@ -35,18 +35,22 @@ typedef struct job {
 } job;
 
 /*
- * id = ANY (ARRAY(...)): the ids are gathered once, then looked up in the
- * primary key, whatever the planner believes of the tenant's account count
- * (an IN (subquery) can turn into a scan of every account of the tenant).
+ * id = ANY (ARRAY(SELECT ...)), in every statement of the ledger that takes
+ * a batch's ids: the ids are gathered once, then looked up in the primary
+ * key. Shown the array itself (thousands of ids), the planner prefers to
+ * read every row of the tenant and filter, which grows with the tenant:
+ * 158 ms against 12 ms for 8,190 ids once a tenant had 196,560 transfers.
+ * An IN (subquery) can turn into the same scan.
  */
-static const char sql_lock_accounts[] = "SELECT " LG_ACCOUNT_COLS " FROM ledger.accounts"
-                                        " WHERE tenant_id = $1::uuid AND id = ANY (ARRAY("
-                                        "  SELECT unnest($2::uuid[])"
-                                        "  UNION SELECT debit_account_id FROM ledger.transfers"
-                                        "   WHERE tenant_id = $1::uuid AND id = ANY ($3::uuid[])"
-                                        "  UNION SELECT credit_account_id FROM ledger.transfers"
-                                        "   WHERE tenant_id = $1::uuid AND id = ANY ($3::uuid[])))"
-                                        " ORDER BY id FOR UPDATE";
+static const char sql_lock_accounts[] =
+    "SELECT " LG_ACCOUNT_COLS " FROM ledger.accounts"
+    " WHERE tenant_id = $1::uuid AND id = ANY (ARRAY("
+    "  SELECT unnest($2::uuid[])"
+    "  UNION SELECT debit_account_id FROM ledger.transfers"
+    "   WHERE tenant_id = $1::uuid AND id = ANY (ARRAY(SELECT unnest($3::uuid[])))"
+    "  UNION SELECT credit_account_id FROM ledger.transfers"
+    "   WHERE tenant_id = $1::uuid AND id = ANY (ARRAY(SELECT unnest($3::uuid[])))))"
+    " ORDER BY id FOR UPDATE";
 
 /*
  * A post's pending amount comes along for the idempotency check of posts.
@@ -62,10 +66,11 @@ static const char sql_transfers[] =
     "  WHERE tenant_id = t.tenant_id AND id = t.id) p ON true"
     " LEFT JOIN LATERAL (SELECT amount FROM ledger.transfers"
     "  WHERE tenant_id = t.tenant_id AND id = t.pending_id AND (t.flags & 4) <> 0) pt ON true"
-    " WHERE t.tenant_id = $1::uuid AND t.id = ANY ($2::uuid[])";
+    " WHERE t.tenant_id = $1::uuid AND t.id = ANY (ARRAY(SELECT unnest($2::uuid[])))";
 
-static const char sql_failed[] = "SELECT id, result FROM ledger.transfers_failed"
-                                 " WHERE tenant_id = $1::uuid AND id = ANY ($2::uuid[])";
+static const char sql_failed[] =
+    "SELECT id, result FROM ledger.transfers_failed"
+    " WHERE tenant_id = $1::uuid AND id = ANY (ARRAY(SELECT unnest($2::uuid[])))";
 
 /*
  * Parameters: $1 the tenant, $2 the batch's account ids, $3 its pending ids,
