@@ -18,9 +18,7 @@ typedef struct job {
         int n;
 } job;
 
-static const char sql_existing[] =
-    "SELECT " LG_ACCOUNT_COLS " FROM ledger.accounts"
-    " WHERE tenant_id = $1::uuid AND id = ANY (ARRAY(SELECT unnest($2::uuid[])))";
+static const char sql_existing[] = LG_BY_KEYS(LG_ACCOUNT_COLS, "ledger.accounts", "$2");
 
 static int load_existing(lg_tx *tx, lg_batch *b, const lg_account *ev, int n)
 {

@@ -511,7 +511,9 @@ int lg_tx_run(lg_tx *tx, int reserve_ts, bool read_only, lg_tx_fn fn, void *arg)
 {
         int rc;
 
-        if (!lg_tenant_valid(tx->tenant) || reserve_ts < 0 || reserve_ts > LG_BATCH_MAX) {
+        /* A writer that did not take the tenant's clock would run beside another: refused. */
+        if (!lg_tenant_valid(tx->tenant) || reserve_ts < 0 || reserve_ts > LG_BATCH_MAX ||
+            (!read_only && reserve_ts == 0)) {
                 return KS_INTERNAL;
         }
         if ((rc = ks_pg_acquire(tx->svc->pool, &tx->conn)) != KS_OK) {

@@ -29,12 +29,8 @@ typedef struct lookup_job {
         bool transfers; /* else accounts */
 } lookup_job;
 
-static const char sql_lookup_accounts[] =
-    "SELECT " LG_ACCOUNT_COLS " FROM ledger.accounts"
-    " WHERE tenant_id = $1::uuid AND id = ANY (ARRAY(SELECT unnest($2::uuid[])))";
-static const char sql_lookup_transfers[] =
-    "SELECT " LG_TRANSFER_COLS " FROM ledger.transfers"
-    " WHERE tenant_id = $1::uuid AND id = ANY (ARRAY(SELECT unnest($2::uuid[])))";
+static const char sql_lookup_accounts[] = LG_BY_KEYS(LG_ACCOUNT_COLS, "ledger.accounts", "$2");
+static const char sql_lookup_transfers[] = LG_BY_KEYS(LG_TRANSFER_COLS, "ledger.transfers", "$2");
 
 /* Loads the rows into the worker's batch, whose maps then answer in request order. */
 static int lookup_tx(lg_tx *tx, void *arg)

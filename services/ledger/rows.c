@@ -163,9 +163,10 @@ static void write_new_accounts(sqlbuf *q, lg_args *t, const lg_batch *b)
 }
 
 /*
- * a.id = ANY (ARRAY(SELECT the ids)) besides the join: the rows are found
- * in the primary key, not by a scan of the tenant's accounts (transfers.c
- * says why the ARRAY(SELECT ...)).
+ * a.id = ANY (the ids) besides the join: given the array itself, the
+ * planner either probes the primary key or, at worst, reads the tenant's
+ * accounts once and tests each against a hash of the array; never worse
+ * than linear (an ARRAY(SELECT ...) here could be tested linearly per row).
  */
 static void write_changed_accounts(sqlbuf *q, lg_args *t, const lg_batch *b)
 {
@@ -183,7 +184,7 @@ static void write_changed_accounts(sqlbuf *q, lg_args *t, const lg_batch *b)
                 " debits_posted = v.dpo, credits_pending = v.cp, credits_posted = v.cpo,"
                 " flags = v.f FROM unnest($%d::uuid[], $%d::numeric[], $%d::numeric[],"
                 " $%d::numeric[], $%d::numeric[], $%d::int4[]) AS v(id, dp, dpo, cp, cpo, f)"
-                " WHERE a.tenant_id = $1::uuid AND a.id = ANY (ARRAY(SELECT unnest($%d::uuid[]))) "
+                " WHERE a.tenant_id = $1::uuid AND a.id = ANY ($%d::uuid[]) "
                 "AND a.id = v.id)",
                 q->ctes ? "," : "WITH", q->ctes, p, p + 1, p + 2, p + 3, p + 4, p + 5, p);
         q->ctes++;

@@ -5,14 +5,14 @@
  *      (db.c): the tenant's batches now run one at a time, in timestamp
  *      order, which is the order TigerBeetle's single-threaded state
  *      machine gives its batches;
- *   2. lock every account the batch can touch, sorted by id (FOR UPDATE
- *      ORDER BY id): the batch's own accounts and those of the pending
- *      transfers it posts or voids. Every writer takes its locks in this
- *      order after the clock, so no two batches can wait for each other in
- *      a cycle: no deadlock, whatever the overlap;
+ *   2. read every account the batch can touch: the batch's own accounts
+ *      and those of the pending transfers it posts or voids. The clock is
+ *      the only lock a writer takes, and every writer takes it first (new
+ *      accounts, transfers, the expiry sweeper), so no two transactions can
+ *      wait for each other in a cycle: no deadlock, whatever the overlap;
  *   3. read the transfers the batch refers to (its own ids: idempotency;
  *      its pending ids: two-phase) with their pending state, and the ids
- *      that failed before; these reads come after the locks, so they see
+ *      that failed before; these reads come after the clock, so they see
  *      every batch that committed before;
  *   4. run the state machine (machine.c) and write what changed (rows.c).
  */
@@ -35,42 +35,42 @@ typedef struct job {
 } job;
 
 /*
- * id = ANY (ARRAY(SELECT ...)), in every statement of the ledger that takes
- * a batch's ids: the ids are gathered once, then looked up in the primary
- * key. Shown the array itself (thousands of ids), the planner prefers to
- * read every row of the tenant and filter, which grows with the tenant:
- * 158 ms against 12 ms for 8,190 ids once a tenant had 196,560 transfers.
- * An IN (subquery) can turn into the same scan.
+ * Every row is found by its key (LG_BY_KEYS): the batch's accounts, and the
+ * two accounts of each pending transfer it posts or voids. No row lock: the
+ * tenant's clock, locked first by every writer of the tenant (db.c), already
+ * makes its writers run one at a time, and each statement of a transaction
+ * in READ COMMITTED sees what committed before it started, so these reads
+ * see every earlier batch whole. One lock, always taken first: no deadlock.
  */
-static const char sql_lock_accounts[] =
-    "SELECT " LG_ACCOUNT_COLS " FROM ledger.accounts"
-    " WHERE tenant_id = $1::uuid AND id = ANY (ARRAY("
-    "  SELECT unnest($2::uuid[])"
-    "  UNION SELECT debit_account_id FROM ledger.transfers"
-    "   WHERE tenant_id = $1::uuid AND id = ANY (ARRAY(SELECT unnest($3::uuid[])))"
-    "  UNION SELECT credit_account_id FROM ledger.transfers"
-    "   WHERE tenant_id = $1::uuid AND id = ANY (ARRAY(SELECT unnest($3::uuid[])))))"
-    " ORDER BY id FOR UPDATE";
+static const char sql_accounts[] =
+    "SELECT a.* FROM ("
+    "  SELECT unnest($2::uuid[]) AS id"
+    "  UNION SELECT x.id FROM unnest($3::uuid[]) AS p(id),"
+    "   LATERAL (SELECT debit_account_id, credit_account_id FROM ledger.transfers"
+    "    WHERE tenant_id = $1::uuid AND id = p.id OFFSET 0) t,"
+    "   LATERAL (VALUES (t.debit_account_id), (t.credit_account_id)) AS x(id)) k,"
+    " LATERAL (SELECT " LG_ACCOUNT_COLS " FROM ledger.accounts"
+    "  WHERE tenant_id = $1::uuid AND id = k.id OFFSET 0) a";
 
 /*
  * A post's pending amount comes along for the idempotency check of posts.
- * LATERAL keeps the joins to primary-key lookups per row found, never a
+ * Each join is a key lookup per row found (OFFSET 0 keeps them so), never a
  * scan of the tenant's pending transfers.
  */
 static const char sql_transfers[] =
     "SELECT t.id, t.debit_account_id, t.credit_account_id, t.amount, t.pending_id,"
     " t.user_data_128, t.user_data_64, t.user_data_32, t.timeout, t.ledger, t.code, t.flags,"
     " t.timestamp, coalesce(p.status, 0), coalesce(p.expires_at_ns, 0), pt.amount"
-    " FROM ledger.transfers t"
+    " FROM (SELECT DISTINCT unnest($2::uuid[]) AS id) k"
+    " CROSS JOIN LATERAL (SELECT * FROM ledger.transfers"
+    "  WHERE tenant_id = $1::uuid AND id = k.id OFFSET 0) t"
     " LEFT JOIN LATERAL (SELECT status, expires_at_ns FROM ledger.pending_transfers"
-    "  WHERE tenant_id = t.tenant_id AND id = t.id) p ON true"
+    "  WHERE tenant_id = t.tenant_id AND id = t.id OFFSET 0) p ON true"
     " LEFT JOIN LATERAL (SELECT amount FROM ledger.transfers"
-    "  WHERE tenant_id = t.tenant_id AND id = t.pending_id AND (t.flags & 4) <> 0) pt ON true"
-    " WHERE t.tenant_id = $1::uuid AND t.id = ANY (ARRAY(SELECT unnest($2::uuid[])))";
+    "  WHERE tenant_id = t.tenant_id AND id = t.pending_id AND (t.flags & 4) <> 0 OFFSET 0) pt"
+    " ON true";
 
-static const char sql_failed[] =
-    "SELECT id, result FROM ledger.transfers_failed"
-    " WHERE tenant_id = $1::uuid AND id = ANY (ARRAY(SELECT unnest($2::uuid[])))";
+static const char sql_failed[] = LG_BY_KEYS("id, result", "ledger.transfers_failed", "$2");
 
 /*
  * Parameters: $1 the tenant, $2 the batch's account ids, $3 its pending ids,
@@ -168,7 +168,7 @@ int lg_load_for_transfers(lg_tx *tx, lg_batch *b, const lg_transfer *ev, int n)
         const lg_param read_params[2] = {p[0], p[3]};
         const lg_param failed_params[2] = {p[0], p[4]};
         lg_stmt s[3] = {
-            {.sql = sql_lock_accounts, .n_params = 3, .args = lock_params, .out = &accounts},
+            {.sql = sql_accounts, .n_params = 3, .args = lock_params, .out = &accounts},
             {.sql = sql_transfers, .n_params = 2, .args = read_params, .out = &transfers},
             {.sql = sql_failed, .n_params = 2, .args = failed_params, .out = &failed},
         };
