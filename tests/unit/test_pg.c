@@ -99,6 +99,9 @@ static void test_pool_acquire_release(void **state)
         assert_string_equal(v, "keelson-test");
         query_value(b, "SELECT current_setting('statement_timeout')", v, sizeof(v));
         assert_string_equal(v, "1500ms");
+        /* JIT compilation is off by default (ks_pg.c says why). */
+        query_value(a, "SELECT current_setting('jit')", v, sizeof(v));
+        assert_string_equal(v, "off");
         ks_pg_release(pool, a);
         ks_pg_release(pool, b);
 
