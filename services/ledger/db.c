@@ -521,6 +521,7 @@ int lg_tx_run(lg_tx *tx, int reserve_ts, bool read_only, lg_tx_fn fn, void *arg)
         }
         tx->reserve = reserve_ts;
         tx->read_only = read_only;
+        tx->exact = false;
         for (tx->attempt = 0;; tx->attempt++) {
                 /* The opening statements go with the first statement fn runs (lg_run). */
                 tx->opened = false;
@@ -530,6 +531,16 @@ int lg_tx_run(lg_tx *tx, int reserve_ts, bool read_only, lg_tx_fn fn, void *arg)
                         rc = lg_run(tx, NULL, 0, true);
                 }
                 ks_pg_rollback(tx->conn); /* no-op after a commit */
+                if (rc == LG_RERUN_EXACT) {
+                        if (tx->exact) {
+                                rc = KS_INTERNAL; /* fn must not guess twice */
+                                break;
+                        }
+                        tx->exact = true;
+                        tx->attempt--; /* not a retry: the same attempt, without the guess */
+                        ks_counter_inc(tx->svc->reruns);
+                        continue;
+                }
                 if (!retryable(rc) || tx->attempt >= tx->svc->tx_retries) {
                         break;
                 }

@@ -143,7 +143,8 @@ static int expire_tx(lg_tx *tx, void *arg)
         if ((rc = due_ids(tx, j, &n)) != KS_OK || n == 0) {
                 return rc;
         }
-        if ((rc = lg_load_for_transfers(tx, j->w->batch, j->w->transfer_events, n)) != KS_OK) {
+        if ((rc = lg_load_for_transfers(tx, j->w->batch, j->w->transfer_events, n, true)) !=
+            KS_OK) {
                 return rc;
         }
         j->expired = lg_expire(j->w->batch, j->w->ids, n, tx->base_ts);

@@ -286,6 +286,7 @@ typedef struct lg_service {
         ks_counter *events_ok[2];     /* [0] accounts, [1] transfers */
         ks_counter *events_failed[2]; /* any result but ok */
         ks_counter *retries;
+        ks_counter *reruns;
         ks_counter *expired;
         ks_histogram *batch_seconds;
 } lg_service;
@@ -377,6 +378,7 @@ typedef struct lg_tx {
         PGconn *conn;
         uint64_t base_ts; /* the first of the timestamps reserved */
         int attempt;      /* 0, then 1.. on retries */
+        bool exact;       /* false until a batch asks for LG_RERUN_EXACT */
         /* lg_run's state */
         int reserve;
         bool read_only;
@@ -398,8 +400,12 @@ int64_t lg_now_us(void);
  * keeps a tenant's writers apart), so reserve_ts 0 without read_only is
  * refused as an internal error; read_only runs a read-only REPEATABLE READ
  * transaction (one snapshot for every statement). fn returns KS_OK to
- * commit; any other code rolls back and is returned.
+ * commit; any other code rolls back and is returned, but LG_RERUN_EXACT,
+ * which rolls back and runs fn again at once with tx->exact set (not counted
+ * as a retry): fn guessed something it must now read (transfers.c).
  */
+#define LG_RERUN_EXACT (KS_CODE_COUNT + 1)
+
 typedef int (*lg_tx_fn)(lg_tx *tx, void *arg);
 int lg_tx_run(lg_tx *tx, int reserve_ts, bool read_only, lg_tx_fn fn, void *arg);
 
@@ -483,16 +489,27 @@ int lg_read_transfer(const PGresult *r, int row, int col0, lg_transfer *out);
 
 /*
  * Writes what the batch changed: new accounts, changed accounts, new
- * transfers, pending states, failed ids and history rows, in one statement.
+ * transfers, pending states, failed ids and history rows, in one statement,
+ * and commits in the same round trip.
  */
 int lg_write_batch(lg_tx *tx, const lg_batch *b);
 
 /*
- * transfers.c: resets the batch, locks the accounts that the events ev (and
- * the pending transfers they name) touch, and loads the transfers and failed
- * ids they refer to.
+ * The same write, on the condition that none of the n ids in absent is a
+ * transfer that committed before it: checked by the same statement, on its
+ * snapshot; when one is, the write is not committed and LG_RERUN_EXACT is
+ * returned. n 0 is lg_write_batch.
  */
-int lg_load_for_transfers(lg_tx *tx, lg_batch *b, const lg_transfer *ev, int n);
+int lg_write_batch_unless(lg_tx *tx, const lg_batch *b, const u128 *absent, int n);
+
+/*
+ * transfers.c: resets the batch, reads the accounts that the events ev (and
+ * the pending transfers they name) touch, and loads the transfers and failed
+ * ids they refer to. exact false leaves out the batch's own ids from the
+ * transfers read (their pending ids are still read): the caller then guesses
+ * that none of them exists and checks the guess when it writes.
+ */
+int lg_load_for_transfers(lg_tx *tx, lg_batch *b, const lg_transfer *ev, int n, bool exact);
 
 /* ---- expiry.c ----------------------------------------------------------- */
 

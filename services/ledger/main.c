@@ -217,6 +217,9 @@ static void init_metrics(lg_service *svc)
         }
         svc->retries = ks_counter_get(reg, "keelson_ledger_tx_retries_total",
                                       "Batches retried after a conflict", NULL);
+        svc->reruns =
+            ks_counter_get(reg, "keelson_ledger_exact_reruns_total",
+                           "Transfer batches run again because an id of theirs existed", NULL);
         svc->expired = ks_counter_get(reg, "keelson_ledger_expired_total",
                                       "Pending transfers expired by the sweeper", NULL);
         svc->batch_seconds = ks_histogram_get(reg, "keelson_ledger_batch_duration_seconds",

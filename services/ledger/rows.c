@@ -407,10 +407,31 @@ static void write_history(sqlbuf *q, lg_args *t, const lg_batch *b)
         }
 }
 
-int lg_write_batch(lg_tx *tx, const lg_batch *b)
+/*
+ * The statement's last part: " SELECT 1", or the count of the ids in absent
+ * that are transfers already (on the statement's snapshot, which does not
+ * see the rows its own CTEs insert).
+ */
+static void write_check(sqlbuf *q, lg_args *t, const u128 *absent, int n)
+{
+        if (n == 0) {
+                sql_add(q, " SELECT 1");
+                return;
+        }
+        sql_add(q, " SELECT count(*) FROM (" LG_BY_KEYS("1", "ledger.transfers", "$%d") ") c",
+                t->n_params + 1);
+        lg_args_array_begin(t, LG_ELEM_UUID);
+        for (int i = 0; i < n; i++) {
+                lg_args_array_uuid(t, absent[i]);
+        }
+        lg_args_array_end(t);
+}
+
+int lg_write_batch_unless(lg_tx *tx, const lg_batch *b, const u128 *absent, int n_absent)
 {
         sqlbuf local = {.len = 0};
         lg_param params[LG_PARAMS_MAX];
+        PGresult *found = NULL;
         lg_args *t = tx->args;
 
         lg_args_reset(t);
@@ -421,14 +442,31 @@ int lg_write_batch(lg_tx *tx, const lg_batch *b)
         write_pending(&local, t, b);
         write_failed(&local, t, b);
         write_history(&local, t, b);
-        if (local.ctes == 0) {
+        if (local.ctes == 0 && n_absent == 0) {
                 return KS_OK; /* nothing changed: every event failed; lg_tx_run commits */
         }
-        sql_add(&local, " SELECT 1");
+        write_check(&local, t, absent, n_absent);
         int n = lg_args_params(t, params);
         if (local.overflow || n < 0) {
                 return KS_INTERNAL;
         }
-        lg_stmt write = {.sql = local.s, .n_params = n, .args = params};
-        return lg_run(tx, &write, 1, true); /* the COMMIT goes in the same round trip */
+        if (n_absent == 0) {
+                lg_stmt write = {.sql = local.s, .n_params = n, .args = params};
+                return lg_run(tx, &write, 1, true); /* the COMMIT goes in the same round trip */
+        }
+        /* The check decides whether to commit: lg_tx_run commits after KS_OK. */
+        lg_stmt write = {.sql = local.s, .n_params = n, .args = params, .out = &found};
+        int rc = lg_run(tx, &write, 1, false);
+        if (rc == KS_OK) {
+                rc = PQntuples(found) != 1            ? KS_INTERNAL
+                     : lg_field_i64(found, 0, 0) == 0 ? KS_OK
+                                                      : LG_RERUN_EXACT;
+        }
+        PQclear(found);
+        return rc;
+}
+
+int lg_write_batch(lg_tx *tx, const lg_batch *b)
+{
+        return lg_write_batch_unless(tx, b, NULL, 0);
 }

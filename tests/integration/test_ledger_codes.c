@@ -322,6 +322,48 @@ static void test_transfer_exists_with_different(void **state)
         }
 }
 
+/*
+ * A batch is first run on the guess that none of its ids is taken, the guess
+ * checked when it writes; each wrong guess runs the batch again with every
+ * id read (keelson_ledger_exact_reruns_total). What a client sees must be
+ * the same either way.
+ */
+static void test_taken_ids_rerun_exactly(void **state)
+{
+        const char *series = "keelson_ledger_exact_reruns_total";
+        lt_transfer_pb x[2];
+        (void)state;
+
+        accounts((u128[]){140, 141}, 2, 1, 0);
+        double r0 = lt_ledger_metric(&g_stack, series);
+        x[0] = xfer(150, 140, 141, 1, 0); /* new ids: the guess holds */
+        x[1] = xfer(151, 141, 140, 1, 0);
+        expect_transfers(x, 2, (int[]){TR(ok), TR(ok)});
+        assert_true(lt_ledger_metric(&g_stack, series) == r0);
+
+        /* A taken id the guessing run would have created: its insert finds it. */
+        x[0] = xfer(152, 140, 141, 1, 0);
+        x[1] = xfer(100, 1, 2, 11, 0); /* 100 is 1 -> 2, amount 10 */
+        expect_transfers(x, 2, (int[]){TR(ok), TR(exists_with_different_amount)});
+        assert_true(lt_ledger_metric(&g_stack, series) == r0 + 1);
+        assert_balances(140, 0, 2, 0, 1); /* 150 and 152 debited it, 151 credited it */
+
+        /* A taken id the guessing run would have failed: the write's check finds it. */
+        x[0] = xfer(100, 1, 99, 10, 0);
+        expect_transfer(x, TR(exists_with_different_credit_account_id));
+        assert_true(lt_ledger_metric(&g_stack, series) == r0 + 2);
+        x[0] = xfer(100, 1, 2, 10, 0);
+        expect_transfer(x, TR(exists));
+        assert_true(lt_ledger_metric(&g_stack, series) == r0 + 3);
+
+        /* An id taken earlier in the same batch needs no rerun. */
+        x[0] = xfer(153, 140, 141, 1, 0);
+        x[1] = xfer(153, 140, 141, 1, 0);
+        expect_transfers(x, 2, (int[]){TR(ok), TR(exists)});
+        assert_true(lt_ledger_metric(&g_stack, series) == r0 + 3);
+        assert_balances(140, 0, 3, 0, 1);
+}
+
 static void test_transfer_validation(void **state)
 {
         lt_transfer_pb x[1];
@@ -777,6 +819,7 @@ int main(void)
             cmocka_unit_test(test_account_chains),
             cmocka_unit_test(test_transfer_basics),
             cmocka_unit_test(test_transfer_exists_with_different),
+            cmocka_unit_test(test_taken_ids_rerun_exactly),
             cmocka_unit_test(test_transfer_validation),
             cmocka_unit_test(test_transfer_linked),
             cmocka_unit_test(test_two_phase),

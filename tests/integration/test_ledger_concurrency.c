@@ -169,32 +169,6 @@ static long served_by(int port)
         return n;
 }
 
-/* The ledger replicas' health ports, from the stack's env file. */
-static int ledger_ports(int *ports, int max)
-{
-        char path[600], line[1024];
-        int n = 0;
-
-        snprintf(path, sizeof(path), "%s/env", g_stack.dir);
-        FILE *f = fopen(path, "r");
-        assert_non_null(f);
-        while (fgets(line, sizeof(line), f) != NULL) {
-                const char *key = "KEELSON_IT_LEDGER_HEALTH_PORTS=";
-                if (strncmp(line, key, strlen(key)) != 0) {
-                        continue;
-                }
-                for (char *p = line + strlen(key); *p != '\0' && n < max;) {
-                        ports[n++] = (int)strtol(p, &p, 10);
-                        if (*p != ',') {
-                                break;
-                        }
-                        p++;
-                }
-        }
-        fclose(f);
-        return n;
-}
-
 /* ---- the invariants, in SQL ---------------------------------------------------------------- */
 
 static const char sql_ledger_sums[] =
@@ -272,7 +246,7 @@ static void test_hammer_hot_accounts(void **state)
                                 i == 0 ? AF_DEBITS_MUST_NOT_EXCEED_CREDITS : 0);
         }
         lt_create_accounts(&g_t, a, HOT_ACCOUNTS, results);
-        int n_ports = ledger_ports(ports, IT_REPLICAS_MAX);
+        int n_ports = lt_ledger_ports(&g_stack, ports, IT_REPLICAS_MAX);
         assert_true(n_ports >= 2);
         for (int i = 0; i < n_ports; i++) {
                 before[i] = served_by(ports[i]);

@@ -379,4 +379,49 @@ static inline int lt_wait_until(int (*fn)(void *), void *arg, int timeout_ms)
         return 0;
 }
 
+/* The ledger replicas' health ports, from the stack's env file. */
+static inline int lt_ledger_ports(const it_stack *st, int *ports, int max)
+{
+        char path[600], line[1024];
+        int n = 0;
+
+        snprintf(path, sizeof(path), "%s/env", st->dir);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        while (fgets(line, sizeof(line), f) != NULL) {
+                const char *key = "KEELSON_IT_LEDGER_HEALTH_PORTS=";
+                if (strncmp(line, key, strlen(key)) != 0) {
+                        continue;
+                }
+                for (char *p = line + strlen(key); *p != '\0' && n < max;) {
+                        ports[n++] = (int)strtol(p, &p, 10);
+                        if (*p != ',') {
+                                break;
+                        }
+                        p++;
+                }
+        }
+        fclose(f);
+        return n;
+}
+
+/* One series of /metrics summed over every ledger replica (absent counts 0). */
+static inline double lt_ledger_metric(const it_stack *st, const char *series)
+{
+        int ports[IT_REPLICAS_MAX];
+        int n = lt_ledger_ports(st, ports, IT_REPLICAS_MAX);
+        double sum = 0;
+
+        assert_true(n > 0);
+        for (int i = 0; i < n; i++) {
+                char base[64];
+                double v = 0;
+                snprintf(base, sizeof(base), "http://127.0.0.1:%d", ports[i]);
+                if (it_metric(base, series, &v) == 0) {
+                        sum += v;
+                }
+        }
+        return sum;
+}
+
 #endif
