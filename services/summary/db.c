@@ -126,9 +126,18 @@ static void read_counts(const PGresult *res, sm_counts *out)
         out->member = field(res, 4);
         out->viewer = field(res, 5);
         out->pending_invitations = field(res, 6);
-        out->invited = out->pending_invitations;
         out->active_api_keys = field(res, 7);
-        out->disabled = 0; /* auth has no disabled state yet */
+        /*
+         * The states are what auth's schema has (services/auth/migrations):
+         * a member's only state is the login lock (auth.users.locked_until),
+         * so every member is active or locked. An invited user is an address
+         * with an open invitation; auth keeps at most one per address and
+         * tenant (invitations_open_idx) and refuses to invite a member, so
+         * that is exactly the pending-invitation count. Auth has no way to
+         * disable an account: no column says so, and none is made up here.
+         */
+        out->invited = out->pending_invitations;
+        out->disabled = 0;
         out->computed_ms = ks_now_ms();
 }
 
