@@ -101,7 +101,7 @@ static int fill(ks_call *call, sm_service *svc, sm_worker *w, const char *tenant
                 ks_counter_inc(svc->m.discarded);
                 return KS_OK;
         }
-        sm_local_put(&svc->local, tenant, gen, epoch, out);
+        sm_local_put(&svc->local, tenant, gen, epoch, out, ks_now_ms(), svc->ttl_ms);
         return KS_OK;
 }
 
@@ -132,7 +132,7 @@ static int lookup(ks_call *call, sm_service *svc, sm_worker *w, const char *tena
         rc = sm_redis_get(&w->redis, tenant, gen, out);
         if (rc == 0 && ks_now_ms() < out->computed_ms + svc->ttl_ms) {
                 ks_counter_inc(svc->m.hits_redis);
-                sm_local_put(&svc->local, tenant, gen, epoch, out);
+                sm_local_put(&svc->local, tenant, gen, epoch, out, ks_now_ms(), svc->ttl_ms);
                 *src = SM_SRC_REDIS;
                 return KS_OK;
         }

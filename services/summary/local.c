@@ -58,13 +58,24 @@ bool sm_local_get(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, 
         return hit;
 }
 
-void sm_local_put(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, const sm_counts *c)
+/*
+ * A fresh entry of a newer generation of the same tenant is not replaced by
+ * an older one (a slow fill must not push out a faster, newer one). An
+ * expired entry is always replaced, whatever its generation: generations
+ * may start again at 0 (a Redis that lost its keys without this replica
+ * seeing an error), and an old entry of generation N, never asked for again,
+ * must not keep the tenant out of this level for good.
+ */
+void sm_local_put(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, const sm_counts *c,
+                  int64_t now_ms, int64_t ttl_ms)
 {
         sm_local_entry *e = &l->slots[slot_of(l, tenant)];
+        bool keep;
 
         pthread_mutex_lock(&l->mu);
-        /* Never replace a newer generation of the same tenant with an older one. */
-        if (!(e->used && strcmp(e->tenant, tenant) == 0 && e->epoch == epoch && e->gen > gen)) {
+        keep = e->used && strcmp(e->tenant, tenant) == 0 && e->epoch == epoch && e->gen > gen &&
+               now_ms < e->counts.computed_ms + ttl_ms;
+        if (!keep) {
                 memcpy(e->tenant, tenant, SM_TENANT_LEN);
                 e->tenant[SM_TENANT_LEN] = '\0';
                 e->gen = gen;

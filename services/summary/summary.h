@@ -115,7 +115,8 @@ int sm_local_init(sm_local *l, size_t n);
 void sm_local_fini(sm_local *l);
 bool sm_local_get(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, int64_t now_ms,
                   int64_t ttl_ms, sm_counts *out);
-void sm_local_put(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, const sm_counts *c);
+void sm_local_put(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, const sm_counts *c,
+                  int64_t now_ms, int64_t ttl_ms);
 void sm_local_evict(sm_local *l, const char *tenant);
 
 /* redis.c: every call returns 0, 1 (not found, for the gets) or -1 (Redis failed). */
