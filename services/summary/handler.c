@@ -180,28 +180,54 @@ static int reply(ks_call *call, const char *tenant, int role, const sm_counts *c
         return ks_call_reply(call, &r.base);
 }
 
-int sm_get_summary_handler(ks_call *call)
+/*
+ * A refusal or a failure, logged with the request id the client sees in its
+ * error (warn for the caller's fault or a dependency's, error for ours).
+ * Only the code and the tenant: the request has nothing worth logging, and
+ * the cause (a libpq message, a pool timeout) was logged where it happened.
+ */
+static int fail(ks_call *call, int code, const char *tenant, const char *msg)
+{
+        ks_log(code == KS_INTERNAL ? KS_LOG_ERROR : KS_LOG_WARN, call->request_id,
+               "summary not served", "{s:s, s:s}", "code", ks_code_name(code), "tenant_id",
+               sm_uuid_valid(tenant) ? tenant : "");
+        return ks_call_fail(call, code, "%s", msg);
+}
+
+static int answer(ks_call *call)
 {
         sm_service *svc = call->service;
         sm_worker *w = call->worker_state;
         const ks_caller *c = call->caller;
-        double t0 = now_s();
         sm_counts counts;
         sm_source src;
         int role, rc;
 
         if (!c->authenticated || !sm_uuid_valid(c->tenant_id)) {
-                return ks_call_fail(call, KS_UNAUTHENTICATED, "authentication required");
+                return fail(call, KS_UNAUTHENTICATED, NULL, "authentication required");
         }
         if ((role = role_index(c->role)) < 0) {
-                return ks_call_fail(call, KS_PERMISSION_DENIED, "org.read is required");
+                return fail(call, KS_PERMISSION_DENIED, c->tenant_id, "org.read is required");
         }
         rc = lookup(call, svc, w, c->tenant_id, &counts, &src);
         if (rc != KS_OK) {
-                return ks_call_fail(call, rc == KS_UNAVAILABLE ? KS_UNAVAILABLE : KS_INTERNAL,
-                                    "the summary is not available right now");
+                return fail(call, rc == KS_UNAVAILABLE ? KS_UNAVAILABLE : KS_INTERNAL, c->tenant_id,
+                            "the summary is not available right now");
         }
-        rc = reply(call, c->tenant_id, role, &counts, src);
+        if ((rc = reply(call, c->tenant_id, role, &counts, src)) != KS_OK) {
+                return fail(call, KS_INTERNAL, c->tenant_id,
+                            "the summary is not available right now");
+        }
+        return KS_OK;
+}
+
+/* Every answer is timed, refusals and failures too: a slow failure is still slow. */
+int sm_get_summary_handler(ks_call *call)
+{
+        sm_service *svc = call->service;
+        double t0 = now_s();
+        int rc = answer(call);
+
         ks_histogram_observe(svc->m.latency, now_s() - t0);
         return rc;
 }
