@@ -3,10 +3,11 @@
  * replicas, real Redis and PostgreSQL: repeated reads run no SQL (the
  * replicas' keelson_summary_sql_statements_total), every admin write in auth
  * changes the next summary on both replicas long before the TTL, logins,
- * lockouts and refused writes leave the cache alone, a fill racing an
- * invalidation is never served (forced with the test-only fill pause the
- * stack enables), Redis stopped means PostgreSQL answers until caching
- * resumes, and a tenant sees only its own counts.
+ * lockouts, refused writes and writes rolled back after every statement ran
+ * leave the cache alone, a fill racing an invalidation is never served
+ * (forced with the test-only fill pause the stack enables), Redis stopped
+ * means PostgreSQL answers until caching resumes, and a tenant sees only its
+ * own counts.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -433,6 +434,118 @@ static void test_login_lockout_and_refused_writes_leave_the_cache(void **state)
         PQfinish(pg);
 }
 
+/* ---- a write rolled back after every statement ran ------------------------------- */
+
+/*
+ * Fault injection at COMMIT: a deferred constraint trigger on auth.outbox
+ * that fails the commit of any transaction which queued a
+ * users.admin_summary for this tenant, with a serialization failure (what a
+ * conflict at commit looks like). Everything the write does has run by then,
+ * its outbox rows included; the commit rolls it all back.
+ */
+static const char sql_refuse_fn[] =
+    "CREATE OR REPLACE FUNCTION public.it_summary_refuse_commit() RETURNS trigger"
+    " LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused at commit by test_summary'"
+    " USING ERRCODE = 'serialization_failure'; END $$";
+#define REFUSE_TRIGGER "it_summary_refuse_commit"
+
+static void refuse_commits(const char *tenant)
+{
+        char sql[512];
+        PGconn *pg = ait_pg();
+
+        /* DDL takes no parameters: the tenant is a uuid the gateway gave us. */
+        assert_int_equal(strspn(tenant, "0123456789abcdef-"), strlen(tenant));
+        snprintf(sql, sizeof(sql),
+                 "CREATE CONSTRAINT TRIGGER " REFUSE_TRIGGER " AFTER INSERT ON auth.outbox"
+                 " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW"
+                 " WHEN (NEW.topic = 'users.admin_summary' AND NEW.tenant_id = '%s'::uuid)"
+                 " EXECUTE FUNCTION public.it_summary_refuse_commit()",
+                 tenant);
+        PQclear(ait_sql(pg, sql_refuse_fn, 0, NULL));
+        PQclear(ait_sql(pg, sql, 0, NULL));
+        PQfinish(pg);
+}
+
+static int allow_commits(void **state)
+{
+        PGconn *pg = it_pg_connect(&ait_stack);
+
+        (void)state;
+        if (pg != NULL) {
+                PQclear(PQexec(pg, "DROP TRIGGER IF EXISTS " REFUSE_TRIGGER " ON auth.outbox"));
+                PQclear(PQexec(pg, "DROP FUNCTION IF EXISTS public.it_summary_refuse_commit()"));
+                PQfinish(pg);
+        }
+        return 0;
+}
+
+/* Values the outbox's id sequence has handed out: rolled-back inserts use them up too. */
+static long outbox_ids_used(void)
+{
+        return ait_sql_long("SELECT last_value FROM auth.outbox_id_seq", 0, NULL);
+}
+
+static long open_invitations(const char *token)
+{
+        json_t *j = ait_ok("ListInvitations", "{}", token);
+        long n = (long)json_array_size(json_object_get(j, "invitations"));
+
+        json_decref(j);
+        return n;
+}
+
+static void test_rolled_back_writes_leave_the_cache(void **state)
+{
+        ait_user owner, m;
+        figures want = fresh_tenant;
+        char body[1024], fresh[AIT_EMAIL_MAX], token[AIT_TOKEN_MAX];
+        long gen0, mark, ids0;
+        double sql0;
+
+        (void)state;
+        ait_signup("it-sum-rb", "Summary Rollback", &owner);
+        ait_new_member(&owner, "it-sum-rb-m", "member", &m);
+        want.active = 2;
+        want.member = 1;
+        gen0 = settle(owner.tenant_id);
+        read_on_every_replica(owner.token, &want, owner.tenant_id);
+        sql0 = metric_sum(SQL);
+        mark = ait_outbox_mark();
+        it_unique_email("it-sum-rb-new", fresh, sizeof(fresh));
+
+        /*
+         * One transaction for the whole batch (services/auth/invitations.c):
+         * the member's address makes it already_exists inside it, after the
+         * caller's role was read and the request id claimed, and the new
+         * address is not invited either.
+         */
+        AIT_BODY(body, "{s:[s, s], s:s}", "emails", fresh, m.email, "role", "viewer");
+        ait_fails("Invite", body, owner.token, "already_exists");
+        assert_int_equal(open_invitations(owner.token), 0);
+
+        /* Every statement runs, the invitation, its mail and the admin_summary row in the
+         * outbox too, and the commit fails. */
+        ids0 = outbox_ids_used();
+        refuse_commits(owner.tenant_id);
+        AIT_BODY(body, "{s:[s], s:s}", "emails", fresh, "role", "viewer");
+        ait_fails("Invite", body, owner.token, "aborted");
+        allow_commits(NULL);
+        assert_true(outbox_ids_used() >= ids0 + 2); /* the mail and the admin_summary were queued */
+        assert_int_equal(open_invitations(owner.token), 0);
+        assert_int_equal(ait_mail_token(mark, fresh, "invitation", token), 0);
+
+        assert_int_equal(ait_events(mark, "users.admin_summary", owner.tenant_id), 0);
+        assert_int_equal(generation(owner.tenant_id), gen0);
+        read_on_every_replica(owner.token, &want, owner.tenant_id);
+        assert_true(metric_sum(SQL) == sql0);
+
+        /* The same write committed: the summary moves, so the fault was all that held it. */
+        ait_invite(&owner, fresh, "viewer", token);
+        want.invited = want.pending = 1;
+        wait_figures(owner.token, &want, owner.tenant_id);
+}
+
 /* ---- the roles each caller may assign --------------------------------------------- */
 
 static void assert_assignable(const char *token, const char *const *want, size_t n)
@@ -605,6 +718,7 @@ int main(void)
             cmocka_unit_test(test_repeated_reads_run_no_sql),
             cmocka_unit_test(test_every_admin_write_changes_the_next_summary),
             cmocka_unit_test(test_login_lockout_and_refused_writes_leave_the_cache),
+            cmocka_unit_test_teardown(test_rolled_back_writes_leave_the_cache, allow_commits),
             cmocka_unit_test(test_assignable_roles_follow_the_callers_role),
             cmocka_unit_test(test_fill_racing_an_invalidation_is_not_served),
             cmocka_unit_test(test_a_tenant_sees_only_its_own_counts),
