@@ -5,9 +5,9 @@
  * changes the next summary on both replicas long before the TTL, logins,
  * lockouts, refused writes and writes rolled back after every statement ran
  * leave the cache alone, a fill racing an invalidation is never served
- * (forced with the test-only fill pause the stack enables), Redis stopped
- * means PostgreSQL answers until caching resumes, and a tenant sees only its
- * own counts.
+ * (forced with the test-only fill pause the stack enables), a failed summary
+ * is logged with its request id and timed, Redis stopped means PostgreSQL
+ * answers until caching resumes, and a tenant sees only its own counts.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -578,6 +578,100 @@ static void test_assignable_roles_follow_the_callers_role(void **state)
         assert_assignable(viewer.token, NULL, 0);
 }
 
+/* ---- a failed summary: logged with its request id, timed -------------------------- */
+
+/* Fault injection: the reader role loses one column it counts, so a fill's SQL fails. */
+static void reader_column(bool granted)
+{
+        PGconn *pg = ait_pg();
+
+        PQclear(ait_sql(pg,
+                        granted ? "GRANT SELECT (revoked_at) ON auth.api_keys TO keelson_summary_rt"
+                                : "REVOKE SELECT (revoked_at) ON auth.api_keys"
+                                  " FROM keelson_summary_rt",
+                        0, NULL));
+        PQfinish(pg);
+}
+
+static int grant_reader_column(void **state)
+{
+        PGconn *pg = it_pg_connect(&ait_stack);
+
+        (void)state;
+        if (pg != NULL) {
+                PQclear(PQexec(pg, "GRANT SELECT (revoked_at) ON auth.api_keys"
+                                   " TO keelson_summary_rt"));
+                PQfinish(pg);
+        }
+        return 0;
+}
+
+/* How many lines of the summary replicas' logs hold every one of the needles. */
+static int log_lines_with(const char *const *needles, int n)
+{
+        char path[600], line[8192];
+        int found = 0;
+
+        for (int i = 0; i < g_n; i++) {
+                FILE *f;
+                snprintf(path, sizeof(path), "%s/logs/summary-%d.log", ait_stack.dir, i + 1);
+                if ((f = fopen(path, "r")) == NULL) {
+                        continue;
+                }
+                while (fgets(line, sizeof(line), f) != NULL) {
+                        bool all = true;
+                        for (int k = 0; k < n && all; k++) {
+                                all = strstr(line, needles[k]) != NULL;
+                        }
+                        found += all;
+                }
+                fclose(f);
+        }
+        return found;
+}
+
+static void test_a_failed_summary_is_logged_and_timed(void **state)
+{
+        ait_user owner;
+        char rid[96], tenant_field[96];
+        const char *needles[4];
+        it_http_response r;
+        json_t *j;
+        double served0;
+
+        (void)state;
+        ait_signup("it-sum-fail", "Summary Failure", &owner);
+        settle(owner.tenant_id);
+        snprintf(rid, sizeof(rid), "it-sum-fail-%s", owner.tenant_id);
+        served0 = metric_sum(SERVED);
+
+        reader_column(false);
+        summary_call(owner.token, "{}", rid, &r); /* a new tenant: nothing cached, a fill */
+        reader_column(true);
+        assert_int_equal(r.status, 500);
+        j = ait_json(&r);
+        assert_string_equal(ait_str(j, "code"), "internal");
+        assert_null(strstr(r.body, "permission")); /* nothing of PostgreSQL's reaches the client */
+        json_decref(j);
+        it_http_response_free(&r);
+
+        /* Timed like any answer, and one line an operator finds by the client's request id. */
+        assert_true(metric_sum(SERVED) == served0 + 1);
+        snprintf(tenant_field, sizeof(tenant_field), "\"tenant_id\":\"%s\"", owner.tenant_id);
+        needles[0] = rid;
+        needles[1] = "\"msg\":\"summary not served\"";
+        needles[2] = "\"level\":\"error\"";
+        needles[3] = "\"code\":\"internal\"";
+        assert_int_equal(log_lines_with(needles, 4), 1);
+        needles[1] = tenant_field;
+        assert_int_equal(log_lines_with(needles, 2), 1);
+        needles[1] = owner.token;
+        assert_int_equal(log_lines_with(needles, 2), 0);
+
+        /* The column back: the same tenant's summary is computed and served. */
+        read_on_every_replica(owner.token, &fresh_tenant, owner.tenant_id);
+}
+
 typedef struct racer {
         const char *token;
         json_t *reply;
@@ -720,6 +814,8 @@ int main(void)
             cmocka_unit_test(test_login_lockout_and_refused_writes_leave_the_cache),
             cmocka_unit_test_teardown(test_rolled_back_writes_leave_the_cache, allow_commits),
             cmocka_unit_test(test_assignable_roles_follow_the_callers_role),
+            cmocka_unit_test_teardown(test_a_failed_summary_is_logged_and_timed,
+                                      grant_reader_column),
             cmocka_unit_test(test_fill_racing_an_invalidation_is_not_served),
             cmocka_unit_test(test_a_tenant_sees_only_its_own_counts),
             /* Last: a restarted Redis starts every generation at 0 again. */
