@@ -6,8 +6,9 @@
  * lockouts, refused writes and writes rolled back after every statement ran
  * leave the cache alone, a fill racing an invalidation is never served
  * (forced with the test-only fill pause the stack enables), a failed summary
- * is logged with its request id and timed, Redis stopped means PostgreSQL
- * answers until caching resumes, and a tenant sees only its own counts.
+ * is logged with its request id and timed, a lost generation does not keep
+ * the local level away past the TTL, Redis stopped means PostgreSQL answers
+ * until caching resumes, and a tenant sees only its own counts.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -672,6 +673,47 @@ static void test_a_failed_summary_is_logged_and_timed(void **state)
         read_on_every_replica(owner.token, &fresh_tenant, owner.tenant_id);
 }
 
+/* ---- a lost generation ------------------------------------------------------------ */
+
+/*
+ * The tenant's generation key disappears without any replica seeing a
+ * Redis error (evicted, flushed, or a Redis restarted behind a proxy): the
+ * generations start at 0 again under the replicas' older local entries.
+ * Once those have expired (the TTL, 30 s in the stack), fills at the new
+ * generation must take their place: the local level serves the tenant again.
+ */
+#define TTL_MS 30000
+
+static void test_a_lost_generation_does_not_keep_the_local_level_away(void **state)
+{
+        ait_user owner;
+        double hits0[REPLICA_MAX];
+        bool back = false;
+
+        (void)state;
+        ait_signup("it-sum-gen", "Summary Generation", &owner);
+        settle(owner.tenant_id);
+        read_on_every_replica(owner.token, &fresh_tenant, owner.tenant_id);
+        assert_true(generation(owner.tenant_id) > 0);
+        assert_int_equal(generation_cmd("DEL", owner.tenant_id), 1);
+        for (int i = 0; i < g_n; i++) {
+                hits0[i] = metric(i, LOCAL_HITS);
+        }
+        for (int waited = 0; waited <= TTL_MS + WAIT_MS && !back; waited += 250) {
+                json_t *j = summary(owner.token);
+                figures f;
+                read_figures(j, &f);
+                assert_figures(&f, &fresh_tenant);
+                json_decref(j);
+                back = true;
+                for (int i = 0; i < g_n; i++) {
+                        back = back && metric(i, LOCAL_HITS) > hits0[i];
+                }
+                sleep_ms(250);
+        }
+        assert_true(back);
+}
+
 typedef struct racer {
         const char *token;
         json_t *reply;
@@ -816,6 +858,7 @@ int main(void)
             cmocka_unit_test(test_assignable_roles_follow_the_callers_role),
             cmocka_unit_test_teardown(test_a_failed_summary_is_logged_and_timed,
                                       grant_reader_column),
+            cmocka_unit_test(test_a_lost_generation_does_not_keep_the_local_level_away),
             cmocka_unit_test(test_fill_racing_an_invalidation_is_not_served),
             cmocka_unit_test(test_a_tenant_sees_only_its_own_counts),
             /* Last: a restarted Redis starts every generation at 0 again. */
