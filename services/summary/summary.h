@@ -16,7 +16,9 @@
  * past computed + TTL, on either level, so a lost event costs at most the
  * TTL. Redis down: the generation cannot be known, so nothing cached is
  * served; the figures come from PostgreSQL (counted), and the local cache is
- * emptied (a restarted Redis may begin its generations at 0 again).
+ * emptied (a restarted Redis may begin its generations at 0 again). A
+ * generation lost without any error seen (its key evicted or flushed) costs
+ * the local level at most the TTL: an expired entry gives way to any fill.
  */
 #ifndef SUMMARY_H
 #define SUMMARY_H
