@@ -29,9 +29,11 @@
 #define NONE              UINT32_MAX
 #define CACHE_ENTRIES_MAX (1u << 24)
 #define EVICTIONS_NAME    "keelson_gateway_context_cache_evictions_total"
-#define EVICTIONS_HELP    "Contexts dropped from the cache, by reason (lru, expired, revoked)"
+#define EVICTIONS_HELP                                                                             \
+        "Contexts dropped from the cache, by reason (lru, expired, revoked, replaced)"
 
-enum { REASON_LRU, REASON_EXPIRED, REASON_REVOKED, REASON_COUNT };
+/* replaced: a fresher resolution of the same token took the entry's place. */
+enum { REASON_LRU, REASON_EXPIRED, REASON_REVOKED, REASON_REPLACED, REASON_COUNT };
 
 typedef struct entry {
         uint8_t sha[KS_SHA256_BYTES];
@@ -149,8 +151,8 @@ static uint32_t find(const gw_cache *c, const uint8_t sha[KS_SHA256_BYTES], uint
 static void metrics_init(gw_cache *c)
 {
         ks_metrics *m = ks_metrics_default();
-        static const char *const reasons[REASON_COUNT] = {"reason=\"lru\"", "reason=\"expired\"",
-                                                          "reason=\"revoked\""};
+        static const char *const reasons[REASON_COUNT] = {
+            "reason=\"lru\"", "reason=\"expired\"", "reason=\"revoked\"", "reason=\"replaced\""};
         c->hits = ks_counter_get(m, "keelson_gateway_context_cache_hits_total",
                                  "Authenticated requests whose caller came from the cache", NULL);
         c->misses = ks_counter_get(m, "keelson_gateway_context_cache_misses_total",
@@ -280,7 +282,7 @@ void gw_cache_put(gw_cache *c, const uint8_t sha[KS_SHA256_BYTES], const gw_cont
         uint64_t h = gw_hash64(c->seed, sha, KS_SHA256_BYTES);
         uint32_t i = find(c, sha, h);
         if (i != NONE) {
-                remove_entry(c, i, REASON_EXPIRED); /* replaced by a fresher context */
+                remove_entry(c, i, REASON_REPLACED); /* a fresher context of the same token */
         }
         i = take_slot(c);
         entry *e = &c->v[i];

@@ -168,6 +168,45 @@ static void test_generation_drops_racing_fill(void **state)
         gw_cache_free(c);
 }
 
+static uint64_t evictions(const char *reason)
+{
+        char labels[64];
+        snprintf(labels, sizeof(labels), "reason=\"%s\"", reason);
+        return ks_counter_value(ks_counter_get(
+            ks_metrics_default(), "keelson_gateway_context_cache_evictions_total", NULL, labels));
+}
+
+/* Each way out of the cache is counted under its own reason. */
+static void test_eviction_reasons(void **state)
+{
+        (void)state;
+        gw_cache *c = NULL;
+        static const char *const reasons[] = {"lru", "expired", "revoked", "replaced"};
+        uint64_t before[4], after[4];
+        uint8_t sha[32];
+        assert_int_equal(gw_cache_new(&c, 2, SESSION_TTL_MS, API_KEY_TTL_MS), 0);
+        for (int i = 0; i < 4; i++) {
+                before[i] = evictions(reasons[i]);
+        }
+        put(c, "a", ctx_of("u1", "t1", ""), 0);
+        put(c, "a", ctx_of("u1", "t1", ""), 10); /* a fresh resolution of the same token */
+        assert_int_equal(gw_cache_count(c), 1);
+        assert_true(has(c, "a", SESSION_TTL_MS + 9)); /* the replacement's TTL counts */
+        put(c, "b", ctx_of("u2", "t1", ""), 20);
+        put(c, "c", ctx_of("u3", "t1", ""), 30);        /* "a" is the least recently used */
+        assert_false(has(c, "b", SESSION_TTL_MS + 20)); /* expired */
+        sha_of("c", sha);
+        assert_int_equal(gw_cache_evict_token(c, sha), 1);
+        for (int i = 0; i < 4; i++) {
+                after[i] = evictions(reasons[i]);
+        }
+        assert_int_equal(after[0] - before[0], 1); /* lru: a */
+        assert_int_equal(after[1] - before[1], 1); /* expired: b */
+        assert_int_equal(after[2] - before[2], 1); /* revoked: c */
+        assert_int_equal(after[3] - before[3], 1); /* replaced: the first a */
+        gw_cache_free(c);
+}
+
 static void test_disabled(void **state)
 {
         (void)state;
@@ -240,6 +279,7 @@ int main(void)
             cmocka_unit_test(test_lru_bound),
             cmocka_unit_test(test_evict_token_and_user),
             cmocka_unit_test(test_generation_drops_racing_fill),
+            cmocka_unit_test(test_eviction_reasons),
             cmocka_unit_test(test_disabled),
             cmocka_unit_test(test_accepts_gzip),
             cmocka_unit_test(test_gzip_round_trip),
