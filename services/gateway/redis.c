@@ -370,6 +370,23 @@ static void schedule_retry(gw_redis *r)
         r->retry_ms = r->retry_ms * 2 < r->retry_max_ms ? r->retry_ms * 2 : r->retry_max_ms;
 }
 
+/*
+ * The first failure of an outage: logged and counted once, whether Redis was
+ * up before or has not answered since the gateway started (a gateway that
+ * starts without Redis falls back too, and its recovery is counted later:
+ * fallbacks and recoveries stay paired).
+ */
+static void outage_begins(gw_redis *r, const char *why)
+{
+        if (r->said_down || r->closing) {
+                return;
+        }
+        r->said_down = true;
+        ks_counter_inc(r->fallbacks);
+        ks_log_warn(NULL, "redis unavailable: rate limits fall back to in-process buckets",
+                    "{s:s,s:s,s:i}", "reason", why, "host", r->url.host, "port", r->url.port);
+}
+
 /* The connection ac is gone or going: log the switch once, count it, retry later. */
 static void lost(gw_redis *r, const redisAsyncContext *ac, int kind, const char *why)
 {
@@ -377,19 +394,10 @@ static void lost(gw_redis *r, const redisAsyncContext *ac, int kind, const char 
                 return; /* an old context's last words */
         }
         r->ac = NULL;
-        bool was_up = r->up;
         r->up = false;
         ks_counter_inc(r->errors[kind]);
         ks_gauge_set(r->up_gauge, 0);
-        if (was_up) {
-                ks_counter_inc(r->fallbacks);
-        }
-        if (!r->said_down && !r->closing) {
-                r->said_down = true;
-                ks_log_warn(NULL, "redis unavailable: rate limits fall back to in-process buckets",
-                            "{s:s,s:s,s:i}", "reason", why, "host", r->url.host, "port",
-                            r->url.port);
-        }
+        outage_begins(r, why);
         schedule_retry(r);
 }
 
@@ -514,13 +522,7 @@ static void connect_now(gw_redis *r)
         }
         redisAsyncContext *ac = redisAsyncConnect(r->url.host, r->url.port);
         if (ac == NULL || ac->err != 0) {
-                if (!r->said_down) {
-                        r->said_down = true;
-                        ks_log_warn(
-                            NULL, "redis unavailable: rate limits fall back to in-process buckets",
-                            "{s:s,s:s,s:i}", "reason", ac != NULL ? ac->errstr : "out of memory",
-                            "host", r->url.host, "port", r->url.port);
-                }
+                outage_begins(r, ac != NULL ? ac->errstr : "out of memory");
                 ks_counter_inc(r->errors[ERR_CONNECT]);
                 if (ac != NULL) {
                         redisAsyncFree(ac);

@@ -375,6 +375,53 @@ static void test_redis_down_then_back(void **state)
         assert_int_equal(status_of(&g_b, "WhoAmI", "{}", token, NULL), 429);
 }
 
+static double metric_of(const it_gateway *gw, const char *series)
+{
+        double v = -1;
+        if (it_metric(gw->url, series, &v) != 0) {
+                fail_msg("%s has no series %s", gw->url, series);
+        }
+        return v;
+}
+
+/*
+ * A gateway that starts while Redis is down is in fallback from its first
+ * request: the outage is counted (and logged) once, and Redis coming back
+ * is its one recovery.
+ */
+static void test_started_while_redis_down(void **state)
+{
+        (void)state;
+        char token[TOKEN_MAX], tenant[ID_MAX];
+        it_gateway gw;
+        it_http_response r;
+        const char *env[] = {"KEELSON_GATEWAY_RATE_API=6:1/1m", "KEELSON_GATEWAY_REPLICAS=1",
+                             g_prefix, NULL};
+        new_session(token, tenant);
+        assert_int_equal(it_stack_redis(&g_stack, 0), 0);
+        assert_int_equal(it_gateway_start(&g_stack, env, 1, &gw), 0);
+        call_from(&gw, "WhoAmI", "{}", token, NULL, &r);
+        assert_int_equal(r.status, 200); /* served, by the in-process bucket */
+        assert_int_equal(it_header_long(&r, "RateLimit-Limit"), API_CAPACITY);
+        it_http_response_free(&r);
+        assert_true(metric_of(&gw, "keelson_gateway_redis_up") == 0);
+        assert_true(metric_of(&gw, "keelson_gateway_ratelimit_fallbacks_total") == 1);
+        assert_true(metric_of(&gw, "keelson_gateway_ratelimit_recoveries_total") == 0);
+        assert_true(metric_of(&gw, "keelson_gateway_ratelimit_decisions_total{scope=\"api\","
+                                   "decision=\"allowed\",backend=\"local\"}") >= 1);
+        assert_int_equal(count_in_file(gw.log_path, "redis unavailable"), 1);
+
+        assert_int_equal(it_stack_redis(&g_stack, 1), 0);
+        wait_redis_up(&gw, 1);
+        assert_true(metric_of(&gw, "keelson_gateway_ratelimit_fallbacks_total") == 1);
+        assert_true(metric_of(&gw, "keelson_gateway_ratelimit_recoveries_total") == 1);
+        assert_int_equal(count_in_file(gw.log_path, "redis is back"), 1);
+        assert_int_equal(status_of(&gw, "WhoAmI", "{}", token, NULL), 200);
+        assert_true(metric_of(&gw, "keelson_gateway_ratelimit_decisions_total{scope=\"api\","
+                                   "decision=\"allowed\",backend=\"redis\"}") >= 1);
+        it_gateway_stop(&gw);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -385,6 +432,7 @@ int main(void)
             cmocka_unit_test(test_untrusted_forwarded_for_is_ignored),
             cmocka_unit_test(test_script_reloaded_after_flush),
             cmocka_unit_test(test_redis_down_then_back),
+            cmocka_unit_test(test_started_while_redis_down),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }
