@@ -187,6 +187,29 @@ static void test_capacity_and_headers(void **state)
         it_http_response_free(&r);
 }
 
+/* Replies refused before the limit step took no token and carry no RateLimit-* headers. */
+static void test_no_headers_before_the_limit_step(void **state)
+{
+        (void)state;
+        char ip[XFF_MAX];
+        it_http_response r;
+        it_random_ip(ip, sizeof(ip));
+        call_from(&g_a, "WhoAmI", "{}", NULL, ip, &r); /* no bearer token */
+        assert_int_equal(r.status, 401);
+        assert_int_equal(it_header_long(&r, "RateLimit-Limit"), -1);
+        assert_int_equal(it_header_long(&r, "RateLimit-Remaining"), -1);
+        it_http_response_free(&r);
+        call_from(&g_a, "Login", "{\"remember\":true}", NULL, ip, &r); /* a field Login lacks */
+        assert_int_equal(r.status, 400);
+        assert_int_equal(it_header_long(&r, "RateLimit-Limit"), -1);
+        it_http_response_free(&r);
+        /* The first request that reaches the limit finds the bucket full. */
+        call_from(&g_a, "Login", LOGIN_BODY, NULL, ip, &r);
+        assert_int_equal(r.status, 401);
+        assert_int_equal(it_header_long(&r, "RateLimit-Remaining"), AUTH_CAPACITY - 1);
+        it_http_response_free(&r);
+}
+
 /* Two replicas, one bucket: Redis holds it. */
 static void test_replicas_share_one_bucket(void **state)
 {
@@ -426,6 +449,7 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_capacity_and_headers),
+            cmocka_unit_test(test_no_headers_before_the_limit_step),
             cmocka_unit_test(test_replicas_share_one_bucket),
             cmocka_unit_test(test_per_key_isolation),
             cmocka_unit_test(test_refill_after_retry_after),
