@@ -154,7 +154,7 @@ static const ks_config_var config_vars[] = {
 const ks_method auth_methods[] = {
     M("SignUp", sign_up, auth_signup, PUB | HASH),
     M("Login", login, auth_login, PUB | HASH),
-    M("Logout", logout, auth_logout, IDEM),
+    M("Logout", logout, auth_logout, IDEM | KS_M_CALLER_OPTIONAL),
     {"keelson.auth.v1.AuthService/WhoAmI", &keelson__auth__v1__who_am_irequest__descriptor,
      &keelson__auth__v1__who_am_iresponse__descriptor, auth_whoami, IDEM},
     M("ResolveContext", resolve_context, auth_resolve_context, KS_M_INTERNAL | PUB | IDEM),

@@ -283,6 +283,14 @@ int auth_logout(ks_call *call)
         auth_actor a;
         int rc;
 
+        /*
+         * The gateway passes on a Logout whose token no longer resolves
+         * (revoked, expired, unknown) without a caller: that session is
+         * already over, and with no token there is nothing else to touch.
+         */
+        if (!call->caller->authenticated) {
+                return ks_call_reply(call, &resp.base);
+        }
         if ((rc = auth_require_user(call, &a)) != KS_OK) {
                 return rc;
         }

@@ -38,6 +38,9 @@ enum {
         KS_M_INTERNAL = 1u << 1,   /* never routed from the outside by the gateway */
         KS_M_IDEMPOTENT = 1u << 2, /* safe to retry */
         KS_M_HASH_HEAVY = 1u << 3, /* spends a password hash */
+        /* A bearer token that does not resolve (revoked, expired, unknown) is
+         * not refused: the call goes on with an unauthenticated caller. */
+        KS_M_CALLER_OPTIONAL = 1u << 4,
 };
 
 typedef struct ks_call ks_call;

@@ -46,7 +46,8 @@
  *                   -> rate limit (api scope) -> call -> reply (gzip)
  *
  * Services never see a caller built from client input: the caller is either
- * unauthenticated (public methods) or copied field by field from the
+ * unauthenticated (public methods, and a KS_M_CALLER_OPTIONAL method whose
+ * token did not resolve) or copied field by field from the
  * ResolveContext reply (directly or through the cache); the only other
  * field, client_ip, is the socket peer or what trusted proxies vouch for.
  */
@@ -578,14 +579,30 @@ void gw_rpc_begin(gw_request *g)
         start_upstream(g, GW_STAGE_RESOLVING);
 }
 
+/*
+ * The token did not resolve. Most methods answer 401. A KS_M_CALLER_OPTIONAL
+ * one (Logout) goes on with the unauthenticated caller gw_request_new made,
+ * limited by client address: the service answers "nothing to do" without
+ * ever seeing the token, so no session or key of anyone can be touched.
+ */
+static void token_refused(gw_request *g)
+{
+        if ((g->route->flags & KS_M_CALLER_OPTIONAL) == 0) {
+                /* Whatever auth disliked about the token, the client sees one answer. */
+                fail_unauthenticated(g, "invalid or expired session");
+                return;
+        }
+        ks_rpc_result_clear(&g->call.result);
+        limit_then_call(g, g->client_ip);
+}
+
 static void on_resolved(gw_request *g)
 {
         ks_rpc_result *res = &g->call.result;
         wipe_auth_payload(g);
         if (res->code != KS_OK) {
                 if (is_token_rejection(res->code)) {
-                        /* Whatever auth disliked about the token, the client sees one answer. */
-                        fail_unauthenticated(g, "invalid or expired session");
+                        token_refused(g);
                 } else if (is_upstream_fault(res->code)) {
                         gw_server_upstream_error(g->srv, KS_SVC_AUTH, res->code);
                         gw_request_fail(g, 0, res->code, res->message);
@@ -607,7 +624,7 @@ static void on_resolved(gw_request *g)
         }
         if (!r->authenticated) {
                 keelson__auth__v1__resolve_context_response__free_unpacked(r, NULL);
-                fail_unauthenticated(g, "invalid or expired session");
+                token_refused(g);
                 return;
         }
         int rc = ctx_from_reply(&g->ctx, r);

@@ -29,6 +29,8 @@ static const ProtobufCServiceDescriptor *const routed_services[] = {
  * Methods that are not plain "caller required" writes. KS_M_INTERNAL methods
  * are never routed: a request for one is answered exactly like an unknown
  * method. KS_M_IDEMPOTENT methods may be resent when a replica dies under them.
+ * KS_M_CALLER_OPTIONAL methods still need a bearer token, but one that does
+ * not resolve reaches the service as an unauthenticated caller.
  */
 static const struct {
         const char *method;
@@ -38,7 +40,8 @@ static const struct {
     {"keelson.auth.v1.AuthService/Login", KS_M_PUBLIC},
     {"keelson.auth.v1.AuthService/ResolveContext", KS_M_INTERNAL | KS_M_IDEMPOTENT},
     {"keelson.auth.v1.AuthService/WhoAmI", KS_M_IDEMPOTENT},
-    {"keelson.auth.v1.AuthService/Logout", KS_M_IDEMPOTENT},
+    /* A second Logout with the same token is "already done", not 401. */
+    {"keelson.auth.v1.AuthService/Logout", KS_M_IDEMPOTENT | KS_M_CALLER_OPTIONAL},
     {"keelson.auth.v1.AuthService/AcceptInvitation", KS_M_PUBLIC},
     {"keelson.auth.v1.AuthService/ForgotPassword", KS_M_PUBLIC},
     {"keelson.auth.v1.AuthService/ResetPassword", KS_M_PUBLIC},

@@ -240,6 +240,109 @@ static void test_flow_json(void **state)
         assert_whoami_unauthenticated(token);
 }
 
+/* One number from the stack's database (a count, a max id). */
+static long sql_long(const char *sql, const char *param)
+{
+        const char *params[1] = {param};
+        PGconn *pg = it_pg_connect(&g_stack);
+        PGresult *res;
+        long v;
+
+        assert_non_null(pg);
+        res = PQexecParams(pg, sql, param != NULL ? 1 : 0, NULL, params, NULL, NULL, 0);
+        if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+                fail_msg("query failed: %s (%s)", PQresultErrorMessage(res), sql);
+        }
+        v = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+        PQclear(res);
+        PQfinish(pg);
+        return v;
+}
+
+/*
+ * Logout is idempotent for the client too: the same token again is "already
+ * logged out", 200 {}, even though the gateway no longer resolves it; the
+ * token still authenticates nothing. The user's other session and an
+ * unknown token are left as they were.
+ */
+static void test_logout_twice_is_ok(void **state)
+{
+        char email[EMAIL_MAX], token[TOKEN_MAX], other[TOKEN_MAX], mark_s[24];
+        it_http_response r;
+        long mark;
+
+        (void)state;
+        it_unique_email("it-logout-twice", email, sizeof(email));
+        signup_ok(email);
+        login_ok(email, token);
+        login_ok(email, other);
+
+        call_json("Logout", "{}", token, &r);
+        assert_ok_json(&r);
+        assert_string_equal(r.body, "{}");
+        it_http_response_free(&r);
+        call_json("Logout", "{}", token, &r);
+        assert_ok_json(&r);
+        assert_string_equal(r.body, "{}");
+        it_http_response_free(&r);
+        mark = sql_long("SELECT coalesce(max(id), 0) FROM auth.outbox", NULL);
+        call_json("Logout", "{}", token, &r);
+        assert_ok_json(&r);
+        assert_string_equal(r.body, "{}");
+        it_http_response_free(&r);
+        assert_whoami_unauthenticated(token);
+        /* The repeat revoked nothing, so it told nobody anything. */
+        snprintf(mark_s, sizeof(mark_s), "%ld", mark);
+        assert_int_equal(sql_long("SELECT count(*) FROM auth.outbox WHERE id > $1::int8"
+                                  " AND topic = 'auth.context_revoked'",
+                                  mark_s),
+                         0);
+
+        /* A token auth never issued: nothing to log out, nothing changed. */
+        call_json("Logout", "{}", "bm90LWEtcmVhbC10b2tlbi1hdC1hbGwtMDEyMzQ1Njc4OQ", &r);
+        assert_ok_json(&r);
+        assert_string_equal(r.body, "{}");
+        it_http_response_free(&r);
+
+        call_json("WhoAmI", "{}", other, &r);
+        assert_ok_json(&r);
+        it_http_response_free(&r);
+
+        /* No token at all is still the client's mistake. */
+        call_json("Logout", "{}", NULL, &r);
+        assert_connect_error(&r, 401, "unauthenticated");
+        it_http_response_free(&r);
+}
+
+/* An API key is not a session: Logout with one is refused and leaves it working. */
+static void test_logout_with_api_key_changes_nothing(void **state)
+{
+        char email[EMAIL_MAX], token[TOKEN_MAX], key[TOKEN_MAX];
+        it_http_response r;
+        json_t *j;
+
+        (void)state;
+        it_unique_email("it-logout-key", email, sizeof(email));
+        signup_ok(email);
+        login_ok(email, token);
+        call_json("CreateApiKey", "{\"name\":\"logout probe\",\"role\":\"member\"}", token, &r);
+        assert_ok_json(&r);
+        j = body_json(&r);
+        snprintf(key, sizeof(key), "%s", json_str(j, "key"));
+        json_decref(j);
+        it_http_response_free(&r);
+
+        call_json("Logout", "{}", key, &r);
+        assert_connect_error(&r, 403, "permission_denied");
+        it_http_response_free(&r);
+        call_json("ListMembers", "{}", key, &r);
+        assert_ok_json(&r);
+        it_http_response_free(&r);
+        call_json("WhoAmI", "{}", token, &r);
+        assert_ok_json(&r);
+        it_http_response_free(&r);
+}
+
 /* Packs a protobuf-c message into a malloc'd buffer. */
 static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
 {
@@ -577,6 +680,8 @@ int main(void)
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_flow_json),
             cmocka_unit_test(test_flow_proto),
+            cmocka_unit_test(test_logout_twice_is_ok),
+            cmocka_unit_test(test_logout_with_api_key_changes_nothing),
             cmocka_unit_test(test_duplicate_signup_is_already_exists),
             cmocka_unit_test(test_short_password_is_invalid_argument),
             cmocka_unit_test(test_expired_session_is_refused),
