@@ -617,6 +617,97 @@ static void test_unknown_method_is_unimplemented(void **state)
         assert_normal_call_ok();
 }
 
+/* A valid Login of the normal user in JSON, with one more "Name: value" header. */
+static void login_with_header(const char *header, it_http_response *out)
+{
+        const char *headers[2] = {header, NULL};
+        json_t *req = json_pack("{s:s, s:s}", "email", g_email, "password", PASSWORD);
+        char *body = json_dumps(req, JSON_COMPACT);
+
+        assert_non_null(body);
+        assert_int_equal(it_http_post(g_stack.gateway_url, AUTH_PATH "Login", "application/json",
+                                      body, strlen(body), headers, out),
+                         0);
+        free(body);
+        json_decref(req);
+}
+
+/*
+ * Connect-Timeout-Ms 0 is already expired; 1 ms ends long before a Login's
+ * scrypt does (tens of ms). Either way the client gets the protocol's 504.
+ */
+static void test_connect_timeout_expired_is_deadline_exceeded(void **state)
+{
+        static const char *const values[] = {"Connect-Timeout-Ms: 0", "Connect-Timeout-Ms: 1"};
+        it_http_response r;
+
+        (void)state;
+        for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+                login_with_header(values[i], &r);
+                assert_connect_error(&r, 504, "deadline_exceeded");
+                it_http_response_free(&r);
+                assert_normal_call_ok();
+        }
+        /* A generous client deadline changes nothing. */
+        login_with_header("Connect-Timeout-Ms: 60000", &r);
+        assert_ok_json(&r);
+        it_http_response_free(&r);
+}
+
+static void test_connect_timeout_invalid_is_invalid_argument(void **state)
+{
+        static const char *const values[] = {
+            "Connect-Timeout-Ms: abc",  "Connect-Timeout-Ms: -1",
+            "Connect-Timeout-Ms: 1.5",  "Connect-Timeout-Ms: 12345678901",
+            "Connect-Timeout-Ms: 0x10", "Connect-Timeout-Ms: 100ms",
+        };
+        it_http_response r;
+
+        (void)state;
+        for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+                login_with_header(values[i], &r);
+                if (r.status != 400) {
+                        fail_msg("%s: expected HTTP 400, got %ld", values[i], r.status);
+                }
+                assert_connect_error(&r, 400, "invalid_argument");
+                it_http_response_free(&r);
+        }
+        assert_normal_call_ok();
+}
+
+static void test_connect_protocol_version_2_is_invalid_argument(void **state)
+{
+        it_http_response r;
+
+        (void)state;
+        login_with_header("Connect-Protocol-Version: 2", &r);
+        assert_connect_error(&r, 400, "invalid_argument");
+        it_http_response_free(&r);
+        login_with_header("Connect-Protocol-Version: 1", &r);
+        assert_ok_json(&r);
+        it_http_response_free(&r);
+        assert_normal_call_ok();
+}
+
+/* Bytes that are no LoginRequest: the error is Connect JSON, not protobuf. */
+static void test_malformed_proto_is_invalid_argument(void **state)
+{
+        /* field 1 (email), length 100, but only 3 bytes follow */
+        static const uint8_t truncated[] = {0x0a, 0x64, 'a', 'd', 'a'};
+        /* wire type 7 does not exist */
+        static const uint8_t bad_wire_type[] = {0x0f, 0x01};
+        it_http_response r;
+
+        (void)state;
+        call("Login", "application/proto", truncated, sizeof(truncated), NULL, NULL, &r);
+        assert_connect_error(&r, 400, "invalid_argument");
+        it_http_response_free(&r);
+        call("Login", "application/proto", bad_wire_type, sizeof(bad_wire_type), NULL, NULL, &r);
+        assert_connect_error(&r, 400, "invalid_argument");
+        it_http_response_free(&r);
+        assert_normal_call_ok();
+}
+
 /* ResolveContext is the gateway's own call to auth: from outside it does not exist. */
 static void test_resolve_context_is_not_reachable(void **state)
 {
@@ -690,6 +781,10 @@ int main(void)
             cmocka_unit_test(test_wrong_content_type_is_415),
             cmocka_unit_test(test_body_over_limit_is_resource_exhausted),
             cmocka_unit_test(test_unknown_method_is_unimplemented),
+            cmocka_unit_test(test_connect_timeout_expired_is_deadline_exceeded),
+            cmocka_unit_test(test_connect_timeout_invalid_is_invalid_argument),
+            cmocka_unit_test(test_connect_protocol_version_2_is_invalid_argument),
+            cmocka_unit_test(test_malformed_proto_is_invalid_argument),
             cmocka_unit_test(test_resolve_context_is_not_reachable),
             cmocka_unit_test(test_request_id_echoed_or_made),
         };
