@@ -220,9 +220,14 @@ void gw_client_ip(const gw_proxies *p, const char *peer, const char *const *xff,
 
 /* ---- ratelimit.c: scopes, keys, decisions --------------------------------- */
 
-/* auth: public methods (sign-up, login, ...) keyed by client address and
- * method; api: authenticated methods keyed by tenant. */
-typedef enum gw_scope { GW_SCOPE_AUTH, GW_SCOPE_API, GW_SCOPE_COUNT } gw_scope;
+/*
+ * auth: public methods (sign-up, login, ...) keyed by client address and
+ * method; api: authenticated methods keyed by tenant; resolve: tokens the
+ * context cache does not know (each costs a ResolveContext on auth), keyed
+ * by client address, so that a flood of made-up tokens is bounded before it
+ * reaches auth and PostgreSQL.
+ */
+typedef enum gw_scope { GW_SCOPE_AUTH, GW_SCOPE_API, GW_SCOPE_RESOLVE, GW_SCOPE_COUNT } gw_scope;
 
 #define GW_OVERRIDES_MAX 64
 
@@ -330,6 +335,7 @@ typedef struct gw_config {
         int64_t replicas;
         char *rate_auth;
         char *rate_api;
+        char *rate_resolve;
         char *rate_overrides;
         int64_t rate_local_keys;
         int64_t redis_timeout_ms;
@@ -429,6 +435,12 @@ void gw_ratelimit_free(gw_ratelimit *rl);
  */
 int gw_ratelimit_take(gw_ratelimit *rl, const gw_route *route, const char *subject,
                       gw_limit_wait *w);
+/*
+ * The same for the resolve scope: one token of client_ip's bucket for a
+ * bearer token the cache does not know, taken before ResolveContext.
+ * w->route->scope is then GW_SCOPE_RESOLVE.
+ */
+int gw_ratelimit_take_resolve(gw_ratelimit *rl, const char *client_ip, gw_limit_wait *w);
 /* RateLimit-Limit, -Remaining, -Reset, and Retry-After when refused. */
 void gw_ratelimit_headers(const gw_decision *d, struct evkeyvalq *headers);
 

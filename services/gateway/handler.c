@@ -42,7 +42,8 @@
  * The path of a request (each step may end it with an error):
  *   checks and body -> public method: rate limit (auth scope) -> call
  *                   -> else bearer token -> context cache hit, or
- *                      ResolveContext (and fill the cache)
+ *                      rate limit (resolve scope, per client address)
+ *                      -> ResolveContext (and fill the cache)
  *                   -> rate limit (api scope) -> call -> reply (gzip)
  *
  * Services never see a caller built from client input: the caller is either
@@ -340,17 +341,38 @@ static void start_upstream(gw_request *g, gw_stage stage)
 
 /* ---- rate limit ------------------------------------------------------------- */
 
-static void apply_limit(gw_request *g)
+static void limit_headers(gw_request *g, const gw_decision *d)
 {
-        const gw_decision *d = &g->limit.decision;
         if (g->req != NULL) {
                 gw_ratelimit_headers(d, evhttp_request_get_output_headers(g->req));
         }
+}
+
+static void refuse(gw_request *g)
+{
+        /* Counted (ratelimit_decisions_total), not logged: a flood of
+         * refusals must not become a flood of log lines. */
+        g->quiet = true;
+        gw_request_fail(g, 429, KS_RESOURCE_EXHAUSTED, "rate limit exceeded, retry later");
+}
+
+static void apply_limit(gw_request *g)
+{
+        const gw_decision *d = &g->limit.decision;
+        if (g->limit.route->scope == GW_SCOPE_RESOLVE) {
+                /* Before ResolveContext. Allowed: no headers, the api scope's
+                 * follow; refused: this bucket's, which the 429 is about. */
+                if (!d->allowed) {
+                        limit_headers(g, d);
+                        refuse(g);
+                        return;
+                }
+                start_upstream(g, GW_STAGE_RESOLVING);
+                return;
+        }
+        limit_headers(g, d);
         if (!d->allowed) {
-                /* Counted (ratelimit_decisions_total), not logged: a flood of
-                 * refusals must not become a flood of log lines. */
-                g->quiet = true;
-                gw_request_fail(g, 429, KS_RESOURCE_EXHAUSTED, "rate limit exceeded, retry later");
+                refuse(g);
                 return;
         }
         start_upstream(g, GW_STAGE_CALLING);
@@ -372,6 +394,23 @@ static void on_limit_decided(gw_limit_wait *w)
                 apply_limit(g);
         }
         gw_server_drain_check(s);
+}
+
+/* A token the cache does not know: its client address pays before auth does. */
+static void limit_then_resolve(gw_request *g)
+{
+        g->limit.done = on_limit_decided;
+        switch (gw_ratelimit_take_resolve(g->srv->rl, g->client_ip, &g->limit)) {
+        case GW_LIMIT_OFF:
+                start_upstream(g, GW_STAGE_RESOLVING);
+                break;
+        case GW_LIMIT_NOW:
+                apply_limit(g);
+                break;
+        default:
+                wait_begin(g, GW_STAGE_LIMITING);
+                break;
+        }
 }
 
 static void limit_then_call(gw_request *g, const char *subject)
@@ -572,11 +611,12 @@ void gw_rpc_begin(gw_request *g)
                 return;
         }
         g->cache_generation = gw_cache_generation(g->srv->cache);
+        /* Packed first: tok points into the request, which may go while Redis decides. */
         if (pack_resolve(g, tok, tok_len) != 0) {
                 gw_request_fail(g, 0, KS_INTERNAL, "out of memory");
                 return;
         }
-        start_upstream(g, GW_STAGE_RESOLVING);
+        limit_then_resolve(g);
 }
 
 /*

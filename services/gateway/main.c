@@ -51,6 +51,10 @@ static const ks_config_var config_vars[] = {
                "CAPACITY:TOKENS/PERIOD (PERIOD = [n]ms|s|m|h) or off"),
     KS_CFG_STR("KEELSON_GATEWAY_RATE_API", gw_config, rate_api, "500:500/1m", KS_CFG_NONEMPTY,
                "authenticated methods per tenant: CAPACITY:TOKENS/PERIOD or off"),
+    KS_CFG_STR("KEELSON_GATEWAY_RATE_RESOLVE", gw_config, rate_resolve, "100:10/1s",
+               KS_CFG_NONEMPTY,
+               "bearer tokens the context cache does not know (each costs auth a "
+               "ResolveContext), per client address: CAPACITY:TOKENS/PERIOD or off"),
     KS_CFG_STR("KEELSON_GATEWAY_RATE_OVERRIDES", gw_config, rate_overrides, "", 0,
                "per-method limits, comma-separated package.Service/Method=CAPACITY:TOKENS/PERIOD "
                "or =off; each gets a bucket of its own"),

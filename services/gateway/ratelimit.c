@@ -7,6 +7,11 @@
  *   client address and method. Default 5, refilling 1 every 5 s.
  * - api: every authenticated method, keyed by the caller's tenant, whether
  *   it came with a session or an API key. Default 500 per minute.
+ * - resolve: every bearer token the context cache does not know, keyed by
+ *   client address, taken before the ResolveContext call it would cost
+ *   (KEELSON_GATEWAY_RATE_RESOLVE, default 100, refilling 10 per second). A
+ *   made-up token is never cached, so without it every one would cost auth
+ *   a call and PostgreSQL a lookup; cached tokens never touch this bucket.
  * - KEELSON_GATEWAY_RATE_OVERRIDES gives single methods their own
  *   parameters (or "off"); an overridden method gets a bucket of its own
  *   (the method joins the key), so it never drains its scope's bucket.
@@ -17,7 +22,8 @@
  * parameters (divided by KEELSON_GATEWAY_REPLICAS), so the fleet as a whole
  * stays near the configured rate and no request fails because Redis is down.
  *
- * Keys are "a:<method>:<address>", "t:<tenant>" and "m:<method>:<tenant>"
+ * Keys are "a:<method>:<address>", "t:<tenant>", "m:<method>:<tenant>" and
+ * "r:<address>"
  * (behind KEELSON_GATEWAY_REDIS_PREFIX in Redis). One longer than
  * GW_LIMIT_KEY_MAX becomes "h:" and the hex SHA-256 of it, so replicas still
  * agree on it.
@@ -38,11 +44,12 @@
 struct gw_ratelimit {
         gw_redis *redis; /* NULL without KEELSON_REDIS_URL */
         gw_buckets *local;
+        gw_route resolve; /* the resolve scope's pseudo-route: its limits, no path */
         /* [scope][local][limited] */
         ks_counter *decisions[GW_SCOPE_COUNT][2][2];
 };
 
-static const char *const scope_names[GW_SCOPE_COUNT] = {"auth", "api"};
+static const char *const scope_names[GW_SCOPE_COUNT] = {"auth", "api", "resolve"};
 
 /* ---- configuration ---------------------------------------------------------- */
 
@@ -120,9 +127,9 @@ static int parse_overrides(const char *list, gw_rate_config *out, char *why, siz
 int gw_rate_config_parse(const gw_config *cfg, gw_rate_config *out, char *err, size_t err_len)
 {
         char why[ERR_MAX];
-        const char *specs[GW_SCOPE_COUNT] = {cfg->rate_auth, cfg->rate_api};
-        const char *vars[GW_SCOPE_COUNT] = {"KEELSON_GATEWAY_RATE_AUTH",
-                                            "KEELSON_GATEWAY_RATE_API"};
+        const char *specs[GW_SCOPE_COUNT] = {cfg->rate_auth, cfg->rate_api, cfg->rate_resolve};
+        const char *vars[GW_SCOPE_COUNT] = {"KEELSON_GATEWAY_RATE_AUTH", "KEELSON_GATEWAY_RATE_API",
+                                            "KEELSON_GATEWAY_RATE_RESOLVE"};
         memset(out, 0, sizeof(*out));
         for (int s = 0; s < GW_SCOPE_COUNT; s++) {
                 if (gw_limit_parse(specs[s], &out->scope[s], &out->scope_off[s], why,
@@ -209,7 +216,9 @@ static void make_key(gw_limit_wait *w, const char *subject)
         const gw_route *r = w->route;
         char full[GW_PATH_MAX + GW_IP_MAX + GW_ID_MAX + 8];
         int n;
-        if (r->scope == GW_SCOPE_AUTH) {
+        if (r->scope == GW_SCOPE_RESOLVE) {
+                n = snprintf(full, sizeof(full), "r:%s", subject);
+        } else if (r->scope == GW_SCOPE_AUTH) {
                 n = snprintf(full, sizeof(full), "a:%s:%s", r->method, subject);
         } else if (r->key_method) {
                 n = snprintf(full, sizeof(full), "m:%s:%s", r->method, subject);
@@ -241,6 +250,11 @@ int gw_ratelimit_take(gw_ratelimit *rl, const gw_route *route, const char *subje
         }
         decide_locally(w);
         return GW_LIMIT_NOW;
+}
+
+int gw_ratelimit_take_resolve(gw_ratelimit *rl, const char *client_ip, gw_limit_wait *w)
+{
+        return rl != NULL ? gw_ratelimit_take(rl, &rl->resolve, client_ip, w) : GW_LIMIT_OFF;
 }
 
 static int64_t ceil_s(int64_t ms)
@@ -297,6 +311,13 @@ int gw_ratelimit_new(gw_ratelimit **out, struct event_base *base, const gw_confi
         for (size_t i = 0; i < gw_routes_count(routes); i++) {
                 route_limit(gw_routes_at_mut(routes, i), cfg);
         }
+        snprintf(rl->resolve.path, sizeof(rl->resolve.path), "resolve");
+        rl->resolve.method = rl->resolve.path;
+        rl->resolve.service = -1;
+        rl->resolve.scope = GW_SCOPE_RESOLVE;
+        rl->resolve.limited = !cfg->rate.scope_off[GW_SCOPE_RESOLVE];
+        rl->resolve.limit = cfg->rate.scope[GW_SCOPE_RESOLVE];
+        rl->resolve.local = gw_limit_share(&rl->resolve.limit, cfg->replicas);
         if (cfg->rate.has_redis) {
                 gw_redis_options o = {
                     .url = cfg->rate.redis,

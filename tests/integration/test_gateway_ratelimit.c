@@ -31,14 +31,16 @@
 
 #include "it_support.h"
 
-#define TOKEN_MAX       512
-#define ID_MAX          64
-#define XFF_MAX         64
-#define WAIT_MS         15000
-#define AUTH_CAPACITY   3
-#define API_CAPACITY    6
-#define SIGNUP_CAPACITY 2
-#define LOGIN_BODY      "{\"email\":\"nobody@example.test\",\"password\":\"wrong password\"}"
+#define TOKEN_MAX        512
+#define ID_MAX           64
+#define XFF_MAX          64
+#define WAIT_MS          15000
+#define AUTH_CAPACITY    3
+#define API_CAPACITY     6
+#define SIGNUP_CAPACITY  2
+#define RESOLVE_CAPACITY 5
+#define RESOLVE_SPEC     "5:1/1m"
+#define LOGIN_BODY       "{\"email\":\"nobody@example.test\",\"password\":\"wrong password\"}"
 
 static it_stack g_stack;
 static it_gateway g_a, g_b, g_c;
@@ -445,6 +447,85 @@ static void test_started_while_redis_down(void **state)
         it_gateway_stop(&gw);
 }
 
+/* ResolveContext calls every auth replica has handled, whatever their code. */
+static double auth_resolves(void)
+{
+        double total = 0;
+        for (int i = 0; i < g_stack.n_auth; i++) {
+                char url[64];
+                it_http_response r;
+                snprintf(url, sizeof(url), "http://127.0.0.1:%d", g_stack.auth_health_ports[i]);
+                assert_int_equal(it_http_get(url, "/metrics", &r), 0);
+                for (char *line = strtok(r.body, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+                        if (strncmp(line, "keelson_rpc_requests_total{", 27) == 0 &&
+                            strstr(line, "/ResolveContext\"") != NULL) {
+                                total += strtod(strrchr(line, ' ') + 1, NULL);
+                        }
+                }
+                it_http_response_free(&r);
+        }
+        return total;
+}
+
+/*
+ * Made-up bearer tokens are never cached, so each would cost auth a call and
+ * PostgreSQL a lookup: the client address pays for every token the cache
+ * does not know, and a flood is refused (429) before it reaches auth. A
+ * token the cache holds never takes from that bucket and keeps working.
+ */
+static void test_bogus_token_flood_is_refused(void **state)
+{
+        (void)state;
+        char ip[XFF_MAX], other_ip[XFF_MAX], token[TOKEN_MAX], tenant[ID_MAX];
+        char bogus[XFF_MAX + 32];
+        it_gateway gw;
+        it_http_response r;
+        const char *env[] = {"KEELSON_GATEWAY_RATE_RESOLVE=" RESOLVE_SPEC,
+                             "KEELSON_GATEWAY_TRUSTED_PROXIES=127.0.0.1", g_prefix, NULL};
+        assert_int_equal(it_gateway_start(&g_stack, env, 1, &gw), 0);
+        it_random_ip(ip, sizeof(ip));
+        it_random_ip(other_ip, sizeof(other_ip));
+        new_session(token, tenant);
+        assert_int_equal(status_of(&gw, "WhoAmI", "{}", token, ip), 200); /* resolved, cached */
+        double resolves_before = auth_resolves();
+        int unauthenticated = 0, refused = 0;
+        for (int i = 0; i < 4 * RESOLVE_CAPACITY; i++) {
+                snprintf(bogus, sizeof(bogus), "made-up-token-%d-%s", i, ip);
+                call_from(&gw, "WhoAmI", "{}", bogus, ip, &r);
+                if (r.status == 401) {
+                        assert_int_equal(refused, 0); /* no 401 once the bucket is empty */
+                        unauthenticated++;
+                } else {
+                        assert_refused(&r);
+                        assert_int_equal(it_header_long(&r, "RateLimit-Limit"), RESOLVE_CAPACITY);
+                        refused++;
+                }
+                it_http_response_free(&r);
+        }
+        /* The valid token spent one of the address's tokens; the flood the rest. */
+        assert_int_equal(unauthenticated, RESOLVE_CAPACITY - 1);
+        assert_int_equal(refused, 3 * RESOLVE_CAPACITY + 1);
+        /* auth saw only the tokens that were let through */
+        assert_true(auth_resolves() - resolves_before == RESOLVE_CAPACITY - 1);
+        /* The cached token from the same address, many times over: still served. */
+        for (int i = 0; i < RESOLVE_CAPACITY + 1; i++) {
+                call_from(&gw, "WhoAmI", "{}", token, ip, &r);
+                assert_int_equal(r.status, 200);
+                assert_true(it_header_long(&r, "RateLimit-Limit") > RESOLVE_CAPACITY); /* api */
+                it_http_response_free(&r);
+        }
+        /* Another address has a bucket of its own. */
+        assert_int_equal(status_of(&gw, "WhoAmI", "{}", "made-up-elsewhere", other_ip), 401);
+        double limited = -1;
+        assert_int_equal(it_metric(gw.url,
+                                   "keelson_gateway_ratelimit_decisions_total{scope=\"resolve\","
+                                   "decision=\"limited\",backend=\"redis\"}",
+                                   &limited),
+                         0);
+        it_gateway_stop(&gw);
+        assert_true(limited == 3 * RESOLVE_CAPACITY + 1);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -454,6 +535,7 @@ int main(void)
             cmocka_unit_test(test_per_key_isolation),
             cmocka_unit_test(test_refill_after_retry_after),
             cmocka_unit_test(test_untrusted_forwarded_for_is_ignored),
+            cmocka_unit_test(test_bogus_token_flood_is_refused),
             cmocka_unit_test(test_script_reloaded_after_flush),
             cmocka_unit_test(test_redis_down_then_back),
             cmocka_unit_test(test_started_while_redis_down),

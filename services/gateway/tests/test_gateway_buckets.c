@@ -159,6 +159,7 @@ static gw_config base_config(void)
         memset(&c, 0, sizeof(c));
         c.rate_auth = "5:1/5s";
         c.rate_api = "500:500/1m";
+        c.rate_resolve = "100:10/1s";
         c.rate_overrides = "";
         c.trusted_proxies = "";
         c.redis_url = "redis://127.0.0.1:6379";
