@@ -136,6 +136,8 @@ static int apply_env_line(it_stack *s, const char *key, const char *val)
                 return copy_str(s->bin_dir, sizeof(s->bin_dir), val);
         } else if (strcmp(key, "KEELSON_IT_STACK_SH") == 0) {
                 return copy_str(s->stack_sh, sizeof(s->stack_sh), val);
+        } else if (strcmp(key, "KEELSON_IT_SERVICE_PG_DSN") == 0) {
+                return copy_str(s->service_pg_dsn, sizeof(s->service_pg_dsn), val);
         } else if (strcmp(key, "KEELSON_IT_AUTH_PIDS") == 0) {
                 n = parse_list(val, s->auth_pids, IT_REPLICAS_MAX, parse_pid);
                 if (n < 1 || (s->n_auth != 0 && s->n_auth != n)) {
@@ -753,4 +755,124 @@ long it_header_long(const it_http_response *r, const char *name)
         }
         n = strtol(v, &end, 10);
         return end != v && *end == '\0' ? n : -1;
+}
+
+/* ---- more service replicas ----------------------------------------------- */
+
+/* In the child: the environment, stdout/stderr to the log, then exec. */
+static void exec_service(const it_stack *s, const char *binary, const char *prefix,
+                         const char *const *env, const char *log_path)
+{
+        char bin[600], name[128];
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+        if (fd < 0) {
+                _exit(126);
+        }
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        close(fd);
+        setenv("KEELSON_PG_DSN", s->service_pg_dsn, 1);
+        setenv("KEELSON_BROKER_URL", s->broker_url, 1);
+        setenv("KEELSON_REDIS_URL", s->redis_url, 1);
+        snprintf(name, sizeof(name), "%s_HTTP_HOST", prefix);
+        setenv(name, "127.0.0.1", 1);
+        snprintf(name, sizeof(name), "%s_HTTP_PORT", prefix);
+        setenv(name, "0", 1);
+        for (size_t i = 0; env != NULL && env[i] != NULL; i++) {
+                putenv((char *)env[i]); /* the child's own copy of the environment */
+        }
+        snprintf(bin, sizeof(bin), "%s/%s", s->bin_dir, binary);
+        execl(bin, bin, (char *)NULL);
+        _exit(127);
+}
+
+/* The port of the "health listener started" line of a log, or -1 while there is none. */
+static int health_port(const char *log_path)
+{
+        char line[IT_ENV_LINE_MAX * 8];
+        const char *p;
+        FILE *f = fopen(log_path, "r");
+        int port = -1;
+
+        while (f != NULL && port < 0 && fgets(line, sizeof(line), f) != NULL) {
+                if (strstr(line, "\"msg\":\"health listener started\"") != NULL &&
+                    (p = strstr(line, "\"port\":")) != NULL) {
+                        port = atoi(p + 7);
+                }
+        }
+        if (f != NULL) {
+                fclose(f);
+        }
+        return port;
+}
+
+/* Waits for the health port, then for /readyz 200, while the process lives. */
+static int service_wait_ready(it_service *p)
+{
+        char url[64];
+        int status;
+
+        for (int waited = 0; waited < IT_GATEWAY_START_MS; waited += 50) {
+                if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
+                        fprintf(stderr, "it_support: the service exited at start, see %s\n",
+                                p->log_path);
+                        p->pid = 0;
+                        return -1;
+                }
+                if (p->health_port <= 0) {
+                        p->health_port = health_port(p->log_path);
+                }
+                if (p->health_port > 0) {
+                        it_http_response r;
+                        snprintf(url, sizeof(url), "http://127.0.0.1:%d", p->health_port);
+                        if (it_http_get(url, "/readyz", &r) == 0) {
+                                long code = r.status;
+                                it_http_response_free(&r);
+                                if (code == 200) {
+                                        return 0;
+                                }
+                        }
+                }
+                it_sleep_ms(50);
+        }
+        fprintf(stderr, "it_support: the service never became ready, see %s\n", p->log_path);
+        return -1;
+}
+
+int it_service_start(const it_stack *s, const char *binary, const char *prefix,
+                     const char *const *env, it_service *out)
+{
+        static int counter;
+
+        memset(out, 0, sizeof(out[0]));
+        if (s->bin_dir[0] == '\0' || s->service_pg_dsn[0] == '\0') {
+                fprintf(stderr,
+                        "it_support: the stack's env names no build folder or service DSN\n");
+                return -1;
+        }
+        snprintf(out->log_path, sizeof(out->log_path), "%s/logs/it-%s-%d-%d.log", s->dir, binary,
+                 (int)getpid(), ++counter);
+        out->pid = fork();
+        if (out->pid < 0) {
+                out->pid = 0;
+                return -1;
+        }
+        if (out->pid == 0) {
+                exec_service(s, binary, prefix, env, out->log_path);
+        }
+        if (service_wait_ready(out) != 0) {
+                it_service_stop(out);
+                return -1;
+        }
+        return 0;
+}
+
+void it_service_stop(it_service *p)
+{
+        it_gateway g = {0};
+
+        g.pid = p->pid; /* the same signals and waits as for a gateway */
+        it_gateway_stop(&g);
+        p->pid = 0;
 }

@@ -27,8 +27,9 @@ typedef struct it_stack {
         int n_gateways;
         char gateway_urls[IT_REPLICAS_MAX][256];
         int gateway_pids[IT_REPLICAS_MAX];
-        char bin_dir[512];  /* the build folder the stack runs from */
-        char stack_sh[512]; /* deploy/local/stack.sh */
+        char bin_dir[512];        /* the build folder the stack runs from */
+        char stack_sh[512];       /* deploy/local/stack.sh */
+        char service_pg_dsn[512]; /* the DSN the stack's services run with */
 } it_stack;
 
 /* Reads $KEELSON_IT_STACK/env. Returns 0, or -1 (the test should fail). */
@@ -120,5 +121,27 @@ int it_new_session(const char *base_url, const char *email_prefix, char *token, 
 
 /* An integer response header (RateLimit-Remaining, ...); -1 when absent. */
 long it_header_long(const it_http_response *r, const char *name);
+
+/* ---- more service replicas ----------------------------------------------- */
+
+/* A service replica a test started itself (keelson-auth, keelson-ledger, ...). */
+typedef struct it_service {
+        int pid;
+        int health_port;    /* its /healthz, /readyz, /metrics */
+        char log_path[600]; /* its stderr: JSON log lines */
+} it_service;
+
+/*
+ * Starts <bin_dir>/<binary> with the stack's PostgreSQL (service DSN), Redis
+ * and broker, its health listener on a free port of 127.0.0.1, plus env:
+ * "NAME=value" entries (NULL-terminated, may be NULL) that also override
+ * those (KEELSON_BROKER_URL to put it behind a broker of the test's own).
+ * prefix is the service's variable prefix ("KEELSON_AUTH"). Waits until its
+ * /readyz says 200. Returns 0, or -1 (the process, if any, is stopped).
+ */
+int it_service_start(const it_stack *s, const char *binary, const char *prefix,
+                     const char *const *env, it_service *out);
+/* SIGTERM, then SIGKILL after 10 s; waits for it. Accepts a never-started one. */
+void it_service_stop(it_service *p);
 
 #endif
