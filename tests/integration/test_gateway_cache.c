@@ -8,8 +8,13 @@
  * To tell the cache from auth, some tests revoke a session in the database
  * directly (no event, so auth still says no but the cache does not know)
  * and then publish the event themselves on the broker's event input, the
- * way auth's outbox relay does. The end-to-end test logs out through one
- * replica and checks the other one.
+ * way auth's outbox relay does. The end-to-end tests log out, change a
+ * member's role and revoke an API key through one replica and check both.
+ *
+ * A role change is seen through the ledger, which takes the caller's role
+ * from the context the gateway hands it (auth's own methods read the role
+ * again in the database): a viewer may not write, so CreateAccounts turns
+ * from 200 into 403 once a replica drops the cached member context.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,6 +41,8 @@
 #define PUBLISH_EVERY_MS 200
 #define PASSWORD         "correct horse battery staple"
 #define REVOKED_TOPIC    "auth.context_revoked"
+#define LEDGER_WRITE     "/keelson.ledger.v1.LedgerService/CreateAccounts"
+#define ACCOUNT_BODY     "{\"accounts\":[{\"id\":\"1\",\"ledger\":840,\"code\":1}]}"
 
 static it_stack g_stack;
 static ks_publisher *g_pub;
@@ -165,6 +172,117 @@ static void signup(char *email, size_t len)
         it_http_response_free(&r);
 }
 
+/* POSTs a JSON body with a bearer token; returns the status, body into *out when not NULL. */
+static long post_json(const char *url, const char *path, const char *body, const char *token,
+                      it_http_response *out)
+{
+        char auth[TOKEN_MAX + 32];
+        it_http_response r;
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+        const char *headers[] = {auth, NULL};
+        assert_int_equal(
+            it_http_post(url, path, "application/json", body, strlen(body), headers, &r), 0);
+        long status = r.status;
+        if (out != NULL) {
+                *out = r;
+        } else {
+                it_http_response_free(&r);
+        }
+        return status;
+}
+
+static long ledger_write(const char *url, const char *token)
+{
+        return post_json(url, LEDGER_WRITE, ACCOUNT_BODY, token, NULL);
+}
+
+/* A string field of a 200 JSON reply of an AuthService method. */
+static void auth_ok(const char *method, const char *body, const char *token, const char *field,
+                    char *out, size_t out_len)
+{
+        it_http_response r;
+        assert_int_equal(it_auth_call(g_stack.gateway_url, method, body, token, NULL, &r), 0);
+        if (r.status != 200) {
+                fail_msg("%s: %ld %s", method, r.status, r.body);
+        }
+        json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
+        assert_non_null(j);
+        if (field != NULL) {
+                const char *v = json_string_value(json_object_get(j, field));
+                assert_non_null(v);
+                snprintf(out, out_len, "%s", v);
+        }
+        json_decref(j);
+        it_http_response_free(&r);
+}
+
+/* The invitation token auth mailed to "to", read from its outbox as a mail sender would. */
+static void invitation_token(const char *to, char token[TOKEN_MAX])
+{
+        PGconn *c = it_pg_connect(&g_stack);
+        assert_non_null(c);
+        PGresult *res = PQexec(c, "SELECT payload FROM auth.outbox WHERE topic = 'auth.email'"
+                                  " ORDER BY id DESC LIMIT 50");
+        assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+        token[0] = '\0';
+        for (int i = 0; i < PQntuples(res) && token[0] == '\0'; i++) {
+                size_t len = 0;
+                uint8_t *b = PQunescapeBytea((const unsigned char *)PQgetvalue(res, i, 0), &len);
+                assert_non_null(b);
+                Keelson__Auth__V1__EmailRequested *m =
+                    keelson__auth__v1__email_requested__unpack(NULL, len, b);
+                if (m != NULL && strcmp(m->to, to) == 0 && strcmp(m->kind, "invitation") == 0) {
+                        snprintf(token, TOKEN_MAX, "%s", m->token);
+                }
+                if (m != NULL) {
+                        keelson__auth__v1__email_requested__free_unpacked(m, NULL);
+                }
+                PQfreemem(b);
+        }
+        PQclear(res);
+        PQfinish(c);
+        assert_true(token[0] != '\0');
+}
+
+/* Waits until status_of(replica, token) is want on both replicas, at most EVENT_WAIT_MS. */
+static void wait_both(long (*status_of)(const char *url, const char *token), const char *token,
+                      long want)
+{
+        bool seen[2] = {false, false};
+        for (int waited = 0; waited < EVENT_WAIT_MS; waited += 50) {
+                for (int i = 0; i < 2; i++) {
+                        seen[i] = seen[i] || status_of(g_stack.gateway_urls[i], token) == want;
+                }
+                if (seen[0] && seen[1]) {
+                        return;
+                }
+                sleep_ms(50);
+        }
+        fail_msg("replicas answered %ld: %s, %s after %d ms", want, seen[0] ? "yes" : "no",
+                 seen[1] ? "yes" : "no", EVENT_WAIT_MS);
+}
+
+static double hits_on(int replica)
+{
+        double v = 0;
+        assert_int_equal(it_metric(g_stack.gateway_urls[replica],
+                                   "keelson_gateway_context_cache_hits_total", &v),
+                         0);
+        return v;
+}
+
+/* Both replicas hold token's context: a second call on each is a cache hit. */
+static void assert_cached_on_both(long (*status_of)(const char *url, const char *token),
+                                  const char *token, long want)
+{
+        for (int i = 0; i < 2; i++) {
+                assert_int_equal(status_of(g_stack.gateway_urls[i], token), want);
+                double before = hits_on(i);
+                assert_int_equal(status_of(g_stack.gateway_urls[i], token), want);
+                assert_true(hits_on(i) >= before + 1);
+        }
+}
+
 /* ---- group ---------------------------------------------------------------------- */
 
 static int setup(void **state)
@@ -288,6 +406,68 @@ static void test_logout_refused_by_both_replicas(void **state)
         fail_msg("replica 2 still accepts a logged-out token after %d ms", EVENT_WAIT_MS);
 }
 
+/*
+ * SetRole through one replica: the member's cached context (role member) is
+ * dropped by both replicas at once, so the ledger sees the new role
+ * (viewer: no writes) on the next request, long before the 30 s TTL.
+ */
+static void test_role_change_reaches_both_replicas(void **state)
+{
+        (void)state;
+        char owner_email[128], owner[TOKEN_MAX], tenant[ID_MAX], owner_id[ID_MAX];
+        char member_email[128], invite[TOKEN_MAX], member[TOKEN_MAX], member_id[ID_MAX];
+        char body[TOKEN_MAX + 256];
+        signup(owner_email, sizeof(owner_email));
+        login(owner_email, owner, tenant, owner_id);
+        it_unique_email("cache-member", member_email, sizeof(member_email));
+        snprintf(body, sizeof(body), "{\"emails\":[\"%s\"],\"role\":\"member\"}", member_email);
+        auth_ok("Invite", body, owner, NULL, NULL, 0);
+        invitation_token(member_email, invite);
+        snprintf(body, sizeof(body),
+                 "{\"token\":\"%s\",\"password\":\"" PASSWORD "\",\"displayName\":\"m\"}", invite);
+        auth_ok("AcceptInvitation", body, NULL, "sessionToken", member, sizeof(member));
+        auth_ok("WhoAmI", "{}", member, "userId", member_id, sizeof(member_id));
+        assert_cached_on_both(ledger_write, member, 200); /* a member may write */
+
+        snprintf(body, sizeof(body), "{\"userId\":\"%s\",\"role\":\"viewer\"}", member_id);
+        auth_ok("SetRole", body, owner, NULL, NULL, 0);
+        wait_both(ledger_write, member, 403); /* fails after EVENT_WAIT_MS */
+        /* The session itself lives on, with its new role. */
+        for (int i = 0; i < 2; i++) {
+                assert_int_equal(whoami(g_stack.gateway_urls[i], member), 200);
+                assert_int_equal(ledger_write(g_stack.gateway_urls[i], member), 403);
+        }
+}
+
+/* RevokeApiKey through one replica: both refuse the key at once (its TTL is 5 min). */
+static void test_api_key_revocation_reaches_both_replicas(void **state)
+{
+        (void)state;
+        char email[128], owner[TOKEN_MAX], tenant[ID_MAX], user[ID_MAX], body[256];
+        char key[TOKEN_MAX], key_id[ID_MAX];
+        it_http_response r;
+        signup(email, sizeof(email));
+        login(email, owner, tenant, user);
+        assert_int_equal(it_auth_call(g_stack.gateway_url, "CreateApiKey",
+                                      "{\"name\":\"cache\",\"role\":\"member\"}", owner, NULL, &r),
+                         0);
+        assert_int_equal(r.status, 200);
+        json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
+        assert_non_null(j);
+        snprintf(key, sizeof(key), "%s", json_string_value(json_object_get(j, "key")));
+        snprintf(key_id, sizeof(key_id), "%s",
+                 json_string_value(json_object_get(json_object_get(j, "apiKey"), "id")));
+        json_decref(j);
+        it_http_response_free(&r);
+        assert_cached_on_both(ledger_write, key, 200);
+
+        snprintf(body, sizeof(body), "{\"apiKeyId\":\"%s\"}", key_id);
+        auth_ok("RevokeApiKey", body, owner, NULL, NULL, 0);
+        wait_both(ledger_write, key, 401); /* fails after EVENT_WAIT_MS */
+        assert_int_equal(ledger_write(g_stack.gateway_urls[0], key), 401);
+        assert_int_equal(ledger_write(g_stack.gateway_urls[1], key), 401);
+}
+
 /* Without any event, the TTL ends a cached context (here 1 s). */
 static void test_ttl_is_the_floor(void **state)
 {
@@ -318,6 +498,8 @@ int main(void)
             cmocka_unit_test(test_event_evicts_token_on_every_replica),
             cmocka_unit_test(test_event_evicts_user_in_tenant),
             cmocka_unit_test(test_logout_refused_by_both_replicas),
+            cmocka_unit_test(test_role_change_reaches_both_replicas),
+            cmocka_unit_test(test_api_key_revocation_reaches_both_replicas),
             cmocka_unit_test(test_ttl_is_the_floor),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
