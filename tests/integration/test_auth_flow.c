@@ -11,12 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 #include <jansson.h>
 
 #include "it_support.h"
 #include "keelson/auth/v1/auth.pb-c.h"
+#include "ks_rpc.h" /* ks_now_ms */
 
 #define AUTH_PATH  "/keelson.auth.v1.AuthService/"
 #define PASSWORD   "correct horse battery staple"
@@ -531,6 +533,74 @@ static void test_expired_session_is_refused(void **state)
         assert_whoami_unauthenticated(token);
 }
 
+/* A series of the gateway's /metrics (0 when it is not rendered yet). */
+static double gateway_metric(const char *series)
+{
+        double v = 0;
+
+        return it_metric(g_stack.gateway_url, series, &v) == 0 ? v : 0;
+}
+
+/*
+ * The test above expires a token the gateway has never resolved. A cached
+ * one must stop at the same moment: the context cache keeps an entry for
+ * at most its TTL (30 s for a session) and never past the expiry auth
+ * returned with it (services/gateway/cache.c). Here the session has 3 s
+ * left when the gateway first resolves it, so it is cached for 3 s, then
+ * refused at once, long before the TTL would have ended it. Nothing is
+ * published (the row is changed behind auth's back), so only the expiry
+ * can end the cached entry.
+ */
+static void test_cached_session_stops_at_expiry(void **state)
+{
+        const char *params[1];
+        char email[EMAIL_MAX], token[TOKEN_MAX];
+        long long expires_ms;
+        double hits, expired;
+        it_http_response r;
+        PGconn *pg;
+        PGresult *res;
+
+        (void)state;
+        it_unique_email("it-expiry-cached", email, sizeof(email));
+        signup_ok(email);
+        login_ok(email, token);
+        pg = it_pg_connect(&g_stack);
+        assert_non_null(pg);
+        params[0] = token;
+        res = PQexecParams(pg,
+                           "UPDATE auth.sessions SET expires_at = now() + interval '3 seconds' "
+                           "WHERE token_sha256 = sha256(convert_to($1, 'UTF8')) "
+                           "RETURNING floor(extract(epoch FROM expires_at) * 1000)::int8",
+                           1, NULL, params, NULL, NULL, 0);
+        if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+                fail_msg("UPDATE failed: %s", PQresultErrorMessage(res));
+        }
+        expires_ms = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        PQclear(res);
+        PQfinish(pg);
+
+        call_json("WhoAmI", "{}", token, &r); /* resolved by auth, then cached */
+        assert_ok_json(&r);
+        it_http_response_free(&r);
+        hits = gateway_metric("keelson_gateway_context_cache_hits_total");
+        call_json("WhoAmI", "{}", token, &r);
+        assert_ok_json(&r);
+        it_http_response_free(&r);
+        assert_true(gateway_metric("keelson_gateway_context_cache_hits_total") > hits);
+
+        expired =
+            gateway_metric("keelson_gateway_context_cache_evictions_total{reason=\"expired\"}");
+        while (ks_now_ms() < expires_ms + 200) {
+                struct timespec pause = {0, 50 * 1000 * 1000};
+                nanosleep(&pause, NULL);
+        }
+        assert_whoami_unauthenticated(token);
+        assert_true(
+            gateway_metric("keelson_gateway_context_cache_evictions_total{reason=\"expired\"}") >
+            expired);
+}
+
 /* A wrong password and an unknown email must not be told apart by a client. */
 static void test_wrong_password_equals_unknown_email(void **state)
 {
@@ -776,6 +846,7 @@ int main(void)
             cmocka_unit_test(test_duplicate_signup_is_already_exists),
             cmocka_unit_test(test_short_password_is_invalid_argument),
             cmocka_unit_test(test_expired_session_is_refused),
+            cmocka_unit_test(test_cached_session_stops_at_expiry),
             cmocka_unit_test(test_wrong_password_equals_unknown_email),
             cmocka_unit_test(test_malformed_json_is_invalid_argument),
             cmocka_unit_test(test_wrong_content_type_is_415),
