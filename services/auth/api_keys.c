@@ -3,7 +3,10 @@
  *
  * A key is "ks_live_" + 32 random bytes in base64url, shown once in the
  * CreateApiKey reply; only its SHA-256 is stored, with its first 12
- * characters for people to tell keys apart. A key belongs to the tenant, has
+ * characters for people to tell keys apart in ListApiKeys. Those 12 hold 4
+ * characters of the secret: a hint for the key's holders, never written to
+ * the audit log, which names a key by its id and name only (the audit log
+ * holds no part of any secret). A key belongs to the tenant, has
  * a role at most its creator's, and may expire. The gateway resolves it like
  * a session token (ResolveContext, sessions.c). Revoking one publishes
  * auth.context_revoked with its hash, so caches drop it at once.
@@ -96,8 +99,7 @@ static int create_tx(auth_tx *tx, void *arg)
         if ((rc = ks_pg_exec(tx->conn, rid, sql_insert, 7, params, &res)) != KS_OK ||
             (rc = auth_audit(tx->conn, rid, &tx->actor, "api_key.created", "api_key",
                              PQgetvalue(res, 0, 0),
-                             json_pack("{s:s, s:s, s:s}", "name", c->name, "role", c->role,
-                                       "prefix", prefix))) != KS_OK ||
+                             json_pack("{s:s, s:s}", "name", c->name, "role", c->role))) != KS_OK ||
             (rc = auth_emit_admin_summary(tx->conn, rid, tx->actor.tenant_id, "CreateApiKey")) !=
                 KS_OK) {
                 PQclear(res);
