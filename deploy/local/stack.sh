@@ -738,16 +738,20 @@ do_redis_start() {
 
 # ---- run, curl example, packages ----------------------------------------------
 
+# The address is new every time: with --keep-data (make up) the accounts of
+# earlier runs are still there, and a repeated SignUp would answer 409.
 curl_example() {
         local gw=${1:-http://127.0.0.1:8080}
+        local email
+        email="ada-$(date +%Y%m%d%H%M%S)-$RANDOM@example.com"
         cat <<EOT
 Try it (Connect protocol, JSON over HTTP):
 
   GW=$gw
   curl -sS \$GW/keelson.auth.v1.AuthService/SignUp -H 'Content-Type: application/json' \\
-    -d '{"email":"ada@example.com","password":"correct horse battery","tenantName":"Analytical Engines","displayName":"Ada"}'
+    -d '{"email":"$email","password":"correct horse battery","tenantName":"Analytical Engines","displayName":"Ada"}'
   TOKEN=\$(curl -sS \$GW/keelson.auth.v1.AuthService/Login -H 'Content-Type: application/json' \\
-    -d '{"email":"ada@example.com","password":"correct horse battery"}' |
+    -d '{"email":"$email","password":"correct horse battery"}' |
     sed -n 's/.*"sessionToken": *"\([^"]*\)".*/\1/p')
   curl -sS \$GW/keelson.auth.v1.AuthService/WhoAmI -H 'Content-Type: application/json' \\
     -H "Authorization: Bearer \$TOKEN" -d '{}'
