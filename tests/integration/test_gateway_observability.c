@@ -127,6 +127,79 @@ static void test_request_id_end_to_end(void **state)
         it_http_response_free(&r);
 }
 
+/* The ledger's log lines (every replica of the stack) hold needle, within LOG_WAIT_MS. */
+static bool ledger_logged(const char *needle)
+{
+        char path[600];
+        for (int waited = 0; waited < LOG_WAIT_MS; waited += 100) {
+                for (int i = 1; i <= IT_REPLICAS_MAX; i++) {
+                        snprintf(path, sizeof(path), "%s/logs/ledger-%d.log", g_stack.dir, i);
+                        if (file_contains(path, needle)) {
+                                return true;
+                        }
+                }
+                sleep_ms(100);
+        }
+        return false;
+}
+
+static void ledger_privilege(const char *verb)
+{
+        char sql[128];
+        PGconn *c = it_pg_connect(&g_stack);
+        assert_non_null(c);
+        /* keelson_ledger_rt: the role the ledger's transactions run as (row-level security) */
+        snprintf(sql, sizeof(sql), "%s SELECT ON ledger.accounts %s keelson_ledger_rt", verb,
+                 strcmp(verb, "GRANT") == 0 ? "TO" : "FROM");
+        PGresult *res = PQexec(c, sql);
+        if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+                fail_msg("%s: %s", sql, PQerrorMessage(c));
+        }
+        PQclear(res);
+        PQfinish(c);
+}
+
+/*
+ * The request id reaches the ledger too. The stack logs at info, where the
+ * ledger writes a request's id when its database call fails: the test takes
+ * the ledger's right to read its accounts table away for one request (a
+ * fault a client can only see as "internal"), then gives it back.
+ */
+static void test_request_id_reaches_the_ledger(void **state)
+{
+        (void)state;
+        char token[TOKEN_MAX], rid[96], header[128], auth[TOKEN_MAX + 32], got[96];
+        it_http_response r;
+        assert_int_equal(it_new_session(g_stack.gateway_url, "obs-ledger", token, NULL, NULL), 0);
+        request_id("it-ledger-rid", rid, sizeof(rid));
+        snprintf(header, sizeof(header), "X-Request-Id: %s", rid);
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+        const char *headers[] = {header, auth, NULL};
+        static const char body[] = "{\"ids\":[\"1\"]}";
+        ledger_privilege("REVOKE");
+        int rc =
+            it_http_post(g_stack.gateway_url, "/keelson.ledger.v1.LedgerService/LookupAccounts",
+                         "application/json", body, sizeof(body) - 1, headers, &r);
+        ledger_privilege("GRANT"); /* before any assertion: later tests need the ledger */
+        assert_int_equal(rc, 0);
+        assert_int_equal(r.status, 500);
+        assert_non_null(strstr(r.body, "\"code\":\"internal\""));
+        assert_int_equal(it_http_header(&r, "X-Request-Id", got, sizeof(got)), 0);
+        assert_string_equal(got, rid);
+        it_http_response_free(&r);
+        char needle[128];
+        snprintf(needle, sizeof(needle), "\"request_id\":\"%s\"", rid);
+        assert_true(ledger_logged(needle));
+        /* and the ledger answers again */
+        const char *auth_only[] = {auth, NULL};
+        assert_int_equal(it_http_post(g_stack.gateway_url,
+                                      "/keelson.ledger.v1.LedgerService/LookupAccounts",
+                                      "application/json", body, sizeof(body) - 1, auth_only, &r),
+                         0);
+        assert_int_equal(r.status, 200);
+        it_http_response_free(&r);
+}
+
 /* ---- metrics ------------------------------------------------------------------------ */
 
 static void test_metrics_by_route_code_scope_and_cache(void **state)
@@ -299,14 +372,87 @@ static void test_gzip_large_json_replies(void **state)
         it_http_response_free(&r);
 }
 
+/* The ledger's accounts 1..n of the caller's tenant, made through the stack's gateway. */
+static void create_accounts(const char *token, int n)
+{
+        char body[4096], auth[TOKEN_MAX + 32];
+        size_t len = (size_t)snprintf(body, sizeof(body), "{\"accounts\":[");
+        for (int i = 1; i <= n; i++) {
+                len += (size_t)snprintf(body + len, sizeof(body) - len,
+                                        "%s{\"id\":\"%d\",\"ledger\":840,\"code\":%d}",
+                                        i > 1 ? "," : "", i, i);
+        }
+        len += (size_t)snprintf(body + len, sizeof(body) - len, "]}");
+        assert_true(len < sizeof(body));
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+        const char *headers[] = {auth, NULL};
+        it_http_response r;
+        assert_int_equal(it_http_post(g_stack.gateway_url,
+                                      "/keelson.ledger.v1.LedgerService/CreateAccounts",
+                                      "application/json", body, len, headers, &r),
+                         0);
+        assert_int_equal(r.status, 200);
+        it_http_response_free(&r);
+}
+
+/* With the default settings (1 KiB), a JSON reply over 1 KiB goes out gzipped. */
+static void test_gzip_default_threshold(void **state)
+{
+        (void)state;
+        char token[TOKEN_MAX], auth[TOKEN_MAX + 32], body[512], enc[32], len_header[32];
+        const int n = 16; /* about 4 KiB of accounts as JSON */
+        it_http_response r;
+        assert_int_equal(it_new_session(g_stack.gateway_url, "gzip-default", token, NULL, NULL), 0);
+        create_accounts(token, n);
+        size_t len = (size_t)snprintf(body, sizeof(body), "{\"ids\":[");
+        for (int i = 1; i <= n; i++) {
+                len += (size_t)snprintf(body + len, sizeof(body) - len, "%s\"%d\"",
+                                        i > 1 ? "," : "", i);
+        }
+        len += (size_t)snprintf(body + len, sizeof(body) - len, "]}");
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+        const char *headers[] = {auth, NULL};
+        assert_int_equal(it_http_post_gzip(g_stack.gateway_url,
+                                           "/keelson.ledger.v1.LedgerService/LookupAccounts",
+                                           "application/json", body, len, headers, &r),
+                         0);
+        assert_int_equal(r.status, 200);
+        assert_true(r.body_len > 1024);
+        assert_int_equal(it_http_header(&r, "Content-Encoding", enc, sizeof(enc)), 0);
+        assert_string_equal(enc, "gzip");
+        assert_int_equal(it_http_header(&r, "Vary", enc, sizeof(enc)), 0);
+        assert_string_equal(enc, "Accept-Encoding");
+        /* On the wire: the compressed size, well below the JSON's. */
+        assert_int_equal(it_http_header(&r, "Content-Length", len_header, sizeof(len_header)), 0);
+        long wire = atol(len_header);
+        assert_true(wire > 0 && (size_t)wire < r.body_len / 2);
+        json_t *j = json_loadb(r.body, r.body_len, 0, NULL); /* libcurl decoded it */
+        assert_non_null(j);
+        assert_int_equal(json_array_size(json_object_get(j, "accounts")), (size_t)n);
+        json_decref(j);
+        size_t plain_len = r.body_len;
+        it_http_response_free(&r);
+        /* A client that does not ask for gzip gets the same JSON as it is. */
+        assert_int_equal(it_http_post(g_stack.gateway_url,
+                                      "/keelson.ledger.v1.LedgerService/LookupAccounts",
+                                      "application/json", body, len, headers, &r),
+                         0);
+        assert_int_equal(r.status, 200);
+        assert_int_not_equal(it_http_header(&r, "Content-Encoding", enc, sizeof(enc)), 0);
+        assert_int_equal(r.body_len, plain_len);
+        it_http_response_free(&r);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_request_id_end_to_end),
+            cmocka_unit_test(test_request_id_reaches_the_ledger),
             cmocka_unit_test(test_metrics_by_route_code_scope_and_cache),
             cmocka_unit_test(test_metrics_upstream_errors),
             cmocka_unit_test(test_slow_log_holds_no_secret),
             cmocka_unit_test(test_gzip_large_json_replies),
+            cmocka_unit_test(test_gzip_default_threshold),
         };
         return cmocka_run_group_tests(tests, setup, NULL);
 }
