@@ -1,7 +1,7 @@
 /*
  * ks_rpc and ks_events through a real in-process broker on loopback TCP:
  * round trips, error codes, deadlines, overload, several replicas, a replica
- * going away, and event prefix filtering.
+ * going away, one client shared by many threads, and event prefix filtering.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -336,6 +336,109 @@ static void test_resend_reaches_a_live_replica(void **state)
         assert_true(atomic_load(&f->svc[1].calls) >= 6);
 }
 
+/* ---- one client, many threads ------------------------------------------- */
+
+#define MT_THREADS 8
+#define MT_CALLS   200
+
+typedef struct mt_worker {
+        fixture *f;
+        pthread_barrier_t *start;
+        int index;
+        int ok;         /* replies to this very request */
+        int mismatched; /* replies meant for another request */
+        int failed;     /* calls that did not answer OK */
+        int first_code; /* the first failure's code */
+} mt_worker;
+
+/* Calls on the shared client; each reply must echo this call's email and tenant. */
+static void *mt_run(void *arg)
+{
+        mt_worker *w = arg;
+        char email[64], tenant[32], rid[64];
+        uint8_t buf[256];
+
+        snprintf(tenant, sizeof(tenant), "tenant-%d", w->index);
+        pthread_barrier_wait(w->start);
+        for (int i = 0; i < MT_CALLS; i++) {
+                Keelson__Auth__V1__SignUpRequest req = KEELSON__AUTH__V1__SIGN_UP_REQUEST__INIT;
+                ks_caller caller = KEELSON__RPC__V1__CALLER_CONTEXT__INIT;
+                ks_rpc_result res;
+
+                snprintf(email, sizeof(email), "t%d-call%d@example.test", w->index, i);
+                snprintf(rid, sizeof(rid), "mt-%d-%d", w->index, i);
+                req.email = email;
+                caller.tenant_id = tenant;
+                ks_rpc_call_args a = {.method = methods[0].name,
+                                      .request_id = rid,
+                                      .caller = &caller,
+                                      .payload = buf,
+                                      .payload_len =
+                                          keelson__auth__v1__sign_up_request__pack(&req, buf)};
+                int code = ks_rpc_call(w->f->client, &a, &res);
+                if (code != KS_OK) {
+                        w->first_code = w->failed++ == 0 ? code : w->first_code;
+                        ks_rpc_result_clear(&res);
+                        continue;
+                }
+                Keelson__Auth__V1__SignUpResponse *out =
+                    keelson__auth__v1__sign_up_response__unpack(NULL, res.payload_len, res.payload);
+                if (out != NULL && strcmp(out->user_id, email) == 0 &&
+                    strcmp(out->tenant_id, tenant) == 0) {
+                        w->ok++;
+                } else {
+                        w->mismatched++;
+                }
+                if (out != NULL) {
+                        keelson__auth__v1__sign_up_response__free_unpacked(out, NULL);
+                }
+                ks_rpc_result_clear(&res);
+        }
+        return NULL;
+}
+
+/*
+ * The gateway shares one client between its calls; services share theirs
+ * between workers. MT_THREADS threads start together and each makes
+ * MT_CALLS blocking calls on the fixture's one client, through the broker,
+ * to two replicas: every call gets its own reply, none is lost, none is
+ * answered twice.
+ */
+static void test_one_client_many_threads(void **state)
+{
+        fixture *f = *state;
+        pthread_t threads[MT_THREADS];
+        mt_worker w[MT_THREADS];
+        pthread_barrier_t start;
+        int ok = 0;
+
+        assert_int_equal(start_server(f, 0, 2, 16, 32), KS_OK);
+        assert_int_equal(start_server(f, 1, 2, 16, 32), KS_OK);
+        wait_connected(f, 2);
+        assert_int_equal(pthread_barrier_init(&start, NULL, MT_THREADS), 0);
+        for (int i = 0; i < MT_THREADS; i++) {
+                w[i] = (mt_worker){.f = f, .start = &start, .index = i};
+                assert_int_equal(pthread_create(&threads[i], NULL, mt_run, &w[i]), 0);
+        }
+        for (int i = 0; i < MT_THREADS; i++) {
+                assert_int_equal(pthread_join(threads[i], NULL), 0);
+        }
+        pthread_barrier_destroy(&start);
+        for (int i = 0; i < MT_THREADS; i++) {
+                if (w[i].failed != 0 || w[i].mismatched != 0) {
+                        fail_msg("thread %d: %d failed (first code %d), %d another's reply", i,
+                                 w[i].failed, w[i].first_code, w[i].mismatched);
+                }
+                ok += w[i].ok;
+        }
+        assert_int_equal(ok, MT_THREADS * MT_CALLS);
+        /* Each request ran once: no resend, no duplicate. */
+        assert_int_equal(atomic_load(&f->svc[0].calls) + atomic_load(&f->svc[1].calls),
+                         MT_THREADS * MT_CALLS);
+        assert_true(atomic_load(&f->svc[0].calls) > 0);
+        assert_true(atomic_load(&f->svc[1].calls) > 0);
+}
+
 static void test_no_replica_is_unavailable_or_deadline(void **state)
 {
         fixture *f = *state;
@@ -407,6 +510,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_overload, setup, teardown),
             cmocka_unit_test_setup_teardown(test_two_replicas_and_one_dies, setup, teardown),
             cmocka_unit_test_setup_teardown(test_resend_reaches_a_live_replica, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_one_client_many_threads, setup, teardown),
             cmocka_unit_test_setup_teardown(test_no_replica_is_unavailable_or_deadline, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_no_broker_is_unavailable_at_once, setup, teardown),
