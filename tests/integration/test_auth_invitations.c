@@ -17,6 +17,7 @@
 #include "auth_it.h"
 
 #define SEVEN_DAYS_MS (7LL * 24 * 3600 * 1000)
+#define AUTH_IT_BATCH 100 /* the most addresses one Invite takes */
 
 /* The refusal of a bad token, to compare bodies with. */
 static void accept_refused(const char *token, const char *password, it_http_response *out)
@@ -218,6 +219,108 @@ static void test_batch_is_all_or_nothing(void **state)
         json_decref(j);
 }
 
+/* Audit rows of tenant_id after mark with this action. */
+static long audit_rows_after(long mark, const char *tenant_id, const char *action)
+{
+        char m[24];
+        const char *params[3] = {m, tenant_id, action};
+
+        snprintf(m, sizeof(m), "%ld", mark);
+        return ait_sql_long("SELECT count(*) FROM auth.audit_log WHERE id > $1::int8"
+                            " AND tenant_id = $2::uuid AND action = $3",
+                            3, params);
+}
+
+/* The auth.email rows after mark: one invitation mail per address, each its own token. */
+static void assert_one_mail_each(long mark, char (*emails)[AIT_EMAIL_MAX], int n)
+{
+        PGconn *pg = ait_pg();
+        PGresult *res = ait_event_rows(pg, mark, "auth.email");
+        static char tokens[AUTH_IT_BATCH][AIT_TOKEN_MAX];
+        int seen[AUTH_IT_BATCH] = {0};
+
+        assert_int_equal(PQntuples(res), n);
+        for (int i = 0; i < PQntuples(res); i++) {
+                size_t len = 0;
+                uint8_t *b = ait_unescape(res, i, &len);
+                Keelson__Auth__V1__EmailRequested *m =
+                    keelson__auth__v1__email_requested__unpack(NULL, len, b);
+                int k = 0;
+
+                assert_non_null(m);
+                assert_string_equal(m->kind, "invitation");
+                while (k < n && strcmp(emails[k], m->to) != 0) {
+                        k++;
+                }
+                if (k == n || seen[k]++ != 0) {
+                        fail_msg("a mail to %s: not invited, or mailed twice", m->to);
+                }
+                snprintf(tokens[k], sizeof(tokens[k]), "%s", m->token);
+                for (int j = 0; j < n; j++) {
+                        if (j != k && seen[j] && strcmp(tokens[j], tokens[k]) == 0) {
+                                fail_msg("two invitations share a token");
+                        }
+                }
+                keelson__auth__v1__email_requested__free_unpacked(m, NULL);
+                PQfreemem(b);
+        }
+        PQclear(res);
+        PQfinish(pg);
+}
+
+/* The largest batch: 100 invitations, 100 mails, 100 audit rows, one summary event. */
+static void test_batch_of_one_hundred(void **state)
+{
+        static char emails[AUTH_IT_BATCH][AIT_EMAIL_MAX];
+        const char *params[1];
+        char m[24];
+        long mark, audit;
+        ait_user owner;
+        json_t *arr, *j, *list;
+
+        (void)state;
+        ait_signup("it-inv-hundred", "Hundred Tenant", &owner);
+        arr = json_array();
+        for (int i = 0; i < AUTH_IT_BATCH; i++) {
+                it_unique_email("it-inv-hundred-x", emails[i], sizeof(emails[i]));
+                json_array_append_new(arr, json_string(emails[i]));
+        }
+        j = json_pack("{s:o, s:s}", "emails", arr, "role", "member");
+        char *body = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+        mark = ait_outbox_mark();
+        audit = ait_sql_long("SELECT coalesce(max(id), 0) FROM auth.audit_log", 0, NULL);
+        j = ait_ok("Invite", body, owner.token);
+        free(body);
+
+        /* The reply: every address, in request order, pending. */
+        list = json_object_get(j, "invitations");
+        assert_int_equal(json_array_size(list), AUTH_IT_BATCH);
+        for (int i = 0; i < AUTH_IT_BATCH; i++) {
+                assert_string_equal(ait_str(json_array_get(list, (size_t)i), "email"), emails[i]);
+                assert_string_equal(ait_str(json_array_get(list, (size_t)i), "status"), "pending");
+        }
+        json_decref(j);
+
+        params[0] = owner.tenant_id;
+        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.invitations WHERE tenant_id ="
+                                      " $1::uuid AND accepted_at IS NULL AND revoked_at IS NULL",
+                                      1, params),
+                         AUTH_IT_BATCH);
+        assert_one_mail_each(mark, emails, AUTH_IT_BATCH);
+        assert_int_equal(audit_rows_after(audit, owner.tenant_id, "invitation.created"),
+                         AUTH_IT_BATCH);
+        /* One write, one event: exactly one users.admin_summary, of any tenant. */
+        assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 1);
+        ait_assert_one_summary(mark, owner.tenant_id, "Invite");
+        /* And nothing else: the mails and the summary are every row after the mark. */
+        snprintf(m, sizeof(m), "%ld", mark);
+        params[0] = m;
+        assert_int_equal(
+            ait_sql_long("SELECT count(*) FROM auth.outbox WHERE id > $1::int8", 1, params),
+            AUTH_IT_BATCH + 1);
+}
+
 static void test_reinvite_replaces_the_token(void **state)
 {
         ait_user owner;
@@ -299,6 +402,7 @@ int main(void)
             cmocka_unit_test(test_invite_one_and_accept),
             cmocka_unit_test(test_expired_and_revoked_tokens_are_refused_alike),
             cmocka_unit_test(test_batch_is_all_or_nothing),
+            cmocka_unit_test(test_batch_of_one_hundred),
             cmocka_unit_test(test_reinvite_replaces_the_token),
             cmocka_unit_test(test_existing_account_proves_its_password),
             cmocka_unit_test(test_new_account_password_rules),
