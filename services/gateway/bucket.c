@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gateway.h"
 #include "ks_crypto.h"
@@ -94,27 +95,68 @@ int gw_limit_parse(const char *spec, gw_limit *out, bool *off, char *err, size_t
                 return spec_fail(err, err_len, spec,
                                  "capacity x period must stay below 2^53 token-microseconds");
         }
-        out->capacity = cap;
-        out->refill = refill;
-        out->period_us = count * unit;
+        *out = gw_limit_make(cap, refill, count * unit);
         return 0;
+}
+
+/*
+ * m = ceil(2^F / d) with F = GW_RECIP_BITS + ceil(log2 d). Then m * d =
+ * 2^F + e with 0 <= e < d <= 2^ceil(log2 d), so for n < 2^GW_RECIP_BITS
+ * the error e * n / (d * 2^F) stays below 1/d and floor(n * m / 2^F) is
+ * exactly floor(n / d). m < 2^(GW_RECIP_BITS + 2) and F < 128 - 56 for
+ * every divisor here (d < 2^47), so n * m fits in 128 bits.
+ */
+gw_recip gw_recip_make(int64_t d)
+{
+        gw_recip r = {0, 0, d > 0 ? d : 1};
+        uint32_t log2_ceil = 0;
+        while (log2_ceil < 62 && ((int64_t)1 << log2_ceil) < r.d) {
+                log2_ceil++;
+        }
+        if (log2_ceil > 47) {
+                return r; /* out of the proven range: plain division */
+        }
+        r.shift = GW_RECIP_BITS + log2_ceil;
+        unsigned __int128 one = (unsigned __int128)1 << r.shift;
+        r.mul = (uint64_t)((one + (unsigned __int128)r.d - 1) / (unsigned __int128)r.d);
+        return r;
+}
+
+gw_limit gw_limit_make(int64_t capacity, int64_t refill, int64_t period_us)
+{
+        gw_limit lim = {capacity, refill, period_us, gw_recip_make(period_us),
+                        gw_recip_make(refill)};
+        return lim;
 }
 
 gw_limit gw_limit_share(const gw_limit *lim, int64_t n)
 {
-        gw_limit share = *lim;
-        if (n > 1) {
-                share.capacity = lim->capacity / n > 0 ? lim->capacity / n : 1;
-                share.period_us = lim->period_us * n; /* the same tokens over n periods */
+        if (n <= 1) {
+                return *lim;
         }
-        return share;
+        /* the same tokens over n periods */
+        return gw_limit_make(lim->capacity / n > 0 ? lim->capacity / n : 1, lim->refill,
+                             lim->period_us * n);
+}
+
+int64_t gw_bucket_now_us(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+        return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* ---- the arithmetic (ratelimit.lua) ----------------------------------------- */
 
-static int64_t div_ceil(int64_t a, int64_t b)
+/* ceil(a / b) for 0 <= a < 2^53: a + b - 1 stays below 2^GW_RECIP_BITS. */
+static int64_t div_ceil(int64_t a, gw_recip b)
 {
-        return a / b + (a % b != 0 ? 1 : 0);
+        return gw_recip_div(a + b.d - 1, b);
+}
+
+static int64_t ms_ceil(int64_t us)
+{
+        return (us + US_PER_MS - 1) / US_PER_MS; /* a constant: the compiler multiplies */
 }
 
 bool gw_limit_consume(const gw_limit *lim, int64_t *units, int64_t *last_us, int64_t now_us)
@@ -140,10 +182,9 @@ void gw_limit_describe(const gw_limit *lim, int64_t units, bool allowed, gw_deci
         int64_t full = lim->capacity * lim->period_us;
         out->allowed = allowed;
         out->limit = lim->capacity;
-        out->remaining = units / lim->period_us;
-        out->retry_ms =
-            allowed ? 0 : div_ceil(div_ceil(lim->period_us - units, lim->refill), US_PER_MS);
-        out->reset_ms = div_ceil(div_ceil(full - units, lim->refill), US_PER_MS);
+        out->remaining = gw_recip_div(units, lim->per_period);
+        out->retry_ms = allowed ? 0 : ms_ceil(div_ceil(lim->period_us - units, lim->per_refill));
+        out->reset_ms = ms_ceil(div_ceil(full - units, lim->per_refill));
 }
 
 void gw_limit_decide(const gw_limit *lim, int64_t *units, int64_t *last_us, int64_t now_us,

@@ -87,10 +87,35 @@ void gw_send_error(struct evhttp_request *req, int status, int code, const char 
  * exactly as ratelimit.lua does, which bounds capacity * period_us below
  * 2^53 (GW_LIMIT_UNITS_MAX).
  */
+/*
+ * Division by a divisor fixed at configuration time, as a multiply and a
+ * shift (exact for every dividend below 2^GW_RECIP_BITS): the header numbers
+ * of a decision are computed on every request, a 64-bit division costs tens
+ * of cycles and the divisors are constants of the limit.
+ */
+typedef struct gw_recip {
+        uint64_t mul; /* ceil(2^shift / d); 0: not made (plain division) */
+        uint32_t shift;
+        int64_t d;
+} gw_recip;
+
+#define GW_RECIP_BITS 54
+
+gw_recip gw_recip_make(int64_t d);
+/* floor(n / r.d), for 0 <= n < 2^GW_RECIP_BITS. */
+static inline int64_t gw_recip_div(int64_t n, gw_recip r)
+{
+        if (r.mul == 0) {
+                return n / r.d;
+        }
+        return (int64_t)(((unsigned __int128)(uint64_t)n * r.mul) >> r.shift);
+}
+
 typedef struct gw_limit {
         int64_t capacity;
         int64_t refill;
         int64_t period_us;
+        gw_recip per_period, per_refill; /* made by gw_limit_make */
 } gw_limit;
 
 #define GW_LIMIT_CAPACITY_MAX  1000000
@@ -114,8 +139,17 @@ typedef struct gw_decision {
  * false), 0 with *off true, or -1 with a message in err.
  */
 int gw_limit_parse(const char *spec, gw_limit *out, bool *off, char *err, size_t err_len);
+/* A limit with its divisions prepared; every gw_limit is made by this. */
+gw_limit gw_limit_make(int64_t capacity, int64_t refill, int64_t period_us);
 /* The same parameters for one of n replicas: capacity / n (at least 1), rate / n. */
 gw_limit gw_limit_share(const gw_limit *lim, int64_t n);
+/*
+ * The clock of the in-process buckets: CLOCK_MONOTONIC_COARSE in us. Its
+ * resolution is the kernel tick (1-4 ms), far below any bucket's period;
+ * read once per decision, it costs a few ns where CLOCK_MONOTONIC costs
+ * 30-70 ns in a VM (tools/bench_bucket.c measures both).
+ */
+int64_t gw_bucket_now_us(void);
 /*
  * One decision on a bucket in units: *units is the bucket's content (updated),
  * *last_us its last refill (updated), now_us the clock. The arithmetic of

@@ -193,7 +193,7 @@ static void count(gw_ratelimit *rl, const gw_route *route, bool local, const gw_
 
 static void decide_locally(gw_limit_wait *w)
 {
-        gw_buckets_take(w->rl->local, w->key, w->key_len, &w->route->local, gw_now_ns() / 1000,
+        gw_buckets_take(w->rl->local, w->key, w->key_len, &w->route->local, gw_bucket_now_us(),
                         &w->decision);
         count(w->rl, w->route, true, &w->decision);
 }

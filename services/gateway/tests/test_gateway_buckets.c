@@ -63,17 +63,65 @@ static void test_spec_parse(void **state)
 static void test_spec_share(void **state)
 {
         (void)state;
-        gw_limit api = {500, 500, 60 * SEC_US};
+        gw_limit api = gw_limit_make(500, 500, 60 * SEC_US);
         gw_limit s = gw_limit_share(&api, 2);
         assert_int_equal(s.capacity, 250);
         assert_int_equal(s.refill, 500);
         assert_int_equal(s.period_us, 120 * SEC_US); /* half the rate */
-        gw_limit tiny = {1, 1, SEC_US};
+        gw_limit tiny = gw_limit_make(1, 1, SEC_US);
         s = gw_limit_share(&tiny, 4);
         assert_int_equal(s.capacity, 1); /* never 0: a replica always lets one through */
         assert_int_equal(s.period_us, 4 * SEC_US);
         s = gw_limit_share(&api, 1);
         assert_memory_equal(&s, &api, sizeof(s));
+}
+
+/* The reciprocals give floor(n / d) exactly, at the edges of their range too. */
+static void test_recip_exact(void **state)
+{
+        (void)state;
+        const int64_t n_max = (1LL << GW_RECIP_BITS) - 1;
+        const int64_t divisors[] = {1,
+                                    2,
+                                    3,
+                                    7,
+                                    1000,
+                                    999999,
+                                    1000000,
+                                    5 * SEC_US,
+                                    60 * SEC_US,
+                                    24LL * 3600 * SEC_US,
+                                    1024LL * 24 * 3600 * SEC_US,
+                                    (1LL << 47) - 1,
+                                    1LL << 47};
+        uint64_t x = 0x9e3779b97f4a7c15ULL;
+        for (size_t i = 0; i < sizeof(divisors) / sizeof(divisors[0]); i++) {
+                int64_t d = divisors[i];
+                gw_recip r = gw_recip_make(d);
+                assert_true(r.mul != 0);
+                const int64_t edges[] = {0,
+                                         1,
+                                         d - 1,
+                                         d,
+                                         d + 1,
+                                         2 * d - 1,
+                                         n_max - 1,
+                                         n_max,
+                                         n_max - n_max % d,
+                                         n_max - n_max % d - 1};
+                for (size_t k = 0; k < sizeof(edges) / sizeof(edges[0]); k++) {
+                        if (edges[k] >= 0 && edges[k] <= n_max) {
+                                assert_int_equal(gw_recip_div(edges[k], r), edges[k] / d);
+                        }
+                }
+                for (int k = 0; k < 100000; k++) {
+                        x ^= x << 13; /* xorshift64 */
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        int64_t n = (int64_t)(x & (uint64_t)n_max) >> (k % 40);
+                        assert_int_equal(gw_recip_div(n, r), n / d);
+                }
+        }
 }
 
 /* ---- the arithmetic, at the instants of the Lua test -------------------------- */
@@ -98,9 +146,9 @@ static void test_bucket_arithmetic(void **state)
 {
         (void)state;
         gw_buckets *b = NULL;
-        gw_limit auth = {3, 1, 5 * SEC_US};
-        gw_limit one = {1, 1, SEC_US};
-        gw_limit frac = {1, 1, 5 * SEC_US};
+        gw_limit auth = gw_limit_make(3, 1, 5 * SEC_US);
+        gw_limit one = gw_limit_make(1, 1, SEC_US);
+        gw_limit frac = gw_limit_make(1, 1, 5 * SEC_US);
         int64_t t0 = 1000 * SEC_US;
         assert_int_equal(gw_buckets_new(&b, 64), 0);
         /* fresh, then empty */
@@ -130,7 +178,7 @@ static void test_bucket_keys(void **state)
 {
         (void)state;
         gw_buckets *b = NULL;
-        gw_limit lim = {1, 1, 3600 * SEC_US};
+        gw_limit lim = gw_limit_make(1, 1, 3600 * SEC_US);
         char key[32];
         assert_int_equal(gw_buckets_new(&b, 16), 0);
         for (int i = 0; i < 16; i++) {
@@ -326,10 +374,11 @@ static void test_proxies_parse(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_spec_parse),        cmocka_unit_test(test_spec_share),
-            cmocka_unit_test(test_bucket_arithmetic), cmocka_unit_test(test_bucket_keys),
-            cmocka_unit_test(test_config_overrides),  cmocka_unit_test(test_redis_url),
-            cmocka_unit_test(test_client_ip),         cmocka_unit_test(test_proxies_parse),
+            cmocka_unit_test(test_spec_parse),    cmocka_unit_test(test_spec_share),
+            cmocka_unit_test(test_recip_exact),   cmocka_unit_test(test_bucket_arithmetic),
+            cmocka_unit_test(test_bucket_keys),   cmocka_unit_test(test_config_overrides),
+            cmocka_unit_test(test_redis_url),     cmocka_unit_test(test_client_ip),
+            cmocka_unit_test(test_proxies_parse),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
