@@ -2,8 +2,8 @@
  * ks_outbox against a real, throwaway PostgreSQL (support/pg_cluster.h) and
  * an in-process broker: what a subscriber hears and what the table holds
  * after commits, rollbacks, several relays, a relay restart, a database
- * restart and retention. Each test has its own schema, and its own topic
- * prefix (the schema name and a dot), so one test's late events cannot
+ * restart, retention, and a publisher with no broker until one comes up. Each test has its own
+ * schema, and its own topic prefix (the schema name and a dot), so one test's late events cannot
  * satisfy another's.
  *
  * pub/sub delivers only to peers already connected, so every subscriber is
@@ -655,6 +655,67 @@ static void test_retention_deletes_old_published_rows(void **state)
         ks_subscriber_free(s);
 }
 
+/*
+ * pub/sub takes an event with no broker connected and drops it, so a relay
+ * whose publisher has no broker must not publish (nor mark) anything: the
+ * row waits, unpublished. Once a broker is up on the publisher's address,
+ * the relay publishes the row and marks it, by itself.
+ */
+static void test_no_broker_leaves_rows_unpublished(void **state)
+{
+        (void)state;
+        char base[64], id[37];
+        ks_broker *probe = NULL, *late = NULL;
+        ks_publisher *lonely = NULL;
+        ks_outbox_relay *r = NULL;
+
+        /* An address where no broker listens (one that just started and stopped there). */
+        for (int attempt = 0; attempt < 20 && probe == NULL; attempt++) {
+                snprintf(base, sizeof(base), "tcp://127.0.0.1:%d", 15000 + rand() % 16900);
+                if (ks_broker_start(&probe, base) != KS_OK) {
+                        probe = NULL;
+                }
+        }
+        assert_non_null(probe);
+        ks_broker_stop(probe);
+        const char *bases[] = {base};
+        assert_int_equal(ks_publisher_new(&lonely, bases, 1), KS_OK);
+        create_outbox("ob_nobroker");
+        ks_outbox_relay_options o = {.dsn = fx.pg.dsn,
+                                     .schema = "ob_nobroker",
+                                     .publisher = lonely,
+                                     .batch_max = 100,
+                                     .poll_ms = 100,
+                                     .retention_s = 86400};
+        assert_int_equal(ks_outbox_relay_start(&r, &o), KS_OK);
+        PGconn *c = db();
+
+        add_events(c, "ob_nobroker", 0, 1, true, id);
+        sleep_ms(QUIET_MS + 500); /* the relay had its chances: several tries and a poll */
+        assert_int_equal(ks_publisher_connected(lonely), 0);
+        assert_int_equal(sql_int(c,
+                                 "SELECT count(*) FROM ob_nobroker.outbox WHERE event_id = '%s'"
+                                 " AND published_at IS NULL",
+                                 id),
+                         1);
+        assert_int_equal(ks_outbox_relay_published(r), 0);
+        assert_int_equal(counter("keelson_outbox_published_total", "ob_nobroker"), 0);
+
+        /* A broker comes up where the publisher dials: the row goes out and is marked. */
+        assert_int_equal(ks_broker_start(&late, base), KS_OK);
+        assert_true(wait_count(c, 1,
+                               "SELECT count(*) FROM ob_nobroker.outbox WHERE published_at IS NOT"
+                               " NULL"));
+        assert_true(ks_publisher_connected(lonely) > 0);
+        assert_int_equal(ks_outbox_relay_published(r), 1);
+        assert_int_equal(counter("keelson_outbox_published_total", "ob_nobroker"), 1);
+        assert_int_equal(sql_int(c, "SELECT count(*) FROM ob_nobroker.outbox"), 1);
+        ks_outbox_relay_stop(r);
+        ks_publisher_free(lonely);
+        ks_broker_stop(late);
+        PQfinish(c);
+}
+
 static void test_relay_options_rejected(void **state)
 {
         (void)state;
@@ -700,6 +761,7 @@ int main(void)
             cmocka_unit_test(test_two_relays_publish_each_event_once),
             cmocka_unit_test(test_rejected_row_does_not_block_others),
             cmocka_unit_test(test_relay_options_rejected),
+            cmocka_unit_test(test_no_broker_leaves_rows_unpublished),
             cmocka_unit_test(test_retention_deletes_old_published_rows),
             cmocka_unit_test(test_database_restart),
         };
