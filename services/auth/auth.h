@@ -86,7 +86,9 @@ int auth_verify_password(auth_hash_pool *p, const char *password, const char *st
  * True when a job submitted now would be refused. A hint, not a promise (the
  * queue may drain a moment later): hash-heavy methods check it first and
  * refuse at once, before spending a database round trip on a call whose
- * hash would be refused anyway.
+ * hash would be refused anyway. A true answer counts as a refusal
+ * (auth_hash_pool_rejected, keelson_auth_hash_rejected_total), since the
+ * caller refuses on it: the counter then matches the 429s clients got.
  */
 bool auth_hash_pool_full(auth_hash_pool *p);
 

@@ -300,6 +300,11 @@ bool auth_hash_pool_full(auth_hash_pool *p)
         pthread_mutex_lock(&p->mu);
         full = p->queued >= p->queue_max;
         pthread_mutex_unlock(&p->mu);
+        if (full) {
+                /* The caller refuses on it: counted like a refused submission. */
+                atomic_fetch_add(&p->rejected, 1);
+                ks_counter_inc(p->rejected_counter);
+        }
         return full;
 }
 
