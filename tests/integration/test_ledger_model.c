@@ -657,7 +657,10 @@ static req gen_retry(gen *g, const model *m, bool change)
                 t.pending_id += 1;
                 break;
         case 2:
-                t.timeout += 1;
+                /* Different, and never one that could expire while the test runs: a
+                 * retry whose first attempt failed creates a transfer with it, which
+                 * only expiry_step may let expire. */
+                t.timeout = t.timeout == 0 ? 3600 : t.timeout + 1;
                 break;
         case 3:
                 t.dr = pick_acct(g, m)->id;
