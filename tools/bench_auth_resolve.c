@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_support.h"
 #include "keelson/auth/v1/auth.pb-c.h"
 #include "ks_crypto.h"
 #include "ks_log.h"
@@ -34,7 +35,6 @@
 #define THREADS_MAX       64
 #define STORM_MAX         512
 #define SAMPLES_PER_CALLS 200000 /* per resolver thread and phase */
-#define BUF_MAX           2048
 #define WARMUP_MS         1000
 #define PASSWORD          "bench horse battery staple"
 
@@ -56,30 +56,10 @@ typedef struct resolver {
         long errors;
 } resolver;
 
-static int64_t now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* One call; returns its code and leaves the payload in *res (cleared by the caller). */
 static int call(bench *b, const char *method, const ProtobufCMessage *m, ks_rpc_result *res)
 {
-        uint8_t buf[BUF_MAX];
-        ks_rpc_call_args a;
-        size_t len = protobuf_c_message_get_packed_size(m);
-
-        if (len > sizeof(buf)) {
-                return KS_INTERNAL;
-        }
-        memset(&a, 0, sizeof(a));
-        a.method = method;
-        a.request_id = "bench-auth-resolve";
-        a.payload = buf;
-        a.payload_len = protobuf_c_message_pack(m, buf);
-        return ks_rpc_call(b->client, &a, res);
+        return bench_auth_call(b->client, "bench-auth-resolve", method, m, res);
 }
 
 static int login(bench *b, char *token_out, size_t token_len)
@@ -142,8 +122,8 @@ static void *resolver_main(void *arg)
         ks_rpc_result res;
 
         req.token = r->b->token;
-        while (now_ns() < r->until_ns && r->n < SAMPLES_PER_CALLS) {
-                int64_t t0 = now_ns();
+        while (bench_now_ns() < r->until_ns && r->n < SAMPLES_PER_CALLS) {
+                int64_t t0 = bench_now_ns();
                 int rc = call(r->b, "keelson.auth.v1.AuthService/ResolveContext", &req.base, &res);
 
                 ks_rpc_result_clear(&res);
@@ -151,7 +131,7 @@ static void *resolver_main(void *arg)
                         r->errors++;
                         continue;
                 }
-                r->samples_ns[r->n++] = now_ns() - t0;
+                r->samples_ns[r->n++] = bench_now_ns() - t0;
         }
         return NULL;
 }
@@ -180,13 +160,6 @@ static void *storm_main(void *arg)
         return NULL;
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
-        int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-
-        return x < y ? -1 : x > y;
-}
-
 typedef struct phase {
         double p50_us, p99_us, per_s;
         size_t n;
@@ -198,7 +171,7 @@ static int measure(bench *b, phase *out)
 {
         resolver r[THREADS_MAX];
         pthread_t t[THREADS_MAX];
-        int64_t start = now_ns(), until = start + (int64_t)b->seconds * 1000000000LL;
+        int64_t start = bench_now_ns(), until = start + (int64_t)b->seconds * 1000000000LL;
         int64_t *all;
         size_t total = 0;
 
@@ -229,11 +202,11 @@ static int measure(bench *b, phase *out)
                 free(all);
                 return -1;
         }
-        qsort(all, total, sizeof(int64_t), cmp_i64);
+        bench_sort_ns(all, total);
         out->n = total;
-        out->p50_us = (double)all[total / 2] / 1000.0;
-        out->p99_us = (double)all[(total * 99) / 100] / 1000.0;
-        out->per_s = (double)total / ((double)(now_ns() - start) / 1e9);
+        out->p50_us = (double)bench_percentile_ns(all, total, 50) / 1000.0;
+        out->p99_us = (double)bench_percentile_ns(all, total, 99) / 1000.0;
+        out->per_s = (double)total / ((double)(bench_now_ns() - start) / 1e9);
         free(all);
         return 0;
 }
@@ -268,47 +241,19 @@ static int storm_phase(bench *b, phase *out)
         return rc;
 }
 
-/* The broker base: --broker, or KEELSON_IT_BROKER_URL from DIR/env of a local stack. */
-static int broker_from_stack(const char *dir, char *out, size_t out_len)
-{
-        char path[1024], line[1024];
-        FILE *f;
-
-        snprintf(path, sizeof(path), "%s/env", dir);
-        if ((f = fopen(path, "r")) == NULL) {
-                return -1;
-        }
-        while (fgets(line, sizeof(line), f) != NULL) {
-                if (strncmp(line, "KEELSON_IT_BROKER_URL=", 22) == 0) {
-                        size_t n = strcspn(line + 22, "\n");
-
-                        fclose(f);
-                        if (n >= out_len) {
-                                return -1;
-                        }
-                        memcpy(out, line + 22, n);
-                        out[n] = '\0';
-                        return 0;
-                }
-        }
-        fclose(f);
-        return -1;
-}
-
 static int parse_args(int argc, char **argv, bench *b, char *broker, size_t broker_len)
 {
         broker[0] = '\0';
         for (int i = 1; i < argc; i++) {
                 const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+                int known;
 
-                if (v == NULL) {
+                if (v == NULL ||
+                    (known = bench_broker_option(argv[i], v, broker, broker_len)) < 0) {
                         return -1;
                 }
-                if (strcmp(argv[i], "--stack") == 0 && broker_from_stack(v, broker, broker_len)) {
-                        fprintf(stderr, "no KEELSON_IT_BROKER_URL in %s/env\n", v);
-                        return -1;
-                } else if (strcmp(argv[i], "--broker") == 0) {
-                        snprintf(broker, broker_len, "%s", v);
+                if (known) {
+                        /* --stack or --broker */
                 } else if (strcmp(argv[i], "--threads") == 0) {
                         b->threads = atoi(v);
                 } else if (strcmp(argv[i], "--storm") == 0) {
@@ -317,7 +262,7 @@ static int parse_args(int argc, char **argv, bench *b, char *broker, size_t brok
                         b->seconds = atoi(v);
                 } else if (strcmp(argv[i], "--backoff-ms") == 0) {
                         b->backoff_ms = atoi(v);
-                } else if (strcmp(argv[i], "--stack") != 0) {
+                } else {
                         return -1;
                 }
                 i++;
@@ -327,23 +272,6 @@ static int parse_args(int argc, char **argv, bench *b, char *broker, size_t brok
                        b->backoff_ms >= 0 && b->backoff_ms <= 10000
                    ? 0
                    : -1;
-}
-
-static int connect_client(bench *b, const char *broker)
-{
-        char url[KS_URL_MAX];
-        const char *urls[1] = {url};
-        ks_rpc_client_options o = {urls, 1, THREADS_MAX + STORM_MAX + 8, 10000};
-        struct timespec pause = {0, 10 * 1000 * 1000};
-
-        if (ks_broker_url(url, sizeof(url), broker, KS_SVC_AUTH, KS_SIDE_FRONT) != 0 ||
-            ks_rpc_client_new(&b->client, &o) != KS_OK) {
-                return -1;
-        }
-        for (int i = 0; i < 500 && ks_rpc_client_connected(b->client) == 0; i++) {
-                nanosleep(&pause, NULL);
-        }
-        return ks_rpc_client_connected(b->client) > 0 ? 0 : -1;
 }
 
 int main(int argc, char **argv)
@@ -363,7 +291,8 @@ int main(int argc, char **argv)
                         argv[0]);
                 return 2;
         }
-        if (connect_client(&b, broker) != 0 || setup_account(&b) != KS_OK) {
+        if (bench_auth_client(&b.client, broker, THREADS_MAX + STORM_MAX + 8) != 0 ||
+            setup_account(&b) != KS_OK) {
                 fprintf(stderr, "cannot reach auth through %s\n", broker);
                 ks_rpc_client_free(b.client);
                 return 1;

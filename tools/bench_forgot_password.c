@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_support.h"
 #include "keelson/auth/v1/auth.pb-c.h"
 #include "ks_crypto.h"
 #include "ks_log.h"
@@ -36,7 +37,6 @@
 #define CALLS_MAX    100000
 #define ACCOUNTS_MAX 20000
 #define EMAIL_MAX    96
-#define BUF_MAX      1024
 #define PASSWORD     "bench horse battery staple"
 
 enum { KNOWN, UNKNOWN, OVER_LIMIT, SERIES };
@@ -53,31 +53,11 @@ typedef struct bench {
         long errors;
 } bench;
 
-static int64_t now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static int call(bench *b, const char *method, const ProtobufCMessage *m)
 {
-        uint8_t buf[BUF_MAX];
-        ks_rpc_call_args a;
         ks_rpc_result res;
-        size_t len = protobuf_c_message_get_packed_size(m);
-        int rc;
+        int rc = bench_auth_call(b->client, "bench-forgot-password", method, m, &res);
 
-        if (len > sizeof(buf)) {
-                return KS_INTERNAL;
-        }
-        memset(&a, 0, sizeof(a));
-        a.method = method;
-        a.request_id = "bench-forgot-password";
-        a.payload = buf;
-        a.payload_len = protobuf_c_message_pack(m, buf);
-        rc = ks_rpc_call(b->client, &a, &res);
         ks_rpc_result_clear(&res);
         return rc;
 }
@@ -155,13 +135,13 @@ static int setup_accounts(bench *b)
 /* One timed call into series s; an error is counted (and its time kept all the same). */
 static void timed(bench *b, int s, int round, const char *email)
 {
-        int64_t t0 = now_ns();
+        int64_t t0 = bench_now_ns();
         int rc = forgot(b, email);
 
         if (rc != KS_OK) {
                 b->errors++;
         }
-        b->samples_ns[s][round] = now_ns() - t0;
+        b->samples_ns[s][round] = bench_now_ns() - t0;
 }
 
 static int run(bench *b)
@@ -201,13 +181,6 @@ static int run(bench *b)
         return 0;
 }
 
-static int cmp_i64(const void *x, const void *y)
-{
-        int64_t a = *(const int64_t *)x, c = *(const int64_t *)y;
-
-        return a < c ? -1 : a > c;
-}
-
 typedef struct figures {
         double p50_us, p99_us, mean_us;
 } figures;
@@ -217,41 +190,14 @@ static figures summarize(int64_t *v, int n)
         figures f;
         double sum = 0;
 
-        qsort(v, (size_t)n, sizeof(int64_t), cmp_i64);
+        bench_sort_ns(v, (size_t)n);
         for (int i = 0; i < n; i++) {
                 sum += (double)v[i];
         }
-        f.p50_us = (double)v[n / 2] / 1000.0;
-        f.p99_us = (double)v[((size_t)n * 99) / 100] / 1000.0;
+        f.p50_us = (double)bench_percentile_ns(v, (size_t)n, 50) / 1000.0;
+        f.p99_us = (double)bench_percentile_ns(v, (size_t)n, 99) / 1000.0;
         f.mean_us = sum / n / 1000.0;
         return f;
-}
-
-/* The broker base: --broker, or KEELSON_IT_BROKER_URL from DIR/env of a local stack. */
-static int broker_from_stack(const char *dir, char *out, size_t out_len)
-{
-        char path[1024], line[1024];
-        FILE *f;
-
-        snprintf(path, sizeof(path), "%s/env", dir);
-        if ((f = fopen(path, "r")) == NULL) {
-                return -1;
-        }
-        while (fgets(line, sizeof(line), f) != NULL) {
-                if (strncmp(line, "KEELSON_IT_BROKER_URL=", 22) == 0) {
-                        size_t n = strcspn(line + 22, "\n");
-
-                        fclose(f);
-                        if (n >= out_len) {
-                                return -1;
-                        }
-                        memcpy(out, line + 22, n);
-                        out[n] = '\0';
-                        return 0;
-                }
-        }
-        fclose(f);
-        return -1;
 }
 
 static int parse_args(int argc, char **argv, bench *b, char *broker, size_t broker_len)
@@ -259,14 +205,12 @@ static int parse_args(int argc, char **argv, bench *b, char *broker, size_t brok
         broker[0] = '\0';
         for (int i = 1; i + 1 < argc; i += 2) {
                 const char *v = argv[i + 1];
+                int known = bench_broker_option(argv[i], v, broker, broker_len);
 
-                if (strcmp(argv[i], "--stack") == 0) {
-                        if (broker_from_stack(v, broker, broker_len) != 0) {
-                                fprintf(stderr, "no KEELSON_IT_BROKER_URL in %s/env\n", v);
-                                return -1;
-                        }
-                } else if (strcmp(argv[i], "--broker") == 0) {
-                        snprintf(broker, broker_len, "%s", v);
+                if (known < 0) {
+                        return -1;
+                } else if (known) {
+                        /* --stack or --broker */
                 } else if (strcmp(argv[i], "--calls") == 0) {
                         b->calls = atoi(v);
                 } else if (strcmp(argv[i], "--per-address") == 0) {
@@ -279,23 +223,6 @@ static int parse_args(int argc, char **argv, bench *b, char *broker, size_t brok
                        b->per_address >= 1 && b->per_address <= 1000
                    ? 0
                    : -1;
-}
-
-static int connect_client(bench *b, const char *broker)
-{
-        char url[KS_URL_MAX];
-        const char *urls[1] = {url};
-        ks_rpc_client_options o = {urls, 1, 8, 10000};
-        struct timespec pause = {0, 10 * 1000 * 1000};
-
-        if (ks_broker_url(url, sizeof(url), broker, KS_SVC_AUTH, KS_SIDE_FRONT) != 0 ||
-            ks_rpc_client_new(&b->client, &o) != KS_OK) {
-                return -1;
-        }
-        for (int i = 0; i < 500 && ks_rpc_client_connected(b->client) == 0; i++) {
-                nanosleep(&pause, NULL);
-        }
-        return ks_rpc_client_connected(b->client) > 0 ? 0 : -1;
 }
 
 static void report(bench *b)
@@ -341,7 +268,7 @@ int main(int argc, char **argv)
                         argv[0], CALLS_MAX);
                 return 2;
         }
-        if (connect_client(&b, broker) != 0) {
+        if (bench_auth_client(&b.client, broker, 8) != 0) {
                 fprintf(stderr, "cannot reach auth through %s\n", broker);
         } else if (setup_accounts(&b) == 0 && run(&b) == 0) {
                 printf("ForgotPassword over the broker, %d rounds of one call per series,"

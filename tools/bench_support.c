@@ -1,0 +1,122 @@
+#include "bench_support.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ks_topology.h"
+
+#define CONNECT_TRIES    500 /* of CONNECT_PAUSE_MS: 5 s */
+#define CONNECT_PAUSE_MS 10
+
+int bench_stack_env(const char *dir, const char *key, char *out, size_t out_len)
+{
+        char path[1024], line[1024];
+        size_t key_len = strlen(key);
+        FILE *f;
+
+        snprintf(path, sizeof(path), "%s/env", dir);
+        if ((f = fopen(path, "r")) == NULL) {
+                return -1;
+        }
+        while (fgets(line, sizeof(line), f) != NULL) {
+                if (strncmp(line, key, key_len) == 0 && line[key_len] == '=') {
+                        const char *v = line + key_len + 1;
+                        size_t n = strcspn(v, "\n");
+
+                        fclose(f);
+                        if (n >= out_len) {
+                                return -2;
+                        }
+                        memcpy(out, v, n);
+                        out[n] = '\0';
+                        return 0;
+                }
+        }
+        fclose(f);
+        return -2;
+}
+
+int bench_broker_option(const char *flag, const char *value, char *broker, size_t broker_len)
+{
+        if (strcmp(flag, "--broker") == 0) {
+                snprintf(broker, broker_len, "%s", value);
+                return 1;
+        }
+        if (strcmp(flag, "--stack") != 0) {
+                return 0;
+        }
+        if (bench_stack_env(value, "KEELSON_IT_BROKER_URL", broker, broker_len) != 0) {
+                fprintf(stderr, "no KEELSON_IT_BROKER_URL in %s/env\n", value);
+                return -1;
+        }
+        return 1;
+}
+
+int64_t bench_now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+        int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+        return x < y ? -1 : x > y;
+}
+
+void bench_sort_ns(int64_t *samples_ns, size_t n)
+{
+        qsort(samples_ns, n, sizeof(int64_t), cmp_i64);
+}
+
+int64_t bench_percentile_ns(const int64_t *sorted_ns, size_t n, int pct)
+{
+        return sorted_ns[(n * (size_t)pct) / 100];
+}
+
+int bench_auth_client(ks_rpc_client **out, const char *broker, int max_inflight)
+{
+        char url[KS_URL_MAX];
+        const char *urls[1] = {url};
+        ks_rpc_client_options o = {urls, 1, max_inflight, 10000};
+        struct timespec pause = {0, CONNECT_PAUSE_MS * 1000 * 1000};
+
+        *out = NULL;
+        if (ks_broker_url(url, sizeof(url), broker, KS_SVC_AUTH, KS_SIDE_FRONT) != 0 ||
+            ks_rpc_client_new(out, &o) != KS_OK) {
+                *out = NULL;
+                return -1;
+        }
+        for (int i = 0; i < CONNECT_TRIES && ks_rpc_client_connected(*out) == 0; i++) {
+                nanosleep(&pause, NULL);
+        }
+        if (ks_rpc_client_connected(*out) <= 0) {
+                ks_rpc_client_free(*out);
+                *out = NULL;
+                return -1;
+        }
+        return 0;
+}
+
+int bench_auth_call(ks_rpc_client *c, const char *request_id, const char *method,
+                    const ProtobufCMessage *m, ks_rpc_result *res)
+{
+        uint8_t buf[BENCH_PAYLOAD_MAX];
+        ks_rpc_call_args a;
+
+        if (protobuf_c_message_get_packed_size(m) > sizeof(buf)) {
+                memset(res, 0, sizeof(*res));
+                return KS_INTERNAL;
+        }
+        memset(&a, 0, sizeof(a));
+        a.method = method;
+        a.request_id = request_id;
+        a.payload = buf;
+        a.payload_len = protobuf_c_message_pack(m, buf);
+        return ks_rpc_call(c, &a, res);
+}

@@ -1,0 +1,57 @@
+/*
+ * bench_support: what the benchmarks under tools/ share — a stack's env
+ * file, a monotonic clock, latency percentiles, and an RPC client to auth
+ * through the broker.
+ */
+#ifndef BENCH_SUPPORT_H
+#define BENCH_SUPPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ks_rpc.h"
+
+/* The largest request bench_auth_call packs; a larger one is KS_INTERNAL. */
+#define BENCH_PAYLOAD_MAX 2048
+
+/*
+ * Copies the value of KEY from DIR/env (a stack started by
+ * deploy/local/stack.sh: KEY=value lines) into out. Returns 0; -1 when
+ * DIR/env cannot be read; -2 when KEY is not there or its value does not
+ * fit in out_len bytes (out is then unspecified).
+ */
+int bench_stack_env(const char *dir, const char *key, char *out, size_t out_len);
+
+/*
+ * The broker options every auth benchmark takes: "--stack DIR" (the
+ * broker from DIR/env) or "--broker URL". Returns 1 when flag is one of
+ * them and broker is set; 0 when flag is neither (broker untouched); -1,
+ * with a line on stderr, when DIR/env names no broker.
+ */
+int bench_broker_option(const char *flag, const char *value, char *broker, size_t broker_len);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t bench_now_ns(void);
+
+/* Sorts n samples in ascending order. */
+void bench_sort_ns(int64_t *samples_ns, size_t n);
+
+/* The sample at index n * pct / 100 of n > 0 sorted samples, pct 0..99. */
+int64_t bench_percentile_ns(const int64_t *sorted_ns, size_t n, int pct);
+
+/*
+ * Dials auth's front on the broker base URL and waits up to 5 s for the
+ * connection. On success *out is a connected client the caller frees with
+ * ks_rpc_client_free; on error (-1) *out is NULL.
+ */
+int bench_auth_client(ks_rpc_client **out, const char *broker, int max_inflight);
+
+/*
+ * Packs m (at most BENCH_PAYLOAD_MAX bytes) and calls method with it.
+ * Returns the call's code; *res holds the reply, which the caller clears
+ * with ks_rpc_result_clear whatever the code.
+ */
+int bench_auth_call(ks_rpc_client *c, const char *request_id, const char *method,
+                    const ProtobufCMessage *m, ks_rpc_result *res);
+
+#endif
