@@ -368,15 +368,34 @@ pg_sql() {
                 -d "${2:-postgres}" -tAc "$1"
 }
 
-# The services connect as keelson, owner of the database keelson; it may
-# create roles because a service's migrations create its own roles.
-pg_bootstrap() {
-        if [ -z "$(pg_sql "SELECT 1 FROM pg_roles WHERE rolname = 'keelson'")" ]; then
-                pg_sql "CREATE ROLE keelson LOGIN CREATEROLE" >/dev/null
+# The services run their migrations as keelson, owner of the database
+# keelson; it may create roles because a service's migrations create its own
+# roles. Their pools log in as keelson_<service>_login instead: roles that
+# own nothing and hold no privilege (NOINHERIT), members of the runtime roles
+# the pools switch to (docs/security.md). The runtime roles are made here
+# too, so that the login roles can be members before any migration has run;
+# the migrations find them there.
+pg_role() { # name, attributes
+        if [ -z "$(pg_sql "SELECT 1 FROM pg_roles WHERE rolname = '$1'")" ]; then
+                pg_sql "CREATE ROLE $1 $2" >/dev/null
         fi
+}
+
+pg_bootstrap() {
+        local r
+        pg_role keelson "LOGIN CREATEROLE"
         if [ -z "$(pg_sql "SELECT 1 FROM pg_database WHERE datname = 'keelson'")" ]; then
                 pg_sql "CREATE DATABASE keelson OWNER keelson" >/dev/null
         fi
+        for r in keelson_auth_rt keelson_ledger_rt keelson_ledger_sweeper keelson_summary_rt; do
+                pg_role "$r" NOLOGIN
+        done
+        for r in auth ledger summary; do
+                pg_role "keelson_${r}_login" "LOGIN NOINHERIT"
+        done
+        pg_sql "GRANT keelson_auth_rt TO keelson_auth_login;
+                GRANT keelson_ledger_rt, keelson_ledger_sweeper TO keelson_ledger_login;
+                GRANT keelson_summary_rt TO keelson_summary_login" >/dev/null
 }
 
 pg_stop() {
@@ -470,6 +489,7 @@ start_redis() {
 broker_url() { echo "tcp://127.0.0.1:$BROKER_BASE"; }
 redis_url() { echo "redis://127.0.0.1:$REDIS_PORT"; }
 service_dsn() { echo "postgresql://keelson@127.0.0.1:$PG_PORT/keelson"; }
+login_dsn() { echo "postgresql://keelson_$1_login@127.0.0.1:$PG_PORT/keelson"; }
 super_dsn() { echo "postgresql://postgres@127.0.0.1:$PG_PORT/keelson"; }
 
 start_services() {
@@ -479,6 +499,7 @@ start_services() {
                 "$BIN/keelson-broker"
         for ((i = 0; i < AUTH_REPLICAS; i++)); do
                 spawn "auth-$((i + 1))" env KEELSON_PG_DSN="$(service_dsn)" \
+                        KEELSON_AUTH_PG_LOGIN_DSN="$(login_dsn auth)" \
                         KEELSON_BROKER_URL="$(broker_url)" KEELSON_REDIS_URL="$(redis_url)" \
                         KEELSON_AUTH_HTTP_HOST=127.0.0.1 \
                         KEELSON_AUTH_HTTP_PORT="${AUTH_HEALTH_PORTS[$i]}" \
@@ -487,6 +508,7 @@ start_services() {
         done
         for ((i = 0; i < LEDGER_REPLICAS; i++)); do
                 spawn "ledger-$((i + 1))" env KEELSON_PG_DSN="$(service_dsn)" \
+                        KEELSON_LEDGER_PG_LOGIN_DSN="$(login_dsn ledger)" \
                         KEELSON_BROKER_URL="$(broker_url)" KEELSON_LEDGER_HTTP_HOST=127.0.0.1 \
                         KEELSON_LEDGER_HTTP_PORT="${LEDGER_HEALTH_PORTS[$i]}" \
                         KEELSON_LEDGER_EXPIRY_INTERVAL_MS=200 "$BIN/keelson-ledger"
@@ -494,6 +516,7 @@ start_services() {
         # The reader role comes with auth's migrations: /readyz waits for it.
         for ((i = 0; i < SUMMARY_REPLICAS; i++)); do
                 spawn "summary-$((i + 1))" env KEELSON_PG_DSN="$(service_dsn)" \
+                        KEELSON_SUMMARY_PG_LOGIN_DSN="$(login_dsn summary)" \
                         KEELSON_BROKER_URL="$(broker_url)" KEELSON_REDIS_URL="$(redis_url)" \
                         KEELSON_SUMMARY_HTTP_HOST=127.0.0.1 \
                         KEELSON_SUMMARY_HTTP_PORT="${SUMMARY_HEALTH_PORTS[$i]}" \
@@ -592,6 +615,9 @@ write_env() {
         cat >"$DIR/env.tmp" <<EOT
 KEELSON_IT_PG_DSN=$(super_dsn)
 KEELSON_IT_SERVICE_PG_DSN=$(service_dsn)
+KEELSON_IT_AUTH_LOGIN_DSN=$(login_dsn auth)
+KEELSON_IT_LEDGER_LOGIN_DSN=$(login_dsn ledger)
+KEELSON_IT_SUMMARY_LOGIN_DSN=$(login_dsn summary)
 KEELSON_IT_REDIS_URL=$(redis_url)
 KEELSON_IT_BROKER_URL=$(broker_url)
 KEELSON_IT_GATEWAY_URL=http://127.0.0.1:$GATEWAY_PORT

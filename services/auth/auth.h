@@ -251,13 +251,6 @@ int auth_tx_begin(PGconn *conn, const char *request_id, const char *tenant_id, c
 int auth_tx_act_for(PGconn *conn, const char *request_id, const char *tenant_id,
                     const char *user_id);
 
-/*
- * The connection string of the pool: dsn with "-c role=<role>" added to its
- * startup options, so every connection runs as the runtime role from its
- * first statement. *out is malloc'd. Returns 0, or -1 with a message in err.
- */
-int auth_runtime_conninfo(const char *dsn, const char *role, char **out, char *err, size_t err_len);
-
 /* "\x" + hex of n bytes, malloc'd: a bytea parameter in text form. NULL when out of memory. */
 char *auth_bytea_param(const uint8_t *data, size_t n);
 

@@ -11,10 +11,9 @@
  * Every connection of the pool runs as the runtime role (keelson_auth_rt,
  * KEELSON_AUTH_PG_ROLE): the DSN's role owns the tables and runs the
  * migrations, the runtime role owns nothing, so row-level security binds it.
- * The role is set as a startup option ("-c role=..."), not by a SET after
- * connecting: it then holds from the first statement of every connection,
- * including one the pool re-opens after a failure, and RESET ROLE returns to
- * it rather than to the owner.
+ * The pool logs in as KEELSON_AUTH_PG_LOGIN_DSN's role, which owns nothing
+ * either, and switches to the runtime role with a startup option, from the
+ * first statement of every connection (services/core/ks_pg_login.h).
  */
 #include "auth.h"
 
@@ -23,8 +22,6 @@
 #include <string.h>
 
 #include "ks_log.h"
-
-#define CONNINFO_MAX 4096
 
 int auth_db_fail(ks_call *call, int code)
 {
@@ -105,86 +102,6 @@ int auth_tx_begin(PGconn *conn, const char *request_id, const char *tenant_id, c
                 return rc;
         }
         return auth_tx_act_for(conn, request_id, tenant_id, user_id);
-}
-
-/* Appends "key='value' " with libpq's quoting (backslash before ' and \). */
-static int append_kv(char *out, size_t *len, const char *key, const char *val)
-{
-        size_t n = *len;
-        int w = snprintf(out + n, CONNINFO_MAX - n, "%s='", key);
-
-        if (w < 0 || (size_t)w >= CONNINFO_MAX - n) {
-                return -1;
-        }
-        n += (size_t)w;
-        for (const char *p = val; *p != '\0'; p++) {
-                if (n + 3 >= CONNINFO_MAX) {
-                        return -1;
-                }
-                if (*p == '\'' || *p == '\\') {
-                        out[n++] = '\\';
-                }
-                out[n++] = *p;
-        }
-        if (n + 3 >= CONNINFO_MAX) {
-                return -1;
-        }
-        out[n++] = '\'';
-        out[n++] = ' ';
-        out[n] = '\0';
-        *len = n;
-        return 0;
-}
-
-static bool role_name_ok(const char *role)
-{
-        size_t n = strlen(role);
-
-        return n >= 1 && n <= 63 && strspn(role, "abcdefghijklmnopqrstuvwxyz0123456789_") == n;
-}
-
-int auth_runtime_conninfo(const char *dsn, const char *role, char **out, char *err, size_t err_len)
-{
-        PQconninfoOption *opts, *o;
-        char *perr = NULL, options[512] = "", buf[CONNINFO_MAX];
-        size_t len = 0;
-        int rc = 0;
-
-        *out = NULL;
-        if (!role_name_ok(role)) {
-                snprintf(err, err_len, "KEELSON_AUTH_PG_ROLE: expected [a-z0-9_]{1,63}");
-                return -1;
-        }
-        if ((opts = PQconninfoParse(dsn, &perr)) == NULL) {
-                /* perr may quote the DSN, which may hold a password: not repeated. */
-                snprintf(err, err_len, "KEELSON_PG_DSN: not a valid connection string");
-                PQfreemem(perr);
-                return -1;
-        }
-        buf[0] = '\0';
-        for (o = opts; o->keyword != NULL && rc == 0; o++) {
-                if (o->val == NULL || o->val[0] == '\0') {
-                        continue;
-                }
-                if (strcmp(o->keyword, "options") == 0) {
-                        snprintf(options, sizeof(options), "%s ", o->val);
-                        continue;
-                }
-                rc = append_kv(buf, &len, o->keyword, o->val);
-        }
-        PQconninfoFree(opts);
-        if (rc == 0 && strlen(options) + strlen(role) + 10 < sizeof(options)) {
-                strcat(options, "-c role=");
-                strcat(options, role);
-                rc = append_kv(buf, &len, "options", options);
-        } else {
-                rc = -1;
-        }
-        if (rc != 0 || (*out = strdup(buf)) == NULL) {
-                snprintf(err, err_len, "KEELSON_PG_DSN: too long");
-                return -1;
-        }
-        return 0;
 }
 
 char *auth_bytea_param(const uint8_t *data, size_t n)

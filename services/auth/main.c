@@ -31,6 +31,7 @@
 #include "ks_health.h"
 #include "ks_log.h"
 #include "ks_outbox.h"
+#include "ks_pg_login.h"
 #include "ks_topology.h"
 
 #define SCRYPT_MEM_BYTES_MAX (1ull << 30) /* 128 * r * N: one hash may not want more */
@@ -52,6 +53,7 @@ struct auth_config {
         int64_t scrypt_r;
         int64_t scrypt_p;
         char *pg_role;
+        char *pg_login_dsn;
         int64_t hash_workers;
         int64_t hash_queue_max;
         int64_t hash_nice;
@@ -101,6 +103,9 @@ static const ks_config_var config_vars[] = {
     KS_CFG_INT("KEELSON_AUTH_SCRYPT_P", C, scrypt_p, "1", 1, 16, "scrypt parallelism p"),
     KS_CFG_STR("KEELSON_AUTH_PG_ROLE", C, pg_role, "keelson_auth_rt", KS_CFG_NONEMPTY,
                "role the pool's connections run as (SET ROLE at connect); owns no table"),
+    KS_CFG_STR("KEELSON_AUTH_PG_LOGIN_DSN", C, pg_login_dsn, "", KS_CFG_SECRET,
+               "libpq connection string the pool logs in with, as a role that owns nothing and"
+               " is a member of KEELSON_AUTH_PG_ROLE (empty: KEELSON_PG_DSN, with a warning)"),
     KS_CFG_INT("KEELSON_AUTH_HASH_WORKERS", C, hash_workers, "0", 0, 256,
                "threads running scrypt (0 = the number of cores, at most half the workers)"),
     KS_CFG_INT("KEELSON_AUTH_HASH_QUEUE_MAX", C, hash_queue_max, "0", 0, 65536,
@@ -361,8 +366,11 @@ static int init_database(auth_main *m)
                 ks_log_error(NULL, "migrations failed", "{s:s}", "error", err);
                 return 1;
         }
-        if (auth_runtime_conninfo(m->cfg.pg_dsn, m->cfg.pg_role, &conninfo, err, sizeof(err)) !=
-            0) {
+        bool login_set = m->cfg.pg_login_dsn[0] != '\0';
+        if (ks_pg_role_conninfo(login_set ? m->cfg.pg_login_dsn : m->cfg.pg_dsn,
+                                login_set ? "KEELSON_AUTH_PG_LOGIN_DSN" : "KEELSON_PG_DSN",
+                                m->cfg.pg_role, "KEELSON_AUTH_PG_ROLE", &conninfo, err,
+                                sizeof(err)) != 0) {
                 ks_log_error(NULL, "cannot build the pool's connection string", "{s:s}", "error",
                              err);
                 return 1;
@@ -375,7 +383,9 @@ static int init_database(auth_main *m)
                 ks_log_error(NULL, "cannot create the PostgreSQL pool", NULL);
                 return 1;
         }
-        return 0;
+        return ks_pg_login_check(m->svc.pool, "auth", login_set, "KEELSON_AUTH_PG_LOGIN_DSN") == 0
+                   ? 0
+                   : 1;
 }
 
 /* The relay publishes committed outbox rows; it connects as the owner (the DSN's role). */

@@ -22,11 +22,13 @@
 #include "ks_shutdown.h"
 #include "ks_health.h"
 #include "ks_log.h"
+#include "ks_pg_login.h"
 #include "ks_topology.h"
 #include "ledger.h"
 
 struct ledger_config {
         char *pg_dsn;
+        char *pg_login_dsn;
         char *broker_url;
         char *log_level;
         char *http_host;
@@ -48,6 +50,10 @@ struct ledger_config {
 static const ks_config_var config_vars[] = {
     KS_CFG_STR("KEELSON_PG_DSN", C, pg_dsn, "postgresql://keelson@127.0.0.1:5432/keelson",
                KS_CFG_SECRET | KS_CFG_NONEMPTY, "libpq connection string"),
+    KS_CFG_STR("KEELSON_LEDGER_PG_LOGIN_DSN", C, pg_login_dsn, "", KS_CFG_SECRET,
+               "libpq connection string the pool logs in with, as a role that owns nothing and"
+               " is a member of keelson_ledger_rt and keelson_ledger_sweeper (empty:"
+               " KEELSON_PG_DSN, with a warning)"),
     KS_CFG_STR("KEELSON_BROKER_URL", C, broker_url, "tcp://127.0.0.1:7400", KS_CFG_NONEMPTY,
                "broker base URLs, comma-separated (every broker is dialled)"),
     KS_CFG_STR("KEELSON_LOG_LEVEL", C, log_level, "info", KS_CFG_NONEMPTY,
@@ -227,15 +233,46 @@ static void init_metrics(lg_service *svc)
                                               KS_LATENCY_BUCKETS, KS_LATENCY_BUCKETS_N);
 }
 
-static int init_database(ledger_main *m)
+/*
+ * The pool's connections act as keelson_ledger_rt from their first
+ * statement; every transaction also sets its role itself (SET LOCAL ROLE in
+ * db.c: the runtime role, or the sweeper's for its first step).
+ */
+static int init_pool(ledger_main *m)
 {
+        bool login_set = m->cfg.pg_login_dsn[0] != '\0';
         ks_pg_pool_options po = {
-            .dsn = m->cfg.pg_dsn,
             .application_name = "keelson-ledger",
             .size = (int)m->cfg.pg_pool_size,
             .acquire_timeout_ms = (int)m->cfg.pg_acquire_timeout_ms,
             .statement_timeout_ms = (int)m->cfg.pg_statement_timeout_ms,
         };
+        char err[512], *conninfo = NULL;
+        int rc;
+
+        if (ks_pg_role_conninfo(login_set ? m->cfg.pg_login_dsn : m->cfg.pg_dsn,
+                                login_set ? "KEELSON_LEDGER_PG_LOGIN_DSN" : "KEELSON_PG_DSN",
+                                "keelson_ledger_rt", "role", &conninfo, err, sizeof(err)) != 0) {
+                ks_log_error(NULL, "cannot build the pool's connection string", "{s:s}", "error",
+                             err);
+                return 1;
+        }
+        po.dsn = conninfo;
+        rc = ks_pg_pool_new(&m->svc.pool, &po);
+        explicit_bzero(conninfo, strlen(conninfo)); /* it may hold a password */
+        free(conninfo);
+        if (rc != KS_OK) {
+                ks_log_error(NULL, "cannot create the PostgreSQL pool", NULL);
+                return 1;
+        }
+        return ks_pg_login_check(m->svc.pool, "ledger", login_set, "KEELSON_LEDGER_PG_LOGIN_DSN") ==
+                       0
+                   ? 0
+                   : 1;
+}
+
+static int init_database(ledger_main *m)
+{
         char err[512];
         lg_service *svc = &m->svc;
 
@@ -244,8 +281,7 @@ static int init_database(ledger_main *m)
                 ks_log_error(NULL, "migrations failed", "{s:s}", "error", err);
                 return 1;
         }
-        if (ks_pg_pool_new(&svc->pool, &po) != KS_OK) {
-                ks_log_error(NULL, "cannot create the PostgreSQL pool", NULL);
+        if (init_pool(m) != 0) {
                 return 1;
         }
         svc->batch_max = (int)m->cfg.batch_max;

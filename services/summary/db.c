@@ -17,8 +17,6 @@
 
 #include "ks_log.h"
 
-#define CONNINFO_MAX 2048
-
 static const char sql_act_for[] = "SELECT set_config('keelson.tenant_id', $1, true)";
 
 static const char sql_counts[] =
@@ -37,79 +35,6 @@ static const char sql_counts[] =
     " (SELECT count(*) AS keys FROM auth.api_keys"
     "   WHERE tenant_id = $1::uuid AND revoked_at IS NULL"
     "     AND (expires_at IS NULL OR expires_at > now())) k";
-
-/* Appends "key='value' " with libpq's quoting (backslash before ' and \). */
-static int append_kv(char *out, size_t *len, const char *key, const char *val)
-{
-        size_t n = *len;
-        int w = snprintf(out + n, CONNINFO_MAX - n, "%s='", key);
-
-        if (w < 0 || (size_t)w >= CONNINFO_MAX - n) {
-                return -1;
-        }
-        n += (size_t)w;
-        for (const char *p = val; *p != '\0'; p++) {
-                if (n + 3 >= CONNINFO_MAX) {
-                        return -1;
-                }
-                if (*p == '\'' || *p == '\\') {
-                        out[n++] = '\\';
-                }
-                out[n++] = *p;
-        }
-        if (n + 3 >= CONNINFO_MAX) {
-                return -1;
-        }
-        out[n++] = '\'';
-        out[n++] = ' ';
-        out[n] = '\0';
-        *len = n;
-        return 0;
-}
-
-/* The DSN with "-c role=<role>" added to its options: the pool runs as the reader role. */
-int sm_runtime_conninfo(const char *dsn, const char *role, char **out, char *err, size_t err_len)
-{
-        PQconninfoOption *opts, *o;
-        char *perr = NULL, options[512] = "", buf[CONNINFO_MAX] = "";
-        size_t len = 0, rl = strlen(role);
-        int rc = 0;
-
-        *out = NULL;
-        if (rl < 1 || rl > 63 || strspn(role, "abcdefghijklmnopqrstuvwxyz0123456789_") != rl) {
-                snprintf(err, err_len, "KEELSON_SUMMARY_PG_ROLE: expected [a-z0-9_]{1,63}");
-                return -1;
-        }
-        if ((opts = PQconninfoParse(dsn, &perr)) == NULL) {
-                /* perr may quote the DSN, which may hold a password: not repeated. */
-                snprintf(err, err_len, "KEELSON_PG_DSN: not a valid connection string");
-                PQfreemem(perr);
-                return -1;
-        }
-        for (o = opts; o->keyword != NULL && rc == 0; o++) {
-                if (o->val == NULL || o->val[0] == '\0') {
-                        continue;
-                }
-                if (strcmp(o->keyword, "options") == 0) {
-                        snprintf(options, sizeof(options), "%s ", o->val);
-                        continue;
-                }
-                rc = append_kv(buf, &len, o->keyword, o->val);
-        }
-        PQconninfoFree(opts);
-        if (rc == 0 && strlen(options) + rl + 10 < sizeof(options)) {
-                strcat(options, "-c role=");
-                strcat(options, role);
-                rc = append_kv(buf, &len, "options", options);
-        } else {
-                rc = -1;
-        }
-        if (rc != 0 || (*out = strdup(buf)) == NULL) {
-                snprintf(err, err_len, "KEELSON_PG_DSN: too long");
-                return -1;
-        }
-        return 0;
-}
 
 static int64_t field(const PGresult *res, int col)
 {

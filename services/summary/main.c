@@ -19,12 +19,14 @@
 #include "ks_shutdown.h"
 #include "ks_health.h"
 #include "ks_log.h"
+#include "ks_pg_login.h"
 #include "ks_topology.h"
 #include "summary.h"
 
 struct summary_config {
         char *pg_dsn;
         char *pg_role;
+        char *pg_login_dsn;
         char *broker_url;
         char *redis_url;
         char *redis_prefix;
@@ -51,6 +53,9 @@ static const ks_config_var config_vars[] = {
                KS_CFG_SECRET | KS_CFG_NONEMPTY, "libpq connection string"),
     KS_CFG_STR("KEELSON_SUMMARY_PG_ROLE", C, pg_role, "keelson_summary_rt", KS_CFG_NONEMPTY,
                "role the pool runs as (granted by auth's 004_summary_reader.sql)"),
+    KS_CFG_STR("KEELSON_SUMMARY_PG_LOGIN_DSN", C, pg_login_dsn, "", KS_CFG_SECRET,
+               "libpq connection string the pool logs in with, as a role that owns nothing and"
+               " is a member of KEELSON_SUMMARY_PG_ROLE (empty: KEELSON_PG_DSN, with a warning)"),
     KS_CFG_STR("KEELSON_BROKER_URL", C, broker_url, "tcp://127.0.0.1:7400", KS_CFG_NONEMPTY,
                "broker base URLs, comma-separated (every broker is dialled)"),
     KS_CFG_STR("KEELSON_REDIS_URL", C, redis_url, "redis://127.0.0.1:6379", KS_CFG_SECRET,
@@ -212,7 +217,11 @@ static int init_service(summary_main *m)
         char err[256], *conninfo = NULL;
         int rc;
 
-        if (sm_runtime_conninfo(m->cfg.pg_dsn, m->cfg.pg_role, &conninfo, err, sizeof(err)) != 0) {
+        bool login_set = m->cfg.pg_login_dsn[0] != '\0';
+        if (ks_pg_role_conninfo(login_set ? m->cfg.pg_login_dsn : m->cfg.pg_dsn,
+                                login_set ? "KEELSON_SUMMARY_PG_LOGIN_DSN" : "KEELSON_PG_DSN",
+                                m->cfg.pg_role, "KEELSON_SUMMARY_PG_ROLE", &conninfo, err,
+                                sizeof(err)) != 0) {
                 return config_error(err);
         }
         ks_pg_pool_options po = {
@@ -223,9 +232,14 @@ static int init_service(summary_main *m)
             .statement_timeout_ms = (int)m->cfg.pg_statement_timeout_ms,
         };
         rc = ks_pg_pool_new(&svc->pool, &po);
+        explicit_bzero(conninfo, strlen(conninfo)); /* it may hold a password */
         free(conninfo);
         if (rc != KS_OK) {
                 ks_log_error(NULL, "cannot create the PostgreSQL pool", NULL);
+                return 1;
+        }
+        /* Summary owns no schema: the tables it reads are auth's. */
+        if (ks_pg_login_check(svc->pool, "auth", login_set, "KEELSON_SUMMARY_PG_LOGIN_DSN") != 0) {
                 return 1;
         }
         svc->ttl_ms = m->cfg.ttl_ms;

@@ -133,7 +133,6 @@ int sm_counts_format(const sm_counts *c, char *out, size_t len);
 int sm_counts_parse(const char *s, sm_counts *out);
 
 /* db.c */
-int sm_runtime_conninfo(const char *dsn, const char *role, char **out, char *err, size_t err_len);
 int sm_db_counts(sm_service *svc, const char *request_id, const char *tenant, sm_counts *out);
 
 /* handler.c */

@@ -309,6 +309,69 @@ static void test_lists_show_one_tenant(void **state)
         }
 }
 
+/* ---- the pools' login roles ---------------------------------------------------- */
+
+/*
+ * Every pool of the stack logs in as a role that owns nothing
+ * (keelson_<service>_login, deploy/local/stack.sh) and acts as its runtime
+ * role; only the relay, which reads every tenant's outbox, logs in as the
+ * owner. So no statement of a pool can act as the owner of a table.
+ */
+static void test_pools_log_in_as_roles_that_own_nothing(void **state)
+{
+        static const char *const services[][2] = {{"keelson-auth", "keelson_auth_login"},
+                                                  {"keelson-ledger", "keelson_ledger_login"},
+                                                  {"keelson-summary", "keelson_summary_login"}};
+        PGconn *pg = ait_pg();
+        PGresult *res;
+        (void)state;
+
+        for (size_t i = 0; i < sizeof(services) / sizeof(services[0]); i++) {
+                const char *p2[2] = {services[i][0], services[i][1]};
+                res = ait_sql(pg,
+                              "SELECT count(*), count(*) FILTER (WHERE usename <> $2),"
+                              " (SELECT count(*) FROM pg_tables WHERE tableowner = $2),"
+                              " (SELECT rolsuper OR rolbypassrls OR rolinherit FROM pg_roles"
+                              "  WHERE rolname = $2)"
+                              " FROM pg_stat_activity WHERE application_name = $1"
+                              " AND datname = current_database()",
+                              2, p2);
+                if (atoi(PQgetvalue(res, 0, 0)) < 1 || strcmp(PQgetvalue(res, 0, 1), "0") != 0 ||
+                    strcmp(PQgetvalue(res, 0, 2), "0") != 0 ||
+                    strcmp(PQgetvalue(res, 0, 3), "f") != 0) {
+                        fail_msg(
+                            "%s: %s connections, %s not as %s; it owns %s tables; privileged %s",
+                            services[i][0], PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1),
+                            services[i][1], PQgetvalue(res, 0, 2), PQgetvalue(res, 0, 3));
+                }
+                PQclear(res);
+        }
+        PQfinish(pg);
+}
+
+/* A login DSN whose role owns the tables is refused at start, by name. */
+static void test_a_privileged_login_is_refused(void **state)
+{
+        char login[600], line[2048];
+        it_service svc;
+        bool named = false;
+        (void)state;
+
+        snprintf(login, sizeof(login), "KEELSON_AUTH_PG_LOGIN_DSN=%s", ait_stack.service_pg_dsn);
+        const char *env[] = {login, "KEELSON_AUTH_OUTBOX_RELAY=false", NULL};
+        assert_int_equal(it_service_start(&ait_stack, "keelson-auth", "KEELSON_AUTH", env, &svc),
+                         -1);
+        FILE *f = fopen(svc.log_path, "r");
+        assert_non_null(f);
+        while (fgets(line, sizeof(line), f) != NULL) {
+                named = named || (strstr(line, "could bypass row-level security") != NULL &&
+                                  strstr(line, "KEELSON_AUTH_PG_LOGIN_DSN") != NULL);
+                assert_null(strstr(line, ait_stack.service_pg_dsn)); /* never the DSN itself */
+        }
+        fclose(f);
+        assert_true(named);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -319,6 +382,8 @@ int main(void)
             cmocka_unit_test(test_schema_shape),
             cmocka_unit_test(test_foreign_ids_are_not_found),
             cmocka_unit_test(test_lists_show_one_tenant),
+            cmocka_unit_test(test_pools_log_in_as_roles_that_own_nothing),
+            cmocka_unit_test(test_a_privileged_login_is_refused),
         };
 
         return cmocka_run_group_tests(tests, setup, NULL);

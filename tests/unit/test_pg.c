@@ -17,6 +17,7 @@
 #include "ks_code.h"
 #include "ks_crypto.h"
 #include "ks_pg.h"
+#include "ks_pg_login.h"
 #include "pg_cluster.h"
 
 /* ---- the throwaway cluster ---------------------------------------------- */
@@ -475,6 +476,116 @@ static void test_migrate_concurrent(void **state)
         PQfinish(c);
 }
 
+/* ---- the pool's login role (ks_pg_login) ------------------------------------- */
+
+static void exec_ok(PGconn *c, const char *sql)
+{
+        assert_int_equal(ks_pg_exec(c, "test", sql, 0, NULL, NULL), KS_OK);
+}
+
+static void test_role_conninfo(void **state)
+{
+        char err[256], *ci = NULL;
+        (void)state;
+
+        /* The dsn's options stay first; the role follows; a password is quoted, not lost. */
+        assert_int_equal(ks_pg_role_conninfo("host=h user=u password='p\\'q' options='-c a=b'",
+                                             "DSN_VAR", "some_rt", "ROLE_VAR", &ci, err,
+                                             sizeof(err)),
+                         0);
+        assert_non_null(strstr(ci, "options='-c a=b -c role=some_rt'"));
+        assert_non_null(strstr(ci, "password='p\\'q'"));
+        PQconninfoOption *o = PQconninfoParse(ci, NULL);
+        assert_non_null(o);
+        for (PQconninfoOption *x = o; x->keyword != NULL; x++) {
+                if (strcmp(x->keyword, "password") == 0) {
+                        assert_string_equal(x->val, "p'q");
+                }
+        }
+        PQconninfoFree(o);
+        free(ci);
+
+        /* Bad input names the variable and never quotes the dsn. */
+        assert_int_equal(
+            ks_pg_role_conninfo("host=h", "DSN_VAR", "Bad-Role", "ROLE_VAR", &ci, err, sizeof(err)),
+            -1);
+        assert_null(ci);
+        assert_string_equal(err, "ROLE_VAR: expected [a-z0-9_]{1,63}");
+        assert_int_equal(ks_pg_role_conninfo("host=h password=sekrit 'x", "DSN_VAR", "r",
+                                             "ROLE_VAR", &ci, err, sizeof(err)),
+                         -1);
+        assert_string_equal(err, "DSN_VAR: not a valid connection string");
+}
+
+/*
+ * A pool logged in as a role that owns nothing acts as the runtime role from
+ * its first statement, keeps the session settings (JIT off) whatever options
+ * its dsn has, cannot leave the runtime role for more, and is found not
+ * privileged; a pool logged in as a superuser is found privileged.
+ */
+static void test_login_role(void **state)
+{
+        char dsn[512], err[256], v[128], *ci = NULL;
+        bool privileged = false;
+        PGconn *a = admin(), *c = NULL;
+        (void)state;
+
+        exec_ok(a, "CREATE ROLE login_rt NOLOGIN");
+        exec_ok(a, "CREATE ROLE login_app LOGIN NOINHERIT");
+        exec_ok(a, "GRANT login_rt TO login_app");
+        exec_ok(a, "CREATE SCHEMA login_s");
+        exec_ok(a, "CREATE TABLE login_s.t (x int)");
+        exec_ok(a, "GRANT USAGE ON SCHEMA login_s TO login_rt");
+        exec_ok(a, "GRANT SELECT ON login_s.t TO login_rt");
+
+        snprintf(dsn, sizeof(dsn),
+                 "host=127.0.0.1 port=%d dbname=postgres user=login_app"
+                 " options='-c work_mem=8MB'",
+                 pg.port);
+        assert_int_equal(ks_pg_role_conninfo(dsn, "DSN", "login_rt", "ROLE", &ci, err, sizeof(err)),
+                         0);
+        ks_pg_pool *pool = pool_new(ci, 1, 1000);
+        free(ci);
+        assert_int_equal(ks_pg_acquire(pool, &c), KS_OK);
+        query_value(c, "SELECT current_user || ' ' || session_user", v, sizeof(v));
+        assert_string_equal(v, "login_rt login_app");
+        query_value(c, "SELECT current_setting('jit') || ' ' || current_setting('work_mem')", v,
+                    sizeof(v));
+        assert_string_equal(v, "off 8MB");
+        query_value(c, "SELECT count(*) FROM login_s.t", v, sizeof(v));
+        assert_string_equal(v, "0");
+        /* RESET ROLE returns to the runtime role; out of it, the login role holds nothing. */
+        exec_ok(c, "RESET ROLE");
+        query_value(c, "SELECT current_user", v, sizeof(v));
+        assert_string_equal(v, "login_rt");
+        exec_ok(c, "SET ROLE NONE");
+        assert_int_equal(ks_pg_exec(c, "test", "SELECT count(*) FROM login_s.t", 0, NULL, NULL),
+                         KS_INTERNAL);
+        ks_pg_release(pool, c);
+        assert_int_equal(ks_pg_login_privileged(pool, "login_s", &privileged), KS_OK);
+        assert_false(privileged);
+        assert_int_equal(ks_pg_login_check(pool, "login_s", true, "LOGIN_VAR"), 0);
+        ks_pg_pool_free(pool);
+
+        /* The owner of a table of the schema, or a superuser, could bypass row-level security. */
+        exec_ok(a, "ALTER TABLE login_s.t OWNER TO login_app");
+        pool = pool_new(dsn, 1, 1000);
+        assert_int_equal(ks_pg_login_privileged(pool, "login_s", &privileged), KS_OK);
+        assert_true(privileged);
+        assert_int_equal(ks_pg_login_check(pool, "login_s", true, "LOGIN_VAR"), -1);
+        assert_int_equal(ks_pg_login_check(pool, "login_s", false, "LOGIN_VAR"), 0); /* a warning */
+        ks_pg_pool_free(pool);
+        pool = pool_new(pg.uri, 1, 1000);
+        assert_int_equal(ks_pg_login_privileged(pool, "public", &privileged), KS_OK);
+        assert_true(privileged);
+        ks_pg_pool_free(pool);
+
+        exec_ok(a, "DROP SCHEMA login_s CASCADE");
+        exec_ok(a, "DROP ROLE login_app");
+        exec_ok(a, "DROP ROLE login_rt");
+        PQfinish(a);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -491,6 +602,8 @@ int main(void)
             cmocka_unit_test(test_migrate_failure_is_transactional),
             cmocka_unit_test(test_migrate_rejects_bad_input),
             cmocka_unit_test(test_migrate_concurrent),
+            cmocka_unit_test(test_role_conninfo),
+            cmocka_unit_test(test_login_role),
         };
         return cmocka_run_group_tests(tests, cluster_start, cluster_stop);
 }
