@@ -484,10 +484,9 @@ int it_stack_redis(const it_stack *s, int up)
         return run_and_wait(argv);
 }
 
-/* In the child: the environment, stdout/stderr to the log, then exec. */
-static void exec_gateway(const it_stack *s, const char *const *env, const char *log_path)
+/* In a forked child: stdout and stderr to log_path (truncated); exits 126 when it cannot. */
+static void child_log_to(const char *log_path)
 {
-        char bin[600];
         int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 
         if (fd < 0) {
@@ -496,24 +495,23 @@ static void exec_gateway(const it_stack *s, const char *const *env, const char *
         dup2(fd, STDOUT_FILENO);
         dup2(fd, STDERR_FILENO);
         close(fd);
-        setenv("KEELSON_GATEWAY_HOST", "127.0.0.1", 1);
-        setenv("KEELSON_GATEWAY_PORT", "0", 1);
-        setenv("KEELSON_BROKER_URL", s->broker_url, 1);
-        setenv("KEELSON_REDIS_URL", s->redis_url, 1);
-        /* Rate-limit buckets of its own (our pid is unique) unless env says otherwise. */
-        char prefix[64];
-        snprintf(prefix, sizeof(prefix), "it-%d:", (int)getpid());
-        setenv("KEELSON_GATEWAY_REDIS_PREFIX", prefix, 1);
+}
+
+/* In a forked child: env's NAME=value entries over what is set, then exec bin_dir/binary. */
+static void child_exec(const char *const *env, const char *bin_dir, const char *binary)
+{
+        char bin[600];
+
         for (size_t i = 0; env != NULL && env[i] != NULL; i++) {
                 putenv((char *)env[i]); /* the child's own copy of the environment */
         }
-        snprintf(bin, sizeof(bin), "%s/keelson-gateway", s->bin_dir);
+        snprintf(bin, sizeof(bin), "%s/%s", bin_dir, binary);
         execl(bin, bin, (char *)NULL);
         _exit(127);
 }
 
-/* The port of the "gateway listening" line of a log, or -1 while there is none. */
-static int listening_port(const char *log_path)
+/* The port of the first line of a log that holds msg_field and a "port", or -1. */
+static int logged_port(const char *log_path, const char *msg_field)
 {
         char line[IT_ENV_LINE_MAX * 8];
         const char *p;
@@ -521,8 +519,7 @@ static int listening_port(const char *log_path)
         int port = -1;
 
         while (f != NULL && port < 0 && fgets(line, sizeof(line), f) != NULL) {
-                if (strstr(line, "\"msg\":\"gateway listening\"") != NULL &&
-                    (p = strstr(line, "\"port\":")) != NULL) {
+                if (strstr(line, msg_field) != NULL && (p = strstr(line, "\"port\":")) != NULL) {
                         port = atoi(p + 7);
                 }
         }
@@ -532,12 +529,27 @@ static int listening_port(const char *log_path)
         return port;
 }
 
+/* In the child: the environment, stdout/stderr to the log, then exec. */
+static void exec_gateway(const it_stack *s, const char *const *env, const char *log_path)
+{
+        child_log_to(log_path);
+        setenv("KEELSON_GATEWAY_HOST", "127.0.0.1", 1);
+        setenv("KEELSON_GATEWAY_PORT", "0", 1);
+        setenv("KEELSON_BROKER_URL", s->broker_url, 1);
+        setenv("KEELSON_REDIS_URL", s->redis_url, 1);
+        /* Rate-limit buckets of its own (our pid is unique) unless env says otherwise. */
+        char prefix[64];
+        snprintf(prefix, sizeof(prefix), "it-%d:", (int)getpid());
+        setenv("KEELSON_GATEWAY_REDIS_PREFIX", prefix, 1);
+        child_exec(env, s->bin_dir, "keelson-gateway");
+}
+
 static int wait_listening(it_gateway *g)
 {
         int status;
 
         for (int waited = 0; waited < IT_GATEWAY_START_MS; waited += 20) {
-                int port = listening_port(g->log_path);
+                int port = logged_port(g->log_path, "\"msg\":\"gateway listening\"");
                 if (port > 0) {
                         snprintf(g->url, sizeof(g->url), "http://127.0.0.1:%d", port);
                         return 0;
@@ -763,15 +775,9 @@ long it_header_long(const it_http_response *r, const char *name)
 static void exec_service(const it_stack *s, const char *binary, const char *prefix,
                          const char *const *env, const char *log_path)
 {
-        char bin[600], name[128];
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        char name[128];
 
-        if (fd < 0) {
-                _exit(126);
-        }
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
-        close(fd);
+        child_log_to(log_path);
         setenv("KEELSON_PG_DSN", s->service_pg_dsn, 1);
         setenv("KEELSON_BROKER_URL", s->broker_url, 1);
         setenv("KEELSON_REDIS_URL", s->redis_url, 1);
@@ -779,32 +785,7 @@ static void exec_service(const it_stack *s, const char *binary, const char *pref
         setenv(name, "127.0.0.1", 1);
         snprintf(name, sizeof(name), "%s_HTTP_PORT", prefix);
         setenv(name, "0", 1);
-        for (size_t i = 0; env != NULL && env[i] != NULL; i++) {
-                putenv((char *)env[i]); /* the child's own copy of the environment */
-        }
-        snprintf(bin, sizeof(bin), "%s/%s", s->bin_dir, binary);
-        execl(bin, bin, (char *)NULL);
-        _exit(127);
-}
-
-/* The port of the "health listener started" line of a log, or -1 while there is none. */
-static int health_port(const char *log_path)
-{
-        char line[IT_ENV_LINE_MAX * 8];
-        const char *p;
-        FILE *f = fopen(log_path, "r");
-        int port = -1;
-
-        while (f != NULL && port < 0 && fgets(line, sizeof(line), f) != NULL) {
-                if (strstr(line, "\"msg\":\"health listener started\"") != NULL &&
-                    (p = strstr(line, "\"port\":")) != NULL) {
-                        port = atoi(p + 7);
-                }
-        }
-        if (f != NULL) {
-                fclose(f);
-        }
-        return port;
+        child_exec(env, s->bin_dir, binary);
 }
 
 /* Waits for the health port, then for /readyz 200, while the process lives. */
@@ -821,7 +802,8 @@ static int service_wait_ready(it_service *p)
                         return -1;
                 }
                 if (p->health_port <= 0) {
-                        p->health_port = health_port(p->log_path);
+                        p->health_port =
+                            logged_port(p->log_path, "\"msg\":\"health listener started\"");
                 }
                 if (p->health_port > 0) {
                         it_http_response r;
