@@ -146,6 +146,15 @@ int64_t gw_bucket_now_us(void)
         return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+int64_t gw_bucket_clock_tick_ms(void)
+{
+        struct timespec res;
+        if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) != 0) {
+                return 10; /* the coarsest kernel tick there is (HZ=100) */
+        }
+        return ((int64_t)res.tv_sec * 1000000000 + res.tv_nsec + 999999) / 1000000;
+}
+
 /* ---- the arithmetic (ratelimit.lua) ----------------------------------------- */
 
 /* ceil(a / b) for 0 <= a < 2^53: a + b - 1 stays below 2^GW_RECIP_BITS. */

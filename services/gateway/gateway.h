@@ -150,6 +150,8 @@ gw_limit gw_limit_share(const gw_limit *lim, int64_t n);
  * 30-70 ns in a VM (tools/bench_bucket.c measures both).
  */
 int64_t gw_bucket_now_us(void);
+/* That clock's resolution in ms, rounded up (what a reading may lag by). */
+int64_t gw_bucket_clock_tick_ms(void);
 /*
  * One decision on a bucket in units: *units is the bucket's content (updated),
  * *last_us its last refill (updated), now_us the clock. The arithmetic of

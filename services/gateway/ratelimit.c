@@ -45,6 +45,7 @@ struct gw_ratelimit {
         gw_redis *redis; /* NULL without KEELSON_REDIS_URL */
         gw_buckets *local;
         gw_route resolve; /* the resolve scope's pseudo-route: its limits, no path */
+        int64_t tick_ms;  /* the in-process buckets' clock resolution, rounded up */
         /* [scope][local][limited] */
         ks_counter *decisions[GW_SCOPE_COUNT][2][2];
 };
@@ -191,10 +192,18 @@ static void count(gw_ratelimit *rl, const gw_route *route, bool local, const gw_
         ks_counter_inc(rl->decisions[route->scope][local ? 1 : 0][d->allowed ? 0 : 1]);
 }
 
+/*
+ * A refusal's retry time gains one tick of the buckets' coarse clock: the
+ * next request's reading may lag the real time by up to a tick, and a client
+ * that waits exactly what it was told must find its token there.
+ */
 static void decide_locally(gw_limit_wait *w)
 {
         gw_buckets_take(w->rl->local, w->key, w->key_len, &w->route->local, gw_bucket_now_us(),
                         &w->decision);
+        if (!w->decision.allowed) {
+                w->decision.retry_ms += w->rl->tick_ms;
+        }
         count(w->rl, w->route, true, &w->decision);
 }
 
@@ -308,6 +317,7 @@ int gw_ratelimit_new(gw_ratelimit **out, struct event_base *base, const gw_confi
                 return -1;
         }
         metrics_init(rl);
+        rl->tick_ms = gw_bucket_clock_tick_ms();
         for (size_t i = 0; i < gw_routes_count(routes); i++) {
                 route_limit(gw_routes_at_mut(routes, i), cfg);
         }

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,23 @@ static void assert_spec(const char *spec, int64_t cap, int64_t refill, int64_t p
         assert_int_equal(l.capacity, cap);
         assert_int_equal(l.refill, refill);
         assert_int_equal(l.period_us, period_us);
+}
+
+/*
+ * The in-process clock's tick, which every local refusal adds to its retry
+ * time: at least 1 ms, at most the coarsest kernel tick, and the clock does
+ * move by it when twice that much time passes.
+ */
+static void test_clock_tick(void **state)
+{
+        (void)state;
+        int64_t tick = gw_bucket_clock_tick_ms();
+        assert_true(tick >= 1 && tick <= 10);
+        int64_t a = gw_bucket_now_us();
+        struct timespec pause = {0, (long)(tick * 2 + 1) * 1000000L};
+        nanosleep(&pause, NULL);
+        int64_t b = gw_bucket_now_us();
+        assert_true(b - a >= tick * 1000); /* 2 ticks slept: at least one seen */
 }
 
 static void test_spec_parse(void **state)
@@ -374,11 +392,11 @@ static void test_proxies_parse(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_spec_parse),    cmocka_unit_test(test_spec_share),
-            cmocka_unit_test(test_recip_exact),   cmocka_unit_test(test_bucket_arithmetic),
-            cmocka_unit_test(test_bucket_keys),   cmocka_unit_test(test_config_overrides),
-            cmocka_unit_test(test_redis_url),     cmocka_unit_test(test_client_ip),
-            cmocka_unit_test(test_proxies_parse),
+            cmocka_unit_test(test_clock_tick),        cmocka_unit_test(test_spec_parse),
+            cmocka_unit_test(test_spec_share),        cmocka_unit_test(test_recip_exact),
+            cmocka_unit_test(test_bucket_arithmetic), cmocka_unit_test(test_bucket_keys),
+            cmocka_unit_test(test_config_overrides),  cmocka_unit_test(test_redis_url),
+            cmocka_unit_test(test_client_ip),         cmocka_unit_test(test_proxies_parse),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
