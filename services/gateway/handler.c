@@ -396,13 +396,12 @@ static void on_limit_decided(gw_limit_wait *w)
         gw_server_drain_check(s);
 }
 
-/* A token the cache does not know: its client address pays before auth does. */
-static void limit_then_resolve(gw_request *g)
+/* After a take (GW_LIMIT_*): unlimited, on to next; decided, applied; else wait for it. */
+static void after_take(gw_request *g, int taken, gw_stage next)
 {
-        g->limit.done = on_limit_decided;
-        switch (gw_ratelimit_take_resolve(g->srv->rl, g->client_ip, &g->limit)) {
+        switch (taken) {
         case GW_LIMIT_OFF:
-                start_upstream(g, GW_STAGE_RESOLVING);
+                start_upstream(g, next);
                 break;
         case GW_LIMIT_NOW:
                 apply_limit(g);
@@ -413,20 +412,19 @@ static void limit_then_resolve(gw_request *g)
         }
 }
 
+/* A token the cache does not know: its client address pays before auth does. */
+static void limit_then_resolve(gw_request *g)
+{
+        g->limit.done = on_limit_decided;
+        after_take(g, gw_ratelimit_take_resolve(g->srv->rl, g->client_ip, &g->limit),
+                   GW_STAGE_RESOLVING);
+}
+
 static void limit_then_call(gw_request *g, const char *subject)
 {
         g->limit.done = on_limit_decided;
-        switch (gw_ratelimit_take(g->srv->rl, g->route, subject, &g->limit)) {
-        case GW_LIMIT_OFF:
-                start_upstream(g, GW_STAGE_CALLING);
-                break;
-        case GW_LIMIT_NOW:
-                apply_limit(g);
-                break;
-        default:
-                wait_begin(g, GW_STAGE_LIMITING);
-                break;
-        }
+        after_take(g, gw_ratelimit_take(g->srv->rl, g->route, subject, &g->limit),
+                   GW_STAGE_CALLING);
 }
 
 /* The api scope's key: the tenant; a caller without one is limited on its own. */
