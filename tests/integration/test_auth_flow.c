@@ -553,32 +553,20 @@ static double gateway_metric(const char *series)
  */
 static void test_cached_session_stops_at_expiry(void **state)
 {
-        const char *params[1];
         char email[EMAIL_MAX], token[TOKEN_MAX];
         long long expires_ms;
         double hits, expired;
         it_http_response r;
-        PGconn *pg;
-        PGresult *res;
 
         (void)state;
         it_unique_email("it-expiry-cached", email, sizeof(email));
         signup_ok(email);
         login_ok(email, token);
-        pg = it_pg_connect(&g_stack);
-        assert_non_null(pg);
-        params[0] = token;
-        res = PQexecParams(pg,
-                           "UPDATE auth.sessions SET expires_at = now() + interval '3 seconds' "
-                           "WHERE token_sha256 = sha256(convert_to($1, 'UTF8')) "
-                           "RETURNING floor(extract(epoch FROM expires_at) * 1000)::int8",
-                           1, NULL, params, NULL, NULL, 0);
-        if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-                fail_msg("UPDATE failed: %s", PQresultErrorMessage(res));
-        }
-        expires_ms = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-        PQclear(res);
-        PQfinish(pg);
+        /* Exactly one row changes; its new expires_at, in ms since the epoch. */
+        expires_ms = sql_long("UPDATE auth.sessions SET expires_at = now() + interval '3 seconds' "
+                              "WHERE token_sha256 = sha256(convert_to($1, 'UTF8')) "
+                              "RETURNING floor(extract(epoch FROM expires_at) * 1000)::int8",
+                              token);
 
         call_json("WhoAmI", "{}", token, &r); /* resolved by auth, then cached */
         assert_ok_json(&r);
