@@ -566,16 +566,25 @@ static int wait_listening(it_gateway *g)
         return -1;
 }
 
+/* 1 when base_url's /readyz answers 200, else 0. */
+static int is_ready(const char *base_url)
+{
+        it_http_response r;
+        long status;
+
+        if (it_http_get(base_url, "/readyz", &r) != 0) {
+                return 0;
+        }
+        status = r.status;
+        it_http_response_free(&r);
+        return status == 200;
+}
+
 static int wait_ready(const it_gateway *g)
 {
         for (int waited = 0; waited < IT_GATEWAY_START_MS; waited += 50) {
-                it_http_response r;
-                if (it_http_get(g->url, "/readyz", &r) == 0) {
-                        long status = r.status;
-                        it_http_response_free(&r);
-                        if (status == 200) {
-                                return 0;
-                        }
+                if (is_ready(g->url)) {
+                        return 0;
                 }
                 it_sleep_ms(50);
         }
@@ -806,14 +815,9 @@ static int service_wait_ready(it_service *p)
                             logged_port(p->log_path, "\"msg\":\"health listener started\"");
                 }
                 if (p->health_port > 0) {
-                        it_http_response r;
                         snprintf(url, sizeof(url), "http://127.0.0.1:%d", p->health_port);
-                        if (it_http_get(url, "/readyz", &r) == 0) {
-                                long code = r.status;
-                                it_http_response_free(&r);
-                                if (code == 200) {
-                                        return 0;
-                                }
+                        if (is_ready(url)) {
+                                return 0;
                         }
                 }
                 it_sleep_ms(50);
