@@ -60,6 +60,28 @@ int ks_pg_ping(ks_pg_pool *pool);
 int ks_pg_exec(PGconn *conn, const char *request_id, const char *sql, int n_params,
                const char *const *params, PGresult **out);
 
+/*
+ * Prepared statements (ks_pg_prepared.c). Every pool connection caches the
+ * statements it runs: ks_pg_exec prepares a statement text the first time
+ * the connection sees it (one extra round trip, once) and executes it by
+ * name afterwards, so the server parses and plans it once per connection.
+ *
+ * ks_pg_prepared returns the name under which sql (with these parameter
+ * types; NULL lets the server infer them) is prepared on conn, preparing it
+ * first if needed. NULL with *failed NULL: run it unprepared (not a pool
+ * connection, its cache full, or the connection in pipeline mode). NULL with
+ * *failed set: preparing failed, *failed is the statement's own error (the
+ * caller reports it and PQclears it). ks_pg_prepared_failed takes a failed
+ * result of a prepared execution: a plan the schema changed under makes the
+ * connection start its cache again.
+ */
+#define KS_PG_PREPARED_MAX 128
+
+int ks_pg_prepared_attach(PGconn *conn);
+const char *ks_pg_prepared(PGconn *conn, const char *sql, int n_params, const Oid *types,
+                           PGresult **failed);
+void ks_pg_prepared_failed(PGconn *conn, const PGresult *res);
+
 /* BEGIN / COMMIT / ROLLBACK. ks_pg_rollback is safe outside a transaction. */
 int ks_pg_begin(PGconn *conn, const char *request_id);
 int ks_pg_commit(PGconn *conn, const char *request_id);

@@ -310,6 +310,7 @@ static int take_result(lg_tx *tx, const lg_stmt *s, int code)
         }
         if (code == KS_OK) {
                 /* The first failure; the statements after it only say "aborted". */
+                ks_pg_prepared_failed(tx->conn, r);
                 code = code_of(tx->conn, r);
                 log_failure(tx, tx->conn, r, code);
         }
@@ -327,23 +328,60 @@ static void clear_outs(const lg_stmt *s, int n)
         }
 }
 
-static int send_stmt(PGconn *c, const lg_stmt *s)
+static void arg_types(const lg_stmt *s, Oid *types)
 {
-        if (s->args == NULL) {
-                return PQsendQueryParams(c, s->sql, s->n_params, NULL, s->params, NULL, NULL, 0);
+        for (int i = 0; i < s->n_params; i++) {
+                types[i] = s->args[i].type;
         }
+}
+
+/*
+ * The name s is prepared under on this connection (ks_pg_prepared), or NULL
+ * to send it unprepared; KS_OK, or the code of the prepare's failure.
+ */
+static int prepare_stmt(lg_tx *tx, const lg_stmt *s, const char **name)
+{
+        Oid types[LG_PARAMS_MAX];
+        PGresult *failed = NULL;
+
+        if (s->n_params > LG_PARAMS_MAX) {
+                return KS_INTERNAL;
+        }
+        if (s->args != NULL) {
+                arg_types(s, types);
+        }
+        *name = ks_pg_prepared(tx->conn, s->sql, s->n_params, s->args != NULL ? types : NULL,
+                               &failed);
+        if (failed == NULL) {
+                return KS_OK;
+        }
+        int code = code_of(tx->conn, failed);
+        log_failure(tx, tx->conn, failed, code);
+        PQclear(failed);
+        return code;
+}
+
+static int send_stmt(PGconn *c, const lg_stmt *s, const char *name)
+{
         const char *values[LG_PARAMS_MAX];
         int lengths[LG_PARAMS_MAX], formats[LG_PARAMS_MAX];
         Oid types[LG_PARAMS_MAX];
-        if (s->n_params > LG_PARAMS_MAX) {
-                return 0;
+
+        if (s->args == NULL) {
+                return name != NULL
+                           ? PQsendQueryPrepared(c, name, s->n_params, s->params, NULL, NULL, 0)
+                           : PQsendQueryParams(c, s->sql, s->n_params, NULL, s->params, NULL,
+                                               NULL, 0);
         }
         for (int i = 0; i < s->n_params; i++) {
                 values[i] = s->args[i].value;
                 lengths[i] = s->args[i].length;
                 formats[i] = s->args[i].format;
-                types[i] = s->args[i].type;
         }
+        if (name != NULL) {
+                return PQsendQueryPrepared(c, name, s->n_params, values, lengths, formats, 0);
+        }
+        arg_types(s, types);
         return PQsendQueryParams(c, s->sql, s->n_params, types, values, lengths, formats, 0);
 }
 
@@ -355,17 +393,22 @@ static int send_stmt(PGconn *c, const lg_stmt *s)
 static int pipeline(lg_tx *tx, const lg_stmt *s, int n)
 {
         PGconn *c = tx->conn;
+        const char *names[LG_PIPELINE_MAX];
         int code = KS_OK, sent = 0;
 
         for (int i = 0; i < n; i++) {
                 if (s[i].out != NULL) {
                         *s[i].out = NULL;
                 }
+                /* A statement new to the connection is prepared first, outside the pipeline. */
+                if ((code = prepare_stmt(tx, &s[i], &names[i])) != KS_OK) {
+                        return code;
+                }
         }
         if (PQenterPipelineMode(c) != 1) {
                 return KS_UNAVAILABLE;
         }
-        while (sent < n && send_stmt(c, &s[sent]) == 1) {
+        while (sent < n && send_stmt(c, &s[sent], names[sent]) == 1) {
                 sent++;
         }
         if (sent < n || PQpipelineSync(c) != 1) {

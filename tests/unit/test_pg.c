@@ -256,6 +256,159 @@ static void test_killed_backend_in_use(void **state)
         ks_pg_pool_free(pool);
 }
 
+/* ---- prepared statements ------------------------------------------------- */
+
+/* How many of this session's prepared statements have exactly this text. */
+static long prepared_count(PGconn *c, const char *sql)
+{
+        const char *params[1] = {sql};
+        PGresult *res =
+            PQexecParams(c, "SELECT count(*) FROM pg_prepared_statements WHERE statement = $1", 1,
+                         NULL, params, NULL, NULL, 0);
+        assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+        long n = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+        PQclear(res);
+        return n;
+}
+
+static void test_prepared_once_per_connection(void **state)
+{
+        (void)state;
+        ks_pg_pool *pool = pool_new(pg.dsn, 1, 1000);
+        PGconn *adm = admin();
+        PGconn *c = NULL;
+        const char *sql = "SELECT $1::int + 1";
+        const char *two[] = {"2"};
+        char v[32];
+
+        assert_int_equal(ks_pg_acquire(pool, &c), KS_OK);
+        for (int i = 0; i < 3; i++) {
+                PGresult *res = NULL;
+                assert_int_equal(ks_pg_exec(c, "t", sql, 1, two, &res), KS_OK);
+                assert_string_equal(PQgetvalue(res, 0, 0), "3");
+                PQclear(res);
+        }
+        /* Prepared the first time, executed by name after: one statement on the server. */
+        assert_int_equal(prepared_count(c, sql), 1);
+        /* Every pool connection plans generically from the first execution. */
+        query_value(c, "SHOW plan_cache_mode", v, sizeof(v));
+        assert_string_equal(v, "force_generic_plan");
+
+        /* A new server session knows none of the names: the cache starts again. */
+        int pid = PQbackendPID(c);
+        ks_pg_release(pool, c);
+        terminate(adm, pid);
+        assert_int_equal(ks_pg_acquire(pool, &c), KS_OK);
+        assert_int_not_equal(PQbackendPID(c), pid);
+        PGresult *res = NULL;
+        assert_int_equal(ks_pg_exec(c, "t", sql, 1, two, &res), KS_OK);
+        assert_string_equal(PQgetvalue(res, 0, 0), "3");
+        PQclear(res);
+        assert_int_equal(prepared_count(c, sql), 1);
+        ks_pg_release(pool, c);
+
+        PQfinish(adm);
+        ks_pg_pool_free(pool);
+}
+
+/* Statements are told apart by their text, not by where it lives. */
+static void test_prepared_by_text(void **state)
+{
+        (void)state;
+        ks_pg_pool *pool = pool_new(pg.dsn, 1, 1000);
+        PGconn *c = NULL;
+        char sql[64];
+
+        assert_int_equal(ks_pg_acquire(pool, &c), KS_OK);
+        for (int round = 0; round < 2; round++) {
+                for (int i = 0; i < 5; i++) {
+                        char v[16], want[16];
+                        snprintf(sql, sizeof(sql), "SELECT %d", i);
+                        query_value(c, sql, v, sizeof(v));
+                        snprintf(want, sizeof(want), "%d", i);
+                        assert_string_equal(v, want);
+                }
+        }
+        /* More distinct statements than a connection caches: the rest run unprepared. */
+        for (int i = 0; i < KS_PG_PREPARED_MAX + 20; i++) {
+                char v[16], want[16];
+                snprintf(sql, sizeof(sql), "SELECT %d + 1000", i);
+                query_value(c, sql, v, sizeof(v));
+                snprintf(want, sizeof(want), "%d", i + 1000);
+                assert_string_equal(v, want);
+        }
+        char n[16];
+        query_value(c, "SELECT count(*) FROM pg_prepared_statements", n, sizeof(n));
+        assert_int_equal(strtol(n, NULL, 10), KS_PG_PREPARED_MAX);
+        ks_pg_release(pool, c);
+        ks_pg_pool_free(pool);
+}
+
+/*
+ * A table that changes shape under a prepared SELECT *: the execution after
+ * the change fails (the server refuses a cached plan whose result changed),
+ * and the next one is prepared again and sees the new column.
+ */
+static void test_prepared_schema_change(void **state)
+{
+        (void)state;
+        ks_pg_pool *pool = pool_new(pg.dsn, 1, 1000);
+        PGconn *adm = admin();
+        PGconn *c = NULL;
+        PGresult *res = NULL;
+        const char *sql = "SELECT * FROM shape";
+
+        PQclear(PQexec(adm, "DROP TABLE IF EXISTS shape"));
+        PQclear(PQexec(adm, "CREATE TABLE shape (a int); INSERT INTO shape VALUES (1)"));
+        assert_int_equal(ks_pg_acquire(pool, &c), KS_OK);
+        assert_int_equal(ks_pg_exec(c, "t", sql, 0, NULL, &res), KS_OK);
+        assert_int_equal(PQnfields(res), 1);
+        PQclear(res);
+
+        PGresult *alter = PQexec(adm, "ALTER TABLE shape ADD COLUMN b int DEFAULT 7");
+        assert_int_equal(PQresultStatus(alter), PGRES_COMMAND_OK);
+        PQclear(alter);
+        assert_int_equal(ks_pg_exec(c, "t", sql, 0, NULL, &res), KS_INTERNAL);
+        assert_null(res);
+        assert_int_equal(ks_pg_exec(c, "t", sql, 0, NULL, &res), KS_OK);
+        assert_int_equal(PQnfields(res), 2);
+        assert_string_equal(PQgetvalue(res, 0, 1), "7");
+        PQclear(res);
+        ks_pg_release(pool, c);
+
+        PQclear(PQexec(adm, "DROP TABLE shape"));
+        PQfinish(adm);
+        ks_pg_pool_free(pool);
+}
+
+/* A statement that cannot be prepared fails with its own error, inside a transaction too. */
+static void test_prepare_failure_reported(void **state)
+{
+        (void)state;
+        ks_pg_pool *pool = pool_new(pg.dsn, 1, 1000);
+        PGconn *c = NULL;
+        PGresult *res = (PGresult *)1;
+        PGresult *failed = NULL;
+
+        assert_int_equal(ks_pg_acquire(pool, &c), KS_OK);
+        assert_int_equal(ks_pg_begin(c, "t"), KS_OK);
+        assert_null(ks_pg_prepared(c, "SELECT * FROM no_such_table", 0, NULL, &failed));
+        assert_non_null(failed);
+        assert_string_equal(ks_pg_sqlstate(failed), "42P01");
+        PQclear(failed);
+        ks_pg_rollback(c);
+        assert_int_equal(ks_pg_exec(c, "t", "SELECT * FROM no_such_table", 0, NULL, &res),
+                         KS_INTERNAL);
+        assert_null(res);
+        /* Not a pool connection: no cache, the statement runs unprepared. */
+        PGconn *plain = admin();
+        assert_null(ks_pg_prepared(plain, "SELECT 1", 0, NULL, &failed));
+        assert_null(failed);
+        PQfinish(plain);
+        ks_pg_release(pool, c);
+        ks_pg_pool_free(pool);
+}
+
 /* ---- statements ------------------------------------------------------------ */
 
 static void test_exec_error_mapping(void **state)
@@ -596,6 +749,10 @@ int main(void)
             cmocka_unit_test(test_unreachable_database),
             cmocka_unit_test(test_killed_idle_backend),
             cmocka_unit_test(test_killed_backend_in_use),
+            cmocka_unit_test(test_prepared_once_per_connection),
+            cmocka_unit_test(test_prepared_by_text),
+            cmocka_unit_test(test_prepared_schema_change),
+            cmocka_unit_test(test_prepare_failure_reported),
             cmocka_unit_test(test_exec_error_mapping),
             cmocka_unit_test(test_migrate_apply_and_rerun),
             cmocka_unit_test(test_migrate_changed_file),
