@@ -243,9 +243,17 @@ int64_t auth_int_field(const PGresult *res, int row, int col);
 /*
  * BEGIN, then the tenant and the user this transaction acts for (NULL or ""
  * for none): every row-level security policy reads them. The caller rolls
- * back on failure.
+ * back on failure. One round trip (a pipeline).
  */
 int auth_tx_begin(PGconn *conn, const char *request_id, const char *tenant_id, const char *user_id);
+
+/*
+ * auth_tx_begin and the statements then[] (up to KS_PG_PIPELINE_MAX - 2,
+ * a COMMIT among them if the caller wants one) in the same round trip: a
+ * read that knows its statements in advance costs one network wait.
+ */
+int auth_tx_open(PGconn *conn, const char *request_id, const char *tenant_id, const char *user_id,
+                 const ks_pg_stmt *then, int n_then);
 
 /* Changes whom an open transaction acts for (SwitchTenant touches two tenants). */
 int auth_tx_act_for(PGconn *conn, const char *request_id, const char *tenant_id,

@@ -81,27 +81,46 @@ int64_t auth_int_field(const PGresult *res, int row, int col)
 static const char sql_act_for[] = "SELECT set_config('keelson.tenant_id', $1, true),"
                                   " set_config('keelson.user_id', $2, true)";
 
+/* Only uuids reach SQL: a malformed one would make every policy fail to cast. */
+static bool act_for_valid(const char *tenant_id, const char *user_id)
+{
+        return (tenant_id[0] == '\0' || auth_uuid_valid(tenant_id)) &&
+               (user_id[0] == '\0' || auth_uuid_valid(user_id));
+}
+
 int auth_tx_act_for(PGconn *conn, const char *request_id, const char *tenant_id,
                     const char *user_id)
 {
         const char *params[2] = {tenant_id ? tenant_id : "", user_id ? user_id : ""};
 
-        /* Only uuids reach here: a malformed one would make every policy fail to cast. */
-        if ((params[0][0] != '\0' && !auth_uuid_valid(params[0])) ||
-            (params[1][0] != '\0' && !auth_uuid_valid(params[1]))) {
+        if (!act_for_valid(params[0], params[1])) {
                 return KS_INTERNAL;
         }
         return ks_pg_exec(conn, request_id, sql_act_for, 2, params, NULL);
 }
 
+int auth_tx_open(PGconn *conn, const char *request_id, const char *tenant_id, const char *user_id,
+                 const ks_pg_stmt *then, int n_then)
+{
+        const char *params[2] = {tenant_id ? tenant_id : "", user_id ? user_id : ""};
+        ks_pg_stmt s[KS_PG_PIPELINE_MAX] = {
+            {.sql = "BEGIN"},
+            {.sql = sql_act_for, .n_params = 2, .params = params},
+        };
+
+        if (!act_for_valid(params[0], params[1]) || n_then < 0 ||
+            n_then > KS_PG_PIPELINE_MAX - 2) {
+                return KS_INTERNAL;
+        }
+        for (int i = 0; i < n_then; i++) {
+                s[2 + i] = then[i];
+        }
+        return ks_pg_pipeline(conn, request_id, s, 2 + n_then);
+}
+
 int auth_tx_begin(PGconn *conn, const char *request_id, const char *tenant_id, const char *user_id)
 {
-        int rc;
-
-        if ((rc = ks_pg_begin(conn, request_id)) != KS_OK) {
-                return rc;
-        }
-        return auth_tx_act_for(conn, request_id, tenant_id, user_id);
+        return auth_tx_open(conn, request_id, tenant_id, user_id, NULL, 0);
 }
 
 char *auth_bytea_param(const uint8_t *data, size_t n)

@@ -85,16 +85,21 @@ int auth_require_user(ks_call *call, auth_actor *out)
         return KS_OK;
 }
 
-/* The caller's role as of this transaction; UNAUTHENTICATED when it is gone. */
-static int load_role(auth_tx *tx)
+/*
+ * Opens the transaction and reads the caller's role as of it, in one round
+ * trip; UNAUTHENTICATED when the role is gone.
+ */
+static int open_with_role(auth_tx *tx)
 {
         auth_actor *a = &tx->actor;
         const char *params[1] = {a->user_id[0] != '\0' ? a->user_id : a->api_key_id};
         PGresult *res = NULL;
-        int rc;
+        const ks_pg_stmt role = {.sql = a->user_id[0] != '\0' ? sql_member_role : sql_key_role,
+                                 .n_params = 1,
+                                 .params = params,
+                                 .out = &res};
+        int rc = auth_tx_open(tx->conn, tx->call->request_id, a->tenant_id, a->user_id, &role, 1);
 
-        rc = ks_pg_exec(tx->conn, tx->call->request_id,
-                        a->user_id[0] != '\0' ? sql_member_role : sql_key_role, 1, params, &res);
         if (rc != KS_OK) {
                 return auth_db_fail(tx->call, rc);
         }
@@ -220,11 +225,7 @@ static int run_in_tx(auth_tx *tx, unsigned perm, unsigned flags, auth_tx_fn fn, 
         int rc;
 
         *replayed = false;
-        if ((rc = auth_tx_begin(tx->conn, tx->call->request_id, tx->actor.tenant_id,
-                                tx->actor.user_id)) != KS_OK) {
-                return auth_db_fail(tx->call, rc);
-        }
-        if ((rc = load_role(tx)) != KS_OK) {
+        if ((rc = open_with_role(tx)) != KS_OK) {
                 return rc;
         }
         if (perm != 0 && (auth_role_perms(tx->actor.role) & perm) == 0) {

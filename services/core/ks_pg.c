@@ -403,7 +403,7 @@ const char *ks_pg_sqlstate(const PGresult *res)
  * Class 08 is connection exception; 57P01..57P03 are the server shutting
  * down or refusing connections: to the caller all of them mean "try again".
  */
-static int code_of_failure(const PGconn *conn, const PGresult *res)
+static int code_of(const PGconn *conn, const PGresult *res)
 {
         const char *st = ks_pg_sqlstate(res);
         if (PQstatus(conn) != CONNECTION_OK || strncmp(st, "08", 2) == 0 ||
@@ -450,7 +450,14 @@ int ks_pg_exec(PGconn *conn, const char *request_id, const char *sql, int n_para
         if (name != NULL) {
                 ks_pg_prepared_failed(conn, res);
         }
-        int code = code_of_failure(conn, res);
+        int code = ks_pg_failure(conn, request_id, res);
+        PQclear(res);
+        return code;
+}
+
+int ks_pg_failure(const PGconn *conn, const char *request_id, const PGresult *res)
+{
+        int code = code_of(conn, res);
         char msg[512];
         /* The primary message only: DETAIL repeats key values, and parameters never appear. */
         const char *primary = res != NULL ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
@@ -458,7 +465,6 @@ int ks_pg_exec(PGconn *conn, const char *request_id, const char *sql, int n_para
             request_id, "postgres statement failed", "{s:s,s:s,s:s}", "sqlstate",
             ks_pg_sqlstate(res), "code", ks_code_name(code), "pg_message",
             first_line(primary != NULL ? primary : PQerrorMessage(conn), msg, sizeof(msg)));
-        PQclear(res);
         return code;
 }
 

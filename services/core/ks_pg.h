@@ -82,6 +82,42 @@ const char *ks_pg_prepared(PGconn *conn, const char *sql, int n_params, const Oi
                            PGresult **failed);
 void ks_pg_prepared_failed(PGconn *conn, const PGresult *res);
 
+/*
+ * The code of a failed statement (mapped as ks_pg_exec maps it; res may be
+ * NULL for a failure of the connection itself), logged once with its
+ * SQLSTATE and primary message, never its parameters.
+ */
+int ks_pg_failure(const PGconn *conn, const char *request_id, const PGresult *res);
+
+/*
+ * Pipelines (ks_pg_pipeline.c): up to KS_PG_PIPELINE_MAX statements sent at
+ * once and answered at once, one round trip. A statement takes text
+ * parameters (params) or typed ones (args: text or binary, as libpq takes
+ * them; type 0 lets the statement's cast decide); out (may be NULL)
+ * receives its result. Returns KS_OK with every out filled, or the code of
+ * the first failure with every out NULL; the statements after a failure do
+ * not run. Statements in one pipeline share a transaction only when the
+ * pipeline holds its BEGIN (or a transaction is open already).
+ */
+typedef struct ks_pg_param {
+        const char *value;
+        int length;
+        int format; /* 0 text, 1 binary */
+        Oid type;
+} ks_pg_param;
+
+typedef struct ks_pg_stmt {
+        const char *sql;
+        int n_params;
+        const char *const *params; /* text parameters, or */
+        const ks_pg_param *args;   /* typed ones */
+        PGresult **out;
+} ks_pg_stmt;
+
+#define KS_PG_PIPELINE_MAX 16
+
+int ks_pg_pipeline(PGconn *conn, const char *request_id, const ks_pg_stmt *stmts, int n);
+
 /* BEGIN / COMMIT / ROLLBACK. ks_pg_rollback is safe outside a transaction. */
 int ks_pg_begin(PGconn *conn, const char *request_id);
 int ks_pg_commit(PGconn *conn, const char *request_id);

@@ -258,183 +258,6 @@ int lg_args_params(lg_args *t, lg_param *params)
 
 /* ---- statements: pipelined ------------------------------------------------------ */
 
-/* ks_pg_exec's mapping of a failure to a code. */
-static int code_of(PGconn *conn, const PGresult *res)
-{
-        const char *st = ks_pg_sqlstate(res);
-
-        if (PQstatus(conn) != CONNECTION_OK || strncmp(st, "08", 2) == 0 ||
-            strncmp(st, "57P0", 4) == 0) {
-                return KS_UNAVAILABLE;
-        }
-        if (strcmp(st, "23505") == 0) {
-                return KS_ALREADY_EXISTS;
-        }
-        if (strcmp(st, "40001") == 0 || strcmp(st, "40P01") == 0) {
-                return KS_ABORTED;
-        }
-        if (strcmp(st, "57014") == 0) {
-                return KS_DEADLINE_EXCEEDED;
-        }
-        return KS_INTERNAL;
-}
-
-static void log_failure(lg_tx *tx, PGconn *conn, const PGresult *res, int code)
-{
-        char msg[256];
-        const char *primary = res != NULL ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-
-        /* The primary message only: DETAIL repeats key values, and parameters never appear. */
-        snprintf(msg, sizeof(msg), "%s", primary != NULL ? primary : PQerrorMessage(conn));
-        msg[strcspn(msg, "\n")] = '\0';
-        ks_log_error(tx->request_id, "postgres statement failed", "{s:s,s:s,s:s}", "sqlstate",
-                     ks_pg_sqlstate(res), "code", ks_code_name(code), "pg_message", msg);
-}
-
-/* Reads the result of one pipelined statement: the first result, then up to the NULL. */
-static int take_result(lg_tx *tx, const lg_stmt *s, int code)
-{
-        PGresult *r = PQgetResult(tx->conn), *extra;
-        ExecStatusType st = PQresultStatus(r);
-
-        while ((extra = PQgetResult(tx->conn)) != NULL) {
-                PQclear(extra);
-        }
-        if (code == KS_OK && r != NULL && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)) {
-                if (s->out != NULL) {
-                        *s->out = r;
-                } else {
-                        PQclear(r);
-                }
-                return KS_OK;
-        }
-        if (code == KS_OK) {
-                /* The first failure; the statements after it only say "aborted". */
-                ks_pg_prepared_failed(tx->conn, r);
-                code = code_of(tx->conn, r);
-                log_failure(tx, tx->conn, r, code);
-        }
-        PQclear(r);
-        return code;
-}
-
-static void clear_outs(const lg_stmt *s, int n)
-{
-        for (int i = 0; i < n; i++) {
-                if (s[i].out != NULL) {
-                        PQclear(*s[i].out);
-                        *s[i].out = NULL;
-                }
-        }
-}
-
-static void arg_types(const lg_stmt *s, Oid *types)
-{
-        for (int i = 0; i < s->n_params; i++) {
-                types[i] = s->args[i].type;
-        }
-}
-
-/*
- * The name s is prepared under on this connection (ks_pg_prepared), or NULL
- * to send it unprepared; KS_OK, or the code of the prepare's failure.
- */
-static int prepare_stmt(lg_tx *tx, const lg_stmt *s, const char **name)
-{
-        Oid types[LG_PARAMS_MAX];
-        PGresult *failed = NULL;
-
-        if (s->n_params > LG_PARAMS_MAX) {
-                return KS_INTERNAL;
-        }
-        if (s->args != NULL) {
-                arg_types(s, types);
-        }
-        *name = ks_pg_prepared(tx->conn, s->sql, s->n_params, s->args != NULL ? types : NULL,
-                               &failed);
-        if (failed == NULL) {
-                return KS_OK;
-        }
-        int code = code_of(tx->conn, failed);
-        log_failure(tx, tx->conn, failed, code);
-        PQclear(failed);
-        return code;
-}
-
-static int send_stmt(PGconn *c, const lg_stmt *s, const char *name)
-{
-        const char *values[LG_PARAMS_MAX];
-        int lengths[LG_PARAMS_MAX], formats[LG_PARAMS_MAX];
-        Oid types[LG_PARAMS_MAX];
-
-        if (s->args == NULL) {
-                return name != NULL
-                           ? PQsendQueryPrepared(c, name, s->n_params, s->params, NULL, NULL, 0)
-                           : PQsendQueryParams(c, s->sql, s->n_params, NULL, s->params, NULL,
-                                               NULL, 0);
-        }
-        for (int i = 0; i < s->n_params; i++) {
-                values[i] = s->args[i].value;
-                lengths[i] = s->args[i].length;
-                formats[i] = s->args[i].format;
-        }
-        if (name != NULL) {
-                return PQsendQueryPrepared(c, name, s->n_params, values, lengths, formats, 0);
-        }
-        arg_types(s, types);
-        return PQsendQueryParams(c, s->sql, s->n_params, types, values, lengths, formats, 0);
-}
-
-/*
- * Sends the statements in one pipeline and one Sync, then reads every
- * result: one round trip however many statements. libpq keeps reading
- * while it waits to send, so a large result cannot block a large request.
- */
-static int pipeline(lg_tx *tx, const lg_stmt *s, int n)
-{
-        PGconn *c = tx->conn;
-        const char *names[LG_PIPELINE_MAX];
-        int code = KS_OK, sent = 0;
-
-        for (int i = 0; i < n; i++) {
-                if (s[i].out != NULL) {
-                        *s[i].out = NULL;
-                }
-                /* A statement new to the connection is prepared first, outside the pipeline. */
-                if ((code = prepare_stmt(tx, &s[i], &names[i])) != KS_OK) {
-                        return code;
-                }
-        }
-        if (PQenterPipelineMode(c) != 1) {
-                return KS_UNAVAILABLE;
-        }
-        while (sent < n && send_stmt(c, &s[sent], names[sent]) == 1) {
-                sent++;
-        }
-        if (sent < n || PQpipelineSync(c) != 1) {
-                code = KS_UNAVAILABLE;
-                log_failure(tx, c, NULL, code);
-        }
-        for (int i = 0; i < sent; i++) {
-                code = take_result(tx, &s[i], code);
-        }
-        for (int i = 0; i < 4; i++) { /* the Sync's result ends the pipeline */
-                PGresult *r = PQgetResult(c);
-                bool sync = r != NULL && PQresultStatus(r) == PGRES_PIPELINE_SYNC;
-                PQclear(r);
-                if (sync) {
-                        break;
-                }
-        }
-        if (PQexitPipelineMode(c) != 1 && code == KS_OK) {
-                code = KS_UNAVAILABLE; /* the pool resets the connection */
-        }
-        if (code != KS_OK) {
-                clear_outs(s, n);
-        }
-        return code;
-}
-
 /*
  * The statements that open a transaction: BEGIN, the runtime role, the
  * tenant and, for a writer, the tenant's clock: INSERT .. ON CONFLICT DO
@@ -483,11 +306,11 @@ static int clock_result(lg_tx *tx, PGresult *clock)
 
 int lg_run(lg_tx *tx, const lg_stmt *stmts, int n, bool commit)
 {
-        lg_stmt all[LG_PIPELINE_MAX];
+        lg_stmt all[KS_PG_PIPELINE_MAX];
         PGresult *clock = NULL, *committed = NULL;
         int k = 0, rc;
 
-        if (n < 0 || n > LG_PIPELINE_MAX - 5) {
+        if (n < 0 || n > KS_PG_PIPELINE_MAX - 5) {
                 return KS_INTERNAL;
         }
         bool opening = !tx->opened;
@@ -501,7 +324,7 @@ int lg_run(lg_tx *tx, const lg_stmt *stmts, int n, bool commit)
                 all[k++] = (lg_stmt){.sql = "COMMIT", .out = &committed};
         }
         tx->opened = true; /* even on failure: the transaction is there, aborted */
-        if ((rc = pipeline(tx, all, k)) != KS_OK) {
+        if ((rc = ks_pg_pipeline(tx->conn, tx->request_id, all, k)) != KS_OK) {
                 return rc;
         }
         if (opening && tx->reserve > 0 && (rc = clock_result(tx, clock)) != KS_OK) {

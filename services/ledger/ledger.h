@@ -332,12 +332,7 @@ int lg_ids_from_pb(size_t n_ids, const uint64_t *ids, size_t n_hi, const uint64_
 typedef enum lg_elem { LG_ELEM_UUID, LG_ELEM_NUMERIC, LG_ELEM_INT8 } lg_elem;
 
 /* One parameter as libpq takes it (type 0: the statement's cast decides). */
-typedef struct lg_param {
-        const char *value;
-        int length;
-        int format; /* 0 text, 1 binary */
-        unsigned int type;
-} lg_param;
+typedef ks_pg_param lg_param;
 
 typedef struct lg_args {
         char *buf;
@@ -409,16 +404,8 @@ int64_t lg_now_us(void);
 typedef int (*lg_tx_fn)(lg_tx *tx, void *arg);
 int lg_tx_run(lg_tx *tx, int reserve_ts, bool read_only, lg_tx_fn fn, void *arg);
 
-/* One statement of a pipeline; out (may be NULL) receives its result. */
-typedef struct lg_stmt {
-        const char *sql;
-        int n_params;
-        const char *const *params; /* text parameters, or */
-        const lg_param *args;      /* parameters from lg_args_params */
-        PGresult **out;
-} lg_stmt;
-
-#define LG_PIPELINE_MAX 12
+/* One statement of a pipeline (ks_pg_pipeline); out (may be NULL) receives its result. */
+typedef ks_pg_stmt lg_stmt;
 
 /*
  * Runs the statements in one round trip (libpq's pipeline mode), preceded

@@ -409,6 +409,103 @@ static void test_prepare_failure_reported(void **state)
         ks_pg_pool_free(pool);
 }
 
+/* ---- pipelines ------------------------------------------------------------ */
+
+static void test_pipeline(void **state)
+{
+        (void)state;
+        ks_pg_pool *pool = pool_new(pg.dsn, 1, 1000);
+        PGconn *c = NULL;
+        PGresult *a = NULL, *b = (PGresult *)1;
+        const char *one[] = {"1"}, *two[] = {"2"};
+        /* A binary int4 parameter, typed: 7 in network order. */
+        const char seven[4] = {0, 0, 0, 7};
+        const ks_pg_param bin[1] = {{.value = seven, .length = 4, .format = 1, .type = 23}};
+
+        assert_int_equal(ks_pg_acquire(pool, &c), KS_OK);
+        assert_int_equal(ks_pg_exec(c, "t", "CREATE TABLE piped (id int PRIMARY KEY)", 0, NULL,
+                                    NULL),
+                         KS_OK);
+
+        /* One transaction in one round trip; every result where it was asked for. */
+        const ks_pg_stmt ok[5] = {
+            {.sql = "BEGIN"},
+            {.sql = "INSERT INTO piped VALUES ($1::int)", .n_params = 1, .params = one},
+            {.sql = "SELECT count(*) FROM piped", .out = &a},
+            {.sql = "SELECT $1 + 1", .n_params = 1, .args = bin, .out = &b},
+            {.sql = "COMMIT"},
+        };
+        assert_int_equal(ks_pg_pipeline(c, "t", ok, 5), KS_OK);
+        assert_string_equal(PQgetvalue(a, 0, 0), "1");
+        assert_string_equal(PQgetvalue(b, 0, 0), "8");
+        PQclear(a);
+        PQclear(b);
+        assert_int_equal(PQpipelineStatus(c), PQ_PIPELINE_OFF);
+        assert_int_equal(PQtransactionStatus(c), PQTRANS_IDLE);
+
+        /*
+         * A failure in the middle: its own code, no result handed out, the
+         * statements after it not run, and the transaction's earlier
+         * statement undone with it.
+         */
+        a = (PGresult *)1;
+        b = (PGresult *)1;
+        const ks_pg_stmt failing[6] = {
+            {.sql = "BEGIN"},
+            {.sql = "INSERT INTO piped VALUES ($1::int)", .n_params = 1, .params = two},
+            {.sql = "SELECT count(*) FROM piped", .out = &a},
+            {.sql = "INSERT INTO piped VALUES ($1::int)", .n_params = 1, .params = one},
+            {.sql = "SELECT 1", .out = &b},
+            {.sql = "COMMIT"},
+        };
+        assert_int_equal(ks_pg_pipeline(c, "t", failing, 6), KS_ALREADY_EXISTS);
+        assert_null(a);
+        assert_null(b);
+        ks_pg_rollback(c);
+        char rows[16];
+        query_value(c, "SELECT count(*) FROM piped", rows, sizeof(rows));
+        assert_string_equal(rows, "1");
+
+        /* Bad calls are refused before anything is sent. */
+        const ks_pg_stmt no_params[1] = {{.sql = "SELECT $1::int", .n_params = 1}};
+        assert_int_equal(ks_pg_pipeline(c, "t", no_params, 1), KS_INVALID_ARGUMENT);
+        assert_int_equal(ks_pg_pipeline(c, "t", ok, KS_PG_PIPELINE_MAX + 1), KS_INVALID_ARGUMENT);
+        assert_int_equal(ks_pg_pipeline(c, "t", ok, 0), KS_OK);
+
+        assert_int_equal(ks_pg_exec(c, "t", "DROP TABLE piped", 0, NULL, NULL), KS_OK);
+        ks_pg_release(pool, c);
+        ks_pg_pool_free(pool);
+}
+
+/* A connection that dies under a pipeline: "try again", and the pool repairs it. */
+static void test_pipeline_lost_connection(void **state)
+{
+        (void)state;
+        ks_pg_pool *pool = pool_new(pg.dsn, 1, 1000);
+        PGconn *adm = admin();
+        PGconn *c = NULL;
+        PGresult *a = (PGresult *)1;
+
+        assert_int_equal(ks_pg_acquire(pool, &c), KS_OK);
+        const ks_pg_stmt s[2] = {{.sql = "SELECT 1"}, {.sql = "SELECT 2", .out = &a}};
+        assert_int_equal(ks_pg_pipeline(c, "t", s, 2), KS_OK); /* both prepared now */
+        PQclear(a);
+        int pid = PQbackendPID(c);
+        terminate(adm, pid);
+        assert_int_equal(ks_pg_pipeline(c, "t", s, 2), KS_UNAVAILABLE);
+        assert_null(a);
+        ks_pg_release(pool, c);
+
+        assert_int_equal(ks_pg_acquire(pool, &c), KS_OK);
+        assert_int_not_equal(PQbackendPID(c), pid);
+        assert_int_equal(ks_pg_pipeline(c, "t", s, 2), KS_OK);
+        assert_string_equal(PQgetvalue(a, 0, 0), "2");
+        PQclear(a);
+        ks_pg_release(pool, c);
+        PQfinish(adm);
+        ks_pg_pool_free(pool);
+}
+
 /* ---- statements ------------------------------------------------------------ */
 
 static void test_exec_error_mapping(void **state)
@@ -753,6 +850,8 @@ int main(void)
             cmocka_unit_test(test_prepared_by_text),
             cmocka_unit_test(test_prepared_schema_change),
             cmocka_unit_test(test_prepare_failure_reported),
+            cmocka_unit_test(test_pipeline),
+            cmocka_unit_test(test_pipeline_lost_connection),
             cmocka_unit_test(test_exec_error_mapping),
             cmocka_unit_test(test_migrate_apply_and_rerun),
             cmocka_unit_test(test_migrate_changed_file),
