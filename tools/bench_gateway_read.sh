@@ -13,7 +13,9 @@
 # (nginx-light) runs on a free loopback port with a config in a temporary
 # folder and answers every request with the WhoAmI body the gateway gave.
 # Both are driven by wrk at 10 and 50 connections; the script prints
-# requests/s, p50 and p99 and the gateway/nginx ratios. Needs wrk, nginx, curl.
+# requests/s, p50 and p99 and the gateway/nginx ratios, then the CPU each
+# process of the stack spent per request in one more run at 10 connections.
+# Needs wrk, nginx, curl.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -139,6 +141,57 @@ for c in "${CONNECTIONS[@]}"; do
         printf '%-6s %12s %9s %9s %8s | %12s %9s %9s | %7s\n' "$c" "$g_rps" "$g_p50" "$g_p99" \
                 "$g_bad" "$n_rps" "$n_p50" "$n_p99" "$ratio"
 done
+# ---- where a request's CPU goes ------------------------------------------------------
+
+# ticks PID...: the user and system clock ticks of these processes, summed: "user system".
+ticks() {
+        local p
+        for p in "$@"; do
+                [ -r "/proc/$p/stat" ] && sed 's/^.*) //' "/proc/$p/stat"
+        done | awk '{u += $12; s += $13} END {print u + 0, s + 0}'
+}
+
+# The postmaster and its children: every process of the cluster.
+pg_pids() {
+        local pm f
+        pm=$(head -1 "$(cat "$WORK/stack/pg.path")/postmaster.pid")
+        echo "$pm"
+        for f in /proc/[0-9]*/stat; do
+                sed 's/^.*) //' "$f" 2>/dev/null | awk -v pm="$pm" -v f="$f" \
+                        '$2 == pm { split(f, a, "/"); print a[3] }'
+        done
+}
+
+# One more run at 10 connections with every process's CPU read before and after,
+# divided by the requests wrk completed.
+cpu_per_request() {
+        local hz names=(postgres auth gateway broker redis) out n i u0 s0 u1 s1
+        local -a groups before
+        hz=$(getconf CLK_TCK)
+        groups[0]=$(pg_pids | tr '\n' ' ')
+        groups[1]=$(cat "$WORK"/stack/pids/auth-*.pid | tr '\n' ' ')
+        groups[2]=$(cat "$WORK/stack/pids/gateway.pid")
+        groups[3]=$(cat "$WORK/stack/pids/broker.pid")
+        groups[4]=$(cat "$WORK/stack/pids/redis.pid")
+        for i in "${!names[@]}"; do
+                # shellcheck disable=SC2086 # a list of pids
+                before[i]=$(ticks ${groups[i]})
+        done
+        out=$(wrk -t2 -c10 -d"${DURATION}s" -s "$WORK/whoami.lua" "$WHOAMI")
+        n=$(awk '/requests in/ {print $1}' <<<"$out")
+        echo "CPU per WhoAmI (10 conns, $n requests; /proc/<pid>/stat before and after):"
+        printf '  %-10s %9s %9s %9s\n' process "user µs" "sys µs" "total µs"
+        for i in "${!names[@]}"; do
+                read -r u0 s0 <<<"${before[i]}"
+                # shellcheck disable=SC2086
+                read -r u1 s1 <<<"$(ticks ${groups[i]})"
+                awk -v name="${names[i]}" -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v hz="$hz" -v n="$n" \
+                        'BEGIN { f = 1e6 / hz / n; printf "  %-10s %9.0f %9.0f %9.0f\n", name, u * f, s * f, (u + s) * f }'
+        done
+}
+
+cpu_per_request
+
 # Context: the gateway's HTTP side alone (GET /healthz answers from the loop, no upstream).
 read -r h_rps h_p50 h_p99 _ <<<"$(run "$GW/healthz" 10 plain)"
 echo "gateway GET /healthz (no upstream, no limit), 10 conns: $h_rps req/s, p50 $h_p50 ms, p99 $h_p99 ms"
