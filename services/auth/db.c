@@ -108,8 +108,7 @@ int auth_tx_open(PGconn *conn, const char *request_id, const char *tenant_id, co
             {.sql = sql_act_for, .n_params = 2, .params = params},
         };
 
-        if (!act_for_valid(params[0], params[1]) || n_then < 0 ||
-            n_then > KS_PG_PIPELINE_MAX - 2) {
+        if (!act_for_valid(params[0], params[1]) || n_then < 0 || n_then > KS_PG_PIPELINE_MAX - 2) {
                 return KS_INTERNAL;
         }
         for (int i = 0; i < n_then; i++) {

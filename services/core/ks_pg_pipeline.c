@@ -53,8 +53,8 @@ static int send(PGconn *c, const ks_pg_stmt *s, const char *name)
         if (s->args == NULL) {
                 return name != NULL
                            ? PQsendQueryPrepared(c, name, s->n_params, s->params, NULL, NULL, 0)
-                           : PQsendQueryParams(c, s->sql, s->n_params, NULL, s->params, NULL,
-                                               NULL, 0);
+                           : PQsendQueryParams(c, s->sql, s->n_params, NULL, s->params, NULL, NULL,
+                                               0);
         }
         for (int i = 0; i < s->n_params; i++) {
                 values[i] = s->args[i].value;

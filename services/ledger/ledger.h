@@ -19,9 +19,10 @@
  *
  * Files: machine.c (the pure state machine: no I/O, unit of the contract),
  * map.c (u128 -> index hash map), u128.c (128-bit text conversions),
- * convert.c (protobuf <-> structs), db.c (transactions, pipelines, arrays,
+ * convert.c (protobuf <-> structs), db.c (transactions on ks_pg_pipeline, arrays,
  * retries), rows.c (row readers, the write statement), accounts.c,
- * transfers.c, queries.c (handlers), expiry.c (the sweeper thread), main.c
+ * transfers.c, queries.c (handlers), group.c (a tenant's concurrent batches in one
+ * transaction), expiry.c (the sweeper thread), main.c
  * (configuration and wiring); tests/ (the machine's unit tests).
  */
 #ifndef LEDGER_H
@@ -268,9 +269,12 @@ bool lg_batch_account_changed(const lg_batch *b, int i);
 
 #define LG_INTERNAL_MSG "internal error"
 
+typedef struct lg_groups lg_groups;
+
 typedef struct lg_service {
         ks_pg_pool *pool;
         int batch_max;
+        lg_groups *groups; /* NULL: every batch runs alone (group.c) */
         int tx_retries;
         int expiry_interval_ms;
         int expiry_batch_max;
@@ -287,6 +291,7 @@ typedef struct lg_service {
         ks_counter *events_failed[2]; /* any result but ok */
         ks_counter *retries;
         ks_counter *reruns;
+        ks_counter *grouped; /* batches that shared their transaction with others */
         ks_counter *expired;
         ks_histogram *batch_seconds;
 } lg_service;
@@ -444,6 +449,34 @@ typedef struct lg_worker {
 
 int lg_worker_init(void *service, int index, void **state);
 void lg_worker_fini(void *service, void *state);
+
+/* ---- group.c: a tenant's concurrent batches in one transaction ------------ */
+
+#define LG_GROUP_MAX 64
+
+/* One CreateTransfers batch waiting for, or taking part in, a group. */
+typedef struct lg_member {
+        lg_worker *w; /* its events in w->transfer_events, its results into w->results */
+        int n;
+        const char *request_id;
+        int rc; /* set by the group's run */
+        /* group.c's */
+        bool done, lead;
+        pthread_cond_t cv;
+        struct lg_member *next;
+} lg_member;
+
+/* Runs a group (k >= 1, m[0] the calling thread's own): sets every m[i]->rc and results. */
+typedef void (*lg_group_fn)(lg_service *svc, const char *tenant, lg_member *const *m, int k);
+
+int lg_groups_new(lg_groups **out);
+void lg_groups_free(lg_groups *g);
+
+/*
+ * Runs me's batch through fn, alone or with the tenant's other batches that
+ * wait; returns me->rc once its group has run.
+ */
+int lg_group_run(lg_service *svc, const char *tenant, lg_member *me, lg_group_fn fn);
 
 /* ---- rows.c: shared row readers and the write statement ------------------ */
 

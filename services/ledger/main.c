@@ -44,6 +44,7 @@ struct ledger_config {
         int64_t expiry_interval_ms;
         int64_t expiry_batch_max;
         int64_t expiry_tenants_max;
+        bool group_batches;
 };
 
 #define C struct ledger_config
@@ -84,6 +85,9 @@ static const ks_config_var config_vars[] = {
                "pending transfers expired per tenant and transaction (at most the batch max)"),
     KS_CFG_INT("KEELSON_LEDGER_EXPIRY_TENANTS_MAX", C, expiry_tenants_max, "64", 1, 256,
                "tenants swept per pass"),
+    KS_CFG_BOOL("KEELSON_LEDGER_GROUP_BATCHES", C, group_batches, "true",
+                "run a tenant's CreateTransfers batches that wait for each other in one"
+                " transaction, up to the batch max (false: one transaction per batch)"),
 };
 #undef C
 #define CONFIG_VARS_N (sizeof(config_vars) / sizeof(config_vars[0]))
@@ -226,6 +230,9 @@ static void init_metrics(lg_service *svc)
         svc->reruns =
             ks_counter_get(reg, "keelson_ledger_exact_reruns_total",
                            "Transfer batches run again because an id of theirs existed", NULL);
+        svc->grouped =
+            ks_counter_get(reg, "keelson_ledger_grouped_batches_total",
+                           "CreateTransfers batches that ran in one transaction with others", NULL);
         svc->expired = ks_counter_get(reg, "keelson_ledger_expired_total",
                                       "Pending transfers expired by the sweeper", NULL);
         svc->batch_seconds = ks_histogram_get(reg, "keelson_ledger_batch_duration_seconds",
@@ -290,6 +297,10 @@ static int init_database(ledger_main *m)
         svc->expiry_batch_max = (int)m->cfg.expiry_batch_max;
         svc->expiry_tenants_max = (int)m->cfg.expiry_tenants_max;
         init_metrics(svc);
+        if (m->cfg.group_batches && lg_groups_new(&svc->groups) != 0) {
+                ks_log_error(NULL, "out of memory", NULL);
+                return 1;
+        }
         if (lg_sweeper_start(svc) != 0) {
                 ks_log_error(NULL, "cannot start the expiry sweeper", NULL);
                 return 1;
@@ -342,6 +353,8 @@ static void stop_all(ledger_main *m)
                 ks_rpc_server_stop(s);
         }
         lg_sweeper_stop(&m->svc);
+        lg_groups_free(m->svc.groups); /* the RPC server, stopped, runs no batch */
+        m->svc.groups = NULL;
         ks_health_stop(m->health);
         m->health = NULL;
         ks_pg_pool_free(m->svc.pool);

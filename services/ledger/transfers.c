@@ -29,9 +29,12 @@
 typedef Keelson__Ledger__V1__CreateTransfersRequest transfers_req;
 typedef Keelson__Ledger__V1__CreateTransfersResponse transfers_resp;
 
+/* n events in w's buffers: one client batch, or a group's batches one after another. */
 typedef struct job {
         lg_worker *w;
         int n;
+        int n_parts;         /* 0: one batch */
+        const int *part_len; /* n_parts lengths adding up to n */
 } job;
 
 /*
@@ -228,7 +231,14 @@ static int transfers_tx(lg_tx *tx, void *arg)
                 return rc;
         }
         int64_t t1 = lg_now_us();
-        lg_create_transfers(b, ev, j->n, tx->base_ts, j->w->results);
+        if (j->n_parts == 0) {
+                lg_create_transfers(b, ev, j->n, tx->base_ts, j->w->results);
+        }
+        /* A group: each batch on the state the ones before it left, its chains its own. */
+        for (int p = 0, off = 0; p < j->n_parts; off += j->part_len[p], p++) {
+                lg_create_transfers(b, ev + off, j->part_len[p], tx->base_ts + (uint64_t)off,
+                                    j->w->results + off);
+        }
         int64_t t2 = lg_now_us();
         int n_check = tx->exact ? 0 : uncreated_ids(ev, j->w->results, j->n, j->w->ids);
         rc = lg_write_batch_unless(tx, b, j->w->ids, n_check);
@@ -236,9 +246,10 @@ static int transfers_tx(lg_tx *tx, void *arg)
                 rc = LG_RERUN_EXACT; /* an id created here was taken: no guessing */
         }
         /* Where a batch's time goes, for whoever tunes it (debug level). */
-        ks_log_debug(tx->request_id, "transfer batch", "{s:i, s:b, s:I, s:I, s:I}", "events", j->n,
-                     "exact", tx->exact, "load_us", (json_int_t)(t1 - t0), "run_us",
-                     (json_int_t)(t2 - t1), "write_us", (json_int_t)(lg_now_us() - t2));
+        ks_log_debug(tx->request_id, "transfer batch", "{s:i, s:i, s:b, s:I, s:I, s:I}", "events",
+                     j->n, "batches", j->n_parts == 0 ? 1 : j->n_parts, "exact", tx->exact,
+                     "load_us", (json_int_t)(t1 - t0), "run_us", (json_int_t)(t2 - t1), "write_us",
+                     (json_int_t)(lg_now_us() - t2));
         return rc;
 }
 
@@ -266,6 +277,58 @@ static int reply(ks_call *call, const uint8_t *results, int n)
         return rc;
 }
 
+static int run_job(lg_service *svc, const char *tenant, const char *request_id, job *j)
+{
+        lg_tx tx = {.svc = svc, .request_id = request_id, .tenant = tenant, .args = &j->w->args};
+        int64_t t0 = ks_now_ms();
+        int rc = lg_tx_run(&tx, j->n, false, transfers_tx, j);
+
+        if (rc == KS_OK) {
+                ks_histogram_observe(svc->batch_seconds, (double)(ks_now_ms() - t0) / 1000.0);
+        }
+        return rc;
+}
+
+/*
+ * A group's batches in one transaction, in the leader's buffers (m[0]'s,
+ * which hold its own events first), each batch's results copied back to
+ * its own. Should the transaction fail, each batch runs again alone: a
+ * batch never fails for another's sake.
+ */
+static void run_group(lg_service *svc, const char *tenant, lg_member *const *m, int k)
+{
+        lg_worker *lw = m[0]->w;
+        int len[LG_GROUP_MAX], n = m[0]->n;
+
+        len[0] = m[0]->n;
+        for (int i = 1; i < k; i++) {
+                memcpy(lw->transfer_events + n, m[i]->w->transfer_events,
+                       (size_t)m[i]->n * sizeof(*lw->transfer_events));
+                len[i] = m[i]->n;
+                n += m[i]->n;
+        }
+        job j = {.w = lw, .n = n, .n_parts = k > 1 ? k : 0, .part_len = len};
+        int rc = run_job(svc, tenant, m[0]->request_id, &j);
+        if (rc == KS_OK || k == 1) {
+                for (int i = 0, off = 0; i < k; off += m[i]->n, i++) {
+                        if (i > 0 && rc == KS_OK) {
+                                memcpy(m[i]->w->results, lw->results + off, (size_t)m[i]->n);
+                        }
+                        m[i]->rc = rc;
+                }
+                if (k > 1) {
+                        ks_counter_add(svc->grouped, (uint64_t)k);
+                }
+                return;
+        }
+        ks_log_warn(m[0]->request_id, "grouped ledger batches failed together: each runs alone",
+                    "{s:i,s:s}", "batches", k, "code", ks_code_name(rc));
+        for (int i = 0; i < k; i++) {
+                job alone = {.w = m[i]->w, .n = m[i]->n};
+                m[i]->rc = run_job(svc, tenant, m[i]->request_id, &alone);
+        }
+}
+
 int lg_create_transfers_handler(ks_call *call)
 {
         const transfers_req *req = (const transfers_req *)call->in;
@@ -289,15 +352,15 @@ int lg_create_transfers_handler(ks_call *call)
                                             err);
                 }
         }
-        job j = {.w = w, .n = (int)req->n_transfers};
-        lg_tx tx = {.svc = svc,
-                    .request_id = call->request_id,
-                    .tenant = call->caller->tenant_id,
-                    .args = &w->args};
-        int64_t t0 = ks_now_ms();
-        if ((rc = lg_tx_run(&tx, j.n, false, transfers_tx, &j)) != KS_OK) {
+        lg_member me = {.w = w, .n = (int)req->n_transfers, .request_id = call->request_id};
+        if (svc->groups != NULL) {
+                rc = lg_group_run(svc, call->caller->tenant_id, &me, run_group);
+        } else {
+                run_group(svc, call->caller->tenant_id, (lg_member *const[]){&me}, 1);
+                rc = me.rc;
+        }
+        if (rc != KS_OK) {
                 return lg_db_fail(call, rc);
         }
-        ks_histogram_observe(svc->batch_seconds, (double)(ks_now_ms() - t0) / 1000.0);
-        return reply(call, w->results, j.n);
+        return reply(call, w->results, me.n);
 }

@@ -279,6 +279,204 @@ static void test_hammer_hot_accounts(void **state)
         PQfinish(c);
 }
 
+/* ---- small batches of one tenant at once: grouped, each with its own results ---------- */
+
+/*
+ * Pairs of threads send small batches of one tenant at the same moment, so
+ * that the replicas run many of them in one transaction
+ * (KEELSON_LEDGER_GROUP_BATCHES, on by default). Each request must get what
+ * it would get alone, in some order: the two threads of a pair send the same
+ * transfer (one ok, the other exists), a resend is exists, a chain left open
+ * at the end of a request is linked_event_chain_open however many requests
+ * ran with it, and a chain that fails inside fails whole without touching
+ * its neighbours in the transaction.
+ */
+#define SMALL_THREADS 8
+#define SMALL_ROUNDS  40
+#define LIMITED       1 /* debits must not exceed credits, never credited */
+
+typedef struct small_worker {
+        int index;
+        int failures;
+        char last_error[128];
+        int shared_ok[SMALL_ROUNDS]; /* per round: did the pair's shared transfer say ok here */
+} small_worker;
+
+/* Sends a batch and reads its results; no cmocka assertion: a worker thread runs this. */
+static int send_small(small_worker *w, lt_transfer_pb *x, int n, int *results)
+{
+        Keelson__Ledger__V1__CreateTransfersRequest req =
+            KEELSON__LEDGER__V1__CREATE_TRANSFERS_REQUEST__INIT;
+        lt_transfer_pb *ptrs[4];
+        uint8_t body[4 * 128];
+        char auth[LT_TOKEN_MAX + 32];
+        const char *headers[2] = {auth, NULL};
+        it_http_response r;
+
+        for (int i = 0; i < n; i++) {
+                ptrs[i] = &x[i];
+        }
+        req.n_transfers = (size_t)n;
+        req.transfers = ptrs;
+        size_t len = protobuf_c_message_pack(&req.base, body);
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", g_t.token);
+        if (it_http_post(g_t.gateway, LT_PATH "CreateTransfers", "application/proto", body, len,
+                         headers, &r) != 0) {
+                snprintf(w->last_error, sizeof(w->last_error), "no HTTP response");
+                return -1;
+        }
+        int rc = -1;
+        if (r.status == 200) {
+                Keelson__Ledger__V1__CreateTransfersResponse *resp =
+                    (Keelson__Ledger__V1__CreateTransfersResponse *)protobuf_c_message_unpack(
+                        &keelson__ledger__v1__create_transfers_response__descriptor, NULL,
+                        r.body_len, (const uint8_t *)r.body);
+                if (resp != NULL && resp->n_results == (size_t)n) {
+                        for (int i = 0; i < n; i++) {
+                                results[i] = resp->results[i];
+                        }
+                        rc = 0;
+                }
+                if (resp != NULL) {
+                        protobuf_c_message_free_unpacked(&resp->base, NULL);
+                }
+        }
+        if (rc != 0) {
+                snprintf(w->last_error, sizeof(w->last_error), "HTTP %ld %.60s", r.status, r.body);
+        }
+        it_http_response_free(&r);
+        return rc;
+}
+
+/* Records a result that is not the one expected. */
+static void expect_small(small_worker *w, int round, const char *what, const int *got,
+                         const int *want, int n)
+{
+        for (int i = 0; i < n; i++) {
+                if (got[i] != want[i]) {
+                        w->failures++;
+                        snprintf(w->last_error, sizeof(w->last_error),
+                                 "round %d, %s, event %d: %s, expected %s", round, what, i,
+                                 lt_tr_name(got[i]), lt_tr_name(want[i]));
+                        return;
+                }
+        }
+}
+
+static void *small_batches(void *arg)
+{
+        small_worker *w = arg;
+        uint64_t mine = 100 + (uint64_t)w->index, pair = 1000 + (uint64_t)w->index / 2, next = 0;
+        u128 dr = 2 + (u128)(w->index % 4), cr = 2 + (u128)((w->index + 1) % 4);
+        lt_transfer_pb x[2];
+        int got[2];
+
+        for (int round = 0; round < SMALL_ROUNDS; round++) {
+                /* The pair's shared transfer: the same id and fields from both threads. */
+                lt_transfer_init(&x[0], lt_u128(pair, (uint64_t)round + 1), 2, 3, 1, 1, 1, 0);
+                if (send_small(w, x, 1, got) != 0) {
+                        w->failures++;
+                        continue;
+                }
+                w->shared_ok[round] = got[0] == TR(ok);
+                if (got[0] != TR(ok) && got[0] != TR(exists)) {
+                        expect_small(w, round, "shared", got, (int[]){TR(exists)}, 1);
+                }
+                /* Sent again: exists, whoever created it. */
+                if (send_small(w, x, 1, got) != 0) {
+                        w->failures++;
+                        continue;
+                }
+                expect_small(w, round, "resend", got, (int[]){TR(exists)}, 1);
+
+                /* A chain of two that holds. */
+                lt_transfer_init(&x[0], lt_u128(mine, ++next), dr, cr, 2, 1, 1, TF_LINKED);
+                lt_transfer_init(&x[1], lt_u128(mine, ++next), cr, dr, 1, 1, 1, 0);
+                if (send_small(w, x, 2, got) == 0) {
+                        expect_small(w, round, "chain", got, (int[]){TR(ok), TR(ok)}, 2);
+                } else {
+                        w->failures++;
+                }
+                /* A chain the request leaves open: open, whoever ran with it. */
+                lt_transfer_init(&x[0], lt_u128(mine, ++next), dr, cr, 1, 1, 1, TF_LINKED);
+                if (send_small(w, x, 1, got) == 0) {
+                        expect_small(w, round, "open chain", got,
+                                     (int[]){TR(linked_event_chain_open)}, 1);
+                } else {
+                        w->failures++;
+                }
+                /* A chain that fails inside: undone whole, its neighbours untouched. */
+                lt_transfer_init(&x[0], lt_u128(mine, ++next), dr, cr, 1, 1, 1, TF_LINKED);
+                lt_transfer_init(&x[1], lt_u128(mine, ++next), LIMITED, cr, 1000000, 1, 1, 0);
+                if (send_small(w, x, 2, got) == 0) {
+                        expect_small(w, round, "failing chain", got,
+                                     (int[]){TR(linked_event_failed), TR(exceeds_credits)}, 2);
+                } else {
+                        w->failures++;
+                }
+        }
+        return NULL;
+}
+
+static void test_grouped_small_batches(void **state)
+{
+        static small_worker workers[SMALL_THREADS];
+        pthread_t threads[SMALL_THREADS];
+        lt_account_pb a[5];
+        int results[5];
+        (void)state;
+
+        lt_account_init(&a[0], LIMITED, 1, 1, AF_DEBITS_MUST_NOT_EXCEED_CREDITS);
+        for (int i = 1; i < 5; i++) {
+                lt_account_init(&a[i], (u128)i + 1, 1, 1, 0);
+        }
+        lt_create_accounts(&g_t, a, 5, results);
+        for (int i = 0; i < 5; i++) {
+                assert_true(results[i] == AR(ok) || results[i] == AR(exists));
+        }
+        double grouped_before = lt_ledger_metric(&g_stack, "keelson_ledger_grouped_batches_total");
+        PGconn *c = it_pg_connect(&g_stack);
+        assert_non_null(c);
+        char sql[256];
+        snprintf(sql, sizeof(sql), "SELECT count(*) FROM ledger.transfers WHERE tenant_id = '%s'",
+                 g_t.tenant_id);
+        int64_t stored_before = sql_int(c, sql);
+
+        for (int i = 0; i < SMALL_THREADS; i++) {
+                workers[i] = (small_worker){.index = i};
+                assert_int_equal(pthread_create(&threads[i], NULL, small_batches, &workers[i]), 0);
+        }
+        for (int i = 0; i < SMALL_THREADS; i++) {
+                pthread_join(threads[i], NULL);
+                if (workers[i].failures != 0) {
+                        fail_msg("thread %d: %d unexpected answers, the last: %s", i,
+                                 workers[i].failures, workers[i].last_error);
+                }
+        }
+        /* Each pair's shared transfer was created once: one ok, the other exists. */
+        for (int p = 0; p < SMALL_THREADS / 2; p++) {
+                for (int round = 0; round < SMALL_ROUNDS; round++) {
+                        int oks =
+                            workers[2 * p].shared_ok[round] + workers[2 * p + 1].shared_ok[round];
+                        if (oks != 1) {
+                                fail_msg("pair %d, round %d: %d threads were told ok", p, round,
+                                         oks);
+                        }
+                }
+        }
+        /* The replicas did run batches together: what this test is about. */
+        double grouped = lt_ledger_metric(&g_stack, "keelson_ledger_grouped_batches_total");
+        if (grouped <= grouped_before) {
+                fail_msg("no batch ran grouped with another (%.0f before, %.0f after)",
+                         grouped_before, grouped);
+        }
+        assert_invariants(c);
+        /* Exactly the transfers that said ok are stored: one per pair and round, two per chain. */
+        assert_int_equal(sql_int(c, sql) - stored_before,
+                         (SMALL_THREADS / 2) * SMALL_ROUNDS + SMALL_THREADS * SMALL_ROUNDS * 2);
+        PQfinish(c);
+}
+
 static int group_setup(void **state)
 {
         (void)state;
@@ -293,6 +491,7 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_hammer_hot_accounts),
+            cmocka_unit_test(test_grouped_small_batches),
         };
         return cmocka_run_group_tests(tests, group_setup, NULL);
 }

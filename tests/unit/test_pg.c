@@ -423,9 +423,8 @@ static void test_pipeline(void **state)
         const ks_pg_param bin[1] = {{.value = seven, .length = 4, .format = 1, .type = 23}};
 
         assert_int_equal(ks_pg_acquire(pool, &c), KS_OK);
-        assert_int_equal(ks_pg_exec(c, "t", "CREATE TABLE piped (id int PRIMARY KEY)", 0, NULL,
-                                    NULL),
-                         KS_OK);
+        assert_int_equal(
+            ks_pg_exec(c, "t", "CREATE TABLE piped (id int PRIMARY KEY)", 0, NULL, NULL), KS_OK);
 
         /* One transaction in one round trip; every result where it was asked for. */
         const ks_pg_stmt ok[5] = {
