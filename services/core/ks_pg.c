@@ -447,9 +447,6 @@ int ks_pg_exec(PGconn *conn, const char *request_id, const char *sql, int n_para
                 }
                 return KS_OK;
         }
-        if (name != NULL) {
-                ks_pg_prepared_failed(conn, res);
-        }
         int code = ks_pg_failure(conn, request_id, res);
         PQclear(res);
         return code;
@@ -457,7 +454,7 @@ int ks_pg_exec(PGconn *conn, const char *request_id, const char *sql, int n_para
 
 int ks_pg_failure(const PGconn *conn, const char *request_id, const PGresult *res)
 {
-        int code = code_of(conn, res);
+        int code = ks_pg_prepared_failed(conn, res) ? KS_ABORTED : code_of(conn, res);
         char msg[512];
         /* The primary message only: DETAIL repeats key values, and parameters never appear. */
         const char *primary = res != NULL ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;

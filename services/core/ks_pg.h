@@ -18,6 +18,7 @@
 #define KS_PG_H
 
 #include <libpq-fe.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct ks_pg_pool ks_pg_pool;
@@ -72,20 +73,22 @@ int ks_pg_exec(PGconn *conn, const char *request_id, const char *sql, int n_para
  * connection, its cache full, or the connection in pipeline mode). NULL with
  * *failed set: preparing failed, *failed is the statement's own error (the
  * caller reports it and PQclears it). ks_pg_prepared_failed takes a failed
- * result of a prepared execution: a plan the schema changed under makes the
- * connection start its cache again.
+ * result (ks_pg_failure passes every one): true when it was a plan the
+ * schema changed under (0A000 from a connection that has prepared
+ * statements), and the connection then starts its cache again.
  */
 #define KS_PG_PREPARED_MAX 128
 
 int ks_pg_prepared_attach(PGconn *conn);
 const char *ks_pg_prepared(PGconn *conn, const char *sql, int n_params, const Oid *types,
                            PGresult **failed);
-void ks_pg_prepared_failed(PGconn *conn, const PGresult *res);
+bool ks_pg_prepared_failed(const PGconn *conn, const PGresult *res);
 
 /*
  * The code of a failed statement (mapped as ks_pg_exec maps it; res may be
  * NULL for a failure of the connection itself), logged once with its
- * SQLSTATE and primary message, never its parameters.
+ * SQLSTATE and primary message, never its parameters. A prepared plan that
+ * a schema change invalidated is KS_ABORTED: run again, it is planned anew.
  */
 int ks_pg_failure(const PGconn *conn, const char *request_id, const PGresult *res);
 

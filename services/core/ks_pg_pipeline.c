@@ -87,7 +87,6 @@ static int take(PGconn *c, const char *request_id, const ks_pg_stmt *s, int code
         }
         if (code == KS_OK) {
                 /* The first failure; the statements after it only say "aborted". */
-                ks_pg_prepared_failed(c, r);
                 code = ks_pg_failure(c, request_id, r);
         }
         PQclear(r);

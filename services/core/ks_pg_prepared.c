@@ -21,7 +21,9 @@
  * another replica) fails with 0A000 "cached plan must not change result
  * type" on every later execution: ks_pg_prepared_failed marks the cache
  * stale, and the next statement discards every prepared statement of the
- * connection (DEALLOCATE ALL) and starts again.
+ * connection (DEALLOCATE ALL) and starts again. The failure itself is
+ * reported as KS_ABORTED, which callers retry: the retry runs on the new
+ * plan.
  */
 #include "ks_pg.h"
 
@@ -174,12 +176,14 @@ const char *ks_pg_prepared(PGconn *conn, const char *sql, int n_params, const Oi
         return e->name;
 }
 
-void ks_pg_prepared_failed(PGconn *conn, const PGresult *res)
+bool ks_pg_prepared_failed(const PGconn *conn, const PGresult *res)
 {
         cache *c = conn != NULL ? PQinstanceData(conn, on_event) : NULL;
         const char *st = res != NULL ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 
-        if (c != NULL && st != NULL && strcmp(st, "0A000") == 0) {
-                c->stale = true;
+        if (c == NULL || c->n == 0 || st == NULL || strcmp(st, "0A000") != 0) {
+                return false;
         }
+        c->stale = true;
+        return true;
 }
