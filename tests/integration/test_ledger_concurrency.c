@@ -77,8 +77,11 @@ static void make_event(worker *w, lt_transfer_pb *t)
         }
 }
 
-/* Sends one batch; no cmocka assertion here: this runs on the worker threads. */
-static void send(worker *w, lt_transfer_pb *x, int n)
+/*
+ * POSTs a CreateTransfers batch in protobuf; 0 with *r to free, or -1 with
+ * the reason in err. No cmocka assertion: the worker threads call this.
+ */
+static int post_batch(lt_transfer_pb *x, int n, it_http_response *r, char *err, size_t err_len)
 {
         Keelson__Ledger__V1__CreateTransfersRequest req =
             KEELSON__LEDGER__V1__CREATE_TRANSFERS_REQUEST__INIT;
@@ -86,24 +89,37 @@ static void send(worker *w, lt_transfer_pb *x, int n)
         uint8_t body[BATCH_EVENTS * 128];
         char auth[LT_TOKEN_MAX + 32];
         const char *headers[2] = {auth, NULL};
-        it_http_response r;
 
+        if (n > BATCH_EVENTS) {
+                snprintf(err, err_len, "batch too large");
+                return -1;
+        }
         for (int i = 0; i < n; i++) {
                 ptrs[i] = &x[i];
         }
         req.n_transfers = (size_t)n;
         req.transfers = ptrs;
         if (protobuf_c_message_get_packed_size(&req.base) > sizeof(body)) {
-                w->failures++;
-                snprintf(w->last_error, sizeof(w->last_error), "batch too large");
-                return;
+                snprintf(err, err_len, "batch too large");
+                return -1;
         }
         size_t len = protobuf_c_message_pack(&req.base, body);
         snprintf(auth, sizeof(auth), "Authorization: Bearer %s", g_t.token);
         if (it_http_post(g_t.gateway, LT_PATH "CreateTransfers", "application/proto", body, len,
-                         headers, &r) != 0) {
+                         headers, r) != 0) {
+                snprintf(err, err_len, "no HTTP response");
+                return -1;
+        }
+        return 0;
+}
+
+/* Sends one batch, counting a failure unless it answers 200. */
+static void send(worker *w, lt_transfer_pb *x, int n)
+{
+        it_http_response r;
+
+        if (post_batch(x, n, &r, w->last_error, sizeof(w->last_error)) != 0) {
                 w->failures++;
-                snprintf(w->last_error, sizeof(w->last_error), "no HTTP response");
                 return;
         }
         if (r.status != 200) {
@@ -305,24 +321,9 @@ typedef struct small_worker {
 /* Sends a batch and reads its results; no cmocka assertion: a worker thread runs this. */
 static int send_small(small_worker *w, lt_transfer_pb *x, int n, int *results)
 {
-        Keelson__Ledger__V1__CreateTransfersRequest req =
-            KEELSON__LEDGER__V1__CREATE_TRANSFERS_REQUEST__INIT;
-        lt_transfer_pb *ptrs[4];
-        uint8_t body[4 * 128];
-        char auth[LT_TOKEN_MAX + 32];
-        const char *headers[2] = {auth, NULL};
         it_http_response r;
 
-        for (int i = 0; i < n; i++) {
-                ptrs[i] = &x[i];
-        }
-        req.n_transfers = (size_t)n;
-        req.transfers = ptrs;
-        size_t len = protobuf_c_message_pack(&req.base, body);
-        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", g_t.token);
-        if (it_http_post(g_t.gateway, LT_PATH "CreateTransfers", "application/proto", body, len,
-                         headers, &r) != 0) {
-                snprintf(w->last_error, sizeof(w->last_error), "no HTTP response");
+        if (post_batch(x, n, &r, w->last_error, sizeof(w->last_error)) != 0) {
                 return -1;
         }
         int rc = -1;
