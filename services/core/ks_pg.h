@@ -4,7 +4,9 @@
  * Pool: a fixed number of libpq connections opened lazily; ks_pg_acquire
  * waits up to a timeout for a free one (then KS_UNAVAILABLE), and a
  * connection found broken is reset before it is handed out. Every
- * connection sets application_name and a statement_timeout.
+ * connection sets application_name and a statement_timeout, turns JIT
+ * off, plans generically, and prepares the statements it runs
+ * (ks_pg_prepared below).
  *
  * Migrations: each service embeds its ordered SQL files (see
  * cmake/embed_sql.cmake). ks_pg_migrate applies, under a session advisory
