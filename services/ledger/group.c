@@ -198,3 +198,20 @@ int lg_group_run(lg_service *svc, const char *tenant, lg_member *me, lg_group_fn
         pthread_cond_destroy(&me->cv);
         return me->rc;
 }
+
+int lg_group_waiting(lg_service *svc, const char *tenant)
+{
+        lg_groups *g = svc->groups;
+        int n = 0;
+
+        pthread_mutex_lock(&g->mu);
+        tenant_queue *q = g->buckets[bucket_of(tenant)];
+        while (q != NULL && strcmp(q->tenant, tenant) != 0) {
+                q = q->next;
+        }
+        for (const lg_member *m = q != NULL ? q->head : NULL; m != NULL; m = m->next) {
+                n++;
+        }
+        pthread_mutex_unlock(&g->mu);
+        return n;
+}

@@ -478,6 +478,9 @@ void lg_groups_free(lg_groups *g);
  */
 int lg_group_run(lg_service *svc, const char *tenant, lg_member *me, lg_group_fn fn);
 
+/* Batches of the tenant waiting for a group to take them (tests watch this). */
+int lg_group_waiting(lg_service *svc, const char *tenant);
+
 /* ---- rows.c: shared row readers and the write statement ------------------ */
 
 /*
