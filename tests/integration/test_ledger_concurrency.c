@@ -187,32 +187,8 @@ static long served_by(int port)
 
 /* ---- the invariants, in SQL ---------------------------------------------------------------- */
 
-static const char sql_ledger_sums[] =
-    "SELECT count(*) FROM (SELECT tenant_id, ledger FROM ledger.accounts"
-    " GROUP BY tenant_id, ledger"
-    " HAVING sum(debits_posted) <> sum(credits_posted)"
-    " OR sum(debits_pending) <> sum(credits_pending)) x";
-
-/* Posted: single-phase and posts. Pending: pending transfers still pending. */
-static const char sql_account_sums[] =
-    "WITH t AS (SELECT t.tenant_id, t.debit_account_id, t.credit_account_id, t.amount,"
-    "   (t.flags & 10) = 0 AS posts,"
-    "   (t.flags & 2) <> 0 AND p.status = 1 AS reserves"
-    "  FROM ledger.transfers t LEFT JOIN ledger.pending_transfers p"
-    "   ON p.tenant_id = t.tenant_id AND p.id = t.id),"
-    " s AS (SELECT a.tenant_id, a.id,"
-    "   a.debits_posted, a.credits_posted, a.debits_pending, a.credits_pending,"
-    "   (SELECT coalesce(sum(amount), 0) FROM t WHERE t.tenant_id = a.tenant_id"
-    "     AND t.debit_account_id = a.id AND posts) AS dpo,"
-    "   (SELECT coalesce(sum(amount), 0) FROM t WHERE t.tenant_id = a.tenant_id"
-    "     AND t.credit_account_id = a.id AND posts) AS cpo,"
-    "   (SELECT coalesce(sum(amount), 0) FROM t WHERE t.tenant_id = a.tenant_id"
-    "     AND t.debit_account_id = a.id AND reserves) AS dp,"
-    "   (SELECT coalesce(sum(amount), 0) FROM t WHERE t.tenant_id = a.tenant_id"
-    "     AND t.credit_account_id = a.id AND reserves) AS cp"
-    "  FROM ledger.accounts a WHERE a.tenant_id = '%s')"
-    " SELECT count(*) FROM s WHERE debits_posted <> dpo OR credits_posted <> cpo"
-    " OR debits_pending <> dp OR credits_pending <> cp";
+static const char sql_ledger_sums[] = LT_SQL_LEDGER_SUMS;
+static const char sql_account_sums[] = LT_SQL_ACCOUNT_SUMS;
 
 static const char sql_resolved_twice[] =
     "SELECT count(*) FROM (SELECT pending_id FROM ledger.transfers"

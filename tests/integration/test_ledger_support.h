@@ -424,4 +424,37 @@ static inline double lt_ledger_metric(const it_stack *st, const char *series)
         return sum;
 }
 
+/*
+ * The invariants on the stored rows, in SQL: each counts the violations (0
+ * when they hold). Per ledger, sum of debits = sum of credits, posted and
+ * pending; every account of the tenant ('%s') has the balances its
+ * transfers add up to (posted: single-phase transfers and posts; pending:
+ * pending transfers still pending).
+ */
+#define LT_SQL_LEDGER_SUMS                                                                         \
+        "SELECT count(*) FROM (SELECT tenant_id, ledger FROM ledger.accounts"                      \
+        " GROUP BY tenant_id, ledger"                                                              \
+        " HAVING sum(debits_posted) <> sum(credits_posted)"                                        \
+        " OR sum(debits_pending) <> sum(credits_pending)) x"
+
+#define LT_SQL_ACCOUNT_SUMS                                                                        \
+        "WITH t AS (SELECT t.tenant_id, t.debit_account_id, t.credit_account_id, t.amount,"        \
+        "   (t.flags & 10) = 0 AS posts,"                                                          \
+        "   (t.flags & 2) <> 0 AND p.status = 1 AS reserves"                                       \
+        "  FROM ledger.transfers t LEFT JOIN ledger.pending_transfers p"                           \
+        "   ON p.tenant_id = t.tenant_id AND p.id = t.id),"                                        \
+        " s AS (SELECT a.tenant_id, a.id,"                                                         \
+        "   a.debits_posted, a.credits_posted, a.debits_pending, a.credits_pending,"               \
+        "   (SELECT coalesce(sum(amount), 0) FROM t WHERE t.tenant_id = a.tenant_id"               \
+        "     AND t.debit_account_id = a.id AND posts) AS dpo,"                                    \
+        "   (SELECT coalesce(sum(amount), 0) FROM t WHERE t.tenant_id = a.tenant_id"               \
+        "     AND t.credit_account_id = a.id AND posts) AS cpo,"                                   \
+        "   (SELECT coalesce(sum(amount), 0) FROM t WHERE t.tenant_id = a.tenant_id"               \
+        "     AND t.debit_account_id = a.id AND reserves) AS dp,"                                  \
+        "   (SELECT coalesce(sum(amount), 0) FROM t WHERE t.tenant_id = a.tenant_id"               \
+        "     AND t.credit_account_id = a.id AND reserves) AS cp"                                  \
+        "  FROM ledger.accounts a WHERE a.tenant_id = '%s')"                                       \
+        " SELECT count(*) FROM s WHERE debits_posted <> dpo OR credits_posted <> cpo"              \
+        " OR debits_pending <> dp OR credits_pending <> cp"
+
 #endif

@@ -1,0 +1,405 @@
+/*
+ * A ledger replica killed with SIGKILL in the middle of a batch of 8,190
+ * transfers leaves the batch whole or absent, never in part, and a replica
+ * started after it answers the client's resend consistently: every event ok
+ * when nothing had committed, every event exists when the batch had.
+ *
+ * The test runs a broker of its own and one ledger replica behind it, on
+ * the stack's database, and calls it over nng as the gateway would (the
+ * caller context in the envelope). Each round sends a batch from a thread,
+ * waits until a ledger backend is inside a transaction that has written
+ * (it holds a transaction id) or running the write, kills the replica,
+ * waits until PostgreSQL has finished whatever the dead replica had sent,
+ * and counts the batch's rows.
+ * Afterwards the tenant's balances are the sums of its stored transfers.
+ */
+#include "test_ledger_support.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "ks_rpc.h"
+#include "ks_topology.h"
+
+#define ACCOUNTS   200
+#define ROUNDS     4
+#define BATCH      LT_BATCH_MAX
+#define CALL_MS    15000
+#define WAIT_MS    10000
+#define START_WAIT 30000
+#define KILLED_MS  3000 /* the deadline of the call whose replica is killed */
+#define RPC_PATH   "keelson.ledger.v1.LedgerService/"
+
+static it_stack g_stack;
+static pid_t g_broker;
+static it_service g_ledger;
+static char g_base[64], g_front[KS_URL_MAX], g_env_broker[128], g_env_login[900];
+static char g_tenant[40], g_user[40];
+
+static void sleep_ms(int ms)
+{
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+}
+
+static void random_uuid(char out[40])
+{
+        unsigned char b[16];
+        for (int i = 0; i < 16; i++) {
+                b[i] = (unsigned char)(rand() & 0xff);
+        }
+        b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+        b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+        snprintf(out, 40, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+                 b[13], b[14], b[15]);
+}
+
+/* A value of the stack's env file that it_stack does not carry. */
+static void env_value(const char *key, char *out, size_t out_len)
+{
+        char path[600], line[800];
+        snprintf(path, sizeof(path), "%s/env", getenv("KEELSON_IT_STACK"));
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        out[0] = '\0';
+        size_t klen = strlen(key);
+        while (fgets(line, sizeof(line), f) != NULL) {
+                if (strncmp(line, key, klen) == 0 && line[klen] == '=') {
+                        snprintf(out, out_len, "%s", line + klen + 1);
+                        out[strcspn(out, "\n")] = '\0';
+                }
+        }
+        fclose(f);
+        assert_true(out[0] != '\0');
+}
+
+static void start_ledger(void)
+{
+        const char *env[] = {g_env_broker, g_env_login, "KEELSON_LEDGER_EXPIRY_INTERVAL_MS=60000",
+                             NULL};
+        assert_int_equal(
+            it_service_start(&g_stack, "keelson-ledger", "KEELSON_LEDGER", env, &g_ledger), 0);
+}
+
+static void kill_ledger(void)
+{
+        if (g_ledger.pid > 0) {
+                kill(g_ledger.pid, SIGKILL);
+                waitpid(g_ledger.pid, NULL, 0);
+                g_ledger.pid = 0;
+        }
+}
+
+/* ---- calls ------------------------------------------------------------------------ */
+
+typedef struct call_job {
+        ks_rpc_client *client;
+        const char *method;
+        int timeout_ms;
+        uint8_t *body;
+        size_t len;
+        int code;
+        int results[BATCH];
+        size_t n_results;
+} call_job;
+
+static void *run_call(void *arg)
+{
+        call_job *j = arg;
+        ks_caller caller = KEELSON__RPC__V1__CALLER_CONTEXT__INIT;
+        caller.authenticated = 1;
+        caller.tenant_id = g_tenant;
+        caller.user_id = g_user;
+        caller.role = "owner";
+        ks_rpc_call_args a = {.method = j->method,
+                              .request_id = "ledger-crash",
+                              .caller = &caller,
+                              .deadline_unix_ms = ks_now_ms() + j->timeout_ms,
+                              .payload = j->body,
+                              .payload_len = j->len};
+        ks_rpc_result res;
+
+        j->code = ks_rpc_call(j->client, &a, &res);
+        j->n_results = 0;
+        if (j->code == KS_OK && strcmp(j->method, RPC_PATH "CreateTransfers") == 0) {
+                Keelson__Ledger__V1__CreateTransfersResponse *out =
+                    keelson__ledger__v1__create_transfers_response__unpack(NULL, res.payload_len,
+                                                                           res.payload);
+                if (out != NULL) {
+                        for (size_t i = 0; i < out->n_results && i < BATCH; i++) {
+                                j->results[i] = out->results[i];
+                        }
+                        j->n_results = out->n_results;
+                        keelson__ledger__v1__create_transfers_response__free_unpacked(out, NULL);
+                }
+        }
+        ks_rpc_result_clear(&res);
+        return NULL;
+}
+
+/* Calls until the replica, just started, answers (or the wait is over). */
+static void call_until_answered(call_job *j)
+{
+        int64_t until = ks_now_ms() + START_WAIT;
+        do {
+                run_call(j);
+                if (j->code == KS_OK) {
+                        return;
+                }
+                sleep_ms(100);
+        } while (ks_now_ms() < until);
+        fail_msg("%s: %s after %d ms", j->method, ks_code_name(j->code), START_WAIT);
+}
+
+static size_t pack_accounts(uint8_t **out)
+{
+        static lt_account_pb a[ACCOUNTS];
+        static lt_account_pb *ptrs[ACCOUNTS];
+        Keelson__Ledger__V1__CreateAccountsRequest req =
+            KEELSON__LEDGER__V1__CREATE_ACCOUNTS_REQUEST__INIT;
+
+        for (int i = 0; i < ACCOUNTS; i++) {
+                lt_account_init(&a[i], (u128)i + 1, 1, 1, 0);
+                ptrs[i] = &a[i];
+        }
+        req.n_accounts = ACCOUNTS;
+        req.accounts = ptrs;
+        size_t len = protobuf_c_message_get_packed_size(&req.base);
+        *out = malloc(len);
+        assert_non_null(*out);
+        return protobuf_c_message_pack(&req.base, *out);
+}
+
+/* Round r's batch: new ids, code r + 1, between the tenant's accounts, amounts 1 to 100. */
+static size_t pack_transfers(int r, uint8_t **out)
+{
+        static lt_transfer_pb t[BATCH];
+        static lt_transfer_pb *ptrs[BATCH];
+        Keelson__Ledger__V1__CreateTransfersRequest req =
+            KEELSON__LEDGER__V1__CREATE_TRANSFERS_REQUEST__INIT;
+
+        for (int i = 0; i < BATCH; i++) {
+                u128 dr = 1 + (u128)(rand() % ACCOUNTS), cr = 1 + (u128)(rand() % ACCOUNTS);
+                if (cr == dr) {
+                        cr = 1 + dr % ACCOUNTS;
+                }
+                lt_transfer_init(&t[i], lt_u128((uint64_t)r + 1, (uint64_t)i + 1), dr, cr,
+                                 1 + (u128)(rand() % 100), 1, (uint32_t)r + 1, 0);
+                ptrs[i] = &t[i];
+        }
+        req.n_transfers = BATCH;
+        req.transfers = ptrs;
+        size_t len = protobuf_c_message_get_packed_size(&req.base);
+        *out = malloc(len);
+        assert_non_null(*out);
+        return protobuf_c_message_pack(&req.base, *out);
+}
+
+/* ---- the database's side ---------------------------------------------------------- */
+
+static long sql_long(PGconn *c, const char *sql)
+{
+        PGresult *r = PQexec(c, sql);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+                fail_msg("%s: %s", sql, PQerrorMessage(c));
+        }
+        long v = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+        return v;
+}
+
+/*
+ * Where a round kills the replica. Even rounds: as soon as a ledger backend
+ * is inside a transaction that has written (the clock, its first
+ * statement), while the batch's rows are read. Odd rounds: once the write
+ * statement runs, which travels with its COMMIT.
+ */
+static const char *const sql_kill_point[2] = {
+    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'keelson-ledger'"
+    " AND backend_xid IS NOT NULL",
+    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'keelson-ledger'"
+    " AND state = 'active' AND query LIKE 'WITH w0 AS%'",
+};
+
+/* Ledger backends still running a statement of the transfers path. */
+static const char sql_busy[] =
+    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'keelson-ledger'"
+    " AND state = 'active' AND query LIKE '%ledger.%' AND query NOT LIKE '%pg_stat_activity%'";
+
+/* Round r's transfers carry code r + 1: how many of them are stored. */
+static long stored(PGconn *c, int r)
+{
+        char sql[192];
+        snprintf(sql, sizeof(sql),
+                 "SELECT count(*) FROM ledger.transfers WHERE tenant_id = '%s' AND code = %d",
+                 g_tenant, r + 1);
+        return sql_long(c, sql);
+}
+
+static void wait_quiet(PGconn *c)
+{
+        for (int waited = 0; waited < WAIT_MS; waited += 20) {
+                if (sql_long(c, sql_busy) == 0) {
+                        return;
+                }
+                sleep_ms(20);
+        }
+        fail_msg("PostgreSQL still runs the dead replica's statements after %d ms", WAIT_MS);
+}
+
+static void assert_balances(PGconn *c)
+{
+        char sql[1024];
+        snprintf(sql, sizeof(sql),
+                 "WITH d AS (SELECT debit_account_id AS id, sum(amount) AS s FROM ledger.transfers"
+                 "  WHERE tenant_id = '%s' GROUP BY 1),"
+                 " c AS (SELECT credit_account_id AS id, sum(amount) AS s FROM ledger.transfers"
+                 "  WHERE tenant_id = '%s' GROUP BY 1)"
+                 " SELECT count(*) FROM ledger.accounts a LEFT JOIN d ON d.id = a.id"
+                 " LEFT JOIN c ON c.id = a.id WHERE a.tenant_id = '%s'"
+                 " AND (a.debits_posted <> coalesce(d.s, 0) OR a.credits_posted <> coalesce(c.s, 0)"
+                 " OR a.debits_pending <> 0 OR a.credits_pending <> 0)",
+                 g_tenant, g_tenant, g_tenant);
+        assert_int_equal(sql_long(c, sql), 0);
+        assert_int_equal(sql_long(c, LT_SQL_LEDGER_SUMS), 0);
+}
+
+/* ---- the test ---------------------------------------------------------------------- */
+
+static void test_killed_mid_batch(void **state)
+{
+        (void)state;
+        const char *urls[] = {g_front};
+        ks_rpc_client_options co = {
+            .dial_urls = urls, .n_dial_urls = 1, .max_inflight = 4, .default_timeout_ms = CALL_MS};
+        ks_rpc_client *client = NULL;
+        assert_int_equal(ks_rpc_client_new(&client, &co), KS_OK);
+        PGconn *pg = it_pg_connect(&g_stack);
+        assert_non_null(pg);
+
+        static call_job accounts, batch, resend;
+        start_ledger();
+        accounts = (call_job){
+            .client = client, .method = RPC_PATH "CreateAccounts", .timeout_ms = CALL_MS};
+        accounts.len = pack_accounts(&accounts.body);
+        call_until_answered(&accounts);
+
+        int whole = 0, absent = 0;
+        for (int r = 0; r < ROUNDS; r++) {
+                batch = (call_job){.client = client,
+                                   .method = RPC_PATH "CreateTransfers",
+                                   .timeout_ms = KILLED_MS};
+                batch.len = pack_transfers(r, &batch.body);
+                pthread_t th;
+                assert_int_equal(pthread_create(&th, NULL, run_call, &batch), 0);
+                /* Inside the batch's transaction, after its first write. */
+                bool inside = false;
+                for (int waited = 0; waited < WAIT_MS && !inside; waited++) {
+                        inside = sql_long(pg, sql_kill_point[r % 2]) > 0;
+                        if (!inside) {
+                                sleep_ms(1);
+                        }
+                }
+                kill_ledger();
+                pthread_join(th, NULL);
+                wait_quiet(pg);
+                long n = stored(pg, r);
+                print_message("round %d: killed %s, call %s, %ld of %d stored\n", r,
+                              !inside      ? "before the kill point was seen"
+                              : r % 2 == 0 ? "while the batch was read"
+                                           : "while the batch was written",
+                              ks_code_name(batch.code), n, BATCH);
+                if (n != 0 && n != BATCH) {
+                        fail_msg("round %d: %ld of %d transfers stored: a batch in part", r, n,
+                                 BATCH);
+                }
+                n == BATCH ? whole++ : absent++;
+                /* A replica again, and the client's resend: all ok, or all exists. */
+                start_ledger();
+                resend = (call_job){.client = client,
+                                    .method = RPC_PATH "CreateTransfers",
+                                    .timeout_ms = CALL_MS,
+                                    .body = batch.body,
+                                    .len = batch.len};
+                call_until_answered(&resend);
+                assert_int_equal(resend.n_results, BATCH);
+                int want = n == BATCH ? TR(exists) : TR(ok);
+                for (int i = 0; i < BATCH; i++) {
+                        if (resend.results[i] != want) {
+                                fail_msg("round %d, event %d: %s after %ld stored", r, i,
+                                         lt_tr_name(resend.results[i]), n);
+                        }
+                }
+                assert_int_equal(stored(pg, r), BATCH);
+                free(batch.body);
+        }
+        print_message("%d batches whole at the kill, %d absent\n", whole, absent);
+        assert_balances(pg);
+        free(accounts.body);
+        PQfinish(pg);
+        ks_rpc_client_free(client);
+}
+
+static pid_t spawn_broker(const char *bin)
+{
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                char *argv[] = {(char *)bin, NULL};
+                char *envp[] = {g_env_broker, "KEELSON_BROKER_HTTP_PORT=0", NULL};
+                execve(bin, argv, envp);
+                _exit(127);
+        }
+        return pid;
+}
+
+static int setup(void **state)
+{
+        (void)state;
+        char bin[600], login[800];
+        if (it_stack_load(&g_stack) != 0) {
+                return -1;
+        }
+        srand((unsigned)getpid() ^ (unsigned)time(NULL));
+        random_uuid(g_tenant);
+        random_uuid(g_user);
+        env_value("KEELSON_IT_LEDGER_LOGIN_DSN", login, sizeof(login));
+        snprintf(g_env_login, sizeof(g_env_login), "KEELSON_LEDGER_PG_LOGIN_DSN=%s", login);
+        snprintf(bin, sizeof(bin), "%s/keelson-broker", g_stack.bin_dir);
+        for (int attempt = 0; attempt < 10 && g_broker <= 0; attempt++) {
+                /* below Linux's ephemeral range, as deploy/local/stack.sh picks ports */
+                snprintf(g_base, sizeof(g_base), "tcp://127.0.0.1:%d", 15000 + rand() % 16900);
+                snprintf(g_env_broker, sizeof(g_env_broker), "KEELSON_BROKER_URL=%s", g_base);
+                g_broker = spawn_broker(bin);
+                sleep_ms(300);
+                if (waitpid(g_broker, NULL, WNOHANG) != 0) {
+                        g_broker = 0; /* a port of its span was taken: another base */
+                }
+        }
+        if (g_broker <= 0) {
+                return -1;
+        }
+        ks_broker_url(g_front, sizeof(g_front), g_base, KS_SVC_LEDGER, KS_SIDE_FRONT);
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        (void)state;
+        kill_ledger();
+        if (g_broker > 0) {
+                kill(g_broker, SIGTERM);
+                waitpid(g_broker, NULL, 0);
+        }
+        return 0;
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_killed_mid_batch),
+        };
+        return cmocka_run_group_tests(tests, setup, teardown);
+}
