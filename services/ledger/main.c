@@ -64,7 +64,8 @@ static const ks_config_var config_vars[] = {
     KS_CFG_INT("KEELSON_LEDGER_HTTP_PORT", C, http_port, "7491", 0, 65535,
                "port of the health and metrics listener (0 = any free port)"),
     KS_CFG_INT("KEELSON_LEDGER_WORKERS", C, workers, "4", 1, 64,
-               "worker threads serving RPCs; each holds a working set for the largest batch"),
+               "worker threads serving RPCs; each holds a working set for the largest batch,"
+               " and each batch waiting in a group holds one"),
     KS_CFG_INT("KEELSON_LEDGER_QUEUE_MAX", C, queue_max, "64", 1, 65536,
                "requests waiting for a worker; more are refused with resource_exhausted"),
     KS_CFG_INT("KEELSON_LEDGER_MAX_INFLIGHT", C, max_inflight, "128", 2, 65536,
