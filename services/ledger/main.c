@@ -236,9 +236,10 @@ static void init_metrics(lg_service *svc)
                            "CreateTransfers batches that ran in one transaction with others", NULL);
         svc->expired = ks_counter_get(reg, "keelson_ledger_expired_total",
                                       "Pending transfers expired by the sweeper", NULL);
-        svc->batch_seconds = ks_histogram_get(reg, "keelson_ledger_batch_duration_seconds",
-                                              "Time of a create batch's transaction", NULL,
-                                              KS_LATENCY_BUCKETS, KS_LATENCY_BUCKETS_N);
+        svc->batch_seconds = ks_histogram_get(
+            reg, "keelson_ledger_batch_duration_seconds",
+            "Time of a create transaction: one batch, or a group of a tenant's batches", NULL,
+            KS_LATENCY_BUCKETS, KS_LATENCY_BUCKETS_N);
 }
 
 /*
