@@ -280,8 +280,10 @@ static void test_hammer_hot_accounts(void **state)
  * it would get alone, in some order: the two threads of a pair send the same
  * transfer (one ok, the other exists), a resend is exists, a chain left open
  * at the end of a request is linked_event_chain_open however many requests
- * ran with it, and a chain that fails inside fails whole without touching
- * its neighbours in the transaction.
+ * ran with it, a chain that fails inside fails whole without touching its
+ * neighbours in the transaction, and when one thread of a pair posts a
+ * pending transfer as the other voids it, exactly one of them resolves it
+ * and the other is told it was already posted or voided.
  */
 #define SMALL_THREADS 8
 #define SMALL_ROUNDS  40
@@ -291,8 +293,15 @@ typedef struct small_worker {
         int index;
         int failures;
         char last_error[128];
-        int shared_ok[SMALL_ROUNDS]; /* per round: did the pair's shared transfer say ok here */
+        int shared_ok[SMALL_ROUNDS];   /* per round: did the pair's shared transfer say ok here */
+        int resolved_ok[SMALL_ROUNDS]; /* per round: did this thread resolve the pair's pending */
 } small_worker;
+
+/* The pending transfer the pair of threads p races to resolve in round r. */
+static u128 pair_pending(int p, int round)
+{
+        return lt_u128(5000 + (uint64_t)p, (uint64_t)round + 1);
+}
 
 /* Sends a batch and reads its results; no cmocka assertion: a worker thread runs this. */
 static int send_small(small_worker *w, lt_transfer_pb *x, int n, int *results)
@@ -382,6 +391,23 @@ static void *small_batches(void *arg)
                 } else {
                         w->failures++;
                 }
+                /* The pair's pending transfer: one thread posts it, the other voids it. */
+                bool post = w->index % 2 == 0;
+                lt_transfer_init(&x[0], lt_u128(mine, ++next), 0, 0, post ? U128_MAX : 0, 0, 0,
+                                 post ? TF_POST : TF_VOID);
+                u128 pending = pair_pending(w->index / 2, round);
+                x[0].pending_id = lt_lo(pending);
+                x[0].pending_id_hi = lt_hi(pending);
+                if (send_small(w, x, 1, got) == 0) {
+                        w->resolved_ok[round] = got[0] == TR(ok);
+                        if (got[0] != TR(ok) && got[0] != TR(pending_transfer_already_posted) &&
+                            got[0] != TR(pending_transfer_already_voided)) {
+                                expect_small(w, round, post ? "post" : "void", got, (int[]){TR(ok)},
+                                             1);
+                        }
+                } else {
+                        w->failures++;
+                }
                 /* A chain that fails inside: undone whole, its neighbours untouched. */
                 lt_transfer_init(&x[0], lt_u128(mine, ++next), dr, cr, 1, 1, 1, TF_LINKED);
                 lt_transfer_init(&x[1], lt_u128(mine, ++next), LIMITED, cr, 1000000, 1, 1, 0);
@@ -410,6 +436,20 @@ static void test_grouped_small_batches(void **state)
         lt_create_accounts(&g_t, a, 5, results);
         for (int i = 0; i < 5; i++) {
                 assert_true(results[i] == AR(ok) || results[i] == AR(exists));
+        }
+        /* The pending transfers the pairs will race to resolve. */
+        static lt_transfer_pb pend[(SMALL_THREADS / 2) * SMALL_ROUNDS];
+        static int pend_results[(SMALL_THREADS / 2) * SMALL_ROUNDS];
+        int n_pend = 0;
+        for (int p = 0; p < SMALL_THREADS / 2; p++) {
+                for (int round = 0; round < SMALL_ROUNDS; round++) {
+                        lt_transfer_init(&pend[n_pend++], pair_pending(p, round), 4, 5, 3, 1, 1,
+                                         TF_PENDING);
+                }
+        }
+        lt_create_transfers(&g_t, pend, (size_t)n_pend, pend_results);
+        for (int i = 0; i < n_pend; i++) {
+                assert_int_equal(pend_results[i], TR(ok));
         }
         double grouped_before = lt_ledger_metric(&g_stack, "keelson_ledger_grouped_batches_total");
         PGconn *c = it_pg_connect(&g_stack);
@@ -441,6 +481,17 @@ static void test_grouped_small_batches(void **state)
                         }
                 }
         }
+        /* Each pending transfer was resolved once: posted or voided, never both. */
+        for (int p = 0; p < SMALL_THREADS / 2; p++) {
+                for (int round = 0; round < SMALL_ROUNDS; round++) {
+                        int oks = workers[2 * p].resolved_ok[round] +
+                                  workers[2 * p + 1].resolved_ok[round];
+                        if (oks != 1) {
+                                fail_msg("pair %d, round %d: %d threads resolved the pending", p,
+                                         round, oks);
+                        }
+                }
+        }
         /* The replicas did run batches together: what this test is about. */
         double grouped = lt_ledger_metric(&g_stack, "keelson_ledger_grouped_batches_total");
         if (grouped <= grouped_before) {
@@ -448,9 +499,12 @@ static void test_grouped_small_batches(void **state)
                          grouped_before, grouped);
         }
         assert_invariants(c);
-        /* Exactly the transfers that said ok are stored: one per pair and round, two per chain. */
+        /*
+         * Exactly the transfers that said ok are stored: per pair and round
+         * the shared one and one post or void, and two per chain.
+         */
         assert_int_equal(sql_int(c, sql) - stored_before,
-                         (SMALL_THREADS / 2) * SMALL_ROUNDS + SMALL_THREADS * SMALL_ROUNDS * 2);
+                         (SMALL_THREADS / 2) * SMALL_ROUNDS * 2 + SMALL_THREADS * SMALL_ROUNDS * 2);
         PQfinish(c);
 }
 
