@@ -349,14 +349,18 @@ static void init_settings(auth_main *m)
 
 static int init_database(auth_main *m)
 {
-        char *conninfo = NULL;
         ks_pg_pool_options po = {
-            .dsn = NULL,
             .application_name = "keelson-auth",
             .size = (int)m->cfg.pg_pool_size,
             .acquire_timeout_ms = (int)m->cfg.pg_acquire_timeout_ms,
             .statement_timeout_ms = (int)m->cfg.pg_statement_timeout_ms,
         };
+        const ks_pg_login_spec login = {.owner_dsn = m->cfg.pg_dsn,
+                                        .login_dsn = m->cfg.pg_login_dsn,
+                                        .login_var = "KEELSON_AUTH_PG_LOGIN_DSN",
+                                        .role = m->cfg.pg_role,
+                                        .role_var = "KEELSON_AUTH_PG_ROLE",
+                                        .schema = "auth"};
         char err[512];
         int rc;
 
@@ -366,26 +370,11 @@ static int init_database(auth_main *m)
                 ks_log_error(NULL, "migrations failed", "{s:s}", "error", err);
                 return 1;
         }
-        bool login_set = m->cfg.pg_login_dsn[0] != '\0';
-        if (ks_pg_role_conninfo(login_set ? m->cfg.pg_login_dsn : m->cfg.pg_dsn,
-                                login_set ? "KEELSON_AUTH_PG_LOGIN_DSN" : "KEELSON_PG_DSN",
-                                m->cfg.pg_role, "KEELSON_AUTH_PG_ROLE", &conninfo, err,
-                                sizeof(err)) != 0) {
+        if ((rc = ks_pg_login_pool_new(&m->svc.pool, po, &login, err, sizeof(err))) == -1) {
                 ks_log_error(NULL, "cannot build the pool's connection string", "{s:s}", "error",
                              err);
-                return 1;
         }
-        po.dsn = conninfo;
-        rc = ks_pg_pool_new(&m->svc.pool, &po);
-        explicit_bzero(conninfo, strlen(conninfo)); /* it may hold a password */
-        free(conninfo);
-        if (rc != KS_OK) {
-                ks_log_error(NULL, "cannot create the PostgreSQL pool", NULL);
-                return 1;
-        }
-        return ks_pg_login_check(m->svc.pool, "auth", login_set, "KEELSON_AUTH_PG_LOGIN_DSN") == 0
-                   ? 0
-                   : 1;
+        return rc == 0 ? 0 : 1;
 }
 
 /* The relay publishes committed outbox rows; it connects as the owner (the DSN's role). */

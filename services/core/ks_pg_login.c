@@ -154,3 +154,26 @@ int ks_pg_login_check(ks_pg_pool *pool, const char *schema, bool login_dsn_set,
                     "{s:s, s:s}", "variable", login_var, "schema", schema);
         return 0;
 }
+
+int ks_pg_login_pool_new(ks_pg_pool **out, ks_pg_pool_options opts, const ks_pg_login_spec *spec,
+                         char *err, size_t err_len)
+{
+        bool login_set = spec->login_dsn[0] != '\0';
+        char *conninfo = NULL;
+
+        *out = NULL;
+        if (ks_pg_role_conninfo(login_set ? spec->login_dsn : spec->owner_dsn,
+                                login_set ? spec->login_var : "KEELSON_PG_DSN", spec->role,
+                                spec->role_var, &conninfo, err, err_len) != 0) {
+                return -1;
+        }
+        opts.dsn = conninfo;
+        int rc = ks_pg_pool_new(out, &opts);
+        explicit_bzero(conninfo, strlen(conninfo)); /* it may hold a password */
+        free(conninfo);
+        if (rc != KS_OK) {
+                ks_log_error(NULL, "cannot create the PostgreSQL pool", NULL);
+                return -2;
+        }
+        return ks_pg_login_check(*out, spec->schema, login_set, spec->login_var) == 0 ? 0 : -2;
+}

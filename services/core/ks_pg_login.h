@@ -50,4 +50,25 @@ int ks_pg_login_privileged(ks_pg_pool *pool, const char *schema, bool *privilege
 int ks_pg_login_check(ks_pg_pool *pool, const char *schema, bool login_dsn_set,
                       const char *login_var);
 
+/* Where a service's pool logs in, and what it checks: the rule above. */
+typedef struct ks_pg_login_spec {
+        const char *owner_dsn; /* KEELSON_PG_DSN */
+        const char *login_dsn; /* KEELSON_<SVC>_PG_LOGIN_DSN; "" for none: the owner's */
+        const char *login_var; /* its name */
+        const char *role;      /* the runtime role */
+        const char *role_var;  /* the variable that names it, for messages */
+        const char *schema;    /* whose tables the login must not own */
+} ks_pg_login_spec;
+
+/*
+ * The service's pool: opts with its dsn made by ks_pg_role_conninfo from
+ * the login DSN (or the owner's), the connection string wiped once the pool
+ * has it, then ks_pg_login_check. Returns 0 and *out; -1 when the DSN cannot
+ * take the role (the reason in err, nothing logged: the caller says it as
+ * it says configuration errors); -2 when the pool cannot be made or its
+ * login is refused (logged).
+ */
+int ks_pg_login_pool_new(ks_pg_pool **out, ks_pg_pool_options opts, const ks_pg_login_spec *spec,
+                         char *err, size_t err_len);
+
 #endif

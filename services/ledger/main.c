@@ -249,35 +249,26 @@ static void init_metrics(lg_service *svc)
  */
 static int init_pool(ledger_main *m)
 {
-        bool login_set = m->cfg.pg_login_dsn[0] != '\0';
         ks_pg_pool_options po = {
             .application_name = "keelson-ledger",
             .size = (int)m->cfg.pg_pool_size,
             .acquire_timeout_ms = (int)m->cfg.pg_acquire_timeout_ms,
             .statement_timeout_ms = (int)m->cfg.pg_statement_timeout_ms,
         };
-        char err[512], *conninfo = NULL;
+        const ks_pg_login_spec login = {.owner_dsn = m->cfg.pg_dsn,
+                                        .login_dsn = m->cfg.pg_login_dsn,
+                                        .login_var = "KEELSON_LEDGER_PG_LOGIN_DSN",
+                                        .role = "keelson_ledger_rt",
+                                        .role_var = "role",
+                                        .schema = "ledger"};
+        char err[512];
         int rc;
 
-        if (ks_pg_role_conninfo(login_set ? m->cfg.pg_login_dsn : m->cfg.pg_dsn,
-                                login_set ? "KEELSON_LEDGER_PG_LOGIN_DSN" : "KEELSON_PG_DSN",
-                                "keelson_ledger_rt", "role", &conninfo, err, sizeof(err)) != 0) {
+        if ((rc = ks_pg_login_pool_new(&m->svc.pool, po, &login, err, sizeof(err))) == -1) {
                 ks_log_error(NULL, "cannot build the pool's connection string", "{s:s}", "error",
                              err);
-                return 1;
         }
-        po.dsn = conninfo;
-        rc = ks_pg_pool_new(&m->svc.pool, &po);
-        explicit_bzero(conninfo, strlen(conninfo)); /* it may hold a password */
-        free(conninfo);
-        if (rc != KS_OK) {
-                ks_log_error(NULL, "cannot create the PostgreSQL pool", NULL);
-                return 1;
-        }
-        return ks_pg_login_check(m->svc.pool, "ledger", login_set, "KEELSON_LEDGER_PG_LOGIN_DSN") ==
-                       0
-                   ? 0
-                   : 1;
+        return rc == 0 ? 0 : 1;
 }
 
 static int init_database(ledger_main *m)

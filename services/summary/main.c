@@ -214,33 +214,24 @@ static void init_metrics(sm_metrics *mm)
 static int init_service(summary_main *m)
 {
         sm_service *svc = &m->svc;
-        char err[256], *conninfo = NULL;
+        char err[256];
         int rc;
-
-        bool login_set = m->cfg.pg_login_dsn[0] != '\0';
-        if (ks_pg_role_conninfo(login_set ? m->cfg.pg_login_dsn : m->cfg.pg_dsn,
-                                login_set ? "KEELSON_SUMMARY_PG_LOGIN_DSN" : "KEELSON_PG_DSN",
-                                m->cfg.pg_role, "KEELSON_SUMMARY_PG_ROLE", &conninfo, err,
-                                sizeof(err)) != 0) {
-                return config_error(err);
-        }
         ks_pg_pool_options po = {
-            .dsn = conninfo,
             .application_name = "keelson-summary",
             .size = (int)m->cfg.pg_pool_size,
             .acquire_timeout_ms = (int)m->cfg.pg_acquire_timeout_ms,
             .statement_timeout_ms = (int)m->cfg.pg_statement_timeout_ms,
         };
-        rc = ks_pg_pool_new(&svc->pool, &po);
-        explicit_bzero(conninfo, strlen(conninfo)); /* it may hold a password */
-        free(conninfo);
-        if (rc != KS_OK) {
-                ks_log_error(NULL, "cannot create the PostgreSQL pool", NULL);
-                return 1;
-        }
         /* Summary owns no schema: the tables it reads are auth's. */
-        if (ks_pg_login_check(svc->pool, "auth", login_set, "KEELSON_SUMMARY_PG_LOGIN_DSN") != 0) {
-                return 1;
+        const ks_pg_login_spec login = {.owner_dsn = m->cfg.pg_dsn,
+                                        .login_dsn = m->cfg.pg_login_dsn,
+                                        .login_var = "KEELSON_SUMMARY_PG_LOGIN_DSN",
+                                        .role = m->cfg.pg_role,
+                                        .role_var = "KEELSON_SUMMARY_PG_ROLE",
+                                        .schema = "auth"};
+
+        if ((rc = ks_pg_login_pool_new(&svc->pool, po, &login, err, sizeof(err))) != 0) {
+                return rc == -1 ? config_error(err) : 1;
         }
         svc->ttl_ms = m->cfg.ttl_ms;
         svc->cache_enabled = m->cfg.cache;
