@@ -862,3 +862,52 @@ void it_service_stop(it_service *p)
         it_gateway_stop(&g);
         p->pid = 0;
 }
+
+int it_broker_start(const it_stack *s, char *base, size_t base_len)
+{
+        char bin[600], env_broker[128];
+
+        snprintf(bin, sizeof(bin), "%s/keelson-broker", s->bin_dir);
+        for (int attempt = 0; attempt < 10; attempt++) {
+                snprintf(base, base_len, "tcp://127.0.0.1:%d", 15000 + rand() % 16900);
+                snprintf(env_broker, sizeof(env_broker), "KEELSON_BROKER_URL=%s", base);
+                pid_t pid = fork();
+                if (pid < 0) {
+                        return -1;
+                }
+                if (pid == 0) {
+                        char *argv[] = {bin, NULL};
+                        char *envp[] = {env_broker, "KEELSON_BROKER_HTTP_PORT=0", NULL};
+                        execve(bin, argv, envp);
+                        _exit(127);
+                }
+                it_sleep_ms(300);
+                if (waitpid(pid, NULL, WNOHANG) == 0) {
+                        return pid;
+                }
+                /* it exited: a port of its span was taken, another base */
+        }
+        return -1;
+}
+
+int it_stack_env(const char *key, char *out, size_t out_len)
+{
+        char path[600], line[1024];
+        const char *dir = getenv("KEELSON_IT_STACK");
+        size_t klen = strlen(key);
+        FILE *f;
+
+        out[0] = '\0';
+        snprintf(path, sizeof(path), "%s/env", dir != NULL ? dir : ".");
+        if ((f = fopen(path, "r")) == NULL) {
+                return -1;
+        }
+        while (fgets(line, sizeof(line), f) != NULL) {
+                if (strncmp(line, key, klen) == 0 && line[klen] == '=') {
+                        snprintf(out, out_len, "%s", line + klen + 1);
+                        out[strcspn(out, "\n")] = '\0';
+                }
+        }
+        fclose(f);
+        return out[0] != '\0' ? 0 : -1;
+}

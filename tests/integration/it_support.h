@@ -144,4 +144,16 @@ int it_service_start(const it_stack *s, const char *binary, const char *prefix,
 /* SIGTERM, then SIGKILL after 10 s; waits for it. Accepts a never-started one. */
 void it_service_stop(it_service *p);
 
+/*
+ * A broker of the test's own, in an environment of its own (nothing
+ * inherited), on a random base port below Linux's ephemeral range (as
+ * deploy/local/stack.sh picks them), another base when a port of its span
+ * is taken. Returns its pid and its base URL ("tcp://127.0.0.1:N") in base,
+ * or -1. The caller seeds rand() and stops the pid.
+ */
+int it_broker_start(const it_stack *s, char *base, size_t base_len);
+
+/* A value of the stack's env file that it_stack does not carry: 0, or -1 when absent. */
+int it_stack_env(const char *key, char *out, size_t out_len);
+
 #endif

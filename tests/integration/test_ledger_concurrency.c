@@ -148,21 +148,9 @@ static void *hammer(void *arg)
 
 /* ---- measurements ---------------------------------------------------------------------- */
 
-static int64_t sql_int(PGconn *c, const char *sql)
-{
-        PGresult *r = PQexec(c, sql);
-
-        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
-                fail_msg("%s: %s", sql, PQerrorMessage(c));
-        }
-        int64_t v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-        PQclear(r);
-        return v;
-}
-
 static int64_t deadlocks(PGconn *c)
 {
-        return sql_int(c, "SELECT deadlocks FROM pg_stat_database WHERE datname = 'keelson'");
+        return lt_sql_long(c, "SELECT deadlocks FROM pg_stat_database WHERE datname = 'keelson'");
 }
 
 /* Transfers served by the replica whose health port is port (from its metrics). */
@@ -209,18 +197,18 @@ static void assert_invariants(PGconn *c)
 {
         char sql[4096];
 
-        assert_int_equal(sql_int(c, sql_ledger_sums), 0);
+        assert_int_equal(lt_sql_long(c, sql_ledger_sums), 0);
         snprintf(sql, sizeof(sql), sql_account_sums, g_t.tenant_id);
-        assert_int_equal(sql_int(c, sql), 0);
+        assert_int_equal(lt_sql_long(c, sql), 0);
         snprintf(sql, sizeof(sql), sql_resolved_twice, g_t.tenant_id);
-        assert_int_equal(sql_int(c, sql), 0);
+        assert_int_equal(lt_sql_long(c, sql), 0);
         snprintf(sql, sizeof(sql), sql_pending_states, g_t.tenant_id);
-        assert_int_equal(sql_int(c, sql), 0);
+        assert_int_equal(lt_sql_long(c, sql), 0);
         snprintf(sql, sizeof(sql), sql_timestamps, g_t.tenant_id, g_t.tenant_id);
-        assert_int_equal(sql_int(c, sql), 0);
+        assert_int_equal(lt_sql_long(c, sql), 0);
         snprintf(sql, sizeof(sql), "SELECT count(*) FROM ledger.transfers WHERE tenant_id = '%s'",
                  g_t.tenant_id);
-        assert_true(sql_int(c, sql) > THREADS * BATCHES); /* the hammering did write */
+        assert_true(lt_sql_long(c, sql) > THREADS * BATCHES); /* the hammering did write */
 }
 
 static void test_hammer_hot_accounts(void **state)
@@ -457,7 +445,7 @@ static void test_grouped_small_batches(void **state)
         char sql[256];
         snprintf(sql, sizeof(sql), "SELECT count(*) FROM ledger.transfers WHERE tenant_id = '%s'",
                  g_t.tenant_id);
-        int64_t stored_before = sql_int(c, sql);
+        long stored_before = lt_sql_long(c, sql);
 
         for (int i = 0; i < SMALL_THREADS; i++) {
                 workers[i] = (small_worker){.index = i};
@@ -503,7 +491,7 @@ static void test_grouped_small_batches(void **state)
          * Exactly the transfers that said ok are stored: per pair and round
          * the shared one and one post or void, and two per chain.
          */
-        assert_int_equal(sql_int(c, sql) - stored_before,
+        assert_int_equal(lt_sql_long(c, sql) - stored_before,
                          (SMALL_THREADS / 2) * SMALL_ROUNDS * 2 + SMALL_THREADS * SMALL_ROUNDS * 2);
         PQfinish(c);
 }

@@ -56,25 +56,6 @@ static void random_uuid(char out[40])
                  b[13], b[14], b[15]);
 }
 
-/* A value of the stack's env file that it_stack does not carry. */
-static void env_value(const char *key, char *out, size_t out_len)
-{
-        char path[600], line[800];
-        snprintf(path, sizeof(path), "%s/env", getenv("KEELSON_IT_STACK"));
-        FILE *f = fopen(path, "r");
-        assert_non_null(f);
-        out[0] = '\0';
-        size_t klen = strlen(key);
-        while (fgets(line, sizeof(line), f) != NULL) {
-                if (strncmp(line, key, klen) == 0 && line[klen] == '=') {
-                        snprintf(out, out_len, "%s", line + klen + 1);
-                        out[strcspn(out, "\n")] = '\0';
-                }
-        }
-        fclose(f);
-        assert_true(out[0] != '\0');
-}
-
 static void start_ledger(void)
 {
         const char *env[] = {g_env_broker, g_env_login, "KEELSON_LEDGER_EXPIRY_INTERVAL_MS=60000",
@@ -199,17 +180,6 @@ static size_t pack_transfers(int r, uint8_t **out)
 
 /* ---- the database's side ---------------------------------------------------------- */
 
-static long sql_long(PGconn *c, const char *sql)
-{
-        PGresult *r = PQexec(c, sql);
-        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
-                fail_msg("%s: %s", sql, PQerrorMessage(c));
-        }
-        long v = strtol(PQgetvalue(r, 0, 0), NULL, 10);
-        PQclear(r);
-        return v;
-}
-
 /*
  * Where a round kills the replica. Even rounds: as soon as a ledger backend
  * is inside a transaction that has written (the clock, its first
@@ -235,13 +205,13 @@ static long stored(PGconn *c, int r)
         snprintf(sql, sizeof(sql),
                  "SELECT count(*) FROM ledger.transfers WHERE tenant_id = '%s' AND code = %d",
                  g_tenant, r + 1);
-        return sql_long(c, sql);
+        return lt_sql_long(c, sql);
 }
 
 static void wait_quiet(PGconn *c)
 {
         for (int waited = 0; waited < WAIT_MS; waited += 20) {
-                if (sql_long(c, sql_busy) == 0) {
+                if (lt_sql_long(c, sql_busy) == 0) {
                         return;
                 }
                 sleep_ms(20);
@@ -262,8 +232,8 @@ static void assert_balances(PGconn *c)
                  " AND (a.debits_posted <> coalesce(d.s, 0) OR a.credits_posted <> coalesce(c.s, 0)"
                  " OR a.debits_pending <> 0 OR a.credits_pending <> 0)",
                  g_tenant, g_tenant, g_tenant);
-        assert_int_equal(sql_long(c, sql), 0);
-        assert_int_equal(sql_long(c, LT_SQL_LEDGER_SUMS), 0);
+        assert_int_equal(lt_sql_long(c, sql), 0);
+        assert_int_equal(lt_sql_long(c, LT_SQL_LEDGER_SUMS), 0);
 }
 
 /* ---- the test ---------------------------------------------------------------------- */
@@ -297,7 +267,7 @@ static void test_killed_mid_batch(void **state)
                 /* Inside the batch's transaction, after its first write. */
                 bool inside = false;
                 for (int waited = 0; waited < WAIT_MS && !inside; waited++) {
-                        inside = sql_long(pg, sql_kill_point[r % 2]) > 0;
+                        inside = lt_sql_long(pg, sql_kill_point[r % 2]) > 0;
                         if (!inside) {
                                 sleep_ms(1);
                         }
@@ -342,45 +312,23 @@ static void test_killed_mid_batch(void **state)
         ks_rpc_client_free(client);
 }
 
-static pid_t spawn_broker(const char *bin)
-{
-        pid_t pid = fork();
-        assert_true(pid >= 0);
-        if (pid == 0) {
-                char *argv[] = {(char *)bin, NULL};
-                char *envp[] = {g_env_broker, "KEELSON_BROKER_HTTP_PORT=0", NULL};
-                execve(bin, argv, envp);
-                _exit(127);
-        }
-        return pid;
-}
-
 static int setup(void **state)
 {
         (void)state;
-        char bin[600], login[800];
-        if (it_stack_load(&g_stack) != 0) {
+        char login[800];
+        if (it_stack_load(&g_stack) != 0 ||
+            it_stack_env("KEELSON_IT_LEDGER_LOGIN_DSN", login, sizeof(login)) != 0) {
                 return -1;
         }
         srand((unsigned)getpid() ^ (unsigned)time(NULL));
         random_uuid(g_tenant);
         random_uuid(g_user);
-        env_value("KEELSON_IT_LEDGER_LOGIN_DSN", login, sizeof(login));
         snprintf(g_env_login, sizeof(g_env_login), "KEELSON_LEDGER_PG_LOGIN_DSN=%s", login);
-        snprintf(bin, sizeof(bin), "%s/keelson-broker", g_stack.bin_dir);
-        for (int attempt = 0; attempt < 10 && g_broker <= 0; attempt++) {
-                /* below Linux's ephemeral range, as deploy/local/stack.sh picks ports */
-                snprintf(g_base, sizeof(g_base), "tcp://127.0.0.1:%d", 15000 + rand() % 16900);
-                snprintf(g_env_broker, sizeof(g_env_broker), "KEELSON_BROKER_URL=%s", g_base);
-                g_broker = spawn_broker(bin);
-                sleep_ms(300);
-                if (waitpid(g_broker, NULL, WNOHANG) != 0) {
-                        g_broker = 0; /* a port of its span was taken: another base */
-                }
-        }
-        if (g_broker <= 0) {
+        if ((g_broker = it_broker_start(&g_stack, g_base, sizeof(g_base))) <= 0) {
+                g_broker = 0;
                 return -1;
         }
+        snprintf(g_env_broker, sizeof(g_env_broker), "KEELSON_BROKER_URL=%s", g_base);
         ks_broker_url(g_front, sizeof(g_front), g_base, KS_SVC_LEDGER, KS_SIDE_FRONT);
         return 0;
 }

@@ -424,6 +424,19 @@ static inline double lt_ledger_metric(const it_stack *st, const char *series)
         return sum;
 }
 
+/* The one integer a query answers; any other answer fails the test. */
+static inline long lt_sql_long(PGconn *c, const char *sql)
+{
+        PGresult *r = PQexec(c, sql);
+
+        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+                fail_msg("%s: %s", sql, PQerrorMessage(c));
+        }
+        long v = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+        return v;
+}
+
 /*
  * The invariants on the stored rows, in SQL: each counts the violations (0
  * when they hold). Per ledger, sum of debits = sum of credits, posted and

@@ -34,25 +34,6 @@ static void sleep_ms(int ms)
         nanosleep(&ts, NULL);
 }
 
-/* A value of $KEELSON_IT_STACK/env that it_stack does not carry. */
-static void env_value(const char *key, char *out, size_t out_len)
-{
-        char path[600], line[600];
-        snprintf(path, sizeof(path), "%s/env", getenv("KEELSON_IT_STACK"));
-        FILE *f = fopen(path, "r");
-        assert_non_null(f);
-        out[0] = '\0';
-        size_t klen = strlen(key);
-        while (fgets(line, sizeof(line), f) != NULL) {
-                if (strncmp(line, key, klen) == 0 && line[klen] == '=') {
-                        snprintf(out, out_len, "%s", line + klen + 1);
-                        out[strcspn(out, "\n")] = '\0';
-                }
-        }
-        fclose(f);
-        assert_true(out[0] != '\0');
-}
-
 static pid_t spawn(const char *bin, char *const envp[])
 {
         pid_t pid = fork();
@@ -131,9 +112,7 @@ static void test_another_replica_publishes_what_a_killed_one_committed(void **st
         assert_int_equal(it_stack_load(&s), 0);
         const char *bin_dir = getenv("KEELSON_IT_BIN_DIR");
         assert_non_null(bin_dir);
-        char dsn[600], broker_bin[600], auth_bin[600];
-        env_value("KEELSON_IT_SERVICE_PG_DSN", dsn, sizeof(dsn));
-        snprintf(broker_bin, sizeof(broker_bin), "%s/keelson-broker", bin_dir);
+        char auth_bin[600];
         snprintf(auth_bin, sizeof(auth_bin), "%s/keelson-auth", bin_dir);
 
         /* the stack's event bus, where the stack's relays publish */
@@ -144,20 +123,11 @@ static void test_another_replica_publishes_what_a_killed_one_committed(void **st
 
         /* our own broker and relay-less auth replica, on the stack's database */
         char base[64], env_broker[128], env_dsn[700], front[KS_URL_MAX];
-        snprintf(env_dsn, sizeof(env_dsn), "KEELSON_PG_DSN=%s", dsn);
+        snprintf(env_dsn, sizeof(env_dsn), "KEELSON_PG_DSN=%s", s.service_pg_dsn);
         srand((unsigned)getpid() ^ (unsigned)time(NULL));
-        for (int attempt = 0; attempt < 10 && broker_pid <= 0; attempt++) {
-                /* below Linux's ephemeral range, as deploy/local/stack.sh picks ports */
-                snprintf(base, sizeof(base), "tcp://127.0.0.1:%d", 15000 + rand() % 16900);
-                snprintf(env_broker, sizeof(env_broker), "KEELSON_BROKER_URL=%s", base);
-                char *broker_env[] = {env_broker, "KEELSON_BROKER_HTTP_PORT=0", NULL};
-                broker_pid = spawn(broker_bin, broker_env);
-                sleep_ms(300);
-                if (waitpid(broker_pid, NULL, WNOHANG) != 0) {
-                        broker_pid = 0; /* a port of its span was taken: another base */
-                }
-        }
+        broker_pid = it_broker_start(&s, base, sizeof(base));
         assert_true(broker_pid > 0);
+        snprintf(env_broker, sizeof(env_broker), "KEELSON_BROKER_URL=%s", base);
         ks_broker_url(front, sizeof(front), base, KS_SVC_AUTH, KS_SIDE_FRONT);
         char *auth_env[] = {env_broker,
                             env_dsn,
