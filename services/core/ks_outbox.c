@@ -29,9 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "ks_clock.h"
 #include "ks_code.h"
 #include "ks_crypto.h"
 #include "ks_log.h"
@@ -229,13 +229,6 @@ struct ks_outbox_relay {
 /* Publishing lag, from a few milliseconds to an outage of an hour. */
 static const double lag_buckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                      2.5,   5,    10,    30,   60,  300,  900, 3600};
-
-static int64_t now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void set_error(ks_outbox_relay *r, const char *sqlstate, const char *msg)
 {
@@ -444,7 +437,7 @@ static step_result relay_retention(ks_outbox_relay *r)
         long deleted = strtol(PQcmdTuples(res), NULL, 10);
         PQclear(res);
         bool more = deleted >= RETENTION_ROWS;
-        r->retention_due_ms = now_ms() + (more ? 0 : RETENTION_EVERY_MS);
+        r->retention_due_ms = ks_mono_ms() + (more ? 0 : RETENTION_EVERY_MS);
         return more ? STEP_MORE : STEP_IDLE;
 }
 
@@ -456,7 +449,7 @@ static step_result relay_sample_backlog(ks_outbox_relay *r)
         }
         ks_gauge_set(r->backlog, strtoll(PQgetvalue(res, 0, 0), NULL, 10));
         PQclear(res);
-        r->backlog_due_ms = now_ms() + BACKLOG_EVERY_MS;
+        r->backlog_due_ms = ks_mono_ms() + BACKLOG_EVERY_MS;
         return STEP_IDLE;
 }
 
@@ -470,14 +463,14 @@ static step_result relay_step(ks_outbox_relay *r)
         if (sr != STEP_IDLE && sr != STEP_MORE) {
                 return sr;
         }
-        if (now_ms() >= r->retention_due_ms) {
+        if (ks_mono_ms() >= r->retention_due_ms) {
                 step_result rr = relay_retention(r);
                 if (rr != STEP_IDLE && rr != STEP_MORE) {
                         return rr;
                 }
                 sr = rr == STEP_MORE ? STEP_MORE : sr;
         }
-        if (sr == STEP_IDLE || now_ms() >= r->backlog_due_ms) {
+        if (sr == STEP_IDLE || ks_mono_ms() >= r->backlog_due_ms) {
                 step_result br = relay_sample_backlog(r);
                 if (br != STEP_IDLE) {
                         return br;
@@ -501,10 +494,10 @@ static void on_notice(void *arg, const PGresult *res)
  */
 static bool connect_poll(ks_outbox_relay *r, PGconn *c)
 {
-        int64_t deadline = now_ms() + CONNECT_TIMEOUT_MS;
+        int64_t deadline = ks_mono_ms() + CONNECT_TIMEOUT_MS;
         PostgresPollingStatusType st = PGRES_POLLING_WRITING;
         while (st != PGRES_POLLING_OK) {
-                int64_t left_ms = deadline - now_ms();
+                int64_t left_ms = deadline - ks_mono_ms();
                 if (st == PGRES_POLLING_FAILED || left_ms <= 0 || atomic_load(&r->stop)) {
                         set_error(r, NULL,
                                   st == PGRES_POLLING_FAILED ? PQerrorMessage(c) : "timed out");
@@ -716,7 +709,7 @@ static int relay_init(ks_outbox_relay *r, const ks_outbox_relay_options *o)
         r->retention_s = o->retention_s;
         r->state = STATE_STARTING;
         r->backoff_ms = BACKOFF_MIN_MS;
-        r->retention_due_ms = now_ms(); /* a first pass at start, then once a minute */
+        r->retention_due_ms = ks_mono_ms(); /* a first pass at start, then once a minute */
         format_sql(r);
         init_metrics(r);
         return 0;

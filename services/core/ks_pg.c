@@ -10,6 +10,7 @@
  */
 #include "ks_pg.h"
 
+#include "ks_clock.h"
 #include "ks_code.h"
 #include "ks_crypto.h"
 #include "ks_log.h"
@@ -22,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define POOL_SIZE_MAX            256
 #define ACQUIRE_TIMEOUT_MS_MAX   (10 * 60 * 1000)
@@ -116,16 +116,7 @@ static int check_options(const ks_pg_pool_options *o)
 
 static int sync_init(ks_pg_pool *p)
 {
-        pthread_condattr_t attr;
-        if (pthread_condattr_init(&attr) != 0) {
-                return -1;
-        }
-        int rv = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-        if (rv == 0) {
-                rv = pthread_cond_init(&p->cv, &attr);
-        }
-        pthread_condattr_destroy(&attr);
-        if (rv != 0) {
+        if (ks_cond_init_monotonic(&p->cv) != 0) {
                 return -1;
         }
         if (pthread_mutex_init(&p->mu, NULL) != 0) {
@@ -277,17 +268,6 @@ static int slot_ready(ks_pg_pool *pool, slot *s)
         return KS_OK;
 }
 
-static void deadline_after(struct timespec *ts, int ms)
-{
-        clock_gettime(CLOCK_MONOTONIC, ts);
-        ts->tv_sec += ms / 1000;
-        ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-        if (ts->tv_nsec >= 1000000000L) {
-                ts->tv_sec++;
-                ts->tv_nsec -= 1000000000L;
-        }
-}
-
 /* A free slot, preferring one already connected; called locked. */
 static slot *free_slot(ks_pg_pool *pool)
 {
@@ -314,7 +294,6 @@ static void slot_give_back(ks_pg_pool *pool, slot *s)
 
 int ks_pg_acquire(ks_pg_pool *pool, PGconn **out)
 {
-        struct timespec deadline;
         slot *s;
 
         if (out == NULL) {
@@ -324,7 +303,8 @@ int ks_pg_acquire(ks_pg_pool *pool, PGconn **out)
         if (pool == NULL) {
                 return KS_INVALID_ARGUMENT;
         }
-        deadline_after(&deadline, pool->acquire_timeout_ms);
+        struct timespec deadline =
+            ks_deadline_timespec(ks_deadline_after_ms(pool->acquire_timeout_ms));
         pthread_mutex_lock(&pool->mu);
         while ((s = free_slot(pool)) == NULL) {
                 int rv = pthread_cond_timedwait(&pool->cv, &pool->mu, &deadline);

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "envelope.pb-c.h"
+#include "ks_clock.h" /* ks_now_ms: the wall clock deadlines are read on */
 #include "ks_code.h"
 
 typedef Keelson__Rpc__V1__CallerContext ks_caller;
@@ -163,8 +164,5 @@ int ks_rpc_call(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_result *r
 typedef void (*ks_rpc_done_fn)(void *arg, ks_rpc_result *res);
 int ks_rpc_call_async(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_done_fn done,
                       void *arg);
-
-/* Milliseconds since the Unix epoch, wall clock. */
-int64_t ks_now_ms(void);
 
 #endif

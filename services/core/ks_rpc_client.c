@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ks_log.h"
 
@@ -53,13 +52,6 @@ struct ks_rpc_client {
         call_slot *all; /* every slot ever made, for teardown */
         int n_slots;
 };
-
-int64_t ks_now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 void ks_rpc_result_clear(ks_rpc_result *r)
 {

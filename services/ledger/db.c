@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ks_clock.h"
 #include "ks_log.h"
 
 #define BACKOFF_MS_MAX     50
@@ -24,10 +25,7 @@
 
 int64_t lg_now_us(void)
 {
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+        return ks_mono_ns() / KS_NS_PER_US;
 }
 
 /* ---- parameters ------------------------------------------------------------ */

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ks_clock.h"
 #include "ks_log.h"
 
 static const char *const roles[] = {"owner", "admin", "member", "viewer"};
@@ -46,10 +47,7 @@ static int role_index(const char *role)
 
 static double now_s(void)
 {
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+        return (double)ks_mono_ns() / (double)KS_NS_PER_S;
 }
 
 static void sleep_ms(int ms)
