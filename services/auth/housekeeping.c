@@ -8,13 +8,11 @@
  */
 #include "auth.h"
 
-#include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "ks_log.h"
+#include "ks_ticker.h"
 
 #define SESSION_KEEP_S 86400 /* a day after expiry or revocation: still explains a 401 */
 #define REQUEST_KEEP_S 86400 /* the deduplication horizon of request ids */
@@ -25,11 +23,7 @@ static const char sql_housekeeping[] = "SELECT auth.housekeeping($1::int, $2::in
 
 struct auth_housekeeper {
         auth_service *svc;
-        int interval_s;
-        pthread_t thread;
-        pthread_mutex_t mu;
-        pthread_cond_t cv;
-        bool stop;
+        ks_ticker *ticker;
 };
 
 /* One pass: calls until a call deletes nothing, at most PASSES_MAX times. */
@@ -61,26 +55,12 @@ static void sweep(auth_service *svc)
         }
 }
 
-static void *housekeeper_main(void *arg)
+/* One pass per interval; the first one interval after start. */
+static ks_ticker_next housekeeping_step(void *arg)
 {
         auth_housekeeper *h = arg;
-        struct timespec until;
-
-        pthread_mutex_lock(&h->mu);
-        while (!h->stop) {
-                clock_gettime(CLOCK_REALTIME, &until);
-                until.tv_sec += h->interval_s;
-                while (!h->stop && pthread_cond_timedwait(&h->cv, &h->mu, &until) != ETIMEDOUT) {
-                }
-                if (h->stop) {
-                        break;
-                }
-                pthread_mutex_unlock(&h->mu);
-                sweep(h->svc);
-                pthread_mutex_lock(&h->mu);
-        }
-        pthread_mutex_unlock(&h->mu);
-        return NULL;
+        sweep(h->svc);
+        return KS_TICKER_REST;
 }
 
 int auth_housekeeper_start(auth_housekeeper **out, auth_service *svc, int interval_s)
@@ -92,14 +72,15 @@ int auth_housekeeper_start(auth_housekeeper **out, auth_service *svc, int interv
                 return KS_INVALID_ARGUMENT;
         }
         h->svc = svc;
-        h->interval_s = interval_s;
-        pthread_mutex_init(&h->mu, NULL);
-        pthread_cond_init(&h->cv, NULL);
-        if (pthread_create(&h->thread, NULL, housekeeper_main, h) != 0) {
-                pthread_cond_destroy(&h->cv);
-                pthread_mutex_destroy(&h->mu);
+        ks_ticker_options o = {.name = "housekeeping",
+                               .interval_ms = (int64_t)interval_s * 1000,
+                               .step_at_start = false,
+                               .step = housekeeping_step,
+                               .arg = h};
+        int rc = ks_ticker_start(&h->ticker, &o);
+        if (rc != KS_OK) {
                 free(h);
-                return KS_INTERNAL;
+                return rc;
         }
         *out = h;
         return KS_OK;
@@ -110,12 +91,6 @@ void auth_housekeeper_stop(auth_housekeeper *h)
         if (h == NULL) {
                 return;
         }
-        pthread_mutex_lock(&h->mu);
-        h->stop = true;
-        pthread_cond_signal(&h->cv);
-        pthread_mutex_unlock(&h->mu);
-        pthread_join(h->thread, NULL);
-        pthread_cond_destroy(&h->cv);
-        pthread_mutex_destroy(&h->mu);
+        ks_ticker_stop(h->ticker);
         free(h);
 }

@@ -22,11 +22,9 @@
  */
 #include "ledger.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ks_log.h"
 
@@ -183,71 +181,30 @@ int lg_sweep_once(lg_service *svc)
         return total;
 }
 
-static void deadline_after_ms(struct timespec *ts, int ms)
-{
-        clock_gettime(CLOCK_MONOTONIC, ts);
-        ts->tv_sec += ms / 1000;
-        ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-        if (ts->tv_nsec >= 1000000000L) {
-                ts->tv_sec++;
-                ts->tv_nsec -= 1000000000L;
-        }
-}
-
-static void *sweeper_main(void *arg)
+/* A full batch means more may be due: go again at once, else rest. */
+static ks_ticker_next sweeper_step(void *arg)
 {
         lg_service *svc = arg;
-        struct timespec until;
-
-        pthread_mutex_lock(&svc->sweeper_mu);
-        while (!svc->stopping) {
-                pthread_mutex_unlock(&svc->sweeper_mu);
-                int n = lg_sweep_once(svc);
-                pthread_mutex_lock(&svc->sweeper_mu);
-                /* A full batch means more may be due: go again at once, else rest. */
-                if (n >= svc->expiry_batch_max || svc->stopping) {
-                        continue;
-                }
-                deadline_after_ms(&until, svc->expiry_interval_ms);
-                while (!svc->stopping && pthread_cond_timedwait(&svc->sweeper_cv, &svc->sweeper_mu,
-                                                                &until) != ETIMEDOUT) {
-                }
-        }
-        pthread_mutex_unlock(&svc->sweeper_mu);
-        return NULL;
+        return lg_sweep_once(svc) >= svc->expiry_batch_max ? KS_TICKER_AGAIN : KS_TICKER_REST;
 }
 
 int lg_sweeper_start(lg_service *svc)
 {
-        pthread_condattr_t attr;
-
-        if (pthread_condattr_init(&attr) != 0 ||
-            pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0 ||
-            pthread_cond_init(&svc->sweeper_cv, &attr) != 0) {
-                return -1;
-        }
-        pthread_condattr_destroy(&attr);
-        pthread_mutex_init(&svc->sweeper_mu, NULL);
         if (lg_worker_init(svc, -1, &svc->sweeper_state) != 0) {
                 return -1;
         }
-        if (pthread_create(&svc->sweeper, NULL, sweeper_main, svc) != 0) {
-                return -1;
-        }
-        svc->sweeper_started = true;
-        return 0;
+        ks_ticker_options o = {.name = "expiry",
+                               .interval_ms = svc->expiry_interval_ms,
+                               .step_at_start = true,
+                               .step = sweeper_step,
+                               .arg = svc};
+        return ks_ticker_start(&svc->sweeper, &o) == KS_OK ? 0 : -1;
 }
 
 void lg_sweeper_stop(lg_service *svc)
 {
-        if (svc->sweeper_started) {
-                pthread_mutex_lock(&svc->sweeper_mu);
-                svc->stopping = true;
-                pthread_cond_signal(&svc->sweeper_cv);
-                pthread_mutex_unlock(&svc->sweeper_mu);
-                pthread_join(svc->sweeper, NULL);
-                svc->sweeper_started = false;
-        }
+        ks_ticker_stop(svc->sweeper);
+        svc->sweeper = NULL;
         lg_worker_fini(svc, svc->sweeper_state);
         svc->sweeper_state = NULL;
 }

@@ -39,6 +39,7 @@
 #include "ks_metrics.h"
 #include "ks_pg.h"
 #include "ks_rpc.h"
+#include "ks_ticker.h"
 
 /*
  * Assertions stay compiled in (the build defines NDEBUG): a broken invariant
@@ -280,12 +281,8 @@ typedef struct lg_service {
         int expiry_batch_max;
         int expiry_tenants_max;
         /* the sweeper thread (expiry.c) */
-        pthread_t sweeper;
-        bool sweeper_started;
-        pthread_mutex_t sweeper_mu;
-        pthread_cond_t sweeper_cv; /* on CLOCK_MONOTONIC */
-        bool stopping;             /* under sweeper_mu */
-        void *sweeper_state;       /* an lg_worker sized for expiry_batch_max */
+        ks_ticker *sweeper;
+        void *sweeper_state; /* an lg_worker sized for expiry_batch_max */
         /* metrics */
         ks_counter *events_ok[2];     /* [0] accounts, [1] transfers */
         ks_counter *events_failed[2]; /* any result but ok */
