@@ -14,33 +14,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ks_log.h"
+
 int sm_redis_parse_url(const char *url, sm_redis_options *o)
 {
-        const char *p = url, *colon;
-        size_t host_len;
-        long port = 6379;
-        char *end = NULL;
+        char err[KS_REDIS_ERR_MAX];
 
-        if (strncmp(p, "redis://", 8) == 0) {
-                p += 8;
-        }
-        if (strchr(p, '@') != NULL) {
-                return -1; /* credentials: not supported (a private network) */
-        }
-        colon = strchr(p, ':');
-        host_len = colon != NULL ? (size_t)(colon - p) : strcspn(p, "/");
-        if (host_len == 0 || host_len >= sizeof(o->host)) {
+        if (ks_redis_url_parse(url, &o->url, err, sizeof(err)) != 0) {
+                /* At start-up, before logging: main.c follows with its own line and exits 2. */
+                fprintf(stderr, "keelson-summary: KEELSON_REDIS_URL: %s\n", err);
                 return -1;
         }
-        memcpy(o->host, p, host_len);
-        o->host[host_len] = '\0';
-        if (colon != NULL) {
-                port = strtol(colon + 1, &end, 10);
-                if (end == colon + 1 || (*end != '\0' && *end != '/') || port < 1 || port > 65535) {
-                        return -1;
-                }
-        }
-        o->port = (int)port;
         return 0;
 }
 
@@ -52,16 +36,15 @@ void sm_redis_fini(sm_redis *r)
         }
 }
 
-static struct timeval tv_of(int ms)
-{
-        struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-
-        return tv;
-}
-
+/*
+ * Connects (with AUTH and SELECT as the URL says) unless connected, or while
+ * an earlier failure's retry_ms runs. A refused AUTH or SELECT is a
+ * misconfiguration, not an outage: it is logged, at most once per retry.
+ */
 static int ensure(sm_redis *r)
 {
-        int64_t now = ks_now_ms();
+        int64_t now = ks_mono_ms();
+        char err[KS_REDIS_ERR_MAX];
 
         if (r->ctx != NULL) {
                 return 0;
@@ -69,10 +52,13 @@ static int ensure(sm_redis *r)
         if (now < r->retry_at_ms) {
                 return -1;
         }
-        r->ctx = redisConnectWithTimeout(r->opts->host, r->opts->port, tv_of(r->opts->timeout_ms));
-        if (r->ctx == NULL || r->ctx->err != 0 ||
-            redisSetTimeout(r->ctx, tv_of(r->opts->timeout_ms)) != REDIS_OK) {
-                sm_redis_fini(r);
+        int rc =
+            ks_redis_url_connect(&r->opts->url, r->opts->timeout_ms, &r->ctx, err, sizeof(err));
+        if (rc != KS_OK) {
+                if (rc == KS_FAILED_PRECONDITION) {
+                        ks_log_warn(NULL, "redis refused the connection's setup", "{s:s}", "error",
+                                    err);
+                }
                 r->retry_at_ms = now + r->opts->retry_ms;
                 return -1;
         }
@@ -96,7 +82,7 @@ static redisReply *command(sm_redis *r, const char *fmt, ...)
                         freeReplyObject(rep);
                 }
                 sm_redis_fini(r);
-                r->retry_at_ms = ks_now_ms() + r->opts->retry_ms;
+                r->retry_at_ms = ks_mono_ms() + r->opts->retry_ms;
                 return NULL;
         }
         return rep;

@@ -33,12 +33,12 @@
 #include "ks_events.h"
 #include "ks_metrics.h"
 #include "ks_pg.h"
+#include "ks_redis_url.h"
 #include "ks_rpc.h"
 
 #define SM_TENANT_LEN   36 /* a uuid in text */
 #define SM_PREFIX_MAX   64
 #define SM_KEY_MAX      (SM_PREFIX_MAX + 64)
-#define SM_HOST_MAX     256
 #define SM_PAUSE_MAX_MS 10000
 #define SM_SQL_PER_FILL 4 /* BEGIN, set_config, the counts, COMMIT */
 
@@ -69,8 +69,7 @@ typedef struct sm_local {
 } sm_local;
 
 typedef struct sm_redis_options {
-        char host[SM_HOST_MAX];
-        int port;
+        ks_redis_url url; /* host, port, credentials, database */
         int timeout_ms;
         int retry_ms; /* after a failure, no new connection attempt before this */
         char prefix[SM_PREFIX_MAX];
@@ -122,6 +121,7 @@ void sm_local_put(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, 
 void sm_local_evict(sm_local *l, const char *tenant);
 
 /* redis.c: every call returns 0, 1 (not found, for the gets) or -1 (Redis failed). */
+/* KEELSON_REDIS_URL (ks_redis_url.h) into o->url; -1 after saying why on stderr. */
 int sm_redis_parse_url(const char *url, sm_redis_options *o);
 void sm_redis_fini(sm_redis *r);
 int sm_redis_gen(sm_redis *r, const char *tenant, int64_t *gen);
