@@ -1,19 +1,31 @@
 /*
- * The per-replica cache level: a fixed array of slots, one per hash of the
- * tenant (a collision replaces the older tenant: this is a cache, and the
- * array never grows). One mutex: an entry is a few dozen bytes copied in or
- * out, far shorter than anything else a request does.
+ * The per-replica cache level: at most n tenants (KEELSON_SUMMARY_LOCAL_MAX)
+ * in a fixed array, found through a ks_hmap by tenant id, the least recently
+ * used tenant evicted for a new one (ks_lru). This is a cache: an entry that
+ * is gone is a miss, answered by Redis or PostgreSQL. One mutex: an entry is
+ * a few dozen bytes copied in or out, far shorter than anything else a
+ * request does.
  */
 #include "summary.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#define NONE KS_HMAP_NONE
+
 int sm_local_init(sm_local *l, size_t n)
 {
+        memset(l, 0, sizeof(*l));
+        if (n < 1 || n > KS_LRU_SLOTS_MAX) {
+                return -1;
+        }
         l->n = n;
         l->slots = calloc(n, sizeof(*l->slots));
-        if (l->slots == NULL) {
+        if (l->slots == NULL || ks_hmap_init(&l->by_tenant, (uint32_t)n) != 0 ||
+            ks_lru_init(&l->lru, (uint32_t)n) != 0) {
+                ks_hmap_fini(&l->by_tenant);
+                free(l->slots);
+                l->slots = NULL;
                 return -1;
         }
         pthread_mutex_init(&l->mu, NULL);
@@ -26,36 +38,59 @@ void sm_local_fini(sm_local *l)
                 return;
         }
         pthread_mutex_destroy(&l->mu);
+        ks_lru_fini(&l->lru);
+        ks_hmap_fini(&l->by_tenant);
         free(l->slots);
         l->slots = NULL;
 }
 
-/* FNV-1a of the tenant id. */
-static size_t slot_of(const sm_local *l, const char *tenant)
+/* The tenant's slot or NONE; called locked. */
+static uint32_t find(const sm_local *l, const char *tenant, uint64_t h)
 {
-        uint64_t h = 1469598103934665603ull;
-
-        for (const char *p = tenant; *p != '\0'; p++) {
-                h ^= (uint8_t)*p;
-                h *= 1099511628211ull;
+        for (uint32_t i = ks_hmap_first(&l->by_tenant, h); i != NONE;
+             i = ks_hmap_next(&l->by_tenant, i)) {
+                if (strcmp(l->slots[i].tenant, tenant) == 0) {
+                        return i;
+                }
         }
-        return (size_t)(h % l->n);
+        return NONE;
+}
+
+static uint64_t hash_of(const sm_local *l, const char *tenant)
+{
+        return ks_hmap_hash(&l->by_tenant, tenant, strnlen(tenant, SM_TENANT_LEN));
 }
 
 bool sm_local_get(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, int64_t now_ms,
                   int64_t ttl_ms, sm_counts *out)
 {
-        sm_local_entry *e = &l->slots[slot_of(l, tenant)];
-        bool hit;
+        uint64_t h = hash_of(l, tenant);
+        bool hit = false;
 
         pthread_mutex_lock(&l->mu);
-        hit = e->used && e->gen == gen && e->epoch == epoch && strcmp(e->tenant, tenant) == 0 &&
-              now_ms < e->counts.computed_ms + ttl_ms;
+        uint32_t i = find(l, tenant, h);
+        if (i != NONE) {
+                const sm_local_entry *e = &l->slots[i];
+                hit = e->gen == gen && e->epoch == epoch && now_ms < e->counts.computed_ms + ttl_ms;
+                ks_lru_touch(&l->lru, i);
+        }
         if (hit) {
-                *out = e->counts;
+                *out = l->slots[i].counts;
         }
         pthread_mutex_unlock(&l->mu);
         return hit;
+}
+
+/* A slot for a tenant not in the cache, evicting the least recently used one; locked. */
+static uint32_t take_slot(sm_local *l, uint64_t h)
+{
+        bool evicted;
+        uint32_t i = ks_lru_take(&l->lru, &evicted);
+        if (evicted) {
+                ks_hmap_remove(&l->by_tenant, i);
+        }
+        ks_hmap_insert(&l->by_tenant, i, h);
+        return i;
 }
 
 /*
@@ -69,30 +104,40 @@ bool sm_local_get(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, 
 void sm_local_put(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, const sm_counts *c,
                   int64_t now_ms, int64_t ttl_ms)
 {
-        sm_local_entry *e = &l->slots[slot_of(l, tenant)];
-        bool keep;
+        uint64_t h = hash_of(l, tenant);
 
         pthread_mutex_lock(&l->mu);
-        keep = e->used && strcmp(e->tenant, tenant) == 0 && e->epoch == epoch && e->gen > gen &&
-               now_ms < e->counts.computed_ms + ttl_ms;
-        if (!keep) {
-                memcpy(e->tenant, tenant, SM_TENANT_LEN);
-                e->tenant[SM_TENANT_LEN] = '\0';
-                e->gen = gen;
-                e->epoch = epoch;
-                e->counts = *c;
-                e->used = true;
+        uint32_t i = find(l, tenant, h);
+        if (i != NONE) {
+                const sm_local_entry *e = &l->slots[i];
+                bool keep =
+                    e->epoch == epoch && e->gen > gen && now_ms < e->counts.computed_ms + ttl_ms;
+                ks_lru_touch(&l->lru, i);
+                if (keep) {
+                        pthread_mutex_unlock(&l->mu);
+                        return;
+                }
+        } else {
+                i = take_slot(l, h);
         }
+        sm_local_entry *e = &l->slots[i];
+        memcpy(e->tenant, tenant, SM_TENANT_LEN);
+        e->tenant[SM_TENANT_LEN] = '\0';
+        e->gen = gen;
+        e->epoch = epoch;
+        e->counts = *c;
         pthread_mutex_unlock(&l->mu);
 }
 
 void sm_local_evict(sm_local *l, const char *tenant)
 {
-        sm_local_entry *e = &l->slots[slot_of(l, tenant)];
+        uint64_t h = hash_of(l, tenant);
 
         pthread_mutex_lock(&l->mu);
-        if (e->used && strcmp(e->tenant, tenant) == 0) {
-                e->used = false;
+        uint32_t i = find(l, tenant, h);
+        if (i != NONE) {
+                ks_hmap_remove(&l->by_tenant, i);
+                ks_lru_release(&l->lru, i);
         }
         pthread_mutex_unlock(&l->mu);
 }

@@ -31,6 +31,8 @@
 
 #include "keelson/summary/v1/summary.pb-c.h"
 #include "ks_events.h"
+#include "ks_hmap.h"
+#include "ks_lru.h"
 #include "ks_metrics.h"
 #include "ks_pg.h"
 #include "ks_redis_url.h"
@@ -53,19 +55,20 @@ typedef struct sm_counts {
 /* Where an answer came from (the response's source field). */
 typedef enum { SM_SRC_LOCAL, SM_SRC_REDIS, SM_SRC_DATABASE } sm_source;
 
-/* One replica's in-process cache: direct-mapped by a hash of the tenant. */
+/* One replica's in-process cache: at most n tenants, the least recently used evicted. */
 typedef struct sm_local_entry {
         char tenant[SM_TENANT_LEN + 1];
         int64_t gen;
         uint64_t epoch; /* sm_service.redis_epoch when stored */
         sm_counts counts;
-        bool used;
 } sm_local_entry;
 
 typedef struct sm_local {
         pthread_mutex_t mu;
         sm_local_entry *slots;
         size_t n;
+        ks_hmap by_tenant;
+        ks_lru lru;
 } sm_local;
 
 typedef struct sm_redis_options {
