@@ -28,19 +28,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BUCKETS 64
+#include "ks_assert.h"
+#include "ks_hmap.h"
+#include "ks_lru.h"
+
+/*
+ * Tenants with a queue at once. Each queue belongs to the batches queued or
+ * running in it, at most one per RPC worker (KEELSON_LEDGER_WORKERS is at
+ * most 64), so this is never reached; if it were, the batch is refused
+ * (resource_exhausted) rather than the table grown.
+ */
+#define TENANTS_MAX 256
 
 typedef struct tenant_queue {
         char tenant[LG_TENANT_LEN + 1];
         bool busy; /* a leader runs */
         int users; /* members queued or running: the queue lives while > 0 */
         lg_member *head, *tail;
-        struct tenant_queue *next;
 } tenant_queue;
 
 struct lg_groups {
         pthread_mutex_t mu;
-        tenant_queue *buckets[BUCKETS];
+        tenant_queue queues[TENANTS_MAX];
+        ks_hmap by_tenant;
+        ks_lru slots; /* hands out and takes back queues; a live one is never evicted */
 };
 
 int lg_groups_new(lg_groups **out)
@@ -48,7 +59,13 @@ int lg_groups_new(lg_groups **out)
         lg_groups *g = calloc(1, sizeof(*g));
 
         *out = NULL;
-        if (g == NULL || pthread_mutex_init(&g->mu, NULL) != 0) {
+        if (g == NULL) {
+                return -1;
+        }
+        if (ks_hmap_init(&g->by_tenant, TENANTS_MAX) != 0 ||
+            ks_lru_init(&g->slots, TENANTS_MAX) != 0 || pthread_mutex_init(&g->mu, NULL) != 0) {
+                ks_lru_fini(&g->slots);
+                ks_hmap_fini(&g->by_tenant);
                 free(g);
                 return -1;
         }
@@ -61,43 +78,46 @@ void lg_groups_free(lg_groups *g)
         if (g == NULL) {
                 return;
         }
-        for (int i = 0; i < BUCKETS; i++) {
-                tenant_queue *q = g->buckets[i];
-                while (q != NULL) {
-                        tenant_queue *next = q->next;
-                        free(q);
-                        q = next;
-                }
-        }
+        ks_lru_fini(&g->slots);
+        ks_hmap_fini(&g->by_tenant);
         pthread_mutex_destroy(&g->mu);
         free(g);
 }
 
-static unsigned bucket_of(const char *tenant)
+/* The tenant's queue, or NULL; called locked. */
+static tenant_queue *queue_find(lg_groups *g, const char *tenant, uint64_t h)
 {
-        unsigned h = 2166136261u;
-        for (const unsigned char *p = (const unsigned char *)tenant; *p != '\0'; p++) {
-                h = (h ^ *p) * 16777619u;
+        for (uint32_t i = ks_hmap_first(&g->by_tenant, h); i != KS_HMAP_NONE;
+             i = ks_hmap_next(&g->by_tenant, i)) {
+                if (strcmp(g->queues[i].tenant, tenant) == 0) {
+                        return &g->queues[i];
+                }
         }
-        return h % BUCKETS;
+        return NULL;
+}
+
+static uint64_t hash_of(const lg_groups *g, const char *tenant)
+{
+        return ks_hmap_hash(&g->by_tenant, tenant, strlen(tenant));
 }
 
 /* The tenant's queue, created if needed, with one more user; called locked. */
 static tenant_queue *queue_join(lg_groups *g, const char *tenant)
 {
-        unsigned b = bucket_of(tenant);
-        tenant_queue *q = g->buckets[b];
+        uint64_t h = hash_of(g, tenant);
+        tenant_queue *q = queue_find(g, tenant, h);
 
-        while (q != NULL && strcmp(q->tenant, tenant) != 0) {
-                q = q->next;
-        }
         if (q == NULL) {
-                if ((q = calloc(1, sizeof(*q))) == NULL) {
+                bool evicted;
+                if (ks_lru_full(&g->slots)) {
                         return NULL;
                 }
+                uint32_t i = ks_lru_take(&g->slots, &evicted);
+                KS_ASSERT(!evicted);
+                q = &g->queues[i];
+                *q = (tenant_queue){.busy = false};
                 snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
-                q->next = g->buckets[b];
-                g->buckets[b] = q;
+                ks_hmap_insert(&g->by_tenant, i, h);
         }
         q->users++;
         return q;
@@ -109,12 +129,10 @@ static void queue_leave(lg_groups *g, tenant_queue *q)
         if (--q->users > 0 || q->busy) {
                 return;
         }
-        tenant_queue **at = &g->buckets[bucket_of(q->tenant)];
-        while (*at != q) {
-                at = &(*at)->next;
-        }
-        *at = q->next;
-        free(q);
+        KS_ASSERT(q->head == NULL);
+        uint32_t i = (uint32_t)(q - g->queues);
+        ks_hmap_remove(&g->by_tenant, i);
+        ks_lru_release(&g->slots, i);
 }
 
 static lg_member *pop(tenant_queue *q)
@@ -205,10 +223,7 @@ int lg_group_waiting(lg_service *svc, const char *tenant)
         int n = 0;
 
         pthread_mutex_lock(&g->mu);
-        tenant_queue *q = g->buckets[bucket_of(tenant)];
-        while (q != NULL && strcmp(q->tenant, tenant) != 0) {
-                q = q->next;
-        }
+        tenant_queue *q = queue_find(g, tenant, hash_of(g, tenant));
         for (const lg_member *m = q != NULL ? q->head : NULL; m != NULL; m = m->next) {
                 n++;
         }
