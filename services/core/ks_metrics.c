@@ -22,11 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ks_assert.h"
+#include "ks_hmap.h"
+
 #define NAME_MAX_BYTES   128
 #define HELP_MAX_BYTES   512
 #define LABELS_MAX_BYTES 1024
 /* Twice the series bound keeps linear probing short. */
-#define SLOTS (2 * KS_METRICS_SERIES_MAX)
 
 const double KS_LATENCY_BUCKETS[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                      0.1,    0.25,  0.5,    1,     2.5,  5,     10};
@@ -84,18 +86,22 @@ struct ks_metrics {
         pthread_mutex_t mu;
         size_t n_series;
         family *families, *families_last;
-        series **slots; /* SLOTS entries */
+        series **by_slot; /* KS_METRICS_SERIES_MAX of them, filled in order */
+        ks_hmap index;    /* name and labels -> slot */
 };
 
 int ks_metrics_new(ks_metrics **out)
 {
+        KS_ASSERT(out != NULL);
         ks_metrics *m = calloc(1, sizeof(*m));
         if (m == NULL) {
                 return -1;
         }
-        m->slots = calloc(SLOTS, sizeof(*m->slots));
-        if (m->slots == NULL || pthread_mutex_init(&m->mu, NULL) != 0) {
-                free(m->slots);
+        m->by_slot = calloc(KS_METRICS_SERIES_MAX, sizeof(*m->by_slot));
+        if (m->by_slot == NULL || ks_hmap_init(&m->index, KS_METRICS_SERIES_MAX) != 0 ||
+            pthread_mutex_init(&m->mu, NULL) != 0) {
+                ks_hmap_fini(&m->index);
+                free(m->by_slot);
                 free(m);
                 return -1;
         }
@@ -124,7 +130,8 @@ void ks_metrics_free(ks_metrics *m)
                 f = next_f;
         }
         pthread_mutex_destroy(&m->mu);
-        free(m->slots);
+        ks_hmap_fini(&m->index);
+        free(m->by_slot);
         free(m);
 }
 
@@ -162,18 +169,11 @@ static bool valid_name(const char *name)
         return true;
 }
 
-/* FNV-1a over name, a separator, and labels. */
-static size_t slot_of(const char *name, const char *labels)
+/* Name, then labels seeded by the name's hash: "a" "bc" and "ab" "c" differ. */
+static uint64_t hash_of(const ks_metrics *m, const char *name, const char *labels)
 {
-        uint64_t h = 14695981039346656037ULL;
-        for (const char *p = name; *p != '\0'; p++) {
-                h = (h ^ (uint8_t)*p) * 1099511628211ULL;
-        }
-        h = (h ^ 0xffU) * 1099511628211ULL;
-        for (const char *p = labels; *p != '\0'; p++) {
-                h = (h ^ (uint8_t)*p) * 1099511628211ULL;
-        }
-        return (size_t)(h % SLOTS);
+        uint64_t h = ks_hmap_hash(&m->index, name, strlen(name));
+        return ks_hash64(h, labels, strlen(labels));
 }
 
 static family *find_family(ks_metrics *m, const char *name)
@@ -253,12 +253,10 @@ static series *series_new(family *f, const char *labels)
 static series *lookup_locked(ks_metrics *m, const char *name, const char *help, const char *labels,
                              kind k, const double *bounds, size_t n_bounds)
 {
-        size_t i = slot_of(name, labels);
-        for (size_t probes = 0; probes < SLOTS; probes++, i = (i + 1) % SLOTS) {
-                series *s = m->slots[i];
-                if (s == NULL) {
-                        break;
-                }
+        uint64_t h = hash_of(m, name, labels);
+        for (uint32_t i = ks_hmap_first(&m->index, h); i != KS_HMAP_NONE;
+             i = ks_hmap_next(&m->index, i)) {
+                series *s = m->by_slot[i];
                 if (strcmp(s->family->name, name) == 0 && strcmp(s->labels, labels) == 0) {
                         bool fits =
                             s->family->kind == k &&
@@ -266,7 +264,7 @@ static series *lookup_locked(ks_metrics *m, const char *name, const char *help, 
                         return fits ? s : NULL;
                 }
         }
-        if (m->n_series >= KS_METRICS_SERIES_MAX || m->slots[i] != NULL) {
+        if (m->n_series >= KS_METRICS_SERIES_MAX) {
                 return NULL;
         }
         family *f = find_family(m, name);
@@ -281,8 +279,10 @@ static series *lookup_locked(ks_metrics *m, const char *name, const char *help, 
         if (s == NULL) {
                 return NULL;
         }
-        m->slots[i] = s;
-        m->n_series++;
+        uint32_t slot = (uint32_t)m->n_series++;
+        m->by_slot[slot] = s;
+        ks_hmap_insert(&m->index, slot, h);
+        KS_ASSERT(m->index.count == m->n_series);
         return s;
 }
 
@@ -392,6 +392,7 @@ void ks_histogram_observe(ks_histogram *h, double v)
         while (i < h->n_bounds && v > h->bounds[i]) {
                 i++;
         }
+        KS_ASSERT(i <= KS_METRICS_BUCKETS_MAX); /* counts has one more than the bounds */
         atomic_fetch_add_explicit(&h->counts[i], 1, memory_order_relaxed);
         uint64_t old = atomic_load_explicit(&h->sum_bits, memory_order_relaxed);
         while (!atomic_compare_exchange_weak_explicit(&h->sum_bits, &old,
