@@ -31,6 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ks_assert.h"
 #include "ks_clock.h"
 #include "ks_code.h"
 #include "ks_crypto.h"
@@ -369,9 +370,8 @@ static int publish_rows(ks_outbox_relay *r, PGresult *res, int *n_sent)
                 }
                 int n = snprintf(r->ids + len, r->ids_cap - len, "%s%s", *n_sent > 0 ? "," : "",
                                  PQgetvalue(res, i, COL_ID));
-                if (n < 0 || (size_t)n >= r->ids_cap - len - 1) {
-                        return KS_INTERNAL; /* cannot happen: ids_cap fits batch_max bigints */
-                }
+                /* ids_cap fits batch_max bigints, and the claim took at most batch_max rows. */
+                KS_ASSERT(n > 0 && (size_t)n < r->ids_cap - len - 1);
                 len += (size_t)n;
                 (*n_sent)++;
         }
@@ -405,6 +405,7 @@ static step_result relay_batch(ks_outbox_relay *r)
                 return db_failure(r);
         }
         int claimed = PQntuples(res), sent = 0;
+        KS_ASSERT(claimed <= r->batch_max); /* LIMIT $1: r->ids is sized for no more */
         int rv = publish_rows(r, res, &sent);
         PQclear(res);
         if (rv != KS_OK) {

@@ -10,6 +10,7 @@
  */
 #include "ks_pg.h"
 
+#include "ks_assert.h"
 #include "ks_clock.h"
 #include "ks_code.h"
 #include "ks_crypto.h"
@@ -287,6 +288,7 @@ static slot *free_slot(ks_pg_pool *pool)
 static void slot_give_back(ks_pg_pool *pool, slot *s)
 {
         pthread_mutex_lock(&pool->mu);
+        KS_ASSERT(s->in_use); /* given back twice: two owners thought they held it */
         s->in_use = false;
         pthread_cond_signal(&pool->cv);
         pthread_mutex_unlock(&pool->mu);
@@ -315,6 +317,7 @@ int ks_pg_acquire(ks_pg_pool *pool, PGconn **out)
                         return KS_UNAVAILABLE;
                 }
         }
+        KS_ASSERT(!s->in_use);
         s->in_use = true;
         pthread_mutex_unlock(&pool->mu);
 
@@ -323,6 +326,7 @@ int ks_pg_acquire(ks_pg_pool *pool, PGconn **out)
                 slot_give_back(pool, s);
                 return rv;
         }
+        KS_ASSERT(s->conn != NULL && PQstatus(s->conn) == CONNECTION_OK); /* what ready means */
         *out = s->conn;
         return KS_OK;
 }

@@ -41,13 +41,6 @@
 #include "ks_rpc.h"
 #include "ks_ticker.h"
 
-/*
- * Assertions stay compiled in (the build defines NDEBUG): a broken invariant
- * of a ledger must stop the process, never write.
- */
-void lg_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
-#define lg_assert(e) ((e) ? (void)0 : lg_assert_fail(#e, __FILE__, __LINE__))
-
 /* ---- 128-bit values ------------------------------------------------------ */
 
 /* GCC and Clang's unsigned 128-bit integer: TigerBeetle's u128. */

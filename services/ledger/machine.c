@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ks_assert.h"
+
 enum { UNDO_ACCOUNT = 1, UNDO_STATUS = 2 };
 
 struct lg_undo {
@@ -31,12 +33,6 @@ struct lg_undo {
 typedef struct save_point {
         int n_accounts, n_xfers, n_hist, n_undo;
 } save_point;
-
-void lg_assert_fail(const char *expr, const char *file, int line)
-{
-        fprintf(stderr, "keelson-ledger: assertion failed: %s (%s:%d)\n", expr, file, line);
-        abort();
-}
 
 bool lg_transfer_result_transient(int r)
 {
@@ -120,7 +116,7 @@ int lg_batch_load_account(lg_batch *b, const lg_account *a)
         int i = b->n_accounts;
 
         /* Loading ends before the first event: loaded rows precede created ones. */
-        lg_assert(b->n_accounts == b->n_accounts_loaded);
+        KS_ASSERT(b->n_accounts == b->n_accounts_loaded);
         if (i >= b->accounts_max || lg_map_put(&b->account_ix, a->id, i) != 0) {
                 return -1;
         }
@@ -135,7 +131,7 @@ int lg_batch_load_transfer(lg_batch *b, const lg_transfer *t, uint8_t status,
 {
         int i = b->n_xfers;
 
-        lg_assert(b->n_xfers == b->n_xfers_loaded);
+        KS_ASSERT(b->n_xfers == b->n_xfers_loaded);
         if (lg_map_get(&b->xfer_ix, t->id) >= 0) {
                 return 0; /* asked for twice (an id that is also a pending id) */
         }
@@ -155,7 +151,7 @@ int lg_batch_load_failed(lg_batch *b, u128 id, int result)
 {
         int i = b->n_failed;
 
-        lg_assert(b->n_failed == b->n_failed_loaded);
+        KS_ASSERT(b->n_failed == b->n_failed_loaded);
         if (i >= b->failed_max || lg_map_put(&b->failed_ix, id, i) != 0) {
                 return -1;
         }
@@ -169,7 +165,7 @@ bool lg_batch_account_changed(const lg_batch *b, int i)
 {
         const lg_account *a = &b->accounts[i], *o = &b->accounts_orig[i];
 
-        lg_assert(i < b->n_accounts_loaded);
+        KS_ASSERT(i < b->n_accounts_loaded);
         return a->debits_pending != o->debits_pending || a->debits_posted != o->debits_posted ||
                a->credits_pending != o->credits_pending || a->credits_posted != o->credits_posted ||
                a->flags != o->flags;
@@ -194,7 +190,7 @@ static lg_xfer *xfer_get(lg_batch *b, u128 id)
 /* Saves an account's image before it changes. */
 static void undo_account(lg_batch *b, const lg_account *a)
 {
-        lg_assert(b->n_undo < b->undo_max);
+        KS_ASSERT(b->n_undo < b->undo_max);
         lg_undo *u = &b->undo[b->n_undo++];
         u->kind = UNDO_ACCOUNT;
         u->index = (int32_t)(a - b->accounts);
@@ -203,7 +199,7 @@ static void undo_account(lg_batch *b, const lg_account *a)
 
 static void undo_status(lg_batch *b, const lg_xfer *x)
 {
-        lg_assert(b->n_undo < b->undo_max);
+        KS_ASSERT(b->n_undo < b->undo_max);
         lg_undo *u = &b->undo[b->n_undo++];
         u->kind = UNDO_STATUS;
         u->index = (int32_t)(x - b->xfers);
@@ -363,12 +359,12 @@ static int create_account(lg_batch *b, const void *events, int i, uint64_t ts)
         if ((e = account_get(b, a->id)) != NULL) {
                 return account_exists(a, e);
         }
-        lg_assert(b->n_accounts < b->accounts_max);
+        KS_ASSERT(b->n_accounts < b->accounts_max);
         int k = b->n_accounts++;
         b->accounts[k] = *a;
         b->accounts[k].timestamp = ts;
         if (lg_map_put(&b->account_ix, a->id, k) != 0) {
-                lg_assert_fail("account map full", __FILE__, __LINE__);
+                ks_assert_fail("account map full", __FILE__, __LINE__);
         }
         return LG_AR(ok);
 }
@@ -381,7 +377,7 @@ static bool account_linked(const void *events, int i)
 void lg_create_accounts(lg_batch *b, const lg_account *events, int n, uint64_t base_ts,
                         uint8_t *results)
 {
-        lg_assert(n >= 0 && n <= b->events_max);
+        KS_ASSERT(n >= 0 && n <= b->events_max);
         run_events(b, events, n, base_ts, account_linked, create_account,
                    LG_AR(linked_event_chain_open), LG_AR(linked_event_failed), results);
 }
@@ -546,7 +542,7 @@ static void history(lg_batch *b, const lg_account *a, const lg_transfer *t, uint
         if (!(a->flags & LG_AF_HISTORY)) {
                 return;
         }
-        lg_assert(b->n_hist < b->hist_max);
+        KS_ASSERT(b->n_hist < b->hist_max);
         b->hist[b->n_hist++] = (lg_hist){.account_id = a->id,
                                          .transfer_id = t->id,
                                          .side = side,
@@ -560,13 +556,13 @@ static void history(lg_batch *b, const lg_account *a, const lg_transfer *t, uint
 /* Appends a created transfer; returns it. */
 static lg_xfer *add_created(lg_batch *b, const lg_transfer *t)
 {
-        lg_assert(b->n_xfers < b->xfers_max);
+        KS_ASSERT(b->n_xfers < b->xfers_max);
         int k = b->n_xfers++;
         lg_xfer *x = &b->xfers[k];
 
         *x = (lg_xfer){.t = *t};
         if (lg_map_put(&b->xfer_ix, t->id, k) != 0) {
-                lg_assert_fail("map full", __FILE__, __LINE__);
+                ks_assert_fail("map full", __FILE__, __LINE__);
         }
         return x;
 }
@@ -576,12 +572,12 @@ static void record_failed(lg_batch *b, u128 id, int r)
         if (!lg_transfer_result_transient(r)) {
                 return;
         }
-        lg_assert(b->n_failed < b->failed_max);
+        KS_ASSERT(b->n_failed < b->failed_max);
         int k = b->n_failed++;
         b->failed_ids[k] = id;
         b->failed_results[k] = (uint8_t)r;
         if (lg_map_put(&b->failed_ix, id, k) != 0) {
-                lg_assert_fail("map full", __FILE__, __LINE__);
+                ks_assert_fail("map full", __FILE__, __LINE__);
         }
 }
 
@@ -794,7 +790,7 @@ static int post_or_void(lg_batch *b, lg_transfer *t)
         lg_transfer pt = p->t; /* p may move: add_created appends to the same array */
         lg_account *dr = account_get(b, pt.debit_account_id);
         lg_account *cr = account_get(b, pt.credit_account_id);
-        lg_assert(dr != NULL && cr != NULL); /* accounts are never deleted, and were locked */
+        KS_ASSERT(dr != NULL && cr != NULL); /* accounts are never deleted, and were locked */
         bool post = (t->flags & LG_TF_POST) != 0;
         if (post && (r = check_post(&pt, dr, cr, amount)) != LG_TR(ok)) {
                 return r;
@@ -856,7 +852,7 @@ static bool transfer_linked(const void *events, int i)
 void lg_create_transfers(lg_batch *b, const lg_transfer *events, int n, uint64_t base_ts,
                          uint8_t *results)
 {
-        lg_assert(n >= 0 && n <= b->events_max);
+        KS_ASSERT(n >= 0 && n <= b->events_max);
         run_events(b, events, n, base_ts, transfer_linked, create_transfer,
                    LG_TR(linked_event_chain_open), LG_TR(linked_event_failed), results);
 }
@@ -874,7 +870,7 @@ int lg_expire(lg_batch *b, const u128 *ids, int n, uint64_t base_ts)
                 }
                 lg_account *dr = account_get(b, p->t.debit_account_id);
                 lg_account *cr = account_get(b, p->t.credit_account_id);
-                lg_assert(dr != NULL && cr != NULL);
+                KS_ASSERT(dr != NULL && cr != NULL);
                 release_pending(&p->t, dr, cr, true);
                 p->status = LG_PENDING_EXPIRED;
                 history(b, dr, &p->t, 1, base_ts + (uint64_t)i);
