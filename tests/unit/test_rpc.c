@@ -78,8 +78,12 @@ static int echo(ks_call *call)
 }
 
 static const ks_method methods[] = {
-    {"keelson.auth.v1.AuthService/SignUp", &keelson__auth__v1__sign_up_request__descriptor,
-     &keelson__auth__v1__sign_up_response__descriptor, echo, 0},
+    {.name = "keelson.auth.v1.AuthService/SignUp",
+     .input = &keelson__auth__v1__sign_up_request__descriptor,
+     .output = &keelson__auth__v1__sign_up_response__descriptor,
+     .handler = echo,
+     .flags = KS_M_PUBLIC,
+     .bearer = KS_BEARER_NONE},
 };
 
 static int start_server(fixture *f, int i, int workers, int queue_max, int inflight)
