@@ -78,7 +78,10 @@ static int add_database(table *t, const ks_service_spec *spec)
 
         rc |= add(t, "KEELSON_PG_DSN",
                   v_str(S(pg_dsn), DEFAULT_DSN, KS_CFG_SECRET | KS_CFG_NONEMPTY,
-                        "libpq connection string of the owner (migrations, the outbox relay)"));
+                        spec->schema != NULL
+                            ? "libpq connection string of the schema's owner (migrations, the"
+                              " outbox relay)"
+                            : "libpq connection string (the pool's, when no login DSN is set)"));
         rc |= add(t, "_PG_LOGIN_DSN",
                   v_str(S(pg_login_dsn), "", KS_CFG_SECRET,
                         "libpq connection string the pool logs in with, as a role that owns"

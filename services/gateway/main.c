@@ -35,9 +35,11 @@ static const ks_config_var config_vars[] = {
     KS_CFG_INT("KEELSON_GATEWAY_DRAIN_MS", gw_config, drain_ms, "10000", 0, 600000,
                "after SIGTERM/SIGINT: how long calls in flight may finish"),
     KS_CFG_INT("KEELSON_GATEWAY_RESEND_MS", gw_config, resend_ms, "1000", 0, 600000,
-               "resend an unanswered call of an idempotent method (WhoAmI, Logout, token "
-               "resolution) after this many ms, so a call caught by a replica that died is "
-               "answered by another; 0 = never. Writes are never resent"),
+               "resend an unanswered call of an idempotent method (reads, Logout, token "
+               "resolution: KS_M_IDEMPOTENT in methods.def) after this many ms, so a call caught "
+               "by a replica that died is "
+               "answered by another; 0 = never. A write is resent only when a repeat is answered "
+               "as the first"),
     /* rate limits */
     KS_CFG_STR("KEELSON_REDIS_URL", gw_config, redis_url, "redis://127.0.0.1:6379", KS_CFG_SECRET,
                "Redis for the shared rate limits, redis://[[user]:password@]host[:port][/db]; "
