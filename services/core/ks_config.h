@@ -15,6 +15,8 @@
 #ifndef KS_CONFIG_H
 #define KS_CONFIG_H
 
+#include "ks_code.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -80,7 +82,8 @@ typedef struct ks_config_var {
  * and what it accepts ("KEELSON_AUTH_WORKERS=abc: expected an integer in
  * [1, 256]"). On error the strings loaded so far are freed.
  */
-int ks_config_load(const ks_config_var *vars, size_t n, void *out, char *err, size_t err_len);
+int ks_config_load(const ks_config_var *vars, size_t n, void *out, char *err,
+                   size_t err_len) KS_MUST_CHECK;
 
 /* Frees the strings ks_config_load allocated. */
 void ks_config_free(const ks_config_var *vars, size_t n, void *cfg);

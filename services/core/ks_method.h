@@ -23,6 +23,7 @@
 #include <stddef.h>
 
 #include "envelope.pb-c.h"
+#include "ks_code.h"
 
 typedef Keelson__Rpc__V1__CallerContext ks_caller;
 
@@ -102,7 +103,7 @@ typedef struct ks_method {
  * descriptor). Returns 0, or -1 with the reason in err.
  */
 int ks_method_resolve(const ks_method_table *t, ks_method **out, size_t *n, char *err,
-                      size_t err_len) __attribute__((warn_unused_result));
+                      size_t err_len) KS_MUST_CHECK;
 
 /* Frees what ks_method_resolve made (NULL is fine). */
 void ks_method_free(ks_method *v, size_t n);

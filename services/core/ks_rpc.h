@@ -52,7 +52,7 @@ struct ks_call {
  * returning KS_OK; a handler that returns KS_OK without it replies with an
  * empty message. Returns KS_OK or KS_INTERNAL.
  */
-int ks_call_reply(ks_call *call, const ProtobufCMessage *response);
+int ks_call_reply(ks_call *call, const ProtobufCMessage *response) KS_MUST_CHECK;
 
 /* Sets call->message (printf-style) and returns code, for "return ks_call_fail(...)". */
 int ks_call_fail(ks_call *call, int code, const char *fmt, ...)
@@ -80,7 +80,7 @@ typedef struct ks_rpc_server_options {
         void (*worker_fini)(void *service, void *state);
 } ks_rpc_server_options;
 
-int ks_rpc_server_start(ks_rpc_server **out, const ks_rpc_server_options *opts);
+int ks_rpc_server_start(ks_rpc_server **out, const ks_rpc_server_options *opts) KS_MUST_CHECK;
 /* Connected pipes to brokers (readiness: > 0). */
 int ks_rpc_server_connected(const ks_rpc_server *s);
 /* Stops receiving, lets in-flight calls finish, joins the workers, frees. */
@@ -95,7 +95,7 @@ typedef struct ks_rpc_client_options {
         int default_timeout_ms; /* when a call has no deadline */
 } ks_rpc_client_options;
 
-int ks_rpc_client_new(ks_rpc_client **out, const ks_rpc_client_options *opts);
+int ks_rpc_client_new(ks_rpc_client **out, const ks_rpc_client_options *opts) KS_MUST_CHECK;
 void ks_rpc_client_free(ks_rpc_client *c);
 int ks_rpc_client_connected(const ks_rpc_client *c);
 
@@ -131,7 +131,7 @@ typedef struct ks_rpc_call_args {
  * flight -> RESOURCE_EXHAUSTED.
  * Always fills *res (clear it afterwards); returns res->code.
  */
-int ks_rpc_call(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_result *res);
+int ks_rpc_call(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_result *res) KS_MUST_CHECK;
 
 /*
  * Asynchronous call: done(arg, res) runs once on an nng thread when the reply
@@ -142,7 +142,7 @@ int ks_rpc_call(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_result *r
  */
 typedef void (*ks_rpc_done_fn)(void *arg, ks_rpc_result *res);
 int ks_rpc_call_async(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_done_fn done,
-                      void *arg);
+                      void *arg) KS_MUST_CHECK;
 
 /* Milliseconds since the Unix epoch, wall clock. */
 int64_t ks_now_ms(void);

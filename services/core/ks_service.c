@@ -317,10 +317,11 @@ static int init_database(running *r)
                 ks_log_error(NULL, "migrations failed", "{s:s}", "error", err);
                 return 1;
         }
-        if ((rc = ks_pg_login_pool_new(spec->pool, po, &login, err, sizeof(err))) == -1) {
+        if ((rc = ks_pg_login_pool_new(spec->pool, po, &login, err, sizeof(err))) ==
+            KS_INVALID_ARGUMENT) {
                 return config_error(r, err);
         }
-        return rc == 0 ? 0 : 1;
+        return rc == KS_OK ? 0 : 1;
 }
 
 /* The relay publishes committed outbox rows; it connects as the owner (the DSN's role). */
@@ -391,7 +392,7 @@ static int start_health(running *r)
 {
         const ks_service_settings *c = r->set;
 
-        if (ks_health_start(&r->health, c->http_host, (int)c->http_port) != KS_OK) {
+        if (ks_health_start(&r->health, c->http_host, (int)c->http_port) != 0) {
                 ks_log_error(NULL, "cannot start the health listener", "{s:s, s:i}", "host",
                              c->http_host, "port", (int)c->http_port);
                 return 1;

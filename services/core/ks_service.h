@@ -124,8 +124,7 @@ int ks_service_run(const ks_service_spec *spec, int argc, char **argv);
  * spec's names and defaults, then spec->vars. *out is malloc'ed with the
  * names it points to (free it with ks_service_vars_free). For --help tests.
  */
-int ks_service_vars(const ks_service_spec *spec, ks_config_var **out, size_t *n)
-    __attribute__((warn_unused_result));
+int ks_service_vars(const ks_service_spec *spec, ks_config_var **out, size_t *n) KS_MUST_CHECK;
 void ks_service_vars_free(ks_config_var *vars, size_t n);
 
 #endif
