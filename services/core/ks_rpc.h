@@ -54,6 +54,14 @@ struct ks_call {
  */
 int ks_call_reply(ks_call *call, const ProtobufCMessage *response) KS_MUST_CHECK;
 
+/*
+ * An allocation failed: logged with the request id, answered
+ * RESOURCE_EXHAUSTED "out of memory, retry later" (a replica short of memory
+ * is a transient condition a client may retry, as gRPC's own memory quota
+ * answers). Every service answers it so.
+ */
+int ks_call_oom(ks_call *call) KS_MUST_CHECK;
+
 /* Sets call->message (printf-style) and returns code, for "return ks_call_fail(...)". */
 int ks_call_fail(ks_call *call, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -83,6 +83,12 @@ int ks_call_reply(ks_call *call, const ProtobufCMessage *response)
         return KS_OK;
 }
 
+int ks_call_oom(ks_call *call)
+{
+        ks_log_error(call->request_id, "out of memory", "{s:s}", "method", call->method->name);
+        return ks_call_fail(call, KS_RESOURCE_EXHAUSTED, "out of memory, retry later");
+}
+
 int ks_call_fail(ks_call *call, int code, const char *fmt, ...)
 {
         va_list ap;

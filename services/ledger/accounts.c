@@ -73,7 +73,7 @@ static int reply(ks_call *call, const uint8_t *results, int n)
         int rc;
 
         if (r == NULL) {
-                return ks_call_fail(call, KS_RESOURCE_EXHAUSTED, "out of memory");
+                return ks_call_oom(call);
         }
         for (int i = 0; i < n; i++) {
                 r[i] = (Keelson__Ledger__V1__CreateAccountsResponse__Result)results[i];

@@ -106,7 +106,7 @@ static int reply_accounts(ks_call *call, const lg_worker *w, int n)
         int rc;
 
         if (items == NULL || ptrs == NULL) {
-                rc = ks_call_fail(call, KS_RESOURCE_EXHAUSTED, "out of memory");
+                rc = ks_call_oom(call);
         } else {
                 for (int i = 0; i < n; i++) {
                         int32_t k = lg_map_get(&w->batch->account_ix, w->ids[i]);
@@ -141,7 +141,7 @@ static int reply_transfers(ks_call *call, const lg_worker *w, int n)
         int rc;
 
         if (items == NULL || ptrs == NULL) {
-                rc = ks_call_fail(call, KS_RESOURCE_EXHAUSTED, "out of memory");
+                rc = ks_call_oom(call);
         } else {
                 for (int i = 0; i < n; i++) {
                         int32_t k = lg_map_get(&w->batch->xfer_ix, w->ids[i]);
