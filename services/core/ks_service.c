@@ -84,9 +84,11 @@ static int add_database(table *t, const ks_service_spec *spec)
                             : "libpq connection string (the pool's, when no login DSN is set)"));
         rc |= add(t, "_PG_LOGIN_DSN",
                   v_str(S(pg_login_dsn), "", KS_CFG_SECRET,
-                        "libpq connection string the pool logs in with, as a role that owns"
-                        " nothing and is a member of the runtime role (empty: KEELSON_PG_DSN,"
-                        " with a warning)"));
+                        d->pg_login_help != NULL
+                            ? d->pg_login_help
+                            : "libpq connection string the pool logs in with, as a role that"
+                              " owns nothing and is a member of the runtime role (empty:"
+                              " KEELSON_PG_DSN, with a warning)"));
         if (spec->pg_role_setting) {
                 rc |= add(t, "_PG_ROLE",
                           v_str(S(pg_role), spec->pg_role, KS_CFG_NONEMPTY,
@@ -152,7 +154,8 @@ static int add_outbox(table *t)
                         " notification"));
         rc |= add(t, "_OUTBOX_RETENTION_S",
                   v_int(S(outbox_retention_s), "3600", 0, 31536000,
-                        "published events are deleted after this many seconds"));
+                        "published events (they may hold mail tokens) are deleted after this"
+                        " many seconds"));
         rc |= add(t, "_OUTBOX_RELAY", relay);
         return rc;
 }

@@ -66,7 +66,8 @@ typedef struct ks_service_defaults {
         int64_t workers_min, workers_max;
         const char *workers_help; /* NULL: "worker threads serving RPCs" */
         const char *pg_pool_size;
-        const char *pg_pool_help; /* NULL: "PostgreSQL connections of this replica" */
+        const char *pg_pool_help;  /* NULL: "PostgreSQL connections of this replica" */
+        const char *pg_login_help; /* NULL: a login that is a member of the runtime role */
         const char *pg_acquire_timeout_ms;
         const char *pg_statement_timeout_ms;
 } ks_service_defaults;

@@ -43,6 +43,10 @@ int main(int argc, char **argv)
                          .pg_pool_size = "5",
                          .pg_pool_help = "PostgreSQL connections of this replica (workers + 1"
                                          " for the sweeper is enough)",
+                         .pg_login_help = "libpq connection string the pool logs in with, as a"
+                                          " role that owns nothing and is a member of"
+                                          " keelson_ledger_rt and keelson_ledger_sweeper (empty:"
+                                          " KEELSON_PG_DSN, with a warning)",
                          .pg_acquire_timeout_ms = "5000",
                          .pg_statement_timeout_ms = "30000"},
             .schema = "ledger",
