@@ -330,11 +330,11 @@ enum {
 /*
  * The frame of every tenant method: checks the caller context, opens a
  * transaction acting for the caller's tenant, re-reads the caller's role
- * there (a stale context cannot keep a demoted role), checks perm
- * (permission_denied), deduplicates by request id when asked, runs fn and
- * commits. Any failure rolls back: nothing fn wrote, no event, no audit row.
+ * there (a stale context cannot keep a demoted role), checks the permission
+ * of the method's methods.def row (permission_denied), deduplicates by request id when asked, runs
+ * fn and commits. Any failure rolls back: nothing fn wrote, no event, no audit row.
  */
-int auth_tenant_tx(ks_call *call, unsigned perm, unsigned flags, auth_tx_fn fn, void *arg);
+int auth_tenant_tx(ks_call *call, unsigned flags, auth_tx_fn fn, void *arg) KS_MUST_CHECK;
 
 /* The caller as a user with a session (user methods); replies and returns a code if not. */
 int auth_require_user(ks_call *call, auth_actor *out);
