@@ -337,6 +337,13 @@ int lg_transfer_from_pb(const Keelson__Ledger__V1__Transfer *in, lg_transfer *ou
 /* Struct -> reply message (no allocation: every field is a number). */
 void lg_account_to_pb(const lg_account *in, Keelson__Ledger__V1__Account *out);
 void lg_transfer_to_pb(const lg_transfer *in, Keelson__Ledger__V1__Transfer *out);
+/*
+ * Replies to a create batch: results[0..n) into the reply's repeated result
+ * field (*n_field, *field: protobuf-c enums are int-sized), counted in the
+ * events metrics of kind (0 accounts, 1 transfers) as ok or failed.
+ */
+int lg_reply_results(ks_call *call, int kind, const uint8_t *results, int n, uint8_t ok,
+                     ProtobufCMessage *resp, size_t *n_field, int **field) KS_MUST_CHECK;
 /* Ids from the parallel ids/ids_hi lists. KS_OK or KS_INVALID_ARGUMENT. */
 int lg_ids_from_pb(size_t n_ids, const uint64_t *ids, size_t n_hi, const uint64_t *hi, int max,
                    u128 *out, char *err, size_t err_len);
