@@ -156,8 +156,7 @@ int auth_create_api_key(ks_call *call)
 
         memset(&c, 0, sizeof(c));
         if ((rc = check_create(call, req, &c)) == KS_OK) {
-                rc = auth_tenant_tx(call, AUTH_PERM_API_KEYS_MANAGE,
-                                    AUTH_TX_DEDUPE | AUTH_TX_SECRET, create_tx, &c);
+                rc = auth_tenant_tx(call, AUTH_TX_DEDUPE | AUTH_TX_SECRET, create_tx, &c);
         }
         explicit_bzero(c.key, sizeof(c.key));
         if (rc == KS_OK) {
@@ -239,7 +238,7 @@ int auth_list_api_keys(ks_call *call)
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "page_token: not from this list");
         }
         a.include_revoked = req->include_revoked;
-        rc = auth_tenant_tx(call, AUTH_PERM_API_KEYS_MANAGE, 0, list_tx, &a);
+        rc = auth_tenant_tx(call, 0, list_tx, &a);
         if (rc == KS_OK) {
                 rc = reply_list(call, &a);
         }
@@ -305,6 +304,5 @@ int auth_revoke_api_key(ks_call *call)
         if (!auth_uuid_valid(req->api_key_id)) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "api_key_id: not a valid uuid");
         }
-        return auth_tenant_tx(call, AUTH_PERM_API_KEYS_MANAGE, AUTH_TX_DEDUPE, revoke_tx,
-                              (void *)req->api_key_id);
+        return auth_tenant_tx(call, AUTH_TX_DEDUPE, revoke_tx, (void *)req->api_key_id);
 }

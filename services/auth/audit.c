@@ -135,7 +135,7 @@ int auth_list_audit(ks_call *call)
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "page_token: not from this list");
         }
         snprintf(a.cursor, sizeof(a.cursor), "%s", req->page_token ? req->page_token : "");
-        rc = auth_tenant_tx(call, AUTH_PERM_AUDIT_READ, 0, list_audit_tx, &a);
+        rc = auth_tenant_tx(call, 0, list_audit_tx, &a);
         if (rc == KS_OK) {
                 rc = reply_audit(call, &a);
         }

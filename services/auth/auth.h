@@ -25,6 +25,7 @@
 #include "ks_metrics.h"
 #include "ks_pg.h"
 #include "ks_rpc.h"
+#include "ks_service.h"
 
 /* ---- limits (bytes unless said otherwise) ------------------------------ */
 
@@ -96,6 +97,8 @@ bool auth_hash_pool_full(auth_hash_pool *p);
 int auth_hash_pool_queued(auth_hash_pool *p);
 int auth_hash_pool_running(auth_hash_pool *p);
 uint64_t auth_hash_pool_rejected(auth_hash_pool *p);
+/* keelson_auth_hash_rejected_total, which the RPC server's refusals of heavy calls count too. */
+ks_counter *auth_hash_pool_rejected_counter(auth_hash_pool *p);
 
 /* ---- housekeeping (housekeeping.c) -------------------------------------- */
 
@@ -106,9 +109,45 @@ struct auth_service;
 int auth_housekeeper_start(auth_housekeeper **out, struct auth_service *svc, int interval_s);
 void auth_housekeeper_stop(auth_housekeeper *h);
 
+/* ---- configuration and start (setup.c) ---------------------------------- */
+
+typedef struct auth_config {
+        ks_service_settings base; /* the skeleton's shared settings */
+        int64_t session_ttl_s;
+        int64_t scrypt_log_n;
+        int64_t scrypt_r;
+        int64_t scrypt_p;
+        int64_t hash_workers;
+        int64_t hash_queue_max;
+        int64_t hash_nice;
+        int64_t invitation_ttl_s;
+        int64_t reset_ttl_s;
+        int64_t reset_max_per_window;
+        int64_t reset_window_s;
+        int64_t lockout_max_failures;
+        int64_t lockout_window_s;
+        int64_t lockout_duration_s;
+        int64_t housekeeping_s;
+} auth_config;
+
+/* auth's own variables, beside the shared ones of ks_service.h. */
+extern const ks_config_var auth_config_vars[];
+extern const size_t auth_config_vars_n;
+
+/* The hooks of ks_service_spec: relations between settings, start, stop. */
+int auth_check_config(void *service, char *err, size_t err_len);
+int auth_start(void *service, ks_service_env *env);
+void auth_stop(void *service);
+
+/* What a password check refused for a full hash pool answers. */
+#define AUTH_HASH_BUSY_MSG "too many password checks in progress, retry later"
+
 /* ---- service state ----------------------------------------------------- */
 
 typedef struct auth_service {
+        const auth_config *cfg;
+        int hash_workers, hash_queue_max; /* after the "0 = automatic" defaults */
+        auth_housekeeper *housekeeper;
         ks_pg_pool *pool;
         auth_hash_pool *hash;
         ks_scrypt_params scrypt;               /* configured hashing parameters */
@@ -125,10 +164,6 @@ typedef struct auth_service {
         ks_counter *logins_failed; /* keelson_auth_logins_total{result="failed"} */
         ks_counter *lockouts;      /* keelson_auth_lockouts_total */
 } auth_service;
-
-/* The method table served by this binary. */
-extern const ks_method auth_methods[];
-extern const size_t auth_methods_n;
 
 int auth_signup(ks_call *call);
 int auth_login(ks_call *call);
@@ -295,11 +330,11 @@ enum {
 /*
  * The frame of every tenant method: checks the caller context, opens a
  * transaction acting for the caller's tenant, re-reads the caller's role
- * there (a stale context cannot keep a demoted role), checks perm
- * (permission_denied), deduplicates by request id when asked, runs fn and
- * commits. Any failure rolls back: nothing fn wrote, no event, no audit row.
+ * there (a stale context cannot keep a demoted role), checks the permission
+ * of the method's methods.def row (permission_denied), deduplicates by request id when asked, runs
+ * fn and commits. Any failure rolls back: nothing fn wrote, no event, no audit row.
  */
-int auth_tenant_tx(ks_call *call, unsigned perm, unsigned flags, auth_tx_fn fn, void *arg);
+int auth_tenant_tx(ks_call *call, unsigned flags, auth_tx_fn fn, void *arg) KS_MUST_CHECK;
 
 /* The caller as a user with a session (user methods); replies and returns a code if not. */
 int auth_require_user(ks_call *call, auth_actor *out);

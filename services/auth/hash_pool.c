@@ -318,6 +318,11 @@ int auth_hash_pool_running(auth_hash_pool *p)
         return n;
 }
 
+ks_counter *auth_hash_pool_rejected_counter(auth_hash_pool *p)
+{
+        return p->rejected_counter;
+}
+
 uint64_t auth_hash_pool_rejected(auth_hash_pool *p)
 {
         return (uint64_t)atomic_load(&p->rejected);

@@ -270,7 +270,7 @@ int auth_invite(ks_call *call)
         if (in.emails == NULL || in.out == NULL || in.ids == NULL) {
                 rc = ks_call_fail(call, KS_INTERNAL, AUTH_INTERNAL_MSG);
         } else if ((rc = check_emails(call, req, &in)) == KS_OK) {
-                rc = auth_tenant_tx(call, AUTH_PERM_MEMBERS_INVITE, AUTH_TX_DEDUPE, invite_tx, &in);
+                rc = auth_tenant_tx(call, AUTH_TX_DEDUPE, invite_tx, &in);
         }
         if (rc == KS_OK) {
                 ks_log_info(call->request_id, "invited", "{s:i, s:s}", "addresses", (int)in.n,
@@ -361,7 +361,7 @@ int auth_list_invitations(ks_call *call)
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "page_token: not from this list");
         }
         a.include_closed = req->include_closed;
-        rc = auth_tenant_tx(call, AUTH_PERM_MEMBERS_INVITE, 0, list_tx, &a);
+        rc = auth_tenant_tx(call, 0, list_tx, &a);
         if (rc == KS_OK) {
                 rc = reply_list(call, &a);
         }
@@ -426,8 +426,7 @@ int auth_revoke_invitation(ks_call *call)
         if (!auth_uuid_valid(req->invitation_id)) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "invitation_id: not a valid uuid");
         }
-        return auth_tenant_tx(call, AUTH_PERM_MEMBERS_INVITE, AUTH_TX_DEDUPE, revoke_tx,
-                              req->invitation_id);
+        return auth_tenant_tx(call, AUTH_TX_DEDUPE, revoke_tx, req->invitation_id);
 }
 
 /* ---- AcceptInvitation --------------------------------------------------- */

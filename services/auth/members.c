@@ -136,7 +136,7 @@ int auth_list_members(ks_call *call)
             auth_cursor_parse(req->page_token, a.micros, a.id) != 0) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "page_token: not from this list");
         }
-        rc = auth_tenant_tx(call, AUTH_PERM_MEMBERS_READ, 0, list_members_tx, &a);
+        rc = auth_tenant_tx(call, 0, list_members_tx, &a);
         if (rc == KS_OK) {
                 rc = reply_members(call, &a);
         }
@@ -290,7 +290,7 @@ int auth_set_role(ks_call *call)
         }
         c.user_id = req->user_id;
         c.role = req->role;
-        rc = auth_tenant_tx(call, AUTH_PERM_MEMBERS_SET_ROLE, AUTH_TX_DEDUPE, set_role_tx, &c);
+        rc = auth_tenant_tx(call, AUTH_TX_DEDUPE, set_role_tx, &c);
         PQclear(c.member);
         if (rc == KS_OK) {
                 ks_log_info(call->request_id, "role set", "{s:s, s:s}", "user_id", req->user_id,
@@ -337,7 +337,7 @@ int auth_remove_member(ks_call *call)
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "user_id: not a valid uuid");
         }
         c.user_id = req->user_id;
-        rc = auth_tenant_tx(call, AUTH_PERM_MEMBERS_REMOVE, AUTH_TX_DEDUPE, remove_tx, &c);
+        rc = auth_tenant_tx(call, AUTH_TX_DEDUPE, remove_tx, &c);
         PQclear(c.member);
         if (rc == KS_OK) {
                 ks_log_info(call->request_id, "member removed", "{s:s}", "user_id", req->user_id);

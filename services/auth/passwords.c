@@ -114,7 +114,7 @@ static void rehash(ks_call *call, const auth_login_user *u, const char *password
 static int pool_fail(ks_call *call, int rc)
 {
         if (rc == KS_RESOURCE_EXHAUSTED) {
-                return ks_call_fail(call, rc, "too many password checks in progress, retry later");
+                return ks_call_fail(call, rc, AUTH_HASH_BUSY_MSG);
         }
         if (rc == KS_DEADLINE_EXCEEDED) {
                 return ks_call_fail(call, rc, "deadline exceeded waiting for a password check");

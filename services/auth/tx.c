@@ -217,9 +217,9 @@ static int dedupe_store(auth_tx *tx, unsigned flags, const char *fp)
 }
 
 /* Everything between BEGIN and COMMIT. *replayed: the reply came from auth.requests. */
-static int run_in_tx(auth_tx *tx, unsigned perm, unsigned flags, auth_tx_fn fn, void *arg,
-                     bool *replayed)
+static int run_in_tx(auth_tx *tx, unsigned flags, auth_tx_fn fn, void *arg, bool *replayed)
 {
+        unsigned perm = tx->call->method->permission; /* its methods.def row */
         char fp[AUTH_SHA256_PARAM_LEN] = "";
         bool first = true;
         int rc;
@@ -249,7 +249,7 @@ static int run_in_tx(auth_tx *tx, unsigned perm, unsigned flags, auth_tx_fn fn, 
         return KS_OK;
 }
 
-int auth_tenant_tx(ks_call *call, unsigned perm, unsigned flags, auth_tx_fn fn, void *arg)
+int auth_tenant_tx(ks_call *call, unsigned flags, auth_tx_fn fn, void *arg)
 {
         auth_tx tx;
         bool replayed = false;
@@ -264,7 +264,7 @@ int auth_tenant_tx(ks_call *call, unsigned perm, unsigned flags, auth_tx_fn fn, 
         if ((rc = ks_pg_acquire(tx.svc->pool, &tx.conn)) != KS_OK) {
                 return auth_db_fail(call, rc);
         }
-        rc = run_in_tx(&tx, perm, flags, fn, arg, &replayed);
+        rc = run_in_tx(&tx, flags, fn, arg, &replayed);
         if (rc != KS_OK || replayed) {
                 ks_pg_rollback(tx.conn);
         }

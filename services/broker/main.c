@@ -3,16 +3,11 @@
  * and event subscribers. The forwarding itself lives in ks_broker (core);
  * this file wires configuration, the health listener and signals.
  */
-#include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
 
 #include "ks_broker.h"
-#include "ks_config.h"
 #include "ks_health.h"
 #include "ks_log.h"
-#include "ks_shutdown.h"
+#include "ks_process.h"
 
 typedef struct broker_config {
         char *url;
@@ -29,8 +24,7 @@ static const ks_config_var config_vars[] = {
                "address of the /healthz, /readyz and /metrics listener"),
     KS_CFG_INT("KEELSON_BROKER_HTTP_PORT", broker_config, http_port, "7480", 0, 65535,
                "port of the /healthz, /readyz and /metrics listener (0 = any free port)"),
-    KS_CFG_STR("KEELSON_LOG_LEVEL", broker_config, log_level, "info", KS_CFG_NONEMPTY,
-               "minimum log level: debug, info, warn or error"),
+    KS_CFG_LOG_LEVEL(broker_config, log_level),
 };
 
 static int ready_check(void *arg)
@@ -42,41 +36,26 @@ int main(int argc, char **argv)
 {
         broker_config cfg;
         size_t n_vars = sizeof(config_vars) / sizeof(config_vars[0]);
-        ks_log_init("broker", KS_LOG_INFO);
-        ks_config_init(argc, argv, "keelson-broker: forwards RPCs and events between services",
-                       config_vars, n_vars, &cfg);
-        int level = ks_log_level_parse(cfg.log_level);
-        if (level < 0) {
-                fprintf(stderr, "KEELSON_LOG_LEVEL=%s: expected debug, info, warn or error\n",
-                        cfg.log_level);
-                return 2;
-        }
-        ks_log_init("broker", (ks_log_level)level);
-
-        /* Signals are taken by sigwait below; block them before any thread starts. */
-        sigset_t sigs;
-        sigemptyset(&sigs);
-        sigaddset(&sigs, SIGINT);
-        sigaddset(&sigs, SIGTERM);
-        pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-
+        sigset_t stop;
         int status = 1;
         ks_broker *broker = NULL;
         ks_health *health = NULL;
+
+        ks_process_signals(&stop);
+        ks_process_config("broker", argc, argv,
+                          "keelson-broker: forwards RPCs and events between services", config_vars,
+                          n_vars, &cfg);
         if (ks_broker_start(&broker, cfg.url) != 0) {
                 goto out;
         }
-        if (ks_health_start(&health, cfg.http_host, (int)cfg.http_port) != 0) {
+        if (ks_health_start(&health, cfg.http_host, (int)cfg.http_port) != 0 ||
+            ks_health_add_check(health, "listeners", ready_check, broker) != 0) {
                 ks_log_error(NULL, "cannot start the health listener", NULL);
                 goto out;
         }
-        ks_health_add_check(health, "listeners", ready_check, broker);
         ks_log_info(NULL, "broker ready", "{s:s,s:i}", "url", cfg.url, "http_port",
                     ks_health_port(health));
-        int sig = 0;
-        sigwait(&sigs, &sig);
-        ks_log_info(NULL, "stopping", "{s:i}", "signal", sig);
-        ks_shutdown_deadline(KS_SHUTDOWN_DEADLINE_MS);
+        ks_process_wait(&stop);
         status = 0;
 out:
         ks_health_stop(health);

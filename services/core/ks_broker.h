@@ -12,10 +12,12 @@
 #ifndef KS_BROKER_H
 #define KS_BROKER_H
 
+#include "ks_code.h"
+
 typedef struct ks_broker ks_broker;
 
 /* Listens on every socket of the broker at base ("tcp://host:port") and starts forwarding. */
-int ks_broker_start(ks_broker **out, const char *base);
+int ks_broker_start(ks_broker **out, const char *base) KS_MUST_CHECK;
 
 /* Stops forwarding, closes every socket and frees; accepts NULL. */
 void ks_broker_stop(ks_broker *b);

@@ -27,6 +27,15 @@ typedef enum ks_code {
         KS_CODE_COUNT = 17
 } ks_code;
 
+/*
+ * The return convention of keelson's C code. A function whose caller needs
+ * the reason of a failure returns a ks_code (KS_OK = 0); one whose caller
+ * only needs to know that it failed returns 0 or -1. Either way results come
+ * through out-parameters, and a function whose failure must be handled is
+ * declared KS_MUST_CHECK: ignoring its result does not compile.
+ */
+#define KS_MUST_CHECK __attribute__((warn_unused_result))
+
 /* Connect's snake_case name ("invalid_argument"); "unknown" for out of range. */
 const char *ks_code_name(int code);
 

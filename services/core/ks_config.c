@@ -68,9 +68,36 @@ static int parse_bool(const char *s, bool *out)
         return -1;
 }
 
+/* "debug, info, warn or error" */
+static void list_choices(const char *const *choices, char *out, size_t out_len)
+{
+        size_t used = 0;
+
+        out[0] = '\0';
+        for (size_t i = 0; choices[i] != NULL && used < out_len; i++) {
+                const char *sep = i == 0 ? "" : choices[i + 1] == NULL ? " or " : ", ";
+                int n = snprintf(out + used, out_len - used, "%s%s", sep, choices[i]);
+                used += n > 0 ? (size_t)n : 0;
+        }
+}
+
+static bool is_choice(const char *const *choices, const char *value)
+{
+        for (size_t i = 0; choices[i] != NULL; i++) {
+                if (strcasecmp(choices[i], value) == 0) {
+                        return true;
+                }
+        }
+        return false;
+}
+
 /* What a variable accepts, for messages and help: "an integer in [1, 256]". */
 static void describe(const ks_config_var *var, char *out, size_t out_len)
 {
+        if (var->choices != NULL) {
+                list_choices(var->choices, out, out_len);
+                return;
+        }
         switch (var->type) {
         case KS_CFG_TYPE_INT:
                 snprintf(out, out_len, "an integer in [%lld, %lld]", (long long)var->min,
@@ -132,7 +159,8 @@ static int load_one(const ks_config_var *var, void *cfg, char *err, size_t err_l
                 return 0;
         case KS_CFG_TYPE_STR:
                 if ((var->flags & KS_CFG_NONEMPTY && value[0] == '\0') ||
-                    strnlen(value, CFG_STR_MAX + 1) > CFG_STR_MAX) {
+                    strnlen(value, CFG_STR_MAX + 1) > CFG_STR_MAX ||
+                    (var->choices != NULL && !is_choice(var->choices, value))) {
                         break;
                 }
                 if ((copy = strdup(value)) == NULL) {
@@ -215,7 +243,11 @@ static void print_var(FILE *f, const ks_config_var *var)
         } else {
                 fprintf(f, "      default: \"%s\"\n", def);
         }
-        if (var->type == KS_CFG_TYPE_INT) {
+        if (var->choices != NULL) {
+                char list[160];
+                list_choices(var->choices, list, sizeof(list));
+                fprintf(f, "      values:  %s\n", list);
+        } else if (var->type == KS_CFG_TYPE_INT) {
                 fprintf(f, "      range:   [%lld, %lld]\n", (long long)var->min,
                         (long long)var->max);
         } else if (var->type == KS_CFG_TYPE_BOOL) {

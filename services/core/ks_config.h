@@ -15,10 +15,14 @@
 #ifndef KS_CONFIG_H
 #define KS_CONFIG_H
 
+#include "ks_code.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "ks_log.h"
 
 typedef enum ks_config_type {
         KS_CFG_TYPE_INT,  /* int64_t, decimal, within [min, max] */
@@ -40,20 +44,37 @@ typedef struct ks_config_var {
         int64_t min, max;          /* for KS_CFG_TYPE_INT */
         unsigned flags;
         const char *help;
+        /* For KS_CFG_TYPE_STR: the values accepted, NULL-terminated, matched
+         * without regard to case (NULL: any string). */
+        const char *const *choices;
 } ks_config_var;
 
-#define KS_CFG_INT(name, type, field, def, lo, hi, help)                                           \
+#define KS_CFG_INT(name_, T, field, def, lo, hi, help_)                                            \
         {                                                                                          \
-                (name), KS_CFG_TYPE_INT, offsetof(type, field), (def), (lo), (hi), 0, (help)       \
+                .name = (name_), .type = KS_CFG_TYPE_INT, .offset = offsetof(T, field),            \
+                .default_value = (def), .min = (lo), .max = (hi), .help = (help_)                  \
         }
-#define KS_CFG_STR(name, type, field, def, flags, help)                                            \
+#define KS_CFG_STR(name_, T, field, def, flags_, help_)                                            \
         {                                                                                          \
-                (name), KS_CFG_TYPE_STR, offsetof(type, field), (def), 0, 0, (flags), (help)       \
+                .name = (name_), .type = KS_CFG_TYPE_STR, .offset = offsetof(T, field),            \
+                .default_value = (def), .flags = (flags_), .help = (help_)                         \
         }
-#define KS_CFG_BOOL(name, type, field, def, help)                                                  \
+#define KS_CFG_BOOL(name_, T, field, def, help_)                                                   \
         {                                                                                          \
-                (name), KS_CFG_TYPE_BOOL, offsetof(type, field), (def), 0, 1, 0, (help)            \
+                .name = (name_), .type = KS_CFG_TYPE_BOOL, .offset = offsetof(T, field),           \
+                .default_value = (def), .max = 1, .help = (help_)                                  \
         }
+#define KS_CFG_CHOICE(name_, T, field, def, choices_, help_)                                       \
+        {                                                                                          \
+                .name = (name_), .type = KS_CFG_TYPE_STR, .offset = offsetof(T, field),            \
+                .default_value = (def), .flags = KS_CFG_NONEMPTY, .help = (help_),                 \
+                .choices = (choices_)                                                              \
+        }
+
+/* KEELSON_LOG_LEVEL, the same in every binary: read it with ks_log_level_parse. */
+#define KS_CFG_LOG_LEVEL(T, field)                                                                 \
+        KS_CFG_CHOICE("KEELSON_LOG_LEVEL", T, field, "info", ks_log_level_names,                   \
+                      "the least severe level logged")
 
 /*
  * Loads every variable of the table into the struct at out, from getenv()
@@ -61,7 +82,8 @@ typedef struct ks_config_var {
  * and what it accepts ("KEELSON_AUTH_WORKERS=abc: expected an integer in
  * [1, 256]"). On error the strings loaded so far are freed.
  */
-int ks_config_load(const ks_config_var *vars, size_t n, void *out, char *err, size_t err_len);
+int ks_config_load(const ks_config_var *vars, size_t n, void *out, char *err,
+                   size_t err_len) KS_MUST_CHECK;
 
 /* Frees the strings ks_config_load allocated. */
 void ks_config_free(const ks_config_var *vars, size_t n, void *cfg);

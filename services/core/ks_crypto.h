@@ -6,6 +6,8 @@
 #ifndef KS_CRYPTO_H
 #define KS_CRYPTO_H
 
+#include "ks_code.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -25,7 +27,7 @@ extern const ks_scrypt_params KS_SCRYPT_DEFAULT;
 
 /* Raw scrypt (RFC 7914). Returns 0, or -1 on bad parameters or failure. */
 int ks_scrypt(const void *password, size_t password_len, const void *salt, size_t salt_len,
-              uint64_t n, uint32_t r, uint32_t p, uint8_t *out, size_t out_len);
+              uint64_t n, uint32_t r, uint32_t p, uint8_t *out, size_t out_len) KS_MUST_CHECK;
 
 /* Longest string ks_password_hash produces, with its NUL. */
 #define KS_PASSWORD_HASH_MAX 256
@@ -36,7 +38,7 @@ int ks_scrypt(const void *password, size_t password_len, const void *salt, size_
  * N; unpadded standard base64). Returns 0 or -1.
  */
 int ks_password_hash(const char *password, const ks_scrypt_params *params,
-                     char out[KS_PASSWORD_HASH_MAX]);
+                     char out[KS_PASSWORD_HASH_MAX]) KS_MUST_CHECK;
 
 /*
  * Verifies password against a stored string in constant time with respect to
@@ -45,20 +47,20 @@ int ks_password_hash(const char *password, const ks_scrypt_params *params,
  * parameters are outside sane bounds (then *ok is false).
  */
 int ks_password_verify(const char *password, const char *stored, const ks_scrypt_params *current,
-                       bool *ok, bool *needs_rehash);
+                       bool *ok, bool *needs_rehash) KS_MUST_CHECK;
 
 void ks_sha256(const void *data, size_t len, uint8_t out[KS_SHA256_BYTES]);
 /* Lower-case hex of SHA-256; out holds 65 bytes. */
 void ks_sha256_hex(const void *data, size_t len, char out[2 * KS_SHA256_BYTES + 1]);
 
 int ks_hmac_sha256(const void *key, size_t key_len, const void *msg, size_t msg_len,
-                   uint8_t out[KS_SHA256_BYTES]);
+                   uint8_t out[KS_SHA256_BYTES]) KS_MUST_CHECK;
 
 /* Cryptographically secure random bytes. Returns 0 or -1. */
-int ks_random_bytes(void *out, size_t len);
+int ks_random_bytes(void *out, size_t len) KS_MUST_CHECK;
 
 /* A random RFC 4122 version 4 uuid in its 36-character text form (+ NUL). */
-int ks_uuid_v4(char out[37]);
+int ks_uuid_v4(char out[37]) KS_MUST_CHECK;
 
 /* True when a and b (n bytes each) are equal, in time independent of content. */
 bool ks_consttime_equal(const void *a, const void *b, size_t n);
@@ -70,8 +72,8 @@ bool ks_consttime_equal(const void *a, const void *b, size_t n);
  * padded or not, reject anything else, and return the decoded length or -1.
  */
 #define KS_BASE64_LEN(n) (4 * (((n) + 2) / 3) + 1)
-int ks_base64_encode(const void *in, size_t n, char *out, size_t out_len);
-int ks_base64url_encode(const void *in, size_t n, char *out, size_t out_len);
-int ks_base64_decode(const char *in, size_t n, uint8_t *out, size_t out_len);
+int ks_base64_encode(const void *in, size_t n, char *out, size_t out_len) KS_MUST_CHECK;
+int ks_base64url_encode(const void *in, size_t n, char *out, size_t out_len) KS_MUST_CHECK;
+int ks_base64_decode(const char *in, size_t n, uint8_t *out, size_t out_len) KS_MUST_CHECK;
 
 #endif

@@ -7,6 +7,8 @@
 #ifndef KS_EVENTS_H
 #define KS_EVENTS_H
 
+#include "ks_code.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,7 +18,7 @@ typedef struct ks_publisher ks_publisher;
 typedef struct ks_subscriber ks_subscriber;
 
 /* Dials the event input of each broker base URL. */
-int ks_publisher_new(ks_publisher **out, const char *const *broker_bases, int n);
+int ks_publisher_new(ks_publisher **out, const char *const *broker_bases, int n) KS_MUST_CHECK;
 void ks_publisher_free(ks_publisher *p);
 /*
  * Brokers this publisher is connected to. pub/sub reports success even with
@@ -32,13 +34,14 @@ int ks_publish(ks_publisher *p, const Keelson__Events__V1__Event *ev);
  * (an empty prefix receives everything).
  */
 int ks_subscriber_new(ks_subscriber **out, const char *const *broker_bases, int n,
-                      const char *const *prefixes, int n_prefixes);
+                      const char *const *prefixes, int n_prefixes) KS_MUST_CHECK;
 void ks_subscriber_free(ks_subscriber *s);
 /*
  * Waits up to timeout_ms for the next event. Returns KS_OK with *out owning
  * an unpacked event (keelson__events__v1__event__free_unpacked(*out, NULL)),
  * KS_DEADLINE_EXCEEDED on timeout, or another code.
  */
-int ks_subscriber_next(ks_subscriber *s, int timeout_ms, Keelson__Events__V1__Event **out);
+int ks_subscriber_next(ks_subscriber *s, int timeout_ms,
+                       Keelson__Events__V1__Event **out) KS_MUST_CHECK;
 
 #endif

@@ -9,6 +9,8 @@
 #ifndef KS_HEALTH_H
 #define KS_HEALTH_H
 
+#include "ks_code.h"
+
 #include <stdint.h>
 
 typedef struct ks_health ks_health;
@@ -19,13 +21,13 @@ typedef int (*ks_ready_fn)(void *arg);
 #define KS_HEALTH_CHECKS_MAX 8
 
 /* Binds host:port (port 0 = any free port) and starts the thread. */
-int ks_health_start(ks_health **out, const char *host, int port);
+int ks_health_start(ks_health **out, const char *host, int port) KS_MUST_CHECK;
 
 /* The port actually bound (useful with port 0). */
 int ks_health_port(const ks_health *h);
 
 /* Adds a named readiness check; call before traffic, at most KS_HEALTH_CHECKS_MAX. */
-int ks_health_add_check(ks_health *h, const char *name, ks_ready_fn fn, void *arg);
+int ks_health_add_check(ks_health *h, const char *name, ks_ready_fn fn, void *arg) KS_MUST_CHECK;
 
 /* Stops the thread and frees everything; accepts NULL. */
 void ks_health_stop(ks_health *h);

@@ -20,6 +20,8 @@
 #ifndef KS_JSON_H
 #define KS_JSON_H
 
+#include "ks_code.h"
+
 #include <protobuf-c/protobuf-c.h>
 #include <stddef.h>
 
@@ -32,13 +34,13 @@
  * KS_INVALID_ARGUMENT, *out is NULL and err holds a message for the client.
  */
 int ks_json_to_message(const ProtobufCMessageDescriptor *desc, const char *json, size_t len,
-                       ProtobufCMessage **out, char *err, size_t err_len);
+                       ProtobufCMessage **out, char *err, size_t err_len) KS_MUST_CHECK;
 
 /*
  * Serializes msg as compact JSON. On success returns KS_OK and *out is a
  * NUL-terminated malloc'd string of *out_len bytes (caller frees). Returns
  * KS_INTERNAL only on allocation failure or an invalid message.
  */
-int ks_json_from_message(const ProtobufCMessage *msg, char **out, size_t *out_len);
+int ks_json_from_message(const ProtobufCMessage *msg, char **out, size_t *out_len) KS_MUST_CHECK;
 
 #endif

@@ -32,7 +32,9 @@
 static char log_service[LOG_SERVICE_MAX];
 static atomic_int log_min_level = KS_LOG_INFO;
 
-static const char *const level_names[] = {"debug", "info", "warn", "error"};
+const char *const ks_log_level_names[] = {"debug", "info", "warn", "error", NULL};
+
+#define LEVELS_N 4
 
 void ks_log_init(const char *service, ks_log_level min_level)
 {
@@ -51,8 +53,8 @@ int ks_log_level_parse(const char *s)
         if (s == NULL) {
                 return -1;
         }
-        for (i = 0; i < (int)(sizeof(level_names) / sizeof(level_names[0])); i++) {
-                if (strcasecmp(s, level_names[i]) == 0) {
+        for (i = 0; i < LEVELS_N; i++) {
+                if (strcasecmp(s, ks_log_level_names[i]) == 0) {
                         return i;
                 }
         }
@@ -185,7 +187,7 @@ static json_t *build_line(ks_log_level level, const char *request_id, const char
         }
         format_ts(ts, sizeof(ts));
         json_object_set_new(line, "ts", json_string(ts));
-        json_object_set_new(line, "level", json_string(level_names[level]));
+        json_object_set_new(line, "level", json_string(ks_log_level_names[level]));
         /* Before ks_log_init, the program's own name stands in for the service. */
         json_object_set_new(
             line, "service",

@@ -20,6 +20,9 @@ typedef enum ks_log_level {
 /* Sets the service name written in every line, and the minimum level. */
 void ks_log_init(const char *service, ks_log_level min_level);
 
+/* "debug", "info", "warn", "error", NULL: in level order. */
+extern const char *const ks_log_level_names[];
+
 /* Parses "debug"/"info"/"warn"/"error"; -1 if none of them. */
 int ks_log_level_parse(const char *s);
 

@@ -11,6 +11,8 @@
 #ifndef KS_METRICS_H
 #define KS_METRICS_H
 
+#include "ks_code.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,7 +25,7 @@ typedef struct ks_histogram ks_histogram;
 #define KS_METRICS_SERIES_MAX  4096
 #define KS_METRICS_BUCKETS_MAX 32
 
-int ks_metrics_new(ks_metrics **out);
+int ks_metrics_new(ks_metrics **out) KS_MUST_CHECK;
 void ks_metrics_free(ks_metrics *m);
 
 /* The process-wide registry every module of a binary shares. */
@@ -57,7 +59,7 @@ void ks_histogram_observe(ks_histogram *h, double v);
  * Renders every series in the text format, grouped by name with one # HELP
  * and # TYPE line each. *out is malloc'd and NUL-terminated. Returns 0 or -1.
  */
-int ks_metrics_render(ks_metrics *m, char **out, size_t *out_len);
+int ks_metrics_render(ks_metrics *m, char **out, size_t *out_len) KS_MUST_CHECK;
 
 /* Escapes a label value (\\, \", \n) into out; returns out. */
 char *ks_metrics_escape(const char *value, char *out, size_t out_len);

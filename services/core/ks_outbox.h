@@ -31,6 +31,8 @@
 #ifndef KS_OUTBOX_H
 #define KS_OUTBOX_H
 
+#include "ks_code.h"
+
 #include <libpq-fe.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,7 +59,7 @@
  */
 int ks_outbox_add(PGconn *conn, const char *request_id, const char *schema, const char *topic,
                   const char *tenant_id, const uint8_t *payload, size_t payload_len,
-                  char *event_id_out);
+                  char *event_id_out) KS_MUST_CHECK;
 
 typedef struct ks_outbox_relay ks_outbox_relay;
 
@@ -87,7 +89,7 @@ typedef struct ks_outbox_relay_options {
  * A caveat of the bus: nng pub/sub accepts a message with no broker connected
  * and drops it, so "the publisher accepted it" is all the relay can know.
  */
-int ks_outbox_relay_start(ks_outbox_relay **out, const ks_outbox_relay_options *opts);
+int ks_outbox_relay_start(ks_outbox_relay **out, const ks_outbox_relay_options *opts) KS_MUST_CHECK;
 
 /* Stops the thread (finishing the batch in hand) and frees; accepts NULL. */
 void ks_outbox_relay_stop(ks_outbox_relay *r);

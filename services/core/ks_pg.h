@@ -19,6 +19,8 @@
 #ifndef KS_PG_H
 #define KS_PG_H
 
+#include "ks_code.h"
+
 #include <libpq-fe.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -33,7 +35,7 @@ typedef struct ks_pg_pool_options {
         int statement_timeout_ms;     /* 0 = server default */
 } ks_pg_pool_options;
 
-int ks_pg_pool_new(ks_pg_pool **out, const ks_pg_pool_options *opts);
+int ks_pg_pool_new(ks_pg_pool **out, const ks_pg_pool_options *opts) KS_MUST_CHECK;
 void ks_pg_pool_free(ks_pg_pool *pool);
 
 /*
@@ -41,7 +43,7 @@ void ks_pg_pool_free(ks_pg_pool *pool);
  * KS_OK, or KS_UNAVAILABLE when none is free within the timeout or the
  * database cannot be reached.
  */
-int ks_pg_acquire(ks_pg_pool *pool, PGconn **out);
+int ks_pg_acquire(ks_pg_pool *pool, PGconn **out) KS_MUST_CHECK;
 
 /*
  * Gives a connection back. A connection left inside a transaction is rolled
@@ -61,7 +63,7 @@ int ks_pg_ping(ks_pg_pool *pool);
  * KS_INTERNAL), logs the libpq message with request_id, and *out is NULL.
  */
 int ks_pg_exec(PGconn *conn, const char *request_id, const char *sql, int n_params,
-               const char *const *params, PGresult **out);
+               const char *const *params, PGresult **out) KS_MUST_CHECK;
 
 /*
  * Prepared statements (ks_pg_prepared.c). Every pool connection caches the
@@ -81,7 +83,7 @@ int ks_pg_exec(PGconn *conn, const char *request_id, const char *sql, int n_para
  */
 #define KS_PG_PREPARED_MAX 128
 
-int ks_pg_prepared_attach(PGconn *conn);
+int ks_pg_prepared_attach(PGconn *conn) KS_MUST_CHECK;
 const char *ks_pg_prepared(PGconn *conn, const char *sql, int n_params, const Oid *types,
                            PGresult **failed);
 bool ks_pg_prepared_failed(const PGconn *conn, const PGresult *res);
@@ -121,11 +123,12 @@ typedef struct ks_pg_stmt {
 
 #define KS_PG_PIPELINE_MAX 16
 
-int ks_pg_pipeline(PGconn *conn, const char *request_id, const ks_pg_stmt *stmts, int n);
+int ks_pg_pipeline(PGconn *conn, const char *request_id, const ks_pg_stmt *stmts,
+                   int n) KS_MUST_CHECK;
 
 /* BEGIN / COMMIT / ROLLBACK. ks_pg_rollback is safe outside a transaction. */
-int ks_pg_begin(PGconn *conn, const char *request_id);
-int ks_pg_commit(PGconn *conn, const char *request_id);
+int ks_pg_begin(PGconn *conn, const char *request_id) KS_MUST_CHECK;
+int ks_pg_commit(PGconn *conn, const char *request_id) KS_MUST_CHECK;
 void ks_pg_rollback(PGconn *conn);
 
 /* SQLSTATE of a failed result ("23505"), or "" */
@@ -141,7 +144,7 @@ typedef struct ks_migration {
  * -1 with a message in err (a changed applied file names the file).
  */
 int ks_pg_migrate(const char *dsn, const char *schema, const ks_migration *migrations, size_t n,
-                  char *err, size_t err_len);
+                  char *err, size_t err_len) KS_MUST_CHECK;
 
 /* Defined in each service binary by the build (cmake/embed_sql.cmake). */
 extern const ks_migration ks_service_migrations[];

@@ -165,7 +165,7 @@ int ks_pg_login_pool_new(ks_pg_pool **out, ks_pg_pool_options opts, const ks_pg_
         if (ks_pg_role_conninfo(login_set ? spec->login_dsn : spec->owner_dsn,
                                 login_set ? spec->login_var : "KEELSON_PG_DSN", spec->role,
                                 spec->role_var, &conninfo, err, err_len) != 0) {
-                return -1;
+                return KS_INVALID_ARGUMENT;
         }
         opts.dsn = conninfo;
         int rc = ks_pg_pool_new(out, &opts);
@@ -173,7 +173,9 @@ int ks_pg_login_pool_new(ks_pg_pool **out, ks_pg_pool_options opts, const ks_pg_
         free(conninfo);
         if (rc != KS_OK) {
                 ks_log_error(NULL, "cannot create the PostgreSQL pool", NULL);
-                return -2;
+                return rc;
         }
-        return ks_pg_login_check(*out, spec->schema, login_set, spec->login_var) == 0 ? 0 : -2;
+        return ks_pg_login_check(*out, spec->schema, login_set, spec->login_var) == 0
+                   ? KS_OK
+                   : KS_PERMISSION_DENIED;
 }

@@ -20,6 +20,8 @@
 #ifndef KS_PG_LOGIN_H
 #define KS_PG_LOGIN_H
 
+#include "ks_code.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -33,14 +35,14 @@
  * -1 and a message in err.
  */
 int ks_pg_role_conninfo(const char *dsn, const char *dsn_var, const char *role,
-                        const char *role_var, char **out, char *err, size_t err_len);
+                        const char *role_var, char **out, char *err, size_t err_len) KS_MUST_CHECK;
 
 /*
  * Whether the pool's login role (session_user) could step out of row-level
  * security: a superuser, a BYPASSRLS role, or the owner of a table of
  * schema. KS_OK and *privileged, or the ks_code of the failure.
  */
-int ks_pg_login_privileged(ks_pg_pool *pool, const char *schema, bool *privileged);
+int ks_pg_login_privileged(ks_pg_pool *pool, const char *schema, bool *privileged) KS_MUST_CHECK;
 
 /*
  * The start-up rule above: with a login DSN configured (login_dsn_set), a
@@ -48,7 +50,7 @@ int ks_pg_login_privileged(ks_pg_pool *pool, const char *schema, bool *privilege
  * a warning. Returns 0 when the service may go on.
  */
 int ks_pg_login_check(ks_pg_pool *pool, const char *schema, bool login_dsn_set,
-                      const char *login_var);
+                      const char *login_var) KS_MUST_CHECK;
 
 /* Where a service's pool logs in, and what it checks: the rule above. */
 typedef struct ks_pg_login_spec {
@@ -63,12 +65,13 @@ typedef struct ks_pg_login_spec {
 /*
  * The service's pool: opts with its dsn made by ks_pg_role_conninfo from
  * the login DSN (or the owner's), the connection string wiped once the pool
- * has it, then ks_pg_login_check. Returns 0 and *out; -1 when the DSN cannot
- * take the role (the reason in err, nothing logged: the caller says it as
- * it says configuration errors); -2 when the pool cannot be made or its
- * login is refused (logged).
+ * has it, then ks_pg_login_check. Returns KS_OK and *out;
+ * KS_INVALID_ARGUMENT when the DSN cannot take the role (the reason in err,
+ * nothing logged: the caller says it as it says configuration errors);
+ * KS_PERMISSION_DENIED when the login may step out of row-level security,
+ * another code when the pool cannot be made (both logged).
  */
 int ks_pg_login_pool_new(ks_pg_pool **out, ks_pg_pool_options opts, const ks_pg_login_spec *spec,
-                         char *err, size_t err_len);
+                         char *err, size_t err_len) KS_MUST_CHECK;
 
 #endif

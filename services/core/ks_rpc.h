@@ -27,33 +27,11 @@
 #include "envelope.pb-c.h"
 #include "ks_clock.h" /* ks_now_ms: the wall clock deadlines are read on */
 #include "ks_code.h"
-
-typedef Keelson__Rpc__V1__CallerContext ks_caller;
+#include "ks_method.h"
+#include "ks_metrics.h"
 
 #define KS_MESSAGE_MAX     512       /* reply message bytes */
 #define KS_RPC_PAYLOAD_MAX (4 << 20) /* payload bytes, either way */
-
-/* Method flags. */
-enum {
-        KS_M_PUBLIC = 1u << 0,     /* callable without a caller context */
-        KS_M_INTERNAL = 1u << 1,   /* never routed from the outside by the gateway */
-        KS_M_IDEMPOTENT = 1u << 2, /* safe to retry */
-        KS_M_HASH_HEAVY = 1u << 3, /* spends a password hash */
-        /* A bearer token that does not resolve (revoked, expired, unknown) is
-         * not refused: the call goes on with an unauthenticated caller. */
-        KS_M_CALLER_OPTIONAL = 1u << 4,
-};
-
-typedef struct ks_call ks_call;
-typedef int (*ks_handler_fn)(ks_call *call);
-
-typedef struct ks_method {
-        const char *name; /* "keelson.auth.v1.AuthService/Login" */
-        const ProtobufCMessageDescriptor *input;
-        const ProtobufCMessageDescriptor *output;
-        ks_handler_fn handler;
-        unsigned flags;
-} ks_method;
 
 /* What a handler sees. */
 struct ks_call {
@@ -75,14 +53,19 @@ struct ks_call {
  * returning KS_OK; a handler that returns KS_OK without it replies with an
  * empty message. Returns KS_OK or KS_INTERNAL.
  */
-int ks_call_reply(ks_call *call, const ProtobufCMessage *response);
+int ks_call_reply(ks_call *call, const ProtobufCMessage *response) KS_MUST_CHECK;
+
+/*
+ * An allocation failed: logged with the request id, answered
+ * RESOURCE_EXHAUSTED "out of memory, retry later" (a replica short of memory
+ * is a transient condition a client may retry, as gRPC's own memory quota
+ * answers). Every service answers it so.
+ */
+int ks_call_oom(ks_call *call) KS_MUST_CHECK;
 
 /* Sets call->message (printf-style) and returns code, for "return ks_call_fail(...)". */
 int ks_call_fail(ks_call *call, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-
-/* Milliseconds left before the deadline (INT64_MAX without one, <= 0 when past). */
-int64_t ks_call_remaining_ms(const ks_call *call);
 
 typedef struct ks_rpc_server ks_rpc_server;
 
@@ -95,13 +78,18 @@ typedef struct ks_rpc_server_options {
         int workers;      /* worker threads */
         int queue_max;    /* work queue capacity */
         int max_inflight; /* nng contexts receiving; > workers + queue_max */
-        void *service;    /* handed to handlers as call->service */
+        /* KS_M_HEAVY calls queued or running at once; more are refused with
+         * RESOURCE_EXHAUSTED on arrival (0: no bound of their own). */
+        int heavy_max;
+        const char *heavy_message;  /* the refusal's message (NULL: a generic one) */
+        ks_counter *heavy_rejected; /* counts those refusals too (NULL: none) */
+        void *service;              /* handed to handlers as call->service */
         /* optional per-worker state, made on the worker's thread: */
         int (*worker_init)(void *service, int index, void **state);
         void (*worker_fini)(void *service, void *state);
 } ks_rpc_server_options;
 
-int ks_rpc_server_start(ks_rpc_server **out, const ks_rpc_server_options *opts);
+int ks_rpc_server_start(ks_rpc_server **out, const ks_rpc_server_options *opts) KS_MUST_CHECK;
 /* Connected pipes to brokers (readiness: > 0). */
 int ks_rpc_server_connected(const ks_rpc_server *s);
 /* Stops receiving, lets in-flight calls finish, joins the workers, frees. */
@@ -116,7 +104,7 @@ typedef struct ks_rpc_client_options {
         int default_timeout_ms; /* when a call has no deadline */
 } ks_rpc_client_options;
 
-int ks_rpc_client_new(ks_rpc_client **out, const ks_rpc_client_options *opts);
+int ks_rpc_client_new(ks_rpc_client **out, const ks_rpc_client_options *opts) KS_MUST_CHECK;
 void ks_rpc_client_free(ks_rpc_client *c);
 int ks_rpc_client_connected(const ks_rpc_client *c);
 
@@ -152,7 +140,7 @@ typedef struct ks_rpc_call_args {
  * flight -> RESOURCE_EXHAUSTED.
  * Always fills *res (clear it afterwards); returns res->code.
  */
-int ks_rpc_call(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_result *res);
+int ks_rpc_call(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_result *res) KS_MUST_CHECK;
 
 /*
  * Asynchronous call: done(arg, res) runs once on an nng thread when the reply
@@ -163,6 +151,6 @@ int ks_rpc_call(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_result *r
  */
 typedef void (*ks_rpc_done_fn)(void *arg, ks_rpc_result *res);
 int ks_rpc_call_async(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_done_fn done,
-                      void *arg);
+                      void *arg) KS_MUST_CHECK;
 
 #endif

@@ -47,6 +47,7 @@ struct ks_rpc_server {
         ks_rpc_server_options opts;
         nng_socket sock;
         atomic_int connected;
+        atomic_int heavy; /* KS_M_HEAVY calls queued or running */
         atomic_bool stopping;
         slot *slots;
         int n_slots;
@@ -82,6 +83,12 @@ int ks_call_reply(ks_call *call, const ProtobufCMessage *response)
         return KS_OK;
 }
 
+int ks_call_oom(ks_call *call)
+{
+        ks_log_error(call->request_id, "out of memory", "{s:s}", "method", call->method->name);
+        return ks_call_fail(call, KS_RESOURCE_EXHAUSTED, "out of memory, retry later");
+}
+
 int ks_call_fail(ks_call *call, int code, const char *fmt, ...)
 {
         va_list ap;
@@ -89,14 +96,6 @@ int ks_call_fail(ks_call *call, int code, const char *fmt, ...)
         vsnprintf(call->message, sizeof(call->message), fmt, ap);
         va_end(ap);
         return code;
-}
-
-int64_t ks_call_remaining_ms(const ks_call *call)
-{
-        if (call->deadline_unix_ms == 0) {
-                return INT64_MAX;
-        }
-        return call->deadline_unix_ms - ks_now_ms();
 }
 
 static void count_call(ks_rpc_server *srv, const ks_method *m, int code, double seconds)
@@ -160,14 +159,52 @@ static void slot_recv(slot *s)
         nng_ctx_recv(s->ctx, s->aio);
 }
 
-static const ks_method *find_method(const ks_rpc_server *srv, const char *name)
+static bool enqueue(ks_rpc_server *srv, slot *s);
+
+static bool is_bounded_heavy(const ks_rpc_server *srv, const ks_method *m)
 {
-        for (size_t i = 0; i < srv->opts.n_methods; i++) {
-                if (strcmp(srv->opts.methods[i].name, name) == 0) {
-                        return &srv->opts.methods[i];
-                }
+        return (m->flags & KS_M_HEAVY) != 0 && srv->opts.heavy_max > 0;
+}
+
+/* Takes a place for a heavy call; false when heavy_max are already in. */
+static bool heavy_take(ks_rpc_server *srv, const ks_method *m)
+{
+        if (!is_bounded_heavy(srv, m)) {
+                return true;
         }
-        return NULL;
+        if (atomic_fetch_add(&srv->heavy, 1) < srv->opts.heavy_max) {
+                return true;
+        }
+        atomic_fetch_sub(&srv->heavy, 1);
+        return false;
+}
+
+static void heavy_give(ks_rpc_server *srv, const ks_method *m)
+{
+        if (is_bounded_heavy(srv, m)) {
+                atomic_fetch_sub(&srv->heavy, 1);
+        }
+}
+
+/* Refuses at once what needs no worker to refuse: a full queue, too many heavy calls. */
+static void admit(ks_rpc_server *srv, slot *s)
+{
+        const char *msg = srv->opts.heavy_message != NULL ? srv->opts.heavy_message
+                                                          : "too many expensive calls, retry later";
+
+        if (!heavy_take(srv, s->method)) {
+                ks_counter_inc(srv->rejected_full);
+                if (srv->opts.heavy_rejected != NULL) {
+                        ks_counter_inc(srv->opts.heavy_rejected);
+                }
+                count_call(srv, s->method, KS_RESOURCE_EXHAUSTED, 0);
+                slot_reply(s, KS_RESOURCE_EXHAUSTED, msg, NULL, 0);
+        } else if (!enqueue(srv, s)) {
+                heavy_give(srv, s->method);
+                ks_counter_inc(srv->rejected_full);
+                count_call(srv, s->method, KS_RESOURCE_EXHAUSTED, 0);
+                slot_reply(s, KS_RESOURCE_EXHAUSTED, "service overloaded, retry later", NULL, 0);
+        }
 }
 
 /* Queues a decoded request; false when the queue is full. */
@@ -202,7 +239,7 @@ static void on_request(slot *s, nng_msg *msg)
                 slot_reply(s, KS_INVALID_ARGUMENT, "malformed request envelope", NULL, 0);
                 return;
         }
-        s->method = find_method(srv, s->req->method);
+        s->method = ks_method_find(srv->opts.methods, srv->opts.n_methods, s->req->method);
         if (s->method == NULL) {
                 count_call(srv, NULL, KS_UNIMPLEMENTED, 0);
                 slot_reply(s, KS_UNIMPLEMENTED, "unknown method", NULL, 0);
@@ -214,11 +251,7 @@ static void on_request(slot *s, nng_msg *msg)
                 slot_reply(s, KS_DEADLINE_EXCEEDED, "deadline exceeded before handling", NULL, 0);
                 return;
         }
-        if (!enqueue(srv, s)) {
-                ks_counter_inc(srv->rejected_full);
-                count_call(srv, s->method, KS_RESOURCE_EXHAUSTED, 0);
-                slot_reply(s, KS_RESOURCE_EXHAUSTED, "service overloaded, retry later", NULL, 0);
-        }
+        admit(srv, s);
 }
 
 static void slot_cb(void *arg)
@@ -260,6 +293,9 @@ static void run_call(ks_rpc_server *srv, slot *s, void *worker_state)
         ProtobufCMessage *in = NULL;
         if (call.deadline_unix_ms != 0 && call.deadline_unix_ms <= ks_now_ms()) {
                 code = ks_call_fail(&call, KS_DEADLINE_EXCEEDED, "deadline exceeded in queue");
+        } else if ((code = ks_method_admits(m, call.caller, call.message, sizeof(call.message))) !=
+                   KS_OK) {
+                /* refused before the handler: code and message are set */
         } else if ((in = protobuf_c_message_unpack(m->input, NULL, s->req->payload.len,
                                                    s->req->payload.data)) == NULL) {
                 code = ks_call_fail(&call, KS_INVALID_ARGUMENT, "malformed request payload");
@@ -275,6 +311,7 @@ static void run_call(ks_rpc_server *srv, slot *s, void *worker_state)
         if (code == KS_INTERNAL && call.message[0] == '\0') {
                 snprintf(call.message, sizeof(call.message), "internal error");
         }
+        heavy_give(srv, m);
         double seconds = (double)(ks_now_ms() - s->received_ms) / 1000.0;
         count_call(srv, m, code, seconds);
         slot_reply(s, code, code == KS_OK ? "" : call.message, call.out_payload, call.out_len);
@@ -338,7 +375,7 @@ static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 
 static int check_options(const ks_rpc_server_options *o)
 {
-        if (o->n_dial_urls < 1 || o->n_methods < 1 || o->workers < 1 ||
+        if (o->n_dial_urls < 1 || o->n_methods < 1 || o->workers < 1 || o->heavy_max < 0 ||
             o->workers > RPC_WORKERS_MAX || o->queue_max < 1 ||
             o->max_inflight <= o->workers + o->queue_max || o->max_inflight > RPC_INFLIGHT_MAX) {
                 ks_log_error(NULL, "rpc server options out of range", "{s:i,s:i,s:i,s:i}",

@@ -12,6 +12,8 @@
 #ifndef KS_TOPOLOGY_H
 #define KS_TOPOLOGY_H
 
+#include "ks_code.h"
+
 #include <stddef.h>
 
 typedef enum ks_service_id {
@@ -43,12 +45,13 @@ int ks_service_of_method(const char *method);
  * Writes the URL of one socket of the broker at base ("tcp://host:port") into
  * out. Returns 0, or -1 when base is not tcp://host:port or out is too small.
  */
-int ks_broker_url(char *out, size_t out_len, const char *base, int service, ks_broker_side side);
+int ks_broker_url(char *out, size_t out_len, const char *base, int service,
+                  ks_broker_side side) KS_MUST_CHECK;
 
 /*
  * Splits a comma-separated list of broker base URLs. Returns the count (at
  * most KS_BROKERS_MAX), or -1 when one is malformed.
  */
-int ks_broker_list(const char *list, char urls[][KS_URL_MAX], int max);
+int ks_broker_list(const char *list, char urls[][KS_URL_MAX], int max) KS_MUST_CHECK;
 
 #endif

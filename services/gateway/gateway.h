@@ -393,18 +393,16 @@ typedef struct gw_config {
 
 /* ---- routes.c ----------------------------------------------------------- */
 
-typedef enum gw_revokes {
-        GW_REVOKES_NOTHING,
-        GW_REVOKES_TOKEN, /* the caller's token (Logout, SwitchTenant) */
-        GW_REVOKES_USER,  /* every context of the caller's user (RevokeAllSessions, ...) */
-} gw_revokes;
+/* catalog.c: every routed service's method table (its methods.def). */
+extern const ks_method_table gw_catalog[];
+extern const size_t gw_catalog_n;
 
 typedef struct gw_route {
         char path[GW_PATH_MAX]; /* "/keelson.auth.v1.AuthService/Login", or "unmatched" */
         const char *method;     /* path + 1: the envelope's method name */
         int service;            /* ks_service_id; -1 for "unmatched" */
         unsigned flags;         /* KS_M_PUBLIC, ... */
-        int revokes;            /* gw_revokes: what a success makes stale in the cache */
+        ks_revokes revokes;     /* what a success makes stale in the cache */
         /* Rate limit, set by gw_ratelimit_new: scope, parameters, key shape. */
         bool limited;
         int scope;       /* gw_scope */
@@ -426,6 +424,8 @@ void gw_routes_free(gw_routes *r);
 gw_route *gw_routes_find(gw_routes *r, const char *path);
 /* The pseudo-route every unknown path is counted under. */
 gw_route *gw_routes_unmatched(gw_routes *r);
+/* The method that turns a bearer token into a caller (KS_M_RESOLVER); never routed. */
+const gw_route *gw_routes_resolver(const gw_routes *r);
 /* Iteration, for wiring one upstream client per service that has routes. */
 size_t gw_routes_count(const gw_routes *r);
 const gw_route *gw_routes_at(const gw_routes *r, size_t i);

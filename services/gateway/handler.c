@@ -70,11 +70,10 @@
 #include "ks_json.h"
 #include "ks_log.h"
 
-#define RESOLVE_METHOD "keelson.auth.v1.AuthService/ResolveContext"
-#define JSON_ERR_MAX   256
-#define NS_PER_S       1000000000.0
-#define NS_PER_MS      1000000
-#define XFF_LINES_MAX  16 /* X-Forwarded-For header lines considered (the last ones) */
+#define JSON_ERR_MAX  256
+#define NS_PER_S      1000000000.0
+#define NS_PER_MS     1000000
+#define XFF_LINES_MAX 16 /* X-Forwarded-For header lines considered (the last ones) */
 
 _Static_assert(offsetof(gw_request, call) == 0, "gw_rpc_complete casts a call to its request");
 
@@ -314,23 +313,21 @@ static void wait_begin(gw_request *g, gw_stage stage)
 static void start_upstream(gw_request *g, gw_stage stage)
 {
         bool resolving = stage == GW_STAGE_RESOLVING;
-        int service = resolving ? KS_SVC_AUTH : g->route->service;
+        const gw_route *route = resolving ? gw_routes_resolver(g->srv->routes) : g->route;
         ks_rpc_call_args args = {
-            .method = resolving ? RESOLVE_METHOD : g->route->method,
+            .method = route->method,
             .request_id = g->request_id,
             .caller = &g->caller,
             .deadline_unix_ms = g->deadline_unix_ms,
             .payload = resolving ? g->auth_payload : g->payload,
             .payload_len = resolving ? g->auth_payload_len : g->payload_len,
-            /* token resolution and idempotent methods survive a replica's death */
-            .resend_ms = resolving || (g->route->flags & KS_M_IDEMPOTENT) != 0
-                             ? (int)g->srv->cfg->resend_ms
-                             : 0,
+            /* idempotent methods, token resolution among them, survive a replica's death */
+            .resend_ms = (route->flags & KS_M_IDEMPOTENT) != 0 ? (int)g->srv->cfg->resend_ms : 0,
         };
-        int rc = gw_upstream_call(g->srv->up, service, &args, &g->call);
+        int rc = gw_upstream_call(g->srv->up, route->service, &args, &g->call);
         if (rc != KS_OK) {
                 if (rc != KS_DEADLINE_EXCEEDED) { /* an expired deadline is the client's */
-                        gw_server_upstream_error(g->srv, service, rc);
+                        gw_server_upstream_error(g->srv, route->service, rc);
                 }
                 gw_request_fail(g, 0, rc, start_failure_message(rc));
                 return;
@@ -709,9 +706,9 @@ static void on_replied(gw_request *g)
                 return;
         }
         /* This replica at once; the others when auth's event arrives. */
-        if (g->route->revokes == GW_REVOKES_TOKEN) {
+        if (g->route->revokes == KS_REVOKES_TOKEN) {
                 gw_cache_evict_token(g->srv->cache, g->token_sha);
-        } else if (g->route->revokes == GW_REVOKES_USER) {
+        } else if (g->route->revokes == KS_REVOKES_USER) {
                 gw_cache_evict_token(g->srv->cache, g->token_sha);
                 gw_cache_evict_user(g->srv->cache, g->ctx.user_id, "");
         }

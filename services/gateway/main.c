@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "gateway.h"
-#include "ks_config.h"
+#include "ks_process.h"
 #include "ks_log.h"
 #include "ks_shutdown.h"
 
@@ -19,8 +19,7 @@ static const ks_config_var config_vars[] = {
                "port to listen on (0 = any free port; the port bound is logged)"),
     KS_CFG_STR("KEELSON_BROKER_URL", gw_config, broker_url, "tcp://127.0.0.1:7400", KS_CFG_NONEMPTY,
                "base address of every broker, tcp://host:port, comma-separated"),
-    KS_CFG_STR("KEELSON_LOG_LEVEL", gw_config, log_level, "info", KS_CFG_NONEMPTY,
-               "minimum log level: debug, info, warn or error"),
+    KS_CFG_LOG_LEVEL(gw_config, log_level),
     KS_CFG_INT("KEELSON_GATEWAY_BODY_MAX_BYTES", gw_config, body_max_bytes, "1048576", 1024,
                67108864, "largest request body; bigger ones get 413 resource_exhausted"),
     KS_CFG_INT("KEELSON_GATEWAY_HEADERS_MAX_BYTES", gw_config, headers_max_bytes, "16384", 1024,
@@ -36,9 +35,11 @@ static const ks_config_var config_vars[] = {
     KS_CFG_INT("KEELSON_GATEWAY_DRAIN_MS", gw_config, drain_ms, "10000", 0, 600000,
                "after SIGTERM/SIGINT: how long calls in flight may finish"),
     KS_CFG_INT("KEELSON_GATEWAY_RESEND_MS", gw_config, resend_ms, "1000", 0, 600000,
-               "resend an unanswered call of an idempotent method (WhoAmI, Logout, token "
-               "resolution) after this many ms, so a call caught by a replica that died is "
-               "answered by another; 0 = never. Writes are never resent"),
+               "resend an unanswered call of an idempotent method (reads, Logout, token "
+               "resolution: KS_M_IDEMPOTENT in methods.def) after this many ms, so a call caught "
+               "by a replica that died is "
+               "answered by another; 0 = never. A write is resent only when a repeat is answered "
+               "as the first"),
     /* rate limits */
     KS_CFG_STR("KEELSON_REDIS_URL", gw_config, redis_url, "redis://127.0.0.1:6379", KS_CFG_SECRET,
                "Redis for the shared rate limits, redis://[[user]:password@]host[:port][/db]; "
@@ -99,17 +100,10 @@ int main(int argc, char **argv)
 {
         gw_config cfg;
         size_t n_vars = sizeof(config_vars) / sizeof(config_vars[0]);
-        ks_log_init("gateway", KS_LOG_INFO);
-        ks_config_init(argc, argv, "keelson-gateway: the Connect (HTTP/1.1) front door",
-                       config_vars, n_vars, &cfg);
-        int level = ks_log_level_parse(cfg.log_level);
-        if (level < 0) {
-                fprintf(stderr, "KEELSON_LOG_LEVEL=%s: expected debug, info, warn or error\n",
-                        cfg.log_level);
-                ks_config_free(config_vars, n_vars, &cfg);
-                return 2;
-        }
-        ks_log_init("gateway", (ks_log_level)level);
+        /* Signals are the server's (libevent's): only the configuration comes from ks_process. */
+        ks_process_config("gateway", argc, argv,
+                          "keelson-gateway: the Connect (HTTP/1.1) front door", config_vars, n_vars,
+                          &cfg);
         char err[512];
         if (gw_rate_config_parse(&cfg, &cfg.rate, err, sizeof(err)) != 0) {
                 fprintf(stderr, "keelson-gateway: %s\n", err);

@@ -1,79 +1,21 @@
 /*
- * The route table: every method of every routed service, straight from the
- * protobuf-c service descriptors, so a path, its request and response types
- * and its owning service can never drift apart from the .proto files.
+ * The route table: every method of every service in the catalog
+ * (catalog.c: each service's methods.def checked against its protobuf-c
+ * descriptor), so that a path, its request and response types, its owning
+ * service and its flags can never drift apart from the .proto files or
+ * from what the service itself serves.
  *
- * Adding a service is one line in routed_services[] (and, when some of its
- * methods are public or internal, lines in method_flags[]). A method without
- * a line in method_flags[] needs an authenticated caller: forgetting a line
- * fails closed.
+ * KS_M_INTERNAL methods are never routed: a request for one is answered
+ * exactly like an unknown method. The one KS_M_RESOLVER method (auth's
+ * ResolveContext) is kept aside for the handler, which calls it to turn a
+ * bearer token into a caller.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gateway.h"
-#include "keelson/auth/v1/auth.pb-c.h"
-#include "keelson/ledger/v1/ledger.pb-c.h"
-#include "keelson/summary/v1/summary.pb-c.h"
 #include "ks_log.h"
-
-/* The services the gateway routes, one line each. */
-static const ProtobufCServiceDescriptor *const routed_services[] = {
-    &keelson__auth__v1__auth_service__descriptor,
-    &keelson__ledger__v1__ledger_service__descriptor,
-    &keelson__summary__v1__admin_summary_service__descriptor,
-};
-
-/*
- * Methods that are not plain "caller required" writes. KS_M_INTERNAL methods
- * are never routed: a request for one is answered exactly like an unknown
- * method. KS_M_IDEMPOTENT methods may be resent when a replica dies under them.
- * KS_M_CALLER_OPTIONAL methods still need a bearer token, but one that does
- * not resolve reaches the service as an unauthenticated caller.
- */
-static const struct {
-        const char *method;
-        unsigned flags;
-} method_flags[] = {
-    {"keelson.auth.v1.AuthService/SignUp", KS_M_PUBLIC},
-    {"keelson.auth.v1.AuthService/Login", KS_M_PUBLIC},
-    {"keelson.auth.v1.AuthService/ResolveContext", KS_M_INTERNAL | KS_M_IDEMPOTENT},
-    {"keelson.auth.v1.AuthService/WhoAmI", KS_M_IDEMPOTENT},
-    /* A second Logout with the same token is "already done", not 401. */
-    {"keelson.auth.v1.AuthService/Logout", KS_M_IDEMPOTENT | KS_M_CALLER_OPTIONAL},
-    {"keelson.auth.v1.AuthService/AcceptInvitation", KS_M_PUBLIC},
-    {"keelson.auth.v1.AuthService/ForgotPassword", KS_M_PUBLIC},
-    {"keelson.auth.v1.AuthService/ResetPassword", KS_M_PUBLIC},
-    /* Reads, and tenant writes the auth service deduplicates by request id. */
-    {"keelson.auth.v1.AuthService/ListTenants", KS_M_IDEMPOTENT},
-    {"keelson.auth.v1.AuthService/RevokeAllSessions", KS_M_IDEMPOTENT},
-    {"keelson.auth.v1.AuthService/ListMembers", KS_M_IDEMPOTENT},
-    {"keelson.auth.v1.AuthService/SetRole", KS_M_IDEMPOTENT},
-    {"keelson.auth.v1.AuthService/RemoveMember", KS_M_IDEMPOTENT},
-    {"keelson.auth.v1.AuthService/Invite", KS_M_IDEMPOTENT},
-    {"keelson.auth.v1.AuthService/ListInvitations", KS_M_IDEMPOTENT},
-    {"keelson.auth.v1.AuthService/RevokeInvitation", KS_M_IDEMPOTENT},
-    {"keelson.auth.v1.AuthService/ListApiKeys", KS_M_IDEMPOTENT},
-    {"keelson.auth.v1.AuthService/RevokeApiKey", KS_M_IDEMPOTENT},
-    {"keelson.auth.v1.AuthService/ListAudit", KS_M_IDEMPOTENT},
-};
-
-/*
- * Methods after whose success cached contexts of the caller are stale: the
- * gateway evicts them from its own cache at once (the other replicas hear
- * of it through auth.context_revoked). A name that is not routed (yet)
- * simply never matches.
- */
-static const struct {
-        const char *method;
-        int revokes; /* gw_revokes */
-} revoking[] = {
-    {"keelson.auth.v1.AuthService/Logout", GW_REVOKES_TOKEN},
-    {"keelson.auth.v1.AuthService/SwitchTenant", GW_REVOKES_TOKEN},
-    {"keelson.auth.v1.AuthService/RevokeAllSessions", GW_REVOKES_USER},
-    {"keelson.auth.v1.AuthService/ChangePassword", GW_REVOKES_USER},
-};
 
 #define ROUTES_MAX    1024 /* far above what the protos hold; bounds the table */
 #define UNMATCHED     "unmatched"
@@ -86,17 +28,9 @@ struct gw_routes {
         gw_route *v; /* sorted by path */
         size_t n;
         gw_route unmatched;
+        gw_route resolver; /* not routed: called by the handler */
+        int n_resolvers;
 };
-
-static unsigned flags_of(const char *method)
-{
-        for (size_t i = 0; i < sizeof(method_flags) / sizeof(method_flags[0]); i++) {
-                if (strcmp(method_flags[i].method, method) == 0) {
-                        return method_flags[i].flags;
-                }
-        }
-        return 0;
-}
 
 static int cmp_route(const void *a, const void *b)
 {
@@ -113,14 +47,13 @@ static void route_metrics(gw_route *r)
                                       KS_LATENCY_BUCKETS, KS_LATENCY_BUCKETS_N);
 }
 
-/* Fills *r from one method of a service; returns 0, 1 (internal: skip) or -1. */
-static int route_of(const ProtobufCServiceDescriptor *svc, const ProtobufCMethodDescriptor *m,
-                    gw_route *r)
+/* Fills *r from one method; returns 0, or -1 for a method of no known service. */
+static int route_of(const ks_method *m, gw_route *r)
 {
         memset(r, 0, sizeof(*r));
-        int n = snprintf(r->path, sizeof(r->path), "/%s/%s", svc->name, m->name);
+        int n = snprintf(r->path, sizeof(r->path), "/%s", m->name);
         if (n < 0 || (size_t)n >= sizeof(r->path)) {
-                ks_log_error(NULL, "method path too long", "{s:s}", "service", svc->name);
+                ks_log_error(NULL, "method path too long", "{s:s}", "method", m->name);
                 return -1;
         }
         r->method = r->path + 1;
@@ -129,36 +62,64 @@ static int route_of(const ProtobufCServiceDescriptor *svc, const ProtobufCMethod
                 ks_log_error(NULL, "method of no known service", "{s:s}", "method", r->method);
                 return -1;
         }
-        r->flags = flags_of(r->method);
-        for (size_t i = 0; i < sizeof(revoking) / sizeof(revoking[0]); i++) {
-                if (strcmp(revoking[i].method, r->method) == 0) {
-                        r->revokes = revoking[i].revokes;
-                }
-        }
+        r->flags = m->flags;
+        r->revokes = m->revokes;
         r->input = m->input;
         r->output = m->output;
-        return (r->flags & KS_M_INTERNAL) != 0 ? 1 : 0;
+        return 0;
+}
+
+/* Adds the routes of one table (and notes its resolver); -1 on a bad table. */
+static int add_table(gw_routes *t, const ks_method_table *table, size_t cap)
+{
+        ks_method *v = NULL;
+        size_t n = 0;
+        char err[256];
+        int rc = 0;
+
+        if (ks_method_resolve(table, &v, &n, err, sizeof(err)) != 0) {
+                ks_log_error(NULL, "bad method table", "{s:s}", "error", err);
+                return -1;
+        }
+        for (size_t i = 0; i < n && rc == 0; i++) {
+                gw_route *r = &t->v[t->n];
+                if ((v[i].flags & KS_M_RESOLVER) != 0) {
+                        r = &t->resolver;
+                        t->n_resolvers++;
+                } else if ((v[i].flags & KS_M_INTERNAL) != 0) {
+                        continue;
+                } else if (t->n == cap) {
+                        rc = -1;
+                        break;
+                } else {
+                        t->n++;
+                }
+                rc = route_of(&v[i], r);
+        }
+        ks_method_free(v, n);
+        return rc;
 }
 
 static int build(gw_routes *t)
 {
         size_t cap = 0;
-        for (size_t i = 0; i < sizeof(routed_services) / sizeof(routed_services[0]); i++) {
-                cap += routed_services[i]->n_methods;
+        for (size_t i = 0; i < gw_catalog_n; i++) {
+                cap += gw_catalog[i].service->n_methods;
         }
         if (cap == 0 || cap > ROUTES_MAX || (t->v = calloc(cap, sizeof(*t->v))) == NULL) {
                 return -1;
         }
-        for (size_t i = 0; i < sizeof(routed_services) / sizeof(routed_services[0]); i++) {
-                const ProtobufCServiceDescriptor *svc = routed_services[i];
-                for (unsigned j = 0; j < svc->n_methods; j++) {
-                        int rc = route_of(svc, &svc->methods[j], &t->v[t->n]);
-                        if (rc < 0) {
-                                return -1;
-                        }
-                        t->n += rc == 0 ? 1 : 0;
+        for (size_t i = 0; i < gw_catalog_n; i++) {
+                if (add_table(t, &gw_catalog[i], cap) != 0) {
+                        return -1;
                 }
         }
+        if (t->n_resolvers != 1) {
+                ks_log_error(NULL, "the catalog must have exactly one resolver method", "{s:i}",
+                             "resolvers", t->n_resolvers);
+                return -1;
+        }
+        t->resolver.method = t->resolver.path + 1;
         qsort(t->v, t->n, sizeof(*t->v), cmp_route);
         for (size_t i = 0; i < t->n; i++) {
                 if (i > 0 && strcmp(t->v[i - 1].path, t->v[i].path) == 0) {
@@ -215,6 +176,11 @@ gw_route *gw_routes_unmatched(gw_routes *r)
         return &r->unmatched;
 }
 
+const gw_route *gw_routes_resolver(const gw_routes *r)
+{
+        return &r->resolver;
+}
+
 size_t gw_routes_count(const gw_routes *r)
 {
         return r->n;
@@ -232,15 +198,15 @@ gw_route *gw_routes_at_mut(gw_routes *r, size_t i)
 
 bool gw_method_routed(const char *method)
 {
-        for (size_t i = 0; i < sizeof(routed_services) / sizeof(routed_services[0]); i++) {
-                const ProtobufCServiceDescriptor *svc = routed_services[i];
-                size_t n = strlen(svc->name);
-                if (strncmp(method, svc->name, n) != 0 || method[n] != '/') {
+        for (size_t i = 0; i < gw_catalog_n; i++) {
+                const ks_method_table *t = &gw_catalog[i];
+                size_t n = strlen(t->service->name);
+                if (strncmp(method, t->service->name, n) != 0 || method[n] != '/') {
                         continue;
                 }
-                for (unsigned j = 0; j < svc->n_methods; j++) {
-                        if (strcmp(method + n + 1, svc->methods[j].name) == 0) {
-                                return (flags_of(method) & KS_M_INTERNAL) == 0;
+                for (size_t j = 0; j < t->n_rows; j++) {
+                        if (strcmp(method + n + 1, t->rows[j].name) == 0) {
+                                return (t->rows[j].flags & KS_M_INTERNAL) == 0;
                         }
                 }
         }

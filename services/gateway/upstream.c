@@ -154,7 +154,8 @@ int gw_upstream_new(gw_upstream **out, struct event_base *base, const gw_config 
                 gw_upstream_free(u);
                 return -1;
         }
-        bool wanted[KS_SVC_COUNT] = {[KS_SVC_AUTH] = true}; /* auth: ResolveContext */
+        bool wanted[KS_SVC_COUNT] = {false};
+        wanted[gw_routes_resolver(routes)->service] = true; /* the caller's resolution */
         for (size_t i = 0; i < gw_routes_count(routes); i++) {
                 wanted[gw_routes_at(routes, i)->service] = true;
         }

@@ -66,26 +66,10 @@ static int accounts_tx(lg_tx *tx, void *arg)
 
 static int reply(ks_call *call, const uint8_t *results, int n)
 {
-        lg_service *svc = call->service;
         accounts_resp resp = KEELSON__LEDGER__V1__CREATE_ACCOUNTS_RESPONSE__INIT;
-        Keelson__Ledger__V1__CreateAccountsResponse__Result *r = calloc((size_t)n, sizeof(*r));
-        uint64_t ok = 0;
-        int rc;
 
-        if (r == NULL) {
-                return ks_call_fail(call, KS_RESOURCE_EXHAUSTED, "out of memory");
-        }
-        for (int i = 0; i < n; i++) {
-                r[i] = (Keelson__Ledger__V1__CreateAccountsResponse__Result)results[i];
-                ok += results[i] == LG_AR(ok);
-        }
-        ks_counter_add(svc->events_ok[0], ok);
-        ks_counter_add(svc->events_failed[0], (uint64_t)n - ok);
-        resp.n_results = (size_t)n;
-        resp.results = r;
-        rc = ks_call_reply(call, &resp.base);
-        free(r);
-        return rc;
+        return lg_reply_results(call, 0, results, n, LG_AR(ok), &resp.base, &resp.n_results,
+                                (int **)&resp.results);
 }
 
 int lg_create_accounts_handler(ks_call *call)

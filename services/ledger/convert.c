@@ -9,6 +9,7 @@
 #include "ledger.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CODE_MAX 65535u
@@ -124,4 +125,32 @@ int lg_ids_from_pb(size_t n_ids, const uint64_t *ids, size_t n_hi, const uint64_
                 out[i] = lg_u128(n_hi != 0 ? hi[i] : 0, ids[i]);
         }
         return KS_OK;
+}
+
+_Static_assert(sizeof(Keelson__Ledger__V1__CreateAccountsResponse__Result) == sizeof(int) &&
+                   sizeof(Keelson__Ledger__V1__CreateTransfersResponse__Result) == sizeof(int),
+               "lg_reply_results fills a result field as an int array");
+
+int lg_reply_results(ks_call *call, int kind, const uint8_t *results, int n, uint8_t ok,
+                     ProtobufCMessage *resp, size_t *n_field, int **field)
+{
+        lg_service *svc = call->service;
+        int *r = calloc((size_t)n, sizeof(*r));
+        uint64_t n_ok = 0;
+        int rc;
+
+        if (r == NULL) {
+                return ks_call_oom(call);
+        }
+        for (int i = 0; i < n; i++) {
+                r[i] = results[i];
+                n_ok += results[i] == ok;
+        }
+        ks_counter_add(svc->events_ok[kind], n_ok);
+        ks_counter_add(svc->events_failed[kind], (uint64_t)n - n_ok);
+        *n_field = (size_t)n;
+        *field = r;
+        rc = ks_call_reply(call, resp);
+        free(r);
+        return rc;
 }

@@ -39,6 +39,7 @@
 #include "ks_metrics.h"
 #include "ks_pg.h"
 #include "ks_rpc.h"
+#include "ks_service.h"
 #include "ks_ticker.h"
 
 /* ---- 128-bit values ------------------------------------------------------ */
@@ -265,7 +266,24 @@ bool lg_batch_account_changed(const lg_batch *b, int i);
 
 typedef struct lg_groups lg_groups;
 
+/* ---- configuration and start (setup.c) ---------------------------------- */
+
+typedef struct lg_config {
+        ks_service_settings base; /* the skeleton's shared settings */
+        int64_t batch_max;
+        int64_t tx_retries;
+        int64_t expiry_interval_ms;
+        int64_t expiry_batch_max;
+        int64_t expiry_tenants_max;
+        bool group_batches;
+} lg_config;
+
+/* The ledger's own variables, beside the shared ones of ks_service.h. */
+extern const ks_config_var lg_config_vars[];
+extern const size_t lg_config_vars_n;
+
 typedef struct lg_service {
+        const lg_config *cfg;
         ks_pg_pool *pool;
         int batch_max;
         lg_groups *groups; /* NULL: every batch runs alone (group.c) */
@@ -286,8 +304,10 @@ typedef struct lg_service {
         ks_histogram *batch_seconds;
 } lg_service;
 
-extern const ks_method lg_methods[];
-extern const size_t lg_methods_n;
+/* The hooks of ks_service_spec (setup.c). */
+int lg_check_config(void *service, char *err, size_t err_len);
+int lg_start(void *service, ks_service_env *env);
+void lg_stop(void *service);
 
 int lg_create_accounts_handler(ks_call *call);
 int lg_create_transfers_handler(ks_call *call);
@@ -307,6 +327,13 @@ int lg_transfer_from_pb(const Keelson__Ledger__V1__Transfer *in, lg_transfer *ou
 /* Struct -> reply message (no allocation: every field is a number). */
 void lg_account_to_pb(const lg_account *in, Keelson__Ledger__V1__Account *out);
 void lg_transfer_to_pb(const lg_transfer *in, Keelson__Ledger__V1__Transfer *out);
+/*
+ * Replies to a create batch: results[0..n) into the reply's repeated result
+ * field (*n_field, *field: protobuf-c enums are int-sized), counted in the
+ * events metrics of kind (0 accounts, 1 transfers) as ok or failed.
+ */
+int lg_reply_results(ks_call *call, int kind, const uint8_t *results, int n, uint8_t ok,
+                     ProtobufCMessage *resp, size_t *n_field, int **field) KS_MUST_CHECK;
 /* Ids from the parallel ids/ids_hi lists. KS_OK or KS_INVALID_ARGUMENT. */
 int lg_ids_from_pb(size_t n_ids, const uint64_t *ids, size_t n_hi, const uint64_t *hi, int max,
                    u128 *out, char *err, size_t err_len);
@@ -437,6 +464,7 @@ typedef struct lg_worker {
         lg_args args;
 } lg_worker;
 
+/* worker.c: ks_rpc_server_options' worker_init / worker_fini, and the sweeper's. */
 int lg_worker_init(void *service, int index, void **state);
 void lg_worker_fini(void *service, void *state);
 

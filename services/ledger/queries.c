@@ -97,74 +97,82 @@ static int lookup(ks_call *call, size_t n_ids, const uint64_t *ids, size_t n_hi,
         return KS_OK;
 }
 
-static int reply_accounts(ks_call *call, const lg_worker *w, int n)
+/*
+ * Replies with what a lookup found, in the order of the ids asked for: one
+ * item per id that fill finds (item_size bytes each), listed in the reply's
+ * repeated field (*n_field, *field).
+ */
+static int reply_found(ks_call *call, const lg_worker *w, int n, ProtobufCMessage *resp,
+                       size_t *n_field, void ***field, size_t item_size,
+                       bool (*fill)(const lg_batch *b, u128 id, void *item))
 {
-        Keelson__Ledger__V1__LookupAccountsResponse resp =
-            KEELSON__LEDGER__V1__LOOKUP_ACCOUNTS_RESPONSE__INIT;
-        pb_account *items = calloc((size_t)n, sizeof(*items));
-        pb_account **ptrs = calloc((size_t)n, sizeof(*ptrs));
+        char *items = calloc((size_t)n, item_size);
+        void **ptrs = calloc((size_t)n, sizeof(*ptrs));
         int rc;
 
         if (items == NULL || ptrs == NULL) {
-                rc = ks_call_fail(call, KS_RESOURCE_EXHAUSTED, "out of memory");
+                rc = ks_call_oom(call);
         } else {
                 for (int i = 0; i < n; i++) {
-                        int32_t k = lg_map_get(&w->batch->account_ix, w->ids[i]);
-                        if (k >= 0) {
-                                lg_account_to_pb(&w->batch->accounts[k], &items[resp.n_accounts]);
-                                ptrs[resp.n_accounts] = &items[resp.n_accounts];
-                                resp.n_accounts++;
+                        void *item = items + *n_field * item_size;
+                        if (fill(w->batch, w->ids[i], item)) {
+                                ptrs[(*n_field)++] = item;
                         }
                 }
-                resp.accounts = ptrs;
-                rc = ks_call_reply(call, &resp.base);
+                *field = ptrs;
+                rc = ks_call_reply(call, resp);
         }
         free(ptrs);
         free(items);
         return rc;
+}
+
+static bool fill_account(const lg_batch *b, u128 id, void *item)
+{
+        int32_t k = lg_map_get(&b->account_ix, id);
+
+        if (k >= 0) {
+                lg_account_to_pb(&b->accounts[k], item);
+        }
+        return k >= 0;
+}
+
+static bool fill_transfer(const lg_batch *b, u128 id, void *item)
+{
+        int32_t k = lg_map_get(&b->xfer_ix, id);
+
+        if (k >= 0) {
+                lg_transfer_to_pb(&b->xfers[k].t, item);
+        }
+        return k >= 0;
 }
 
 int lg_lookup_accounts_handler(ks_call *call)
 {
         const Keelson__Ledger__V1__LookupAccountsRequest *req = (const void *)call->in;
+        Keelson__Ledger__V1__LookupAccountsResponse resp =
+            KEELSON__LEDGER__V1__LOOKUP_ACCOUNTS_RESPONSE__INIT;
         int rc = lookup(call, req->n_ids, req->ids, req->n_ids_hi, req->ids_hi, false);
 
-        return rc != KS_OK ? rc : reply_accounts(call, call->worker_state, (int)req->n_ids);
-}
-
-static int reply_transfers(ks_call *call, const lg_worker *w, int n)
-{
-        Keelson__Ledger__V1__LookupTransfersResponse resp =
-            KEELSON__LEDGER__V1__LOOKUP_TRANSFERS_RESPONSE__INIT;
-        pb_transfer *items = calloc((size_t)n, sizeof(*items));
-        pb_transfer **ptrs = calloc((size_t)n, sizeof(*ptrs));
-        int rc;
-
-        if (items == NULL || ptrs == NULL) {
-                rc = ks_call_fail(call, KS_RESOURCE_EXHAUSTED, "out of memory");
-        } else {
-                for (int i = 0; i < n; i++) {
-                        int32_t k = lg_map_get(&w->batch->xfer_ix, w->ids[i]);
-                        if (k >= 0) {
-                                lg_transfer_to_pb(&w->batch->xfers[k].t, &items[resp.n_transfers]);
-                                ptrs[resp.n_transfers] = &items[resp.n_transfers];
-                                resp.n_transfers++;
-                        }
-                }
-                resp.transfers = ptrs;
-                rc = ks_call_reply(call, &resp.base);
+        if (rc != KS_OK) {
+                return rc;
         }
-        free(ptrs);
-        free(items);
-        return rc;
+        return reply_found(call, call->worker_state, (int)req->n_ids, &resp.base, &resp.n_accounts,
+                           (void ***)&resp.accounts, sizeof(pb_account), fill_account);
 }
 
 int lg_lookup_transfers_handler(ks_call *call)
 {
         const Keelson__Ledger__V1__LookupTransfersRequest *req = (const void *)call->in;
+        Keelson__Ledger__V1__LookupTransfersResponse resp =
+            KEELSON__LEDGER__V1__LOOKUP_TRANSFERS_RESPONSE__INIT;
         int rc = lookup(call, req->n_ids, req->ids, req->n_ids_hi, req->ids_hi, true);
 
-        return rc != KS_OK ? rc : reply_transfers(call, call->worker_state, (int)req->n_ids);
+        if (rc != KS_OK) {
+                return rc;
+        }
+        return reply_found(call, call->worker_state, (int)req->n_ids, &resp.base, &resp.n_transfers,
+                           (void ***)&resp.transfers, sizeof(pb_transfer), fill_transfer);
 }
 
 /* ---- account filters --------------------------------------------------------- */

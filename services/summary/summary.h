@@ -37,6 +37,7 @@
 #include "ks_pg.h"
 #include "ks_redis_url.h"
 #include "ks_rpc.h"
+#include "ks_service.h"
 
 #define SM_TENANT_LEN   36 /* a uuid in text */
 #define SM_PREFIX_MAX   64
@@ -92,7 +93,26 @@ typedef struct sm_metrics {
         ks_histogram *latency;
 } sm_metrics;
 
+/* ---- configuration and start (setup.c) ---------------------------------- */
+
+typedef struct sm_config {
+        ks_service_settings base; /* the skeleton's shared settings */
+        char *redis_url;
+        char *redis_prefix;
+        int64_t redis_timeout_ms;
+        int64_t redis_retry_ms;
+        int64_t ttl_ms;
+        int64_t local_max;
+        bool cache;
+        bool test_hooks;
+} sm_config;
+
+/* The summary's own variables, beside the shared ones of ks_service.h. */
+extern const ks_config_var sm_config_vars[];
+extern const size_t sm_config_vars_n;
+
 typedef struct sm_service {
+        const sm_config *cfg;
         ks_pg_pool *pool;
         sm_local local;
         sm_redis_options redis;
@@ -113,6 +133,13 @@ typedef struct sm_service {
 typedef struct sm_worker {
         sm_redis redis;
 } sm_worker;
+
+/* The hooks of ks_service_spec (setup.c). */
+int sm_check_config(void *service, char *err, size_t err_len);
+int sm_start(void *service, ks_service_env *env);
+void sm_stop(void *service);
+int sm_worker_init(void *service, int index, void **state);
+void sm_worker_fini(void *service, void *state);
 
 /* local.c */
 int sm_local_init(sm_local *l, size_t n);

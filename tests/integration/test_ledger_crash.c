@@ -329,8 +329,7 @@ static int setup(void **state)
                 return -1;
         }
         snprintf(g_env_broker, sizeof(g_env_broker), "KEELSON_BROKER_URL=%s", g_base);
-        ks_broker_url(g_front, sizeof(g_front), g_base, KS_SVC_LEDGER, KS_SIDE_FRONT);
-        return 0;
+        return ks_broker_url(g_front, sizeof(g_front), g_base, KS_SVC_LEDGER, KS_SIDE_FRONT);
 }
 
 static int teardown(void **state)

@@ -128,7 +128,7 @@ static void test_another_replica_publishes_what_a_killed_one_committed(void **st
         broker_pid = it_broker_start(&s, base, sizeof(base));
         assert_true(broker_pid > 0);
         snprintf(env_broker, sizeof(env_broker), "KEELSON_BROKER_URL=%s", base);
-        ks_broker_url(front, sizeof(front), base, KS_SVC_AUTH, KS_SIDE_FRONT);
+        assert_int_equal(ks_broker_url(front, sizeof(front), base, KS_SVC_AUTH, KS_SIDE_FRONT), 0);
         char *auth_env[] = {env_broker,
                             env_dsn,
                             "KEELSON_AUTH_HTTP_PORT=0",

@@ -276,8 +276,14 @@ static void test_empty_nonempty(void **state)
 static void test_secret_not_in_errors(void **state)
 {
         static const ks_config_var pin[] = {
-            {"KS_TEST_PIN", KS_CFG_TYPE_INT, offsetof(test_config, workers), "1", 1, 9999,
-             KS_CFG_SECRET, "a secret number"},
+            {.name = "KS_TEST_PIN",
+             .type = KS_CFG_TYPE_INT,
+             .offset = offsetof(test_config, workers),
+             .default_value = "1",
+             .min = 1,
+             .max = 9999,
+             .flags = KS_CFG_SECRET,
+             .help = "a secret number"},
         };
         char *long_secret = malloc(10000);
         const char *err;

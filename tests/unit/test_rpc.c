@@ -78,8 +78,12 @@ static int echo(ks_call *call)
 }
 
 static const ks_method methods[] = {
-    {"keelson.auth.v1.AuthService/SignUp", &keelson__auth__v1__sign_up_request__descriptor,
-     &keelson__auth__v1__sign_up_response__descriptor, echo, 0},
+    {.name = "keelson.auth.v1.AuthService/SignUp",
+     .input = &keelson__auth__v1__sign_up_request__descriptor,
+     .output = &keelson__auth__v1__sign_up_response__descriptor,
+     .handler = echo,
+     .flags = KS_M_PUBLIC,
+     .bearer = KS_BEARER_NONE},
 };
 
 static int start_server(fixture *f, int i, int workers, int queue_max, int inflight)
@@ -131,8 +135,10 @@ static int setup(void **state)
                 }
         }
         assert_non_null(f->broker);
-        ks_broker_url(f->back, sizeof(f->back), f->base, KS_SVC_AUTH, KS_SIDE_BACK);
-        ks_broker_url(f->front, sizeof(f->front), f->base, KS_SVC_AUTH, KS_SIDE_FRONT);
+        assert_int_equal(
+            ks_broker_url(f->back, sizeof(f->back), f->base, KS_SVC_AUTH, KS_SIDE_BACK), 0);
+        assert_int_equal(
+            ks_broker_url(f->front, sizeof(f->front), f->base, KS_SVC_AUTH, KS_SIDE_FRONT), 0);
         const char *urls[] = {f->front};
         ks_rpc_client_options co = {
             .dial_urls = urls, .n_dial_urls = 1, .max_inflight = 64, .default_timeout_ms = 5000};

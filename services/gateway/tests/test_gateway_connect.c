@@ -1,6 +1,7 @@
 /*
  * Unit tests of the gateway's Connect rules (connect.c) and route table
- * (routes.c): what a client sends, what it is told.
+ * (routes.c, from the services' methods.def rows in catalog.c): what a
+ * client sends, what it is told, and which calls survive a replica's death.
  *
  * Built from services/gateway/connect.c and routes.c plus keelson_core; it
  * lives in its own folder because every .c directly under services/gateway/
@@ -10,6 +11,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -199,14 +201,110 @@ static void test_routes(void **state)
         gw_routes_free(r);
 }
 
+/* The route of one method, which must exist. */
+static const gw_route *route(gw_routes *r, const char *method)
+{
+        char path[GW_PATH_MAX];
+        snprintf(path, sizeof(path), "/%s", method);
+        const gw_route *found = gw_routes_find(r, path);
+        if (found == NULL) {
+                fail_msg("no route for %s", method);
+        }
+        return found;
+}
+
+/*
+ * Every method of every catalog table is routed with exactly its row's
+ * flags and revocation, or (internal) not routed at all; the one resolver
+ * is auth's ResolveContext.
+ */
+static void test_routes_are_the_rows(void **state)
+{
+        (void)state;
+        gw_routes *r = NULL;
+        size_t routed = 0;
+        assert_int_equal(gw_routes_new(&r), 0);
+        for (size_t t = 0; t < gw_catalog_n; t++) {
+                ks_method *v = NULL;
+                size_t n = 0;
+                char err[256];
+                assert_int_equal(ks_method_resolve(&gw_catalog[t], &v, &n, err, sizeof(err)), 0);
+                for (size_t i = 0; i < n; i++) {
+                        if ((v[i].flags & KS_M_INTERNAL) != 0) {
+                                char path[GW_PATH_MAX];
+                                snprintf(path, sizeof(path), "/%s", v[i].name);
+                                assert_null(gw_routes_find(r, path));
+                                continue;
+                        }
+                        const gw_route *g = route(r, v[i].name);
+                        assert_int_equal(g->flags, v[i].flags);
+                        assert_int_equal(g->revokes, v[i].revokes);
+                        assert_ptr_equal(g->input, v[i].input);
+                        routed++;
+                }
+                ks_method_free(v, n);
+        }
+        assert_int_equal(gw_routes_count(r), routed);
+        assert_string_equal(gw_routes_resolver(r)->method,
+                            "keelson.auth.v1.AuthService/ResolveContext");
+        assert_int_equal(gw_routes_resolver(r)->service, KS_SVC_AUTH);
+        assert_true((gw_routes_resolver(r)->flags & KS_M_IDEMPOTENT) != 0);
+        gw_routes_free(r);
+}
+
+/* What a replica's death does to a call: reads are resent, batch writes are not. */
+static void test_resendable_methods(void **state)
+{
+        static const char *const resent[] = {
+            "keelson.ledger.v1.LedgerService/LookupAccounts",
+            "keelson.ledger.v1.LedgerService/LookupTransfers",
+            "keelson.ledger.v1.LedgerService/GetAccountTransfers",
+            "keelson.ledger.v1.LedgerService/GetAccountBalances",
+            "keelson.ledger.v1.LedgerService/GetTrialBalance",
+            "keelson.summary.v1.AdminSummaryService/GetSummary",
+            "keelson.auth.v1.AuthService/WhoAmI",
+            "keelson.auth.v1.AuthService/ListMembers",
+        };
+        static const char *const not_resent[] = {
+            "keelson.ledger.v1.LedgerService/CreateAccounts",
+            "keelson.ledger.v1.LedgerService/CreateTransfers",
+            "keelson.auth.v1.AuthService/Login",
+            "keelson.auth.v1.AuthService/CreateApiKey",
+            "keelson.auth.v1.AuthService/SwitchTenant",
+        };
+        (void)state;
+        gw_routes *r = NULL;
+        assert_int_equal(gw_routes_new(&r), 0);
+        for (size_t i = 0; i < sizeof(resent) / sizeof(resent[0]); i++) {
+                assert_true((route(r, resent[i])->flags & KS_M_IDEMPOTENT) != 0);
+        }
+        for (size_t i = 0; i < sizeof(not_resent) / sizeof(not_resent[0]); i++) {
+                assert_int_equal(route(r, not_resent[i])->flags & KS_M_IDEMPOTENT, 0);
+        }
+        assert_int_equal(route(r, "keelson.auth.v1.AuthService/Logout")->revokes, KS_REVOKES_TOKEN);
+        assert_int_equal(route(r, "keelson.auth.v1.AuthService/ChangePassword")->revokes,
+                         KS_REVOKES_USER);
+        assert_true(gw_method_routed("keelson.ledger.v1.LedgerService/GetTrialBalance"));
+        assert_false(gw_method_routed("keelson.auth.v1.AuthService/ResolveContext"));
+        assert_false(gw_method_routed("keelson.auth.v1.AuthService/Nothing"));
+        gw_routes_free(r);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_codec),      cmocka_unit_test(test_codec_rejects),
-            cmocka_unit_test(test_version),    cmocka_unit_test(test_timeout),
-            cmocka_unit_test(test_encoding),   cmocka_unit_test(test_request_id),
-            cmocka_unit_test(test_bearer),     cmocka_unit_test(test_bearer_rejects),
-            cmocka_unit_test(test_error_json), cmocka_unit_test(test_routes),
+            cmocka_unit_test(test_codec),
+            cmocka_unit_test(test_codec_rejects),
+            cmocka_unit_test(test_version),
+            cmocka_unit_test(test_timeout),
+            cmocka_unit_test(test_encoding),
+            cmocka_unit_test(test_request_id),
+            cmocka_unit_test(test_bearer),
+            cmocka_unit_test(test_bearer_rejects),
+            cmocka_unit_test(test_error_json),
+            cmocka_unit_test(test_routes),
+            cmocka_unit_test(test_routes_are_the_rows),
+            cmocka_unit_test(test_resendable_methods),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
