@@ -11,18 +11,18 @@
  * partly spent bucket, never grants more than capacity at once.
  *
  * The table: a fixed array of max_keys entries (keys inline, no allocation
- * per key), chained hash heads of 32-bit indices, and an LRU list through
- * the entries. One thread only (the loop, or a benchmark).
+ * per key), found through a ks_hmap and ordered by a ks_lru. One thread only
+ * (the loop, or a benchmark).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "gateway.h"
-#include "ks_crypto.h"
+#include "ks_clock.h"
+#include "ks_hmap.h"
+#include "ks_lru.h"
 
-#define NONE             UINT32_MAX
 #define DIGITS_MAX       9
 #define US_PER_MS        1000LL
 #define BUCKETS_KEYS_MAX (1u << 24)
@@ -141,18 +141,12 @@ gw_limit gw_limit_share(const gw_limit *lim, int64_t n)
 
 int64_t gw_bucket_now_us(void)
 {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-        return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+        return ks_mono_coarse_us();
 }
 
 int64_t gw_bucket_clock_tick_ms(void)
 {
-        struct timespec res;
-        if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) != 0) {
-                return 10; /* the coarsest kernel tick there is (HZ=100) */
-        }
-        return ((int64_t)res.tv_sec * 1000000000 + res.tv_nsec + 999999) / 1000000;
+        return ks_mono_coarse_tick_ms();
 }
 
 /* ---- the arithmetic (ratelimit.lua) ----------------------------------------- */
@@ -206,47 +200,17 @@ void gw_limit_decide(const gw_limit *lim, int64_t *units, int64_t *last_us, int6
 /* ---- the table --------------------------------------------------------------- */
 
 typedef struct bucket {
-        uint64_t hash;
         int64_t units;
         int64_t last_us;
-        uint32_t chain; /* next entry with the same head */
-        uint32_t lru_prev, lru_next;
         uint8_t key_len;
         char key[GW_LIMIT_KEY_MAX];
 } bucket;
 
 struct gw_buckets {
-        bucket *v;
-        uint32_t max;
-        uint32_t n;
-        uint32_t *heads;
-        uint64_t mask;
-        uint32_t lru_head, lru_tail; /* most and least recently used */
-        uint64_t seed;
+        bucket *v;     /* max of them, indexed by slot */
+        ks_hmap index; /* key -> slot (keyed: clients choose the keys) */
+        ks_lru lru;    /* slot order of use; a new key past max evicts the oldest */
 };
-
-uint64_t gw_hash64(uint64_t seed, const void *data, size_t len)
-{
-        const uint8_t *p = data;
-        uint64_t h = seed ^ ((uint64_t)len * 0x9e3779b97f4a7c15ULL);
-        uint64_t w;
-        for (; len >= 8; p += 8, len -= 8) {
-                memcpy(&w, p, 8);
-                h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
-                h ^= h >> 31;
-        }
-        if (len > 0) {
-                w = 0;
-                memcpy(&w, p, len);
-                h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
-                h ^= h >> 31;
-        }
-        h ^= h >> 33; /* murmur3's finalizer: every input bit reaches the low bits */
-        h *= 0xff51afd7ed558ccdULL;
-        h ^= h >> 33;
-        h *= 0xc4ceb9fe1a85ec53ULL;
-        return h ^ (h >> 33);
-}
 
 int gw_buckets_new(gw_buckets **out, size_t max_keys)
 {
@@ -258,21 +222,12 @@ int gw_buckets_new(gw_buckets **out, size_t max_keys)
         if (b == NULL) {
                 return -1;
         }
-        size_t n_heads = 1;
-        while (n_heads < 2 * max_keys) {
-                n_heads <<= 1;
-        }
-        b->max = (uint32_t)max_keys;
-        b->mask = n_heads - 1;
         b->v = calloc(max_keys, sizeof(*b->v));
-        b->heads = malloc(n_heads * sizeof(*b->heads));
-        if (b->v == NULL || b->heads == NULL || ks_random_bytes(&b->seed, sizeof(b->seed)) != 0) {
+        if (b->v == NULL || ks_hmap_init(&b->index, (uint32_t)max_keys) != 0 ||
+            ks_lru_init(&b->lru, (uint32_t)max_keys) != 0) {
                 gw_buckets_free(b);
                 return -1;
         }
-        memset(b->heads, 0xff, n_heads * sizeof(*b->heads)); /* NONE */
-        b->lru_head = NONE;
-        b->lru_tail = NONE;
         *out = b;
         return 0;
 }
@@ -282,64 +237,15 @@ void gw_buckets_free(gw_buckets *b)
         if (b == NULL) {
                 return;
         }
+        ks_lru_fini(&b->lru);
+        ks_hmap_fini(&b->index);
         free(b->v);
-        free(b->heads);
         free(b);
 }
 
 size_t gw_buckets_count(const gw_buckets *b)
 {
-        return b->n;
-}
-
-static void lru_unlink(gw_buckets *b, uint32_t i)
-{
-        bucket *e = &b->v[i];
-        if (e->lru_prev != NONE) {
-                b->v[e->lru_prev].lru_next = e->lru_next;
-        } else {
-                b->lru_head = e->lru_next;
-        }
-        if (e->lru_next != NONE) {
-                b->v[e->lru_next].lru_prev = e->lru_prev;
-        } else {
-                b->lru_tail = e->lru_prev;
-        }
-}
-
-static void lru_push_front(gw_buckets *b, uint32_t i)
-{
-        bucket *e = &b->v[i];
-        e->lru_prev = NONE;
-        e->lru_next = b->lru_head;
-        if (b->lru_head != NONE) {
-                b->v[b->lru_head].lru_prev = i;
-        }
-        b->lru_head = i;
-        if (b->lru_tail == NONE) {
-                b->lru_tail = i;
-        }
-}
-
-static void chain_unlink(gw_buckets *b, uint32_t i)
-{
-        uint32_t *link = &b->heads[b->v[i].hash & b->mask];
-        while (*link != i) {
-                link = &b->v[*link].chain;
-        }
-        *link = b->v[i].chain;
-}
-
-/* A slot for a new key: a never-used one, else the least recently used. */
-static uint32_t slot_for_new(gw_buckets *b)
-{
-        if (b->n < b->max) {
-                return b->n++;
-        }
-        uint32_t i = b->lru_tail;
-        lru_unlink(b, i);
-        chain_unlink(b, i);
-        return i;
+        return ks_lru_count(&b->lru);
 }
 
 /* The entry of key, made (full) when it is new. */
@@ -349,29 +255,25 @@ static uint32_t entry_of(gw_buckets *b, const char *key, size_t key_len, const g
         if (key_len > GW_LIMIT_KEY_MAX) {
                 key_len = GW_LIMIT_KEY_MAX; /* ratelimit.c hashes long keys down first */
         }
-        uint64_t h = gw_hash64(b->seed, key, key_len);
-        uint32_t i = b->heads[h & b->mask];
-        while (i != NONE && (b->v[i].hash != h || b->v[i].key_len != key_len ||
-                             memcmp(b->v[i].key, key, key_len) != 0)) {
-                i = b->v[i].chain;
-        }
-        if (i != NONE) {
-                if (b->lru_head != i) {
-                        lru_unlink(b, i);
-                        lru_push_front(b, i);
+        uint64_t h = ks_hmap_hash(&b->index, key, key_len);
+        for (uint32_t i = ks_hmap_first(&b->index, h); i != KS_HMAP_NONE;
+             i = ks_hmap_next(&b->index, i)) {
+                if (b->v[i].key_len == key_len && memcmp(b->v[i].key, key, key_len) == 0) {
+                        ks_lru_touch(&b->lru, i);
+                        return i;
                 }
-                return i;
         }
-        i = slot_for_new(b);
+        bool evicted;
+        uint32_t i = ks_lru_take(&b->lru, &evicted);
+        if (evicted) {
+                ks_hmap_remove(&b->index, i); /* forgetting a bucket never grants more than full */
+        }
         bucket *e = &b->v[i];
-        e->hash = h;
         e->key_len = (uint8_t)key_len;
         memcpy(e->key, key, key_len);
         e->units = lim->capacity * lim->period_us; /* a new bucket is full */
         e->last_us = now_us;
-        e->chain = b->heads[h & b->mask];
-        b->heads[h & b->mask] = i;
-        lru_push_front(b, i);
+        ks_hmap_insert(&b->index, i, h);
         return i;
 }
 

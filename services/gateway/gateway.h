@@ -31,6 +31,7 @@
 
 #include "ks_code.h"
 #include "ks_metrics.h"
+#include "ks_redis_url.h"
 #include "ks_rpc.h"
 #include "ks_topology.h"
 
@@ -176,29 +177,15 @@ void gw_buckets_take(gw_buckets *b, const char *key, size_t key_len, const gw_li
 bool gw_buckets_consume(gw_buckets *b, const char *key, size_t key_len, const gw_limit *lim,
                         int64_t now_us);
 size_t gw_buckets_count(const gw_buckets *b);
-/* A fast seeded hash for the gateway's tables (not for secrets). */
-uint64_t gw_hash64(uint64_t seed, const void *data, size_t len);
 
 /* ---- redis.c: the asynchronous Redis client -------------------------------- */
 
 #define GW_REDIS_PREFIX_MAX 64
 
-/* KEELSON_REDIS_URL: redis://[[user]:password@]host[:port][/db] */
-typedef struct gw_redis_url {
-        char host[256];
-        int port;
-        char user[128];
-        char password[256];
-        int db;
-} gw_redis_url;
-
-/* Returns 0 with *u filled, or -1 when url is not of that form. */
-int gw_redis_url_parse(const char *url, gw_redis_url *u);
-
 typedef struct gw_redis gw_redis;
 
 typedef struct gw_redis_options {
-        gw_redis_url url;
+        ks_redis_url url;   /* KEELSON_REDIS_URL (ks_redis_url.h) */
         const char *prefix; /* of every bucket key, at most GW_REDIS_PREFIX_MAX bytes */
         int timeout_ms;     /* a decision not answered by then: Redis is treated as gone */
         int retry_max_ms;   /* longest wait between connection attempts */
@@ -281,7 +268,7 @@ typedef struct gw_rate_config {
         int n_overrides;
         gw_proxies proxies;
         bool has_redis;
-        gw_redis_url redis;
+        ks_redis_url redis;
 } gw_rate_config;
 
 /* ---- cache.c: the context cache ------------------------------------------ */
@@ -603,8 +590,6 @@ void gw_request_fail(gw_request *g, int status, int code, const char *message);
 void gw_rpc_begin(gw_request *g);
 /* The upstream completion function: runs on the libevent thread. */
 void gw_rpc_complete(gw_call *call, void *arg);
-/* Monotonic clock in nanoseconds. */
-int64_t gw_now_ns(void);
 /* The client address of a request: its peer, or X-Forwarded-For through trusted proxies. */
 void gw_request_client_ip(const gw_proxies *p, struct evhttp_request *req, char out[GW_IP_MAX]);
 

@@ -79,13 +79,6 @@ _Static_assert(offsetof(gw_request, call) == 0, "gw_rpc_complete casts a call to
 
 static const uint8_t empty_bytes[1] = {0}; /* unpack wants a pointer even for 0 bytes */
 
-int64_t gw_now_ns(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 gw_request *gw_request_new(gw_server *s, struct evhttp_request *req, gw_route *route,
                            const char *request_id, int64_t start_ns)
 {
@@ -230,7 +223,7 @@ static void finish(gw_request *g, int status, int code, const char *content_type
                 status = ks_code_http_status(KS_CANCELED);
                 code = KS_CANCELED; /* the client left before the reply */
         }
-        int64_t duration_ns = gw_now_ns() - g->start_ns;
+        int64_t duration_ns = ks_mono_ns() - g->start_ns;
         gw_route_observe(g->route, code, (double)duration_ns / NS_PER_S);
         if (code != KS_OK && !g->quiet) {
                 log_failure(g, status, code, duration_ns);
@@ -600,7 +593,7 @@ void gw_rpc_begin(gw_request *g)
                 return;
         }
         ks_sha256(tok, tok_len, g->token_sha);
-        if (gw_cache_get(g->srv->cache, g->token_sha, gw_now_ns() / NS_PER_MS, &g->ctx)) {
+        if (gw_cache_get(g->srv->cache, g->token_sha, ks_mono_ms(), &g->ctx)) {
                 set_caller(g);
                 limit_then_call(g, api_subject(g));
                 return;
@@ -669,8 +662,8 @@ static void on_resolved(gw_request *g)
                 gw_request_fail(g, 0, KS_INTERNAL, "invalid reply from the auth service");
                 return;
         }
-        gw_cache_put(g->srv->cache, g->token_sha, &g->ctx, g->cache_generation,
-                     gw_now_ns() / NS_PER_MS, ks_now_ms());
+        gw_cache_put(g->srv->cache, g->token_sha, &g->ctx, g->cache_generation, ks_mono_ms(),
+                     ks_now_ms());
         set_caller(g);
         limit_then_call(g, api_subject(g));
 }

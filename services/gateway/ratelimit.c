@@ -148,11 +148,10 @@ int gw_rate_config_parse(const gw_config *cfg, gw_rate_config *out, char *err, s
                 return fail(err, err_len, "KEELSON_GATEWAY_REDIS_PREFIX", "at most 64 bytes");
         }
         out->has_redis = cfg->redis_url[0] != '\0';
-        if (out->has_redis && gw_redis_url_parse(cfg->redis_url, &out->redis) != 0) {
-                /* The value may hold a password: it is not repeated. */
-                return fail(err, err_len, "KEELSON_REDIS_URL",
-                            "expected redis://[[user]:password@]host[:port][/db], or empty for "
-                            "in-process limits only");
+        /* The message never repeats the value: it may hold a password. */
+        if (out->has_redis &&
+            ks_redis_url_parse(cfg->redis_url, &out->redis, why, sizeof(why)) != 0) {
+                return fail(err, err_len, "KEELSON_REDIS_URL", why);
         }
         return 0;
 }

@@ -41,6 +41,7 @@
 #include <time.h>
 
 #include "gateway.h"
+#include "ks_clock.h"
 #include "ks_log.h"
 #include "ratelimit_script.h"
 
@@ -48,7 +49,6 @@
 #define RETRY_FIRST_MS     50
 #define NUM_MAX            24
 #define ARGS_MAX           9
-#define REDIS_DEFAULT_PORT 6379
 #define ERRORS_NAME        "keelson_gateway_redis_errors_total"
 #define ERRORS_HELP        "Redis failures seen by the rate limiter, by kind"
 
@@ -69,7 +69,7 @@ typedef struct op {
 
 struct gw_redis {
         struct event_base *base;
-        gw_redis_url url;
+        ks_redis_url url;
         char prefix[GW_REDIS_PREFIX_MAX + 1];
         size_t prefix_len;
         int timeout_ms, retry_max_ms, retry_ms, pending_max;
@@ -90,113 +90,6 @@ struct gw_redis {
 };
 
 static void connect_now(gw_redis *r);
-
-static int64_t mono_ns(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* ---- KEELSON_REDIS_URL ------------------------------------------------------ */
-
-static int copy_part(char *dst, size_t dst_len, const char *src, size_t len)
-{
-        if (len >= dst_len) {
-                return -1;
-        }
-        memcpy(dst, src, len);
-        dst[len] = '\0';
-        return 0;
-}
-
-static int parse_number(const char *s, size_t len, int max, int *out)
-{
-        int v = 0;
-        if (len < 1 || len > 5) {
-                return -1;
-        }
-        for (size_t i = 0; i < len; i++) {
-                if (s[i] < '0' || s[i] > '9') {
-                        return -1;
-                }
-                v = v * 10 + (s[i] - '0');
-        }
-        if (v > max) {
-                return -1;
-        }
-        *out = v;
-        return 0;
-}
-
-/* "[user][:password]@" before host; the password may hold anything but '@'. */
-static int parse_userinfo(const char *s, size_t len, gw_redis_url *u)
-{
-        const char *colon = memchr(s, ':', len);
-        if (colon == NULL) { /* "redis://secret@host": the password alone, as redis-cli reads it */
-                return copy_part(u->password, sizeof(u->password), s, len);
-        }
-        size_t user_len = (size_t)(colon - s);
-        if (copy_part(u->user, sizeof(u->user), s, user_len) != 0) {
-                return -1;
-        }
-        return copy_part(u->password, sizeof(u->password), colon + 1, len - user_len - 1);
-}
-
-static int parse_hostport(const char *s, size_t len, gw_redis_url *u)
-{
-        const char *port = NULL;
-        if (len > 0 && s[0] == '[') {
-                const char *close = memchr(s, ']', len);
-                if (close == NULL ||
-                    copy_part(u->host, sizeof(u->host), s + 1, (size_t)(close - s) - 1) != 0) {
-                        return -1;
-                }
-                port = close + 1 < s + len ? close + 1 : NULL;
-                if (port != NULL && *port != ':') {
-                        return -1;
-                }
-        } else {
-                port = memchr(s, ':', len);
-                if (copy_part(u->host, sizeof(u->host), s,
-                              port != NULL ? (size_t)(port - s) : len) != 0) {
-                        return -1;
-                }
-        }
-        u->port = REDIS_DEFAULT_PORT;
-        if (port != NULL &&
-            (parse_number(port + 1, (size_t)(s + len - port - 1), 65535, &u->port) != 0 ||
-             u->port == 0)) {
-                return -1;
-        }
-        return u->host[0] != '\0' ? 0 : -1;
-}
-
-int gw_redis_url_parse(const char *url, gw_redis_url *u)
-{
-        static const char scheme[] = "redis://";
-        memset(u, 0, sizeof(*u));
-        if (strncmp(url, scheme, sizeof(scheme) - 1) != 0) {
-                return -1;
-        }
-        const char *p = url + sizeof(scheme) - 1;
-        const char *at = strrchr(p, '@');
-        if (at != NULL) {
-                if (parse_userinfo(p, (size_t)(at - p), u) != 0) {
-                        return -1;
-                }
-                p = at + 1;
-        }
-        size_t hp_len = strcspn(p, "/");
-        if (parse_hostport(p, hp_len, u) != 0) {
-                return -1;
-        }
-        p += hp_len;
-        if (*p == '/' && p[1] != '\0') {
-                return parse_number(p + 1, strlen(p + 1), 65535, &u->db);
-        }
-        return *p == '\0' || strcmp(p, "/") == 0 ? 0 : -1;
-}
 
 /* ---- the libevent hooks ----------------------------------------------------- */
 
@@ -335,7 +228,7 @@ static void pending_unlink(gw_redis *r, op *o)
 
 static void arm_at(gw_redis *r, int64_t deadline_ns)
 {
-        int64_t wait_us = (deadline_ns - mono_ns()) / 1000;
+        int64_t wait_us = (deadline_ns - ks_mono_ns()) / 1000;
         if (wait_us < 0) {
                 wait_us = 0;
         }
@@ -416,7 +309,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         (void)fd;
         (void)what;
         gw_redis *r = arg;
-        int64_t now = mono_ns();
+        int64_t now = ks_mono_ns();
         if (r->ac != NULL && !r->up && now >= r->connect_deadline_ns) {
                 drop(r, ERR_CONNECT, "no answer to the handshake");
         } else if (r->head != NULL && now >= r->head->deadline_ns) {
@@ -532,7 +425,7 @@ static void connect_now(gw_redis *r)
         }
         ac->data = r;
         r->ac = ac;
-        r->connect_deadline_ns = mono_ns() + (int64_t)CONNECT_TIMEOUT_MS * 1000000;
+        r->connect_deadline_ns = ks_mono_ns() + (int64_t)CONNECT_TIMEOUT_MS * 1000000;
         if (attach(ac, r->base) != REDIS_OK ||
             redisAsyncSetConnectCallback(ac, on_connect) != REDIS_OK ||
             redisAsyncSetDisconnectCallback(ac, on_disconnect) != REDIS_OK ||
@@ -603,7 +496,7 @@ static int parse_decision(const redisReply *rep, const gw_limit *lim, gw_decisio
 static bool resend_with_text(gw_redis *r, op *o)
 {
         o->reloaded = true;
-        o->deadline_ns = mono_ns() + (int64_t)r->timeout_ms * 1000000;
+        o->deadline_ns = ks_mono_ns() + (int64_t)r->timeout_ms * 1000000;
         if (send_op(r, o) != REDIS_OK) {
                 return false;
         }
@@ -667,7 +560,7 @@ int gw_redis_take(gw_redis *r, const char *key, size_t key_len, const gw_limit *
         memcpy(o->key, r->prefix, r->prefix_len);
         memcpy(o->key + r->prefix_len, key, key_len);
         o->key_len = r->prefix_len + key_len;
-        o->deadline_ns = mono_ns() + (int64_t)r->timeout_ms * 1000000;
+        o->deadline_ns = ks_mono_ns() + (int64_t)r->timeout_ms * 1000000;
         if (send_op(r, o) != REDIS_OK) {
                 free(o);
                 return KS_UNAVAILABLE;

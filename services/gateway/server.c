@@ -127,7 +127,7 @@ static void serve_page(gw_server *s, struct evhttp_request *req, page_fn fn, con
 static void on_request(struct evhttp_request *req, void *arg)
 {
         gw_server *s = arg;
-        int64_t start_ns = gw_now_ns();
+        int64_t start_ns = ks_mono_ns();
         char rid[GW_REQUEST_ID_MAX + 1];
         gw_connect_request_id(req, rid);
         const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);

@@ -295,20 +295,20 @@ static void test_config_overrides(void **state)
 static void test_redis_url(void **state)
 {
         (void)state;
-        gw_redis_url u;
-        assert_int_equal(gw_redis_url_parse("redis://127.0.0.1:6380", &u), 0);
+        ks_redis_url u; /* the gateway reads it with the shared parser (test_redis_url.c) */
+        assert_int_equal(ks_redis_url_parse("redis://127.0.0.1:6380", &u, NULL, 0), 0);
         assert_string_equal(u.host, "127.0.0.1");
         assert_int_equal(u.port, 6380);
         assert_int_equal(u.db, 0);
-        assert_int_equal(gw_redis_url_parse("redis://cache.internal", &u), 0);
+        assert_int_equal(ks_redis_url_parse("redis://cache.internal", &u, NULL, 0), 0);
         assert_int_equal(u.port, 6379);
-        assert_int_equal(gw_redis_url_parse("redis://:s3cr@t@[::1]:7000/2", &u), 0);
+        assert_int_equal(ks_redis_url_parse("redis://:s3cr@t@[::1]:7000/2", &u, NULL, 0), 0);
         assert_string_equal(u.password, "s3cr@t");
         assert_string_equal(u.user, "");
         assert_string_equal(u.host, "::1");
         assert_int_equal(u.port, 7000);
         assert_int_equal(u.db, 2);
-        assert_int_equal(gw_redis_url_parse("redis://gw:pw@h/", &u), 0);
+        assert_int_equal(ks_redis_url_parse("redis://gw:pw@h/", &u, NULL, 0), 0);
         assert_string_equal(u.user, "gw");
         assert_string_equal(u.password, "pw");
         const char *bad[] = {"",
@@ -321,7 +321,7 @@ static void test_redis_url(void **state)
                              "rediss://h",
                              "redis://[::1"};
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-                if (gw_redis_url_parse(bad[i], &u) == 0) {
+                if (ks_redis_url_parse(bad[i], &u, NULL, 0) == 0) {
                         fail_msg("accepted %s", bad[i]);
                 }
         }
