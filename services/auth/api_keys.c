@@ -39,12 +39,13 @@ static const char sql_insert[] =
     " CASE WHEN $7::int8 = 0 THEN NULL ELSE timestamptz 'epoch' + $7::int8 * interval '1 ms' END)"
     " RETURNING " KEY_COLUMNS;
 
+/* $1, $2 the cursor (created_at in micros, id), $3 the limit, $4 the filter: list.c. */
 static const char sql_list[] =
     "SELECT " KEY_COLUMNS " FROM auth.api_keys"
-    " WHERE ($3 OR revoked_at IS NULL)"
+    " WHERE ($4::bool OR revoked_at IS NULL)"
     " AND ($1::int8 IS NULL OR (created_at, id) <"
     " (timestamptz 'epoch' + $1::int8 * interval '1 microsecond', $2::uuid))"
-    " ORDER BY created_at DESC, id DESC LIMIT $4::int";
+    " ORDER BY created_at DESC, id DESC LIMIT $3::int";
 
 static const char sql_get_for_revoke[] =
     "SELECT role, name, revoked_at IS NOT NULL FROM auth.api_keys WHERE id = $1::uuid FOR UPDATE";
@@ -167,82 +168,42 @@ int auth_create_api_key(ks_call *call)
 
 /* ---- ListApiKeys -------------------------------------------------------- */
 
-typedef struct list_keys {
-        int page_size;
-        bool include_revoked;
-        char micros[24];
-        char id[AUTH_UUID_LEN + 1];
-        PGresult *res;
-} list_keys;
-
-static int list_tx(auth_tx *tx, void *arg)
+static void key_item(void *item, const PGresult *res, int row)
 {
-        list_keys *a = arg;
-        char limit[16];
-        const char *params[4] = {a->micros[0] ? a->micros : NULL, a->id[0] ? a->id : NULL,
-                                 a->include_revoked ? "true" : "false", limit};
-        int rc;
-
-        snprintf(limit, sizeof(limit), "%d", a->page_size + 1);
-        if ((rc = ks_pg_exec(tx->conn, tx->call->request_id, sql_list, 4, params, &a->res)) !=
-            KS_OK) {
-                return auth_db_fail(tx->call, rc);
-        }
-        return KS_OK;
+        key_from_row(item, res, row);
 }
 
-static int reply_list(ks_call *call, list_keys *a)
-{
-        Keelson__Auth__V1__ListApiKeysResponse resp =
-            KEELSON__AUTH__V1__LIST_API_KEYS_RESPONSE__INIT;
-        int rows = PQntuples(a->res), n = rows > a->page_size ? a->page_size : rows, rc;
-        Keelson__Auth__V1__ApiKey *v = calloc((size_t)n + 1, sizeof(*v));
-        Keelson__Auth__V1__ApiKey **ptrs = calloc((size_t)n + 1, sizeof(*ptrs));
-        char next[AUTH_CURSOR_MAX] = "";
-
-        if (v == NULL || ptrs == NULL) {
-                free(v);
-                free(ptrs);
-                return ks_call_fail(call, KS_INTERNAL, AUTH_INTERNAL_MSG);
-        }
-        for (int i = 0; i < n; i++) {
-                key_from_row(&v[i], a->res, i);
-                ptrs[i] = &v[i];
-        }
-        if (rows > n) {
-                snprintf(next, sizeof(next), "%s.%s", PQgetvalue(a->res, n - 1, 10),
-                         PQgetvalue(a->res, n - 1, 0));
-        }
-        resp.n_api_keys = (size_t)n;
-        resp.api_keys = ptrs;
-        resp.next_page_token = next;
-        rc = ks_call_reply(call, &resp.base);
-        free(ptrs);
-        free(v);
-        return rc;
-}
+/* Newest first; the sort key is (created_at in micros, id). */
+static const auth_list_method list_keys = {
+    .page = {.name = "keelson.auth.v1.AuthService/ListApiKeys",
+             .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,
+             .page_size_max = KS_LIST_PAGE_SIZE_MAX,
+             .n_keys = 2,
+             .keys = {{KS_LIST_KEY_INT64, 10}, {KS_LIST_KEY_UUID, 0}},
+             .item_size = sizeof(Keelson__Auth__V1__ApiKey),
+             .item = key_item},
+    .sql = sql_list,
+};
 
 int auth_list_api_keys(ks_call *call)
 {
         const Keelson__Auth__V1__ListApiKeysRequest *req =
             (const Keelson__Auth__V1__ListApiKeysRequest *)call->in;
-        list_keys a;
+        Keelson__Auth__V1__ListApiKeysResponse resp =
+            KEELSON__AUTH__V1__LIST_API_KEYS_RESPONSE__INIT;
+        const char *filters[1] = {req->include_revoked ? "true" : "false"};
+        ks_list_page p;
         int rc;
 
-        memset(&a, 0, sizeof(a));
-        if ((a.page_size = auth_page_size(req->page_size, AUTH_PAGE_SIZE_MAX)) < 0) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT, "page_size: must not be negative");
+        if ((rc = auth_list_page(call, &list_keys, req->page_size, req->page_token, filters, 1,
+                                 &p)) != KS_OK) {
+                return rc;
         }
-        if (req->page_token != NULL && req->page_token[0] != '\0' &&
-            auth_cursor_parse(req->page_token, a.micros, a.id) != 0) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT, "page_token: not from this list");
-        }
-        a.include_revoked = req->include_revoked;
-        rc = auth_tenant_tx(call, 0, list_tx, &a);
-        if (rc == KS_OK) {
-                rc = reply_list(call, &a);
-        }
-        PQclear(a.res);
+        resp.n_api_keys = p.n_items;
+        resp.api_keys = (Keelson__Auth__V1__ApiKey **)p.items;
+        resp.next_page_token = p.next_page_token;
+        rc = ks_call_reply(call, &resp.base);
+        ks_list_page_clear(&p);
         return rc;
 }
 

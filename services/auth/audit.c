@@ -57,88 +57,50 @@ int auth_audit(PGconn *conn, const char *request_id, const auth_actor *actor, co
         return rc;
 }
 
-typedef struct list_audit {
-        int page_size;
-        char cursor[AUTH_CURSOR_MAX];
-        PGresult *res; /* owned; the reply points into it */
-} list_audit;
-
-static bool cursor_ok(const char *s)
+static void entry_item(void *item, const PGresult *res, int row)
 {
-        size_t n = strlen(s);
+        Keelson__Auth__V1__AuditEntry *e = item;
 
-        return n == 0 || (n <= 19 && strspn(s, "0123456789") == n);
+        keelson__auth__v1__audit_entry__init(e);
+        e->id = PQgetvalue(res, row, 0);
+        e->occurred_at_unix_ms = auth_int_field(res, row, 1);
+        e->actor_user_id = PQgetvalue(res, row, 2);
+        e->actor_api_key_id = PQgetvalue(res, row, 3);
+        e->action = PQgetvalue(res, row, 4);
+        e->target_type = PQgetvalue(res, row, 5);
+        e->target_id = PQgetvalue(res, row, 6);
+        e->detail_json = PQgetvalue(res, row, 7);
+        e->request_id = PQgetvalue(res, row, 8);
 }
 
-static int list_audit_tx(auth_tx *tx, void *arg)
-{
-        list_audit *a = arg;
-        char limit[16];
-        const char *params[2] = {a->cursor[0] != '\0' ? a->cursor : NULL, limit};
-        int rc;
-
-        /* One row more than the page: its presence says there is a next page. */
-        snprintf(limit, sizeof(limit), "%d", a->page_size + 1);
-        if ((rc = ks_pg_exec(tx->conn, tx->call->request_id, sql_list, 2, params, &a->res)) !=
-            KS_OK) {
-                return auth_db_fail(tx->call, rc);
-        }
-        return KS_OK;
-}
-
-static int reply_audit(ks_call *call, list_audit *a)
-{
-        Keelson__Auth__V1__ListAuditResponse resp = KEELSON__AUTH__V1__LIST_AUDIT_RESPONSE__INIT;
-        int rows = PQntuples(a->res), n = rows > a->page_size ? a->page_size : rows, rc;
-        Keelson__Auth__V1__AuditEntry *e = calloc((size_t)n + 1, sizeof(*e));
-        Keelson__Auth__V1__AuditEntry **ptrs = calloc((size_t)n + 1, sizeof(*ptrs));
-
-        if (e == NULL || ptrs == NULL) {
-                free(e);
-                free(ptrs);
-                return ks_call_fail(call, KS_INTERNAL, AUTH_INTERNAL_MSG);
-        }
-        for (int i = 0; i < n; i++) {
-                keelson__auth__v1__audit_entry__init(&e[i]);
-                e[i].id = PQgetvalue(a->res, i, 0);
-                e[i].occurred_at_unix_ms = auth_int_field(a->res, i, 1);
-                e[i].actor_user_id = PQgetvalue(a->res, i, 2);
-                e[i].actor_api_key_id = PQgetvalue(a->res, i, 3);
-                e[i].action = PQgetvalue(a->res, i, 4);
-                e[i].target_type = PQgetvalue(a->res, i, 5);
-                e[i].target_id = PQgetvalue(a->res, i, 6);
-                e[i].detail_json = PQgetvalue(a->res, i, 7);
-                e[i].request_id = PQgetvalue(a->res, i, 8);
-                ptrs[i] = &e[i];
-        }
-        resp.n_entries = (size_t)n;
-        resp.entries = ptrs;
-        resp.next_page_token = rows > n ? PQgetvalue(a->res, n - 1, 0) : "";
-        rc = ks_call_reply(call, &resp.base);
-        free(ptrs);
-        free(e);
-        return rc;
-}
+/* Newest first; the sort key is the row's id. */
+static const auth_list_method list_audit = {
+    .page = {.name = "keelson.auth.v1.AuthService/ListAudit",
+             .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,
+             .page_size_max = KS_LIST_PAGE_SIZE_MAX,
+             .n_keys = 1,
+             .keys = {{KS_LIST_KEY_INT64, 0}},
+             .item_size = sizeof(Keelson__Auth__V1__AuditEntry),
+             .item = entry_item},
+    .sql = sql_list,
+};
 
 int auth_list_audit(ks_call *call)
 {
         const Keelson__Auth__V1__ListAuditRequest *req =
             (const Keelson__Auth__V1__ListAuditRequest *)call->in;
-        list_audit a;
+        Keelson__Auth__V1__ListAuditResponse resp = KEELSON__AUTH__V1__LIST_AUDIT_RESPONSE__INIT;
+        ks_list_page p;
         int rc;
 
-        memset(&a, 0, sizeof(a));
-        if ((a.page_size = auth_page_size(req->page_size, AUTH_PAGE_SIZE_MAX)) < 0) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT, "page_size: must not be negative");
+        if ((rc = auth_list_page(call, &list_audit, req->page_size, req->page_token, NULL, 0,
+                                 &p)) != KS_OK) {
+                return rc;
         }
-        if (req->page_token != NULL && !cursor_ok(req->page_token)) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT, "page_token: not from this list");
-        }
-        snprintf(a.cursor, sizeof(a.cursor), "%s", req->page_token ? req->page_token : "");
-        rc = auth_tenant_tx(call, 0, list_audit_tx, &a);
-        if (rc == KS_OK) {
-                rc = reply_audit(call, &a);
-        }
-        PQclear(a.res);
+        resp.n_entries = p.n_items;
+        resp.entries = (Keelson__Auth__V1__AuditEntry **)p.items;
+        resp.next_page_token = p.next_page_token;
+        rc = ks_call_reply(call, &resp.base);
+        ks_list_page_clear(&p);
         return rc;
 }

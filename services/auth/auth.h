@@ -7,6 +7,7 @@
  *   perms.c      roles and the permission table (pure)
  *   events.c     outbox events: users.admin_summary, auth.context_revoked, auth.email
  *   audit.c      the append-only audit log and ListAudit
+ *   list.c       the frame of the list methods: page, token, tenant transaction
  *   hash_pool.c  scrypt on its own bounded pool of threads
  *   passwords.c  password checks with lockout, shared by Login, AcceptInvitation, ChangePassword
  *   sessions.c   session tokens, ResolveContext, WhoAmI, Logout, tenants, RevokeAllSessions
@@ -22,6 +23,7 @@
 
 #include "keelson/auth/v1/auth.pb-c.h"
 #include "ks_crypto.h"
+#include "ks_list.h"
 #include "ks_metrics.h"
 #include "ks_pg.h"
 #include "ks_rpc.h"
@@ -41,9 +43,6 @@
 #define AUTH_ERR_MAX            128 /* validation messages */
 #define AUTH_ROLE_MAX           16  /* "owner", "admin", "member", "viewer" + NUL */
 #define AUTH_INVITE_BATCH_MAX   100 /* addresses in one Invite */
-#define AUTH_PAGE_SIZE_DEFAULT  50
-#define AUTH_PAGE_SIZE_MAX      200
-#define AUTH_CURSOR_MAX         64 /* "<micros>.<uuid>" or a decimal id */
 #define AUTH_REQUEST_ID_MAX     128
 
 /* API keys: "ks_live_" + 43 base64url characters; lists show the first 12. */
@@ -339,6 +338,34 @@ int auth_tenant_tx(ks_call *call, unsigned flags, auth_tx_fn fn, void *arg) KS_M
 /* The caller as a user with a session (user methods); replies and returns a code if not. */
 int auth_require_user(ks_call *call, auth_actor *out);
 
+/* ---- list methods (list.c) ---------------------------------------------- */
+
+/*
+ * A list method of the tenant: its page (ks_list_spec: name, page sizes,
+ * sort key, items) and its page query. The query's parameters are the
+ * page's ($1..$n_keys the cursor, NULL on the first page, then the LIMIT),
+ * then the method's filters. The permission is the method's methods.def row.
+ */
+typedef struct auth_list_method {
+        ks_list_spec page;
+        const char *sql;
+} auth_list_method;
+
+#define AUTH_LIST_FILTERS_MAX 2
+
+/*
+ * Reads page_size and page_token (invalid_argument, before anything else),
+ * runs m->sql in the caller's tenant transaction (auth_tenant_tx: caller,
+ * role, the method's permission) with filters[0..n_filters-1] after the page's
+ * parameters, and fills *page: its items and next_page_token, for the reply.
+ * A token is valid in the tenant that received it only. Returns KS_OK (the
+ * caller replies, then ks_list_page_clear), or a code the call already
+ * carries (page is then cleared).
+ */
+int auth_list_page(ks_call *call, const auth_list_method *m, int32_t page_size,
+                   const char *page_token, const char *const *filters, int n_filters,
+                   ks_list_page *page) KS_MUST_CHECK;
+
 /* ---- events (events.c): inside the write's transaction ----------------- */
 
 int auth_emit_admin_summary(PGconn *conn, const char *request_id, const char *tenant_id,
@@ -457,14 +484,5 @@ long auth_utf8_count(const char *s, size_t len);
 
 /* True for the 36-character text form of a uuid (hex digits, dashes at 8-13-18-23). */
 bool auth_uuid_valid(const char *s);
-
-/* The page size to use: the default for 0, max above max, -1 when negative. */
-int auth_page_size(int32_t requested, int max);
-
-/*
- * Cursors of the list methods: "<unix micros>.<uuid>" (a row's created_at
- * and id). Parse returns 0 and the parts (micros as decimal text), or -1.
- */
-int auth_cursor_parse(const char *s, char micros[24], char id[AUTH_UUID_LEN + 1]);
 
 #endif

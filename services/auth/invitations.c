@@ -52,16 +52,17 @@ static const char sql_insert[] =
         "CASE WHEN accepted_at IS NOT NULL THEN 'accepted' WHEN revoked_at IS NOT NULL THEN"       \
         " 'revoked' WHEN expires_at <= now() THEN 'expired' ELSE 'pending' END"
 
+/* $1, $2 the cursor (created_at in micros, id), $3 the limit, $4 the filter: list.c. */
 static const char sql_list[] =
     "SELECT id, email, role, " STATUS_SQL ", floor(extract(epoch FROM created_at) * 1000)::int8,"
     " floor(extract(epoch FROM expires_at) * 1000)::int8,"
     " coalesce(invited_by_user_id::text, ''), coalesce(invited_by_api_key_id::text, ''),"
     " (extract(epoch FROM created_at) * 1000000)::int8"
     " FROM auth.invitations"
-    " WHERE ($3 OR (accepted_at IS NULL AND revoked_at IS NULL AND expires_at > now()))"
+    " WHERE ($4::bool OR (accepted_at IS NULL AND revoked_at IS NULL AND expires_at > now()))"
     " AND ($1::int8 IS NULL OR (created_at, id) <"
     " (timestamptz 'epoch' + $1::int8 * interval '1 microsecond', $2::uuid))"
-    " ORDER BY created_at DESC, id DESC LIMIT $4::int";
+    " ORDER BY created_at DESC, id DESC LIMIT $3::int";
 
 static const char sql_get_for_revoke[] =
     "SELECT role, email, " STATUS_SQL " FROM auth.invitations WHERE id = $1::uuid FOR UPDATE";
@@ -282,90 +283,52 @@ int auth_invite(ks_call *call)
 
 /* ---- ListInvitations ---------------------------------------------------- */
 
-typedef struct list_invitations {
-        int page_size;
-        bool include_closed;
-        char micros[24];
-        char id[AUTH_UUID_LEN + 1];
-        PGresult *res;
-} list_invitations;
-
-static int list_tx(auth_tx *tx, void *arg)
+static void invitation_item(void *item, const PGresult *res, int row)
 {
-        list_invitations *a = arg;
-        char limit[16];
-        const char *params[4] = {a->micros[0] ? a->micros : NULL, a->id[0] ? a->id : NULL,
-                                 a->include_closed ? "true" : "false", limit};
-        int rc;
+        Keelson__Auth__V1__Invitation *v = item;
 
-        snprintf(limit, sizeof(limit), "%d", a->page_size + 1);
-        if ((rc = ks_pg_exec(tx->conn, tx->call->request_id, sql_list, 4, params, &a->res)) !=
-            KS_OK) {
-                return auth_db_fail(tx->call, rc);
-        }
-        return KS_OK;
+        keelson__auth__v1__invitation__init(v);
+        v->id = PQgetvalue(res, row, 0);
+        v->email = PQgetvalue(res, row, 1);
+        v->role = PQgetvalue(res, row, 2);
+        v->status = PQgetvalue(res, row, 3);
+        v->created_at_unix_ms = auth_int_field(res, row, 4);
+        v->expires_at_unix_ms = auth_int_field(res, row, 5);
+        v->invited_by_user_id = PQgetvalue(res, row, 6);
+        v->invited_by_api_key_id = PQgetvalue(res, row, 7);
 }
 
-static int reply_list(ks_call *call, list_invitations *a)
-{
-        Keelson__Auth__V1__ListInvitationsResponse resp =
-            KEELSON__AUTH__V1__LIST_INVITATIONS_RESPONSE__INIT;
-        int rows = PQntuples(a->res), n = rows > a->page_size ? a->page_size : rows, rc;
-        Keelson__Auth__V1__Invitation *v = calloc((size_t)n + 1, sizeof(*v));
-        Keelson__Auth__V1__Invitation **ptrs = calloc((size_t)n + 1, sizeof(*ptrs));
-        char next[AUTH_CURSOR_MAX] = "";
-
-        if (v == NULL || ptrs == NULL) {
-                free(v);
-                free(ptrs);
-                return ks_call_fail(call, KS_INTERNAL, AUTH_INTERNAL_MSG);
-        }
-        for (int i = 0; i < n; i++) {
-                keelson__auth__v1__invitation__init(&v[i]);
-                v[i].id = PQgetvalue(a->res, i, 0);
-                v[i].email = PQgetvalue(a->res, i, 1);
-                v[i].role = PQgetvalue(a->res, i, 2);
-                v[i].status = PQgetvalue(a->res, i, 3);
-                v[i].created_at_unix_ms = auth_int_field(a->res, i, 4);
-                v[i].expires_at_unix_ms = auth_int_field(a->res, i, 5);
-                v[i].invited_by_user_id = PQgetvalue(a->res, i, 6);
-                v[i].invited_by_api_key_id = PQgetvalue(a->res, i, 7);
-                ptrs[i] = &v[i];
-        }
-        if (rows > n) {
-                snprintf(next, sizeof(next), "%s.%s", PQgetvalue(a->res, n - 1, 8),
-                         PQgetvalue(a->res, n - 1, 0));
-        }
-        resp.n_invitations = (size_t)n;
-        resp.invitations = ptrs;
-        resp.next_page_token = next;
-        rc = ks_call_reply(call, &resp.base);
-        free(ptrs);
-        free(v);
-        return rc;
-}
+/* Newest first; the sort key is (created_at in micros, id). */
+static const auth_list_method list_invitations = {
+    .page = {.name = "keelson.auth.v1.AuthService/ListInvitations",
+             .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,
+             .page_size_max = KS_LIST_PAGE_SIZE_MAX,
+             .n_keys = 2,
+             .keys = {{KS_LIST_KEY_INT64, 8}, {KS_LIST_KEY_UUID, 0}},
+             .item_size = sizeof(Keelson__Auth__V1__Invitation),
+             .item = invitation_item},
+    .sql = sql_list,
+};
 
 int auth_list_invitations(ks_call *call)
 {
         const Keelson__Auth__V1__ListInvitationsRequest *req =
             (const Keelson__Auth__V1__ListInvitationsRequest *)call->in;
-        list_invitations a;
+        Keelson__Auth__V1__ListInvitationsResponse resp =
+            KEELSON__AUTH__V1__LIST_INVITATIONS_RESPONSE__INIT;
+        const char *filters[1] = {req->include_closed ? "true" : "false"};
+        ks_list_page p;
         int rc;
 
-        memset(&a, 0, sizeof(a));
-        if ((a.page_size = auth_page_size(req->page_size, AUTH_PAGE_SIZE_MAX)) < 0) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT, "page_size: must not be negative");
+        if ((rc = auth_list_page(call, &list_invitations, req->page_size, req->page_token, filters,
+                                 1, &p)) != KS_OK) {
+                return rc;
         }
-        if (req->page_token != NULL && req->page_token[0] != '\0' &&
-            auth_cursor_parse(req->page_token, a.micros, a.id) != 0) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT, "page_token: not from this list");
-        }
-        a.include_closed = req->include_closed;
-        rc = auth_tenant_tx(call, 0, list_tx, &a);
-        if (rc == KS_OK) {
-                rc = reply_list(call, &a);
-        }
-        PQclear(a.res);
+        resp.n_invitations = p.n_items;
+        resp.invitations = (Keelson__Auth__V1__Invitation **)p.items;
+        resp.next_page_token = p.next_page_token;
+        rc = ks_call_reply(call, &resp.base);
+        ks_list_page_clear(&p);
         return rc;
 }
 

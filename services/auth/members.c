@@ -58,30 +58,10 @@ static const char sql_sessions_revoke[] =
 
 /* ---- ListMembers -------------------------------------------------------- */
 
-typedef struct list_members {
-        int page_size;
-        char micros[24];
-        char id[AUTH_UUID_LEN + 1];
-        PGresult *res;
-} list_members;
-
-static int list_members_tx(auth_tx *tx, void *arg)
+static void member_item(void *item, const PGresult *res, int row)
 {
-        list_members *a = arg;
-        char limit[16];
-        const char *params[3] = {a->micros[0] ? a->micros : NULL, a->id[0] ? a->id : NULL, limit};
-        int rc;
+        Keelson__Auth__V1__Member *m = item;
 
-        snprintf(limit, sizeof(limit), "%d", a->page_size + 1);
-        if ((rc = ks_pg_exec(tx->conn, tx->call->request_id, sql_list, 3, params, &a->res)) !=
-            KS_OK) {
-                return auth_db_fail(tx->call, rc);
-        }
-        return KS_OK;
-}
-
-static void member_from_row(Keelson__Auth__V1__Member *m, const PGresult *res, int row)
-{
         keelson__auth__v1__member__init(m);
         m->user_id = PQgetvalue(res, row, 0);
         m->email = PQgetvalue(res, row, 1);
@@ -90,57 +70,36 @@ static void member_from_row(Keelson__Auth__V1__Member *m, const PGresult *res, i
         m->joined_at_unix_ms = auth_int_field(res, row, 4);
 }
 
-static int reply_members(ks_call *call, list_members *a)
-{
-        Keelson__Auth__V1__ListMembersResponse resp =
-            KEELSON__AUTH__V1__LIST_MEMBERS_RESPONSE__INIT;
-        int rows = PQntuples(a->res), n = rows > a->page_size ? a->page_size : rows, rc;
-        Keelson__Auth__V1__Member *m = calloc((size_t)n + 1, sizeof(*m));
-        Keelson__Auth__V1__Member **ptrs = calloc((size_t)n + 1, sizeof(*ptrs));
-        char next[AUTH_CURSOR_MAX] = "";
-
-        if (m == NULL || ptrs == NULL) {
-                free(m);
-                free(ptrs);
-                return ks_call_fail(call, KS_INTERNAL, AUTH_INTERNAL_MSG);
-        }
-        for (int i = 0; i < n; i++) {
-                member_from_row(&m[i], a->res, i);
-                ptrs[i] = &m[i];
-        }
-        if (rows > n) {
-                snprintf(next, sizeof(next), "%s.%s", PQgetvalue(a->res, n - 1, 5),
-                         PQgetvalue(a->res, n - 1, 0));
-        }
-        resp.n_members = (size_t)n;
-        resp.members = ptrs;
-        resp.next_page_token = next;
-        rc = ks_call_reply(call, &resp.base);
-        free(ptrs);
-        free(m);
-        return rc;
-}
+/* Oldest membership first; the sort key is (created_at in micros, user_id). */
+static const auth_list_method list_members = {
+    .page = {.name = "keelson.auth.v1.AuthService/ListMembers",
+             .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,
+             .page_size_max = KS_LIST_PAGE_SIZE_MAX,
+             .n_keys = 2,
+             .keys = {{KS_LIST_KEY_INT64, 5}, {KS_LIST_KEY_UUID, 0}},
+             .item_size = sizeof(Keelson__Auth__V1__Member),
+             .item = member_item},
+    .sql = sql_list,
+};
 
 int auth_list_members(ks_call *call)
 {
         const Keelson__Auth__V1__ListMembersRequest *req =
             (const Keelson__Auth__V1__ListMembersRequest *)call->in;
-        list_members a;
+        Keelson__Auth__V1__ListMembersResponse resp =
+            KEELSON__AUTH__V1__LIST_MEMBERS_RESPONSE__INIT;
+        ks_list_page p;
         int rc;
 
-        memset(&a, 0, sizeof(a));
-        if ((a.page_size = auth_page_size(req->page_size, AUTH_PAGE_SIZE_MAX)) < 0) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT, "page_size: must not be negative");
+        if ((rc = auth_list_page(call, &list_members, req->page_size, req->page_token, NULL, 0,
+                                 &p)) != KS_OK) {
+                return rc;
         }
-        if (req->page_token != NULL && req->page_token[0] != '\0' &&
-            auth_cursor_parse(req->page_token, a.micros, a.id) != 0) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT, "page_token: not from this list");
-        }
-        rc = auth_tenant_tx(call, 0, list_members_tx, &a);
-        if (rc == KS_OK) {
-                rc = reply_members(call, &a);
-        }
-        PQclear(a.res);
+        resp.n_members = p.n_items;
+        resp.members = (Keelson__Auth__V1__Member **)p.items;
+        resp.next_page_token = p.next_page_token;
+        rc = ks_call_reply(call, &resp.base);
+        ks_list_page_clear(&p);
         return rc;
 }
 

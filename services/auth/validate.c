@@ -272,51 +272,5 @@ void auth_default_tenant_name(const char *email, char *out, size_t out_len)
 
 bool auth_uuid_valid(const char *s)
 {
-        static const char hex[] = "0123456789abcdefABCDEF";
-        size_t i;
-
-        if (s == NULL || strlen(s) != AUTH_UUID_LEN) {
-                return false;
-        }
-        for (i = 0; i < AUTH_UUID_LEN; i++) {
-                if (i == 8 || i == 13 || i == 18 || i == 23) {
-                        if (s[i] != '-') {
-                                return false;
-                        }
-                } else if (strchr(hex, s[i]) == NULL || s[i] == '\0') {
-                        return false;
-                }
-        }
-        return true;
-}
-
-int auth_page_size(int32_t requested, int max)
-{
-        if (requested < 0) {
-                return -1;
-        }
-        if (requested == 0) {
-                return AUTH_PAGE_SIZE_DEFAULT < max ? AUTH_PAGE_SIZE_DEFAULT : max;
-        }
-        /* Above the maximum is coerced to it, as Google's AIP-158 suggests. */
-        return requested > max ? max : (int)requested;
-}
-
-int auth_cursor_parse(const char *s, char micros[24], char id[AUTH_UUID_LEN + 1])
-{
-        const char *dot = s != NULL ? strchr(s, '.') : NULL;
-        size_t n;
-
-        if (dot == NULL) {
-                return -1;
-        }
-        n = (size_t)(dot - s);
-        /* A timestamp after 1970 in microseconds: at most 19 digits fits in an int8. */
-        if (n == 0 || n > 18 || strspn(s, "0123456789") != n || !auth_uuid_valid(dot + 1)) {
-                return -1;
-        }
-        memcpy(micros, s, n);
-        micros[n] = '\0';
-        memcpy(id, dot + 1, AUTH_UUID_LEN + 1);
-        return 0;
+        return ks_uuid_valid(s);
 }

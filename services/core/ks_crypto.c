@@ -532,6 +532,24 @@ int ks_uuid_v4(char out[37])
         return len == 36 ? 0 : -1;
 }
 
+bool ks_uuid_valid(const char *s)
+{
+        if (s == NULL || strlen(s) != 36) {
+                return false;
+        }
+        for (int i = 0; i < 36; i++) {
+                bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+                char c = s[i];
+                bool hex =
+                    (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+
+                if (dash ? c != '-' : !hex) {
+                        return false;
+                }
+        }
+        return true;
+}
+
 bool ks_consttime_equal(const void *a, const void *b, size_t n)
 {
         return CRYPTO_memcmp(a, b, n) == 0;

@@ -62,6 +62,9 @@ int ks_random_bytes(void *out, size_t len) KS_MUST_CHECK;
 /* A random RFC 4122 version 4 uuid in its 36-character text form (+ NUL). */
 int ks_uuid_v4(char out[37]) KS_MUST_CHECK;
 
+/* True for the 36-character text form of a uuid: hex digits (either case), dashes at 8-13-18-23. */
+bool ks_uuid_valid(const char *s);
+
 /* True when a and b (n bytes each) are equal, in time independent of content. */
 bool ks_consttime_equal(const void *a, const void *b, size_t n);
 

@@ -312,6 +312,121 @@ static void test_list_members_pages(void **state)
         ait_fails("ListMembers", "{\"pageToken\":\"nonsense\"}", owner.token, "invalid_argument");
 }
 
+/* Calls and expects a Connect error with this code and message. */
+static void fails_with(const char *method, const char *json, const char *token, const char *code,
+                       const char *message)
+{
+        it_http_response r;
+        json_t *j;
+
+        ait_call(method, json, token, &r);
+        j = ait_json(&r);
+        if (r.status == 200 || strcmp(ait_str_or(j, "code"), code) != 0 ||
+            strcmp(ait_str_or(j, "message"), message) != 0) {
+                fail_msg("%s %s: expected %s '%s', got HTTP %ld: %.300s", method, json, code,
+                         message, r.status, r.body);
+        }
+        json_decref(j);
+        it_http_response_free(&r);
+}
+
+/* Pages through a list with pageSize 2; returns the ids seen (in order) and the page count. */
+static int page_ids(const char *method, const char *field, const char *id_key, const char *token,
+                    char ids[][AIT_ID_MAX], int max, int *pages)
+{
+        char body[512], next[256] = "";
+        int n = 0;
+
+        *pages = 0;
+        do {
+                json_t *j, *items;
+
+                AIT_BODY(body, "{s:i, s:s}", "pageSize", 2, "pageToken", next);
+                j = ait_ok(method, body, token);
+                items = json_object_get(j, field);
+                assert_true(json_array_size(items) <= 2);
+                for (size_t i = 0; i < json_array_size(items); i++) {
+                        assert_true(n < max);
+                        snprintf(ids[n++], AIT_ID_MAX, "%s",
+                                 ait_str(json_array_get(items, i), id_key));
+                }
+                snprintf(next, sizeof(next), "%s", ait_str_or(j, "nextPageToken"));
+                json_decref(j);
+                assert_true(++*pages <= max);
+        } while (next[0] != '\0');
+        return n;
+}
+
+/* ---- page tokens: every list pages, and a token works in its own list only ------ */
+
+static void test_list_tokens_stay_in_their_list(void **state)
+{
+        static const char *const lists[] = {"ListMembers", "ListInvitations", "ListApiKeys",
+                                            "ListAudit"};
+        ait_user owner, other, member;
+        char body[512], ids[8][AIT_ID_MAX], token[4][256], key_ids[3][AIT_ID_MAX];
+        int pages, n;
+        json_t *j;
+
+        (void)state;
+        ait_signup("it-ten-tok", "Token Tenant", &owner);
+        ait_signup("it-ten-tok-other", "Other Token Tenant", &other);
+        ait_new_member(&owner, "it-ten-tok-m", "member", &member); /* two members: two pages */
+        for (int i = 0; i < 3; i++) {
+                char email[AIT_EMAIL_MAX], name[16];
+
+                it_unique_email("it-ten-tok-inv", email, sizeof(email));
+                AIT_BODY(body, "{s:[s], s:s}", "emails", email, "role", "member");
+                json_decref(ait_ok("Invite", body, owner.token));
+                snprintf(name, sizeof(name), "key-%d", i);
+                AIT_BODY(body, "{s:s, s:s}", "name", name, "role", "viewer");
+                j = ait_ok("CreateApiKey", body, owner.token);
+                snprintf(key_ids[i], AIT_ID_MAX, "%s", ait_str(json_object_get(j, "apiKey"), "id"));
+                json_decref(j);
+        }
+        /* Three of each, two a page: two pages, every row once, newest first. */
+        n = page_ids("ListInvitations", "invitations", "id", owner.token, ids, 8, &pages);
+        assert_int_equal(n, 3);
+        assert_int_equal(pages, 2);
+        n = page_ids("ListApiKeys", "apiKeys", "id", owner.token, ids, 8, &pages);
+        assert_int_equal(n, 3);
+        assert_int_equal(pages, 2);
+        for (int i = 0; i < 3; i++) {
+                assert_string_equal(ids[i], key_ids[2 - i]);
+        }
+
+        /* A first-page token of each list. */
+        for (int i = 0; i < 4; i++) {
+                j = ait_ok(lists[i], "{\"pageSize\":1}", owner.token);
+                snprintf(token[i], sizeof(token[i]), "%s", ait_str(j, "nextPageToken"));
+                json_decref(j);
+        }
+        for (int i = 0; i < 4; i++) {
+                for (int k = 0; k < 4; k++) {
+                        AIT_BODY(body, "{s:s}", "pageToken", token[k]);
+                        if (i == k) {
+                                json_decref(ait_ok(lists[i], body, owner.token));
+                        } else {
+                                fails_with(lists[i], body, owner.token, "invalid_argument",
+                                           "page_token: not from this list");
+                        }
+                }
+                /* The same list in another tenant, and an altered token. */
+                AIT_BODY(body, "{s:s}", "pageToken", token[i]);
+                fails_with(lists[i], body, other.token, "invalid_argument",
+                           "page_token: not from this list");
+                token[i][3] = token[i][3] == 'A' ? 'B' : 'A';
+                AIT_BODY(body, "{s:s}", "pageToken", token[i]);
+                fails_with(lists[i], body, owner.token, "invalid_argument",
+                           "page_token: not from this list");
+                fails_with(lists[i], "{\"pageSize\":-1}", owner.token, "invalid_argument",
+                           "page_size: must not be negative");
+        }
+        /* Once a past-int8 audit id reached the database and came back as internal. */
+        fails_with("ListAudit", "{\"pageToken\":\"9999999999999999999\"}", owner.token,
+                   "invalid_argument", "page_token: not from this list");
+}
+
 /* ---- sessions across tenants ------------------------------------------------------ */
 
 static void test_switch_tenant(void **state)
@@ -607,6 +722,7 @@ int main(void)
             cmocka_unit_test(test_remove_member),
             cmocka_unit_test(test_repeated_request_id_changes_nothing),
             cmocka_unit_test(test_list_members_pages),
+            cmocka_unit_test(test_list_tokens_stay_in_their_list),
             cmocka_unit_test(test_switch_tenant),
             cmocka_unit_test(test_logout_and_revoke_all_sessions),
             cmocka_unit_test(test_audit_newest_first),

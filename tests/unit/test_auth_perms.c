@@ -1,10 +1,10 @@
 /*
  * Unit tests of the auth service's role and permission table
- * (services/auth/perms.c) and of the paging helpers of validate.c: ranks,
- * what each role may do, the names WhoAmI lists, page sizes and cursors.
+ * (services/auth/perms.c): ranks, what each role may do, the names WhoAmI
+ * lists. (Page sizes and page tokens: tests/unit/test_list.c.)
  *
- * Both files are compiled into this test by inclusion: they are pure, and
- * unit tests link only keelson_core.
+ * perms.c is compiled into this test by inclusion: it is pure, and unit
+ * tests link only keelson_core.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,7 +15,6 @@
 #include <cmocka.h>
 
 #include "../../services/auth/perms.c"
-#include "../../services/auth/validate.c"
 
 static void test_ranks(void **state)
 {
@@ -90,43 +89,6 @@ static void test_names(void **state)
         assert_int_equal(auth_role_perm_names("nobody", names), 0);
 }
 
-static void test_page_size(void **state)
-{
-        (void)state;
-        assert_int_equal(auth_page_size(0, AUTH_PAGE_SIZE_MAX), AUTH_PAGE_SIZE_DEFAULT);
-        assert_int_equal(auth_page_size(1, AUTH_PAGE_SIZE_MAX), 1);
-        assert_int_equal(auth_page_size(AUTH_PAGE_SIZE_MAX + 1, AUTH_PAGE_SIZE_MAX),
-                         AUTH_PAGE_SIZE_MAX);
-        assert_int_equal(auth_page_size(-1, AUTH_PAGE_SIZE_MAX), -1);
-        assert_int_equal(auth_page_size(0, 10), 10);
-}
-
-static void test_cursor(void **state)
-{
-        char micros[24], id[AUTH_UUID_LEN + 1];
-
-        (void)state;
-        assert_int_equal(
-            auth_cursor_parse("1796230303551123.8c5e382b-f5fe-4723-b9d0-de982861f3fe", micros, id),
-            0);
-        assert_string_equal(micros, "1796230303551123");
-        assert_string_equal(id, "8c5e382b-f5fe-4723-b9d0-de982861f3fe");
-        assert_int_equal(auth_cursor_parse("", micros, id), -1);
-        assert_int_equal(auth_cursor_parse("nonsense", micros, id), -1);
-        assert_int_equal(auth_cursor_parse(".8c5e382b-f5fe-4723-b9d0-de982861f3fe", micros, id),
-                         -1);
-        assert_int_equal(auth_cursor_parse("12a.8c5e382b-f5fe-4723-b9d0-de982861f3fe", micros, id),
-                         -1);
-        assert_int_equal(
-            auth_cursor_parse("1234567890123456789.8c5e382b-f5fe-4723-b9d0-de982861f3fe", micros,
-                              id),
-            -1);
-        assert_int_equal(auth_cursor_parse("1.8c5e382b-f5fe-4723-b9d0-de982861f3f", micros, id),
-                         -1);
-        assert_int_equal(auth_cursor_parse("1.8c5e382b-f5fe-4723-b9d0-de982861f3fe'", micros, id),
-                         -1);
-}
-
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -135,8 +97,6 @@ int main(void)
             cmocka_unit_test(test_admin_writes_are_admin_and_owner_only),
             cmocka_unit_test(test_higher_roles_hold_every_lower_permission),
             cmocka_unit_test(test_names),
-            cmocka_unit_test(test_page_size),
-            cmocka_unit_test(test_cursor),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,141 @@
+/*
+ * ks_list: paged list methods, keyset-paged behind an opaque page token
+ * (as Google's AIP-158 describes them).
+ *
+ *   page_size   0 asks for the list's default; above its maximum is coerced
+ *               to the maximum; negative is invalid_argument.
+ *   page_token  empty for the first page, else a previous reply's
+ *               next_page_token: the sort key of the last row it showed.
+ *               A token that is garbage, was altered, or comes from another
+ *               list or another scope (a tenant) is invalid_argument
+ *               "page_token: not from this list".
+ *   next_page_token  empty on the last page. The query fetches one row more
+ *               than the page: that row's presence says a next page exists.
+ *
+ * A list describes itself once (ks_list_spec): its name, page sizes, the
+ * result columns that form its sort key, and how a row becomes a reply
+ * item. A request then goes:
+ *
+ *   ks_list_page_begin   reads page_size and page_token into the page's
+ *                        query parameters: $1..$n_keys the cursor (all NULL
+ *                        on the first page), then the LIMIT (page_size + 1);
+ *   (the caller)         runs its query with p->params, followed by its own
+ *                        filter parameters, in its own transaction;
+ *   ks_list_page_finish  takes the result: the page's items and its
+ *                        next_page_token, for the reply;
+ *   ks_list_page_clear   frees all of it (the items point into the result).
+ *
+ * The token's check is a plain digest, not a secret MAC: a token grants
+ * nothing (the caller's transaction bounds every row it can reach), it only
+ * makes a wrong token fail clearly instead of paging from a wrong place.
+ */
+#ifndef KS_LIST_H
+#define KS_LIST_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ks_code.h"
+
+#define KS_LIST_PAGE_SIZE_DEFAULT 50
+#define KS_LIST_PAGE_SIZE_MAX     200
+#define KS_LIST_KEYS_MAX          2   /* columns in a sort key */
+#define KS_LIST_KEY_BYTES_MAX     40  /* one key as text, NUL included: a uuid is 36 */
+#define KS_LIST_TOKEN_BYTES_MAX   128 /* a page token, NUL included; longer is refused unread */
+
+/* The wire messages of the two refusals. */
+#define KS_LIST_PAGE_SIZE_NEGATIVE_MSG "page_size: must not be negative"
+#define KS_LIST_TOKEN_FOREIGN_MSG      "page_token: not from this list"
+
+typedef enum ks_list_key_kind {
+        KS_LIST_KEY_INT64 = 1, /* the decimal text of a signed 64-bit integer */
+        KS_LIST_KEY_UUID = 2,  /* the 36-character text form of a uuid */
+} ks_list_key_kind;
+
+typedef struct ks_list_key {
+        ks_list_key_kind kind;
+        int column; /* its column in the page query's result */
+} ks_list_key;
+
+/* Fills one reply item (item_size bytes, zeroed) from one row of the page. */
+typedef void (*ks_list_item_fn)(void *item, const PGresult *res, int row);
+
+typedef struct ks_list_spec {
+        /* A token is valid for this list only: by convention the method's
+         * full name, "keelson.auth.v1.AuthService/ListMembers". */
+        const char *name;
+        int page_size_default; /* 1..page_size_max */
+        int page_size_max;
+        int n_keys; /* 1..KS_LIST_KEYS_MAX */
+        ks_list_key keys[KS_LIST_KEYS_MAX];
+        size_t item_size;
+        ks_list_item_fn item;
+} ks_list_spec;
+
+#define KS_LIST_DIGEST_BYTES 32
+
+typedef struct ks_list_page {
+        const ks_list_spec *spec;
+        int page_size;
+        /* The query's first parameters: the cursor's keys, then the limit. */
+        const char *params[KS_LIST_KEYS_MAX + 1];
+        int n_params;
+        /* Filled by ks_list_page_finish: */
+        PGresult *res; /* owned */
+        size_t n_items;
+        void **items; /* n_items pointers, for the reply's repeated field */
+        char next_page_token[KS_LIST_TOKEN_BYTES_MAX];
+        /* Private: */
+        uint8_t scope_digest[KS_LIST_DIGEST_BYTES];
+        char keys[KS_LIST_KEYS_MAX][KS_LIST_KEY_BYTES_MAX];
+        char limit[16];
+        void *item_block;
+} ks_list_page;
+
+/*
+ * The page size to use: size_default for 0, size_max above size_max, -1
+ * when requested is negative.
+ */
+int ks_list_page_size(int64_t requested, int size_default, int size_max) KS_MUST_CHECK;
+
+/*
+ * A page token for spec and scope (NULL or "" for none) resuming after the
+ * row whose sort key is keys[0..n_keys-1] (text, as the query returns it).
+ * Returns 0, or -1 when a key is not of its kind or out is too small
+ * (KS_LIST_TOKEN_BYTES_MAX always suffices).
+ */
+int ks_list_token_encode(const ks_list_spec *spec, const char *scope, const char *const *keys,
+                         char *out, size_t out_len) KS_MUST_CHECK;
+
+/*
+ * Reads a token made by ks_list_token_encode for the same spec and scope
+ * into keys (n_keys of them). Returns 0, or -1 for anything else: garbage,
+ * a token altered in any byte, one of another list or scope.
+ */
+int ks_list_token_decode(const ks_list_spec *spec, const char *scope, const char *token,
+                         char keys[][KS_LIST_KEY_BYTES_MAX]) KS_MUST_CHECK;
+
+/*
+ * Starts a page: *p is initialised (ks_list_page_clear it in every case).
+ * Returns KS_OK, or KS_INVALID_ARGUMENT with *err set to the message to send
+ * (KS_LIST_PAGE_SIZE_NEGATIVE_MSG, KS_LIST_TOKEN_FOREIGN_MSG).
+ */
+int ks_list_page_begin(ks_list_page *p, const ks_list_spec *spec, int32_t page_size,
+                       const char *page_token, const char *scope, const char **err) KS_MUST_CHECK;
+
+/*
+ * The page from the query's result, which the page owns from now on, on
+ * success or not. Shows at most page_size rows; a next_page_token only when
+ * the result holds more (it may hold page_size + 1). Returns KS_OK,
+ * KS_RESOURCE_EXHAUSTED when out of memory (ks_call_oom), or KS_INTERNAL
+ * when there is no result or a sort key column does not hold a key of its
+ * kind (a mistake in the query).
+ */
+int ks_list_page_finish(ks_list_page *p, PGresult *res) KS_MUST_CHECK;
+
+/* Frees the page's result and items; *p may be zeroed or only begun. */
+void ks_list_page_clear(ks_list_page *p);
+
+#endif

@@ -1,0 +1,532 @@
+/*
+ * Unit tests of ks_list: page sizes, page tokens (round trip; garbage,
+ * altered, foreign tokens refused) and the limit + 1 page with its
+ * next_page_token, on results built in memory (no database).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ks_code.h"
+#include "ks_crypto.h"
+#include "ks_list.h"
+
+#ifdef __SANITIZE_ADDRESS__
+/* test_finish_out_of_memory asks for an impossible calloc: let it fail as libc's does. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+        return "allocator_may_return_null=1";
+}
+#endif
+
+#define UUID_A   "8c5e382b-f5fe-4723-b9d0-de982861f3fe"
+#define UUID_B   "0b9d4c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b"
+#define TENANT_1 "11111111-1111-4111-8111-111111111111"
+#define TENANT_2 "22222222-2222-4222-8222-222222222222"
+
+/* A row of the test's page query: (id, name, micros). */
+typedef struct item {
+        const char *id;
+        const char *name;
+} item;
+
+static void fill_item(void *out, const PGresult *res, int row)
+{
+        item *it = out;
+
+        it->id = PQgetvalue(res, row, 0);
+        it->name = PQgetvalue(res, row, 1);
+}
+
+/* Sorted by (micros, id), as the auth lists of members, invitations and keys. */
+static const ks_list_spec by_time = {
+    .name = "test.v1.Things/ListThings",
+    .page_size_default = 50,
+    .page_size_max = 200,
+    .n_keys = 2,
+    .keys = {{KS_LIST_KEY_INT64, 2}, {KS_LIST_KEY_UUID, 0}},
+    .item_size = sizeof(item),
+    .item = fill_item,
+};
+
+/* Another list with the same key kinds: its tokens must not be taken here. */
+static const ks_list_spec by_time_other = {
+    .name = "test.v1.Things/ListOtherThings",
+    .page_size_default = 50,
+    .page_size_max = 200,
+    .n_keys = 2,
+    .keys = {{KS_LIST_KEY_INT64, 2}, {KS_LIST_KEY_UUID, 0}},
+    .item_size = sizeof(item),
+    .item = fill_item,
+};
+
+/* Sorted by a bigint id, as the audit log. */
+static const ks_list_spec by_id = {
+    .name = "test.v1.Things/ListEntries",
+    .page_size_default = 3,
+    .page_size_max = 5,
+    .n_keys = 1,
+    .keys = {{KS_LIST_KEY_INT64, 0}},
+    .item_size = sizeof(item),
+    .item = fill_item,
+};
+
+/* ---- results built in memory ------------------------------------------------ */
+
+static PGresult *result_new(void)
+{
+        PGresAttDesc cols[3] = {
+            {.name = "id", .format = 0, .typid = 25, .typlen = -1, .atttypmod = -1},
+            {.name = "name", .format = 0, .typid = 25, .typlen = -1, .atttypmod = -1},
+            {.name = "micros", .format = 0, .typid = 20, .typlen = 8, .atttypmod = -1},
+        };
+        PGresult *res = PQmakeEmptyPGresult(NULL, PGRES_TUPLES_OK);
+
+        assert_non_null(res);
+        assert_int_equal(PQsetResultAttrs(res, 3, cols), 1);
+        return res;
+}
+
+static void result_add(PGresult *res, const char *id, const char *name, const char *micros)
+{
+        int row = PQntuples(res);
+        const char *v[3] = {id, name, micros};
+
+        for (int c = 0; c < 3; c++) {
+                assert_int_equal(
+                    PQsetvalue(res, row, c, (char *)v[c], v[c] ? (int)strlen(v[c]) : -1), 1);
+        }
+}
+
+/* n rows for by_id: ids 100, 101, ... */
+static PGresult *result_rows(int n)
+{
+        PGresult *res = result_new();
+        char id[16], micros[24];
+
+        for (int i = 0; i < n; i++) {
+                snprintf(id, sizeof(id), "%d", 100 + i);
+                snprintf(micros, sizeof(micros), "%d", 1000 + i);
+                result_add(res, id, "row", micros);
+        }
+        return res;
+}
+
+/* ---- page sizes ----------------------------------------------------------------- */
+
+static void test_page_size(void **state)
+{
+        (void)state;
+        assert_int_equal(ks_list_page_size(0, 50, 200), 50);
+        assert_int_equal(ks_list_page_size(1, 50, 200), 1);
+        assert_int_equal(ks_list_page_size(200, 50, 200), 200);
+        assert_int_equal(ks_list_page_size(201, 50, 200), 200); /* coerced, not refused */
+        assert_int_equal(ks_list_page_size(INT32_MAX, 50, 200), 200);
+        assert_int_equal(ks_list_page_size(INT64_MAX, 50, 200), 200);
+        assert_int_equal(ks_list_page_size(-1, 50, 200), -1);
+        assert_int_equal(ks_list_page_size(INT32_MIN, 50, 200), -1);
+        assert_int_equal(ks_list_page_size(0, 50, 10), 10); /* a default above the maximum */
+}
+
+static void test_begin_first_page(void **state)
+{
+        ks_list_page p;
+        const char *err = "unset";
+
+        (void)state;
+        assert_int_equal(ks_list_page_begin(&p, &by_time, 0, "", TENANT_1, &err), KS_OK);
+        assert_null(err);
+        assert_int_equal(p.page_size, 50);
+        assert_int_equal(p.n_params, 3);
+        assert_null(p.params[0]);
+        assert_null(p.params[1]);
+        assert_string_equal(p.params[2], "51"); /* one row more than the page */
+        ks_list_page_clear(&p);
+
+        assert_int_equal(ks_list_page_begin(&p, &by_id, 500, NULL, NULL, &err), KS_OK);
+        assert_int_equal(p.page_size, 5);
+        assert_int_equal(p.n_params, 2);
+        assert_null(p.params[0]);
+        assert_string_equal(p.params[1], "6");
+        ks_list_page_clear(&p);
+}
+
+static void test_begin_refuses(void **state)
+{
+        ks_list_page p;
+        const char *err = NULL;
+
+        (void)state;
+        assert_int_equal(ks_list_page_begin(&p, &by_time, -1, "", TENANT_1, &err),
+                         KS_INVALID_ARGUMENT);
+        assert_string_equal(err, "page_size: must not be negative");
+        ks_list_page_clear(&p);
+        assert_int_equal(ks_list_page_begin(&p, &by_time, 10, "nonsense", TENANT_1, &err),
+                         KS_INVALID_ARGUMENT);
+        assert_string_equal(err, "page_token: not from this list");
+        ks_list_page_clear(&p);
+}
+
+/* ---- tokens ------------------------------------------------------------------------ */
+
+static void test_token_round_trip(void **state)
+{
+        const char *keys[2] = {"1796230311020412", UUID_A};
+        const char *extremes[][1] = {{"0"}, {"9223372036854775807"}, {"-9223372036854775808"}};
+        char token[KS_LIST_TOKEN_BYTES_MAX], back[KS_LIST_KEYS_MAX][KS_LIST_KEY_BYTES_MAX];
+        ks_list_page p;
+        const char *err;
+
+        (void)state;
+        assert_int_equal(ks_list_token_encode(&by_time, TENANT_1, keys, token, sizeof(token)), 0);
+        /* Opaque and URL-safe: base64url without padding. */
+        assert_int_equal(strspn(token, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                       "0123456789-_"),
+                         strlen(token));
+        assert_null(strstr(token, UUID_A));
+        assert_int_equal(ks_list_token_decode(&by_time, TENANT_1, token, back), 0);
+        assert_string_equal(back[0], "1796230311020412");
+        assert_string_equal(back[1], UUID_A);
+
+        /* What the page hands to the query. */
+        assert_int_equal(ks_list_page_begin(&p, &by_time, 2, token, TENANT_1, &err), KS_OK);
+        assert_string_equal(p.params[0], "1796230311020412");
+        assert_string_equal(p.params[1], UUID_A);
+        assert_string_equal(p.params[2], "3");
+        ks_list_page_clear(&p);
+
+        for (size_t i = 0; i < sizeof(extremes) / sizeof(extremes[0]); i++) {
+                assert_int_equal(
+                    ks_list_token_encode(&by_id, NULL, extremes[i], token, sizeof(token)), 0);
+                assert_true(strlen(token) < KS_LIST_TOKEN_BYTES_MAX);
+                assert_int_equal(ks_list_token_decode(&by_id, NULL, token, back), 0);
+                assert_string_equal(back[0], extremes[i][0]);
+        }
+        /* No scope and an empty scope are the same scope. */
+        assert_int_equal(ks_list_token_decode(&by_id, "", token, back), 0);
+}
+
+static void test_token_longest_fits(void **state)
+{
+        static const ks_list_spec two_uuids = {
+            .name = "test.v1.Things/ListPairs",
+            .page_size_default = 1,
+            .page_size_max = 1,
+            .n_keys = 2,
+            .keys = {{KS_LIST_KEY_UUID, 0}, {KS_LIST_KEY_UUID, 1}},
+            .item_size = sizeof(item),
+            .item = fill_item,
+        };
+        const char *keys[2] = {UUID_A, UUID_B};
+        const char *big[2] = {"-9223372036854775808", UUID_B};
+        char token[KS_LIST_TOKEN_BYTES_MAX], back[KS_LIST_KEYS_MAX][KS_LIST_KEY_BYTES_MAX];
+
+        (void)state;
+        assert_int_equal(ks_list_token_encode(&two_uuids, TENANT_1, keys, token, sizeof(token)), 0);
+        assert_int_equal(ks_list_token_decode(&two_uuids, TENANT_1, token, back), 0);
+        assert_string_equal(back[1], UUID_B);
+        assert_int_equal(ks_list_token_encode(&by_time, TENANT_1, big, token, sizeof(token)), 0);
+        /* Too small an output is refused, not cut. */
+        assert_int_equal(ks_list_token_encode(&by_time, TENANT_1, big, token, 16), -1);
+}
+
+static void test_token_encode_refuses_bad_keys(void **state)
+{
+        const char *bad[][2] = {
+            {"12a", UUID_A},   {"", UUID_A},   {"9223372036854775808", UUID_A}, /* past int8 */
+            {"+1", UUID_A},    {" 1", UUID_A}, {"1", "not-a-uuid"},
+            {"1", UUID_A "0"}, {"1", NULL},    {NULL, UUID_A},
+        };
+        char token[KS_LIST_TOKEN_BYTES_MAX];
+
+        (void)state;
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                assert_int_equal(
+                    ks_list_token_encode(&by_time, TENANT_1, bad[i], token, sizeof(token)), -1);
+        }
+}
+
+static void test_token_garbage_refused(void **state)
+{
+        static const char *const garbage[] = {
+            "",
+            "nonsense",
+            "4",                        /* an audit token as it used to be */
+            "1796230311020412." UUID_A, /* a members token as it used to be */
+            "!!!!",
+            "AAAA",
+            "AQ",                                   /* a version byte and nothing else */
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", /* zeros */
+        };
+        char long_token[300], back[KS_LIST_KEYS_MAX][KS_LIST_KEY_BYTES_MAX];
+
+        (void)state;
+        for (size_t i = 0; i < sizeof(garbage) / sizeof(garbage[0]); i++) {
+                assert_int_equal(ks_list_token_decode(&by_time, TENANT_1, garbage[i], back), -1);
+                assert_int_equal(ks_list_token_decode(&by_id, TENANT_1, garbage[i], back), -1);
+        }
+        assert_int_equal(ks_list_token_decode(&by_time, TENANT_1, NULL, back), -1);
+        memset(long_token, 'A', sizeof(long_token) - 1);
+        long_token[sizeof(long_token) - 1] = '\0';
+        assert_int_equal(ks_list_token_decode(&by_time, TENANT_1, long_token, back), -1);
+}
+
+/* Every one-character change of a good token is refused, as are cut and lengthened ones. */
+static void test_token_tampered_refused(void **state)
+{
+        static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                       "0123456789-_+/=.";
+        const char *keys[2] = {"1796230311020412", UUID_A};
+        char token[KS_LIST_TOKEN_BYTES_MAX], t[KS_LIST_TOKEN_BYTES_MAX + 2];
+        char back[KS_LIST_KEYS_MAX][KS_LIST_KEY_BYTES_MAX];
+        size_t len;
+        int changes = 0;
+
+        (void)state;
+        assert_int_equal(ks_list_token_encode(&by_time, TENANT_1, keys, token, sizeof(token)), 0);
+        len = strlen(token);
+        for (size_t i = 0; i < len; i++) {
+                for (const char *c = alphabet; *c != '\0'; c++) {
+                        if (*c == token[i]) {
+                                continue;
+                        }
+                        memcpy(t, token, len + 1);
+                        t[i] = *c;
+                        if (ks_list_token_decode(&by_time, TENANT_1, t, back) == 0) {
+                                fail_msg("token changed at %zu to '%c' was accepted", i, *c);
+                        }
+                        changes++;
+                }
+        }
+        assert_true(changes > 1000);
+        memcpy(t, token, len + 1);
+        t[len - 1] = '\0';
+        assert_int_equal(ks_list_token_decode(&by_time, TENANT_1, t, back), -1);
+        snprintf(t, sizeof(t), "%sA", token);
+        assert_int_equal(ks_list_token_decode(&by_time, TENANT_1, t, back), -1);
+        snprintf(t, sizeof(t), "%s=", token);
+        assert_int_equal(ks_list_token_decode(&by_time, TENANT_1, t, back), -1);
+}
+
+static void test_token_foreign_refused(void **state)
+{
+        const char *keys[2] = {"1796230311020412", UUID_A};
+        const char *id_key[1] = {"4"};
+        char token[KS_LIST_TOKEN_BYTES_MAX], back[KS_LIST_KEYS_MAX][KS_LIST_KEY_BYTES_MAX];
+        ks_list_page p;
+        const char *err;
+
+        (void)state;
+        assert_int_equal(ks_list_token_encode(&by_time, TENANT_1, keys, token, sizeof(token)), 0);
+        /* Another list with the same kind of key. */
+        assert_int_equal(ks_list_token_decode(&by_time_other, TENANT_1, token, back), -1);
+        /* Another list with another kind of key. */
+        assert_int_equal(ks_list_token_decode(&by_id, TENANT_1, token, back), -1);
+        /* The same list in another tenant. */
+        assert_int_equal(ks_list_token_decode(&by_time, TENANT_2, token, back), -1);
+        assert_int_equal(ks_list_token_decode(&by_time, NULL, token, back), -1);
+        assert_int_equal(ks_list_page_begin(&p, &by_time, 0, token, TENANT_2, &err),
+                         KS_INVALID_ARGUMENT);
+        assert_string_equal(err, "page_token: not from this list");
+        ks_list_page_clear(&p);
+
+        assert_int_equal(ks_list_token_encode(&by_id, TENANT_1, id_key, token, sizeof(token)), 0);
+        assert_int_equal(ks_list_token_decode(&by_time, TENANT_1, token, back), -1);
+        assert_int_equal(ks_list_token_decode(&by_id, TENANT_1, token, back), 0);
+}
+
+/* ---- the limit + 1 page ---------------------------------------------------------- */
+
+static void finish_rows(const ks_list_spec *spec, int32_t page_size, int rows, ks_list_page *p)
+{
+        const char *err;
+
+        assert_int_equal(ks_list_page_begin(p, spec, page_size, "", TENANT_1, &err), KS_OK);
+        assert_int_equal(ks_list_page_finish(p, result_rows(rows)), KS_OK);
+}
+
+static void test_next_token_presence(void **state)
+{
+        char back[KS_LIST_KEYS_MAX][KS_LIST_KEY_BYTES_MAX];
+        ks_list_page p;
+
+        (void)state;
+        /* Exactly page_size rows: the last page, no token. */
+        finish_rows(&by_id, 2, 2, &p);
+        assert_int_equal(p.n_items, 2);
+        assert_string_equal(p.next_page_token, "");
+        ks_list_page_clear(&p);
+
+        /* page_size + 1 rows: page_size shown, a token after the last one shown. */
+        finish_rows(&by_id, 2, 3, &p);
+        assert_int_equal(p.n_items, 2);
+        assert_string_equal(((item *)p.items[0])->id, "100");
+        assert_string_equal(((item *)p.items[1])->id, "101");
+        assert_true(p.next_page_token[0] != '\0');
+        assert_int_equal(ks_list_token_decode(&by_id, TENANT_1, p.next_page_token, back), 0);
+        assert_string_equal(back[0], "101");
+        ks_list_page_clear(&p);
+
+        /* Fewer rows than the page, and none. */
+        finish_rows(&by_id, 2, 1, &p);
+        assert_int_equal(p.n_items, 1);
+        assert_string_equal(p.next_page_token, "");
+        ks_list_page_clear(&p);
+        finish_rows(&by_id, 2, 0, &p);
+        assert_int_equal(p.n_items, 0);
+        assert_non_null(p.items);
+        assert_string_equal(p.next_page_token, "");
+        ks_list_page_clear(&p);
+}
+
+/* A two-column key: the token holds the last row's (micros, id). */
+static void test_next_token_two_keys(void **state)
+{
+        char back[KS_LIST_KEYS_MAX][KS_LIST_KEY_BYTES_MAX];
+        PGresult *res = result_new();
+        ks_list_page p;
+        const char *err;
+
+        (void)state;
+        result_add(res, UUID_A, "a", "1796230303551123");
+        result_add(res, UUID_B, "b", "1796230311020412");
+        assert_int_equal(ks_list_page_begin(&p, &by_time, 1, "", TENANT_1, &err), KS_OK);
+        assert_int_equal(ks_list_page_finish(&p, res), KS_OK);
+        assert_int_equal(p.n_items, 1);
+        assert_string_equal(((item *)p.items[0])->name, "a");
+        assert_int_equal(ks_list_token_decode(&by_time, TENANT_1, p.next_page_token, back), 0);
+        assert_string_equal(back[0], "1796230303551123");
+        assert_string_equal(back[1], UUID_A);
+        ks_list_page_clear(&p);
+}
+
+/* Pages through ten rows as a query would: every row once, in order, then no token. */
+static void test_walk_all_pages(void **state)
+{
+        char token[KS_LIST_TOKEN_BYTES_MAX] = "";
+        int seen = 0, pages = 0;
+
+        (void)state;
+        for (;;) {
+                ks_list_page p;
+                PGresult *res = result_new();
+                const char *err;
+                long after;
+                int limit;
+
+                assert_int_equal(ks_list_page_begin(&p, &by_id, 3, token, TENANT_1, &err), KS_OK);
+                after = p.params[0] != NULL ? strtol(p.params[0], NULL, 10) : -1;
+                limit = (int)strtol(p.params[1], NULL, 10);
+                /* SELECT ... WHERE id > $1 ORDER BY id LIMIT $2, over ids 0..9. */
+                for (long id = after + 1; id < 10 && PQntuples(res) < limit; id++) {
+                        char text[24];
+
+                        snprintf(text, sizeof(text), "%ld", id);
+                        result_add(res, text, "row", "0");
+                }
+                assert_int_equal(ks_list_page_finish(&p, res), KS_OK);
+                for (size_t i = 0; i < p.n_items; i++) {
+                        assert_int_equal(strtol(((item *)p.items[i])->id, NULL, 10), seen);
+                        seen++;
+                }
+                pages++;
+                snprintf(token, sizeof(token), "%s", p.next_page_token);
+                ks_list_page_clear(&p);
+                if (token[0] == '\0') {
+                        break;
+                }
+                assert_true(pages < 10);
+        }
+        assert_int_equal(seen, 10);
+        assert_int_equal(pages, 4); /* 3 + 3 + 3 + 1 */
+}
+
+/* A sort key column that holds no key is the query's mistake: internal, not a bad token. */
+static void test_finish_bad_key_column(void **state)
+{
+        PGresult *res = result_new();
+        ks_list_page p;
+        const char *err;
+
+        (void)state;
+        result_add(res, "not-a-number", "a", "1");
+        result_add(res, "2", "b", "2");
+        assert_int_equal(ks_list_page_begin(&p, &by_id, 1, "", TENANT_1, &err), KS_OK);
+        assert_int_equal(ks_list_page_finish(&p, res), KS_INTERNAL);
+        ks_list_page_clear(&p);
+
+        res = result_new();
+        result_add(res, NULL, "a", "1");
+        result_add(res, "2", "b", "2");
+        assert_int_equal(ks_list_page_begin(&p, &by_id, 1, "", TENANT_1, &err), KS_OK);
+        assert_int_equal(ks_list_page_finish(&p, res), KS_INTERNAL);
+        ks_list_page_clear(&p);
+
+        /* No result at all (the query failed before): internal, and nothing leaks. */
+        assert_int_equal(ks_list_page_begin(&p, &by_id, 1, "", TENANT_1, &err), KS_OK);
+        assert_int_equal(ks_list_page_finish(&p, NULL), KS_INTERNAL);
+        ks_list_page_clear(&p);
+}
+
+/* Items that cannot be allocated: resource_exhausted, and the result is still freed. */
+static void test_finish_out_of_memory(void **state)
+{
+        static const ks_list_spec huge_items = {
+            .name = "test.v1.Things/ListHuge",
+            .page_size_default = 1,
+            .page_size_max = 1,
+            .n_keys = 1,
+            .keys = {{KS_LIST_KEY_INT64, 0}},
+            .item_size = SIZE_MAX / 4, /* calloc(2, SIZE_MAX / 4) cannot succeed */
+            .item = fill_item,
+        };
+        ks_list_page p;
+        const char *err;
+
+        (void)state;
+        assert_int_equal(ks_list_page_begin(&p, &huge_items, 0, "", TENANT_1, &err), KS_OK);
+        assert_int_equal(ks_list_page_finish(&p, result_rows(1)), KS_RESOURCE_EXHAUSTED);
+        assert_int_equal(p.n_items, 0);
+        ks_list_page_clear(&p);
+}
+
+static void test_clear_is_safe(void **state)
+{
+        ks_list_page p;
+
+        (void)state;
+        memset(&p, 0, sizeof(p));
+        ks_list_page_clear(&p);
+        ks_list_page_clear(&p);
+        ks_list_page_clear(NULL);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_page_size),
+            cmocka_unit_test(test_begin_first_page),
+            cmocka_unit_test(test_begin_refuses),
+            cmocka_unit_test(test_token_round_trip),
+            cmocka_unit_test(test_token_longest_fits),
+            cmocka_unit_test(test_token_encode_refuses_bad_keys),
+            cmocka_unit_test(test_token_garbage_refused),
+            cmocka_unit_test(test_token_tampered_refused),
+            cmocka_unit_test(test_token_foreign_refused),
+            cmocka_unit_test(test_next_token_presence),
+            cmocka_unit_test(test_next_token_two_keys),
+            cmocka_unit_test(test_walk_all_pages),
+            cmocka_unit_test(test_finish_bad_key_column),
+            cmocka_unit_test(test_finish_out_of_memory),
+            cmocka_unit_test(test_clear_is_safe),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
