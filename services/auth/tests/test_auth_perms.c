@@ -3,8 +3,8 @@
  * (services/auth/perms.c) and of the paging helpers of validate.c: ranks,
  * what each role may do, the names WhoAmI lists, page sizes and cursors.
  *
- * Both files are compiled into this test by inclusion: they are pure, and
- * unit tests link only keelson_core.
+ * Linked with keelson_auth_lib; both files are pure, so nothing else of the
+ * service comes with them.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,8 +14,7 @@
 
 #include <cmocka.h>
 
-#include "../../services/auth/perms.c"
-#include "../../services/auth/validate.c"
+#include "auth.h"
 
 static void test_ranks(void **state)
 {
