@@ -8,7 +8,7 @@
  * api_keys.c). Other services read the role from the caller context and use
  * the same table (docs/api.md), e.g. billing.read / billing.manage.
  *
- * Pure: no I/O, no allocation, unit-tested in tests/unit/test_auth_perms.c.
+ * Pure: no I/O, no allocation, unit-tested in services/auth/tests/test_auth_perms.c.
  */
 #include "auth.h"
 

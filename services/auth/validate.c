@@ -1,7 +1,7 @@
 /*
  * Input rules of the auth service: email normalisation and validation,
  * password rules, names, uuids. Pure functions (no I/O, no allocation) so
- * that tests/unit/test_auth_validate.c checks them without a database.
+ * that services/auth/tests/test_auth_validate.c checks them without a database.
  *
  * Everything that ends up in PostgreSQL is checked for UTF-8 here: protobuf-c
  * does not check proto3 strings, and a text column rejects invalid UTF-8 with

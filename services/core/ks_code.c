@@ -1,7 +1,5 @@
 #include "ks_code.h"
 
-#include <string.h>
-
 static const struct {
         const char *name;
         int http_status;
@@ -39,14 +37,4 @@ int ks_code_http_status(int code)
                 return 500;
         }
         return code_table[code].http_status;
-}
-
-int ks_code_from_name(const char *name)
-{
-        for (int i = 0; i < KS_CODE_COUNT; i++) {
-                if (strcmp(code_table[i].name, name) == 0) {
-                        return i;
-                }
-        }
-        return KS_UNKNOWN;
 }

@@ -42,7 +42,4 @@ const char *ks_code_name(int code);
 /* Connect's code -> HTTP status table (invalid_argument 400, ...). */
 int ks_code_http_status(int code);
 
-/* Parses a Connect code name; returns KS_UNKNOWN for an unknown name. */
-int ks_code_from_name(const char *name);
-
 #endif

@@ -1,8 +1,8 @@
 -- keelson token bucket: one atomic rate-limit decision per call.
 --
 -- The gateway loads this script once (SCRIPT LOAD) and calls it with
--- EVALSHA; the unit test tests/unit/test_ratelimit_lua.c runs the same bytes
--- (CMake embeds this file into both).
+-- EVALSHA; the unit test services/gateway/tests/test_gateway_ratelimit_lua.c
+-- runs the same bytes (CMake embeds this file into both).
 --
 -- KEYS[1]  the bucket: a hash {s = tokens scaled by the period in us,
 --          t = time of the last refill in us}

@@ -1,8 +1,8 @@
 /*
  * Unit tests of the gateway's rate-limit pieces that need no network:
  * limit specs, the in-process buckets (the same arithmetic as
- * ratelimit.lua, checked at the same instants as tests/unit/
- * test_ratelimit_lua.c), the configuration checks, KEELSON_REDIS_URL, and
+ * ratelimit.lua, checked at the same instants as
+ * test_gateway_ratelimit_lua.c), the configuration checks, KEELSON_REDIS_URL, and
  * the client address behind trusted proxies.
  */
 #include <setjmp.h>

@@ -3,9 +3,8 @@
  * email normalisation and validation, password rules, names, the default
  * tenant name, uuids, UTF-8.
  *
- * validate.c is compiled into this test by inclusion: unit tests link only
- * keelson_core, and the file is pure (no I/O, no core calls), so nothing
- * else of the service comes with it.
+ * Linked with keelson_auth_lib; the file is pure (no I/O, no core calls), so
+ * nothing else of the service comes with it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "../../services/auth/validate.c"
+#include "auth.h"
 
 /* Runs the validator and returns its message ("" when it accepted). */
 static const char *email_error(const char *email)

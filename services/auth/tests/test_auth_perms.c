@@ -3,8 +3,7 @@
  * (services/auth/perms.c): ranks, what each role may do, the names WhoAmI
  * lists. (Page sizes and page tokens: tests/unit/test_list.c.)
  *
- * perms.c is compiled into this test by inclusion: it is pure, and unit
- * tests link only keelson_core.
+ * Linked with keelson_auth_lib; perms.c is pure.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "../../services/auth/perms.c"
+#include "auth.h"
 
 static void test_ranks(void **state)
 {

@@ -3,18 +3,19 @@
  * results match ks_crypto's, a full queue refuses at once instead of
  * growing, and a job whose deadline passes in the queue is dropped.
  *
- * hash_pool.c is compiled into this test by inclusion: it needs only
- * keelson_core (crypto, metrics) and threads.
+ * Linked with keelson_auth_lib: the same hash_pool.o the service runs.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <pthread.h>
+#include <time.h>
 
 #include <cmocka.h>
 
-#include "../../services/auth/hash_pool.c"
+#include "auth.h"
 
 /* Fast parameters for the checks of results. */
 static const ks_scrypt_params fast = {1u << 10, 8, 1, 64, 16};
