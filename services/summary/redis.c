@@ -16,18 +16,6 @@
 
 #include "ks_log.h"
 
-int sm_redis_parse_url(const char *url, sm_redis_options *o)
-{
-        char err[KS_REDIS_ERR_MAX];
-
-        if (ks_redis_url_parse(url, &o->url, err, sizeof(err)) != 0) {
-                /* At start-up, before logging: main.c follows with its own line and exits 2. */
-                fprintf(stderr, "keelson-summary: KEELSON_REDIS_URL: %s\n", err);
-                return -1;
-        }
-        return 0;
-}
-
 void sm_redis_fini(sm_redis *r)
 {
         if (r->ctx != NULL) {

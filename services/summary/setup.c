@@ -63,8 +63,10 @@ int sm_check_config(void *service, char *err, size_t err_len)
         sm_service *svc = service;
         const sm_config *c = svc->cfg;
 
-        if (sm_redis_parse_url(c->redis_url, &svc->redis) != 0) {
-                snprintf(err, err_len, "KEELSON_REDIS_URL: expected redis://host[:port]");
+        char why[KS_REDIS_ERR_MAX];
+
+        if (ks_redis_url_parse(c->redis_url, &svc->redis.url, why, sizeof(why)) != 0) {
+                snprintf(err, err_len, "KEELSON_REDIS_URL: %s", why);
                 return -1;
         }
         if (strlen(c->redis_prefix) >= sizeof(svc->redis.prefix) ||

@@ -151,8 +151,6 @@ void sm_local_put(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, 
 void sm_local_evict(sm_local *l, const char *tenant);
 
 /* redis.c: every call returns 0, 1 (not found, for the gets) or -1 (Redis failed). */
-/* KEELSON_REDIS_URL (ks_redis_url.h) into o->url; -1 after saying why on stderr. */
-int sm_redis_parse_url(const char *url, sm_redis_options *o);
 void sm_redis_fini(sm_redis *r);
 int sm_redis_gen(sm_redis *r, const char *tenant, int64_t *gen);
 int sm_redis_bump(sm_redis *r, const char *tenant);
