@@ -1,13 +1,14 @@
 /*
- * The figures from PostgreSQL, through the tenant-isolated path auth grants
- * (services/auth/migrations/004_summary_reader.sql): every connection runs
- * as keelson_summary_rt, which may SELECT a few columns and whose row-level
- * security policies match only the tenant named by the transaction's
- * set_config('keelson.tenant_id', ..., true). Each query also filters by the
- * tenant itself: the policy is the second wall, not the only one.
+ * The figures from PostgreSQL, through the one door auth owns for them:
+ * auth.tenant_summary(tenant) (services/auth/migrations/007_summary_contract.sql,
+ * documented in docs/architecture.md). Every connection runs as
+ * keelson_summary_rt, which may execute that function and read no table of
+ * auth's; the function's row-level security policies match only the tenant
+ * named by the transaction's set_config('keelson.tenant_id', ..., true), and
+ * it filters by its argument too: the policy is the second wall.
  *
- * One statement, one grouped query per table (COUNT(*) FILTER), whatever the
- * number of users or roles. A fill is SM_SQL_PER_FILL statements, each counted.
+ * One call, whatever the number of users or roles. A fill is SM_SQL_PER_FILL
+ * statements, each counted.
  */
 #include "summary.h"
 
@@ -20,31 +21,12 @@
 static const char sql_act_for[] = "SELECT set_config('keelson.tenant_id', $1, true)";
 
 /*
- * One statement, one grouped count per table. Roles come from memberships
- * alone. The locked members are read from the other end: the users with a
- * lock time in the future, through auth's partial index on locked_until,
- * each checked against the tenant's membership key. Every other member is
- * active. Joining every member's user row to read its lock time cost 27 ms
- * for a tenant of 10,000 members; this costs 5.
+ * Auth's contract (services/auth/migrations/007_summary_contract.sql): one
+ * row of counts for the tenant, whatever auth's tables look like inside.
  */
 static const char sql_counts[] =
-    "SELECT m.members - l.locked, l.locked, m.owner, m.admin, m.member, m.viewer, i.pending,"
-    " k.keys FROM"
-    " (SELECT count(*) AS members,"
-    "         count(*) FILTER (WHERE role = 'owner') AS owner,"
-    "         count(*) FILTER (WHERE role = 'admin') AS admin,"
-    "         count(*) FILTER (WHERE role = 'member') AS member,"
-    "         count(*) FILTER (WHERE role = 'viewer') AS viewer"
-    "    FROM auth.memberships WHERE tenant_id = $1::uuid) m,"
-    " (SELECT count(*) AS locked FROM auth.users u"
-    "   WHERE u.locked_until > now() AND EXISTS (SELECT 1 FROM auth.memberships mm"
-    "     WHERE mm.tenant_id = $1::uuid AND mm.user_id = u.id)) l,"
-    " (SELECT count(*) AS pending FROM auth.invitations"
-    "   WHERE tenant_id = $1::uuid AND accepted_at IS NULL AND revoked_at IS NULL"
-    "     AND expires_at > now()) i,"
-    " (SELECT count(*) AS keys FROM auth.api_keys"
-    "   WHERE tenant_id = $1::uuid AND revoked_at IS NULL"
-    "     AND (expires_at IS NULL OR expires_at > now())) k";
+    "SELECT active, locked, owners, admins, members, viewers, pending_invitations,"
+    " active_api_keys FROM auth.tenant_summary($1::uuid)";
 
 static int64_t field(const PGresult *res, int col)
 {

@@ -581,27 +581,26 @@ static void test_assignable_roles_follow_the_callers_role(void **state)
 
 /* ---- a failed summary: logged with its request id, timed -------------------------- */
 
-/* Fault injection: the reader role loses one column it counts, so a fill's SQL fails. */
-static void reader_column(bool granted)
+/* Fault injection: the reader role loses auth's contract, so a fill's SQL fails. */
+#define CONTRACT_GRANT "GRANT EXECUTE ON FUNCTION auth.tenant_summary(uuid) TO keelson_summary_rt"
+#define CONTRACT_REVOKE                                                                            \
+        "REVOKE EXECUTE ON FUNCTION auth.tenant_summary(uuid) FROM keelson_summary_rt"
+
+static void reader_contract(bool granted)
 {
         PGconn *pg = ait_pg();
 
-        PQclear(ait_sql(pg,
-                        granted ? "GRANT SELECT (revoked_at) ON auth.api_keys TO keelson_summary_rt"
-                                : "REVOKE SELECT (revoked_at) ON auth.api_keys"
-                                  " FROM keelson_summary_rt",
-                        0, NULL));
+        PQclear(ait_sql(pg, granted ? CONTRACT_GRANT : CONTRACT_REVOKE, 0, NULL));
         PQfinish(pg);
 }
 
-static int grant_reader_column(void **state)
+static int grant_reader_contract(void **state)
 {
         PGconn *pg = it_pg_connect(&ait_stack);
 
         (void)state;
         if (pg != NULL) {
-                PQclear(PQexec(pg, "GRANT SELECT (revoked_at) ON auth.api_keys"
-                                   " TO keelson_summary_rt"));
+                PQclear(PQexec(pg, CONTRACT_GRANT));
                 PQfinish(pg);
         }
         return 0;
@@ -646,9 +645,9 @@ static void test_a_failed_summary_is_logged_and_timed(void **state)
         snprintf(rid, sizeof(rid), "it-sum-fail-%s", owner.tenant_id);
         served0 = metric_sum(SERVED);
 
-        reader_column(false);
+        reader_contract(false);
         summary_call(owner.token, "{}", rid, &r); /* a new tenant: nothing cached, a fill */
-        reader_column(true);
+        reader_contract(true);
         assert_int_equal(r.status, 500);
         j = ait_json(&r);
         assert_string_equal(ait_str(j, "code"), "internal");
@@ -669,7 +668,7 @@ static void test_a_failed_summary_is_logged_and_timed(void **state)
         needles[1] = owner.token;
         assert_int_equal(log_lines_with(needles, 2), 0);
 
-        /* The column back: the same tenant's summary is computed and served. */
+        /* The contract back: the same tenant's summary is computed and served. */
         read_on_every_replica(owner.token, &fresh_tenant, owner.tenant_id);
 }
 
@@ -857,7 +856,7 @@ int main(void)
             cmocka_unit_test_teardown(test_rolled_back_writes_leave_the_cache, allow_commits),
             cmocka_unit_test(test_assignable_roles_follow_the_callers_role),
             cmocka_unit_test_teardown(test_a_failed_summary_is_logged_and_timed,
-                                      grant_reader_column),
+                                      grant_reader_contract),
             cmocka_unit_test(test_a_lost_generation_does_not_keep_the_local_level_away),
             cmocka_unit_test(test_fill_racing_an_invalidation_is_not_served),
             cmocka_unit_test(test_a_tenant_sees_only_its_own_counts),
