@@ -22,7 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "gateway.h"
+#include "bucket.h"
 
 #define KEYS        1024
 #define KEY_LEN_MAX 48

@@ -27,9 +27,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gateway.h"
+#include "bucket.h"
+#include "ks_code.h"
 #include "ks_log.h"
 #include "ratelimit_script.h"
+#include "redis.h"
 
 #define KEYS          1024
 #define START_WAIT_MS 10000

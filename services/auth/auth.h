@@ -133,6 +133,9 @@ typedef struct auth_config {
 extern const ks_config_var auth_config_vars[];
 extern const size_t auth_config_vars_n;
 
+/* The service's methods: methods.def with its handlers (methods.c). */
+extern const ks_method_table auth_methods;
+
 /* The hooks of ks_service_spec: relations between settings, start, stop. */
 int auth_check_config(void *service, char *err, size_t err_len);
 int auth_start(void *service, ks_service_env *env);

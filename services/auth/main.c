@@ -5,22 +5,13 @@
  * The service skeleton (ks_service.h) runs it: migrations of schema "auth"
  * as the owner, the pool as the runtime role (see db.c), the outbox relay,
  * the health listener and the RPC server. What only auth starts (the hash
- * pool, housekeeping) is in setup.c; its methods are methods.def.
+ * pool, housekeeping) is in setup.c; its method table is methods.c.
  *
  * Workers carry no state of their own (no worker_init): handlers take a
  * connection from the pool per statement or transaction; see db.c for why.
  */
 #include "auth.h"
 #include "ks_service.h"
-
-#define KS_METHOD KS_METHOD_ROW
-static const ks_method_row rows[] = {
-#include "methods.def"
-};
-#undef KS_METHOD
-
-static const ks_method_table methods = {&keelson__auth__v1__auth_service__descriptor, rows,
-                                        sizeof(rows) / sizeof(rows[0])};
 
 int main(int argc, char **argv)
 {
@@ -30,7 +21,7 @@ int main(int argc, char **argv)
             .name = "auth",
             .summary = "accounts, tenants, sessions and API keys",
             .id = KS_SVC_AUTH,
-            .methods = &methods,
+            .methods = &auth_methods,
             .service = &svc,
             .config = &cfg,
             .settings_offset = offsetof(auth_config, base),

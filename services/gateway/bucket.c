@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway.h"
+#include "bucket.h"
 #include "ks_clock.h"
 #include "ks_hmap.h"
 #include "ks_lru.h"

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway.h"
+#include "cache.h"
 #include "ks_crypto.h"
 #include "ks_hmap.h"
 #include "ks_lru.h"

@@ -5,7 +5,7 @@
  *
  * Adding a service is its methods.def here and one line in gw_catalog[].
  */
-#include "gateway.h"
+#include "catalog.h"
 #include "keelson/auth/v1/auth.pb-c.h"
 #include "keelson/ledger/v1/ledger.pb-c.h"
 #include "keelson/summary/v1/summary.pb-c.h"

@@ -14,12 +14,14 @@
  * comparison serves both families.
  */
 #include <arpa/inet.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "gateway.h"
+#include "clientip.h"
 
-#define ENTRY_MAX 64 /* longest address text considered, with brackets and port */
+#define XFF_HOPS_MAX 32 /* X-Forwarded-For entries examined, right to left */
+#define ENTRY_MAX    64 /* longest address text considered, with brackets and port */
 
 static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
@@ -204,7 +206,7 @@ void gw_client_ip(const gw_proxies *p, const char *peer, const char *const *xff,
                         if (tlen == 0) {
                                 continue; /* "a,,b" */
                         }
-                        if (++hops > GW_XFF_HOPS_MAX || parse_addr(e, tlen, a) != 0) {
+                        if (++hops > XFF_HOPS_MAX || parse_addr(e, tlen, a) != 0) {
                                 format_addr(cur, out);
                                 return;
                         }

@@ -10,7 +10,7 @@
 #include <strings.h>
 #include <zlib.h>
 
-#include "gateway.h"
+#include "compress.h"
 
 #define GZIP_WINDOW_BITS (15 + 16) /* 32 KiB window, gzip wrapper */
 #define GZIP_MEM_LEVEL   8

@@ -23,7 +23,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "gateway.h"
+#include "connect.h"
 #include "ks_crypto.h"
 #include "ks_log.h"
 

@@ -22,14 +22,20 @@
 #include <string.h>
 #include <time.h>
 
-#include "gateway.h"
+#include "cache.h"
+#include "events.h"
 #include "keelson/auth/v1/events.pb-c.h"
 #include "ks_crypto.h"
 #include "ks_events.h"
 #include "ks_log.h"
+#include "ks_metrics.h"
+#include "ks_topology.h"
 
-#define EVENTS_POLL_MS  250
-#define EVENTS_ERROR_MS 100 /* pause after a receive error */
+#define REVOKED_TOPIC      "auth.context_revoked"
+#define REVOKED_TOKENS_MAX 1024 /* per event; more: the whole cache goes */
+#define EVENTS_QUEUE_MAX   1024 /* events waiting for the loop; more: likewise */
+#define EVENTS_POLL_MS     250
+#define EVENTS_ERROR_MS    100 /* pause after a receive error */
 
 typedef struct revocation {
         struct revocation *next;
@@ -69,7 +75,7 @@ static void push(gw_events *e, revocation *r)
 {
         pthread_mutex_lock(&e->mu);
         bool was_empty = e->head == NULL && !e->overflowed;
-        if (e->queued >= GW_EVENTS_QUEUE_MAX) {
+        if (e->queued >= EVENTS_QUEUE_MAX) {
                 e->overflowed = true;
                 revocation_free(r);
         } else {
@@ -95,7 +101,7 @@ static revocation *revocation_of(const Keelson__Auth__V1__ContextRevoked *m)
                 return NULL;
         }
         size_t n = m->n_token_sha256;
-        r->everything = n > GW_REVOKED_TOKENS_MAX || strlen(m->user_id) > GW_ID_MAX ||
+        r->everything = n > REVOKED_TOKENS_MAX || strlen(m->user_id) > GW_ID_MAX ||
                         strlen(m->tenant_id) > GW_ID_MAX || strlen(m->api_key_id) > GW_ID_MAX;
         if (!r->everything && n > 0) {
                 r->tokens = calloc(n, sizeof(*r->tokens));
@@ -118,7 +124,7 @@ static revocation *revocation_of(const Keelson__Auth__V1__ContextRevoked *m)
 
 static void handle(gw_events *e, const Keelson__Events__V1__Event *ev)
 {
-        if (strcmp(ev->topic, GW_REVOKED_TOPIC) != 0) {
+        if (strcmp(ev->topic, REVOKED_TOPIC) != 0) {
                 return; /* a longer topic with the same prefix */
         }
         ks_counter_inc(e->received);
@@ -219,7 +225,7 @@ static int subscribe(gw_events *e, const char *broker_url)
 {
         char brokers[KS_BROKERS_MAX][KS_URL_MAX];
         const char *bases[KS_BROKERS_MAX];
-        const char *prefixes[] = {GW_REVOKED_TOPIC};
+        const char *prefixes[] = {REVOKED_TOPIC};
         int n = ks_broker_list(broker_url, brokers, KS_BROKERS_MAX);
         if (n < 1) {
                 return -1;

@@ -30,11 +30,11 @@
  *
  * 3. g is freed only on the libevent thread and never while an upstream call
  *    is in flight: from a successful gw_upstream_call until the upstream
- *    hands the call back (gw_rpc_complete), g->call belongs to the upstream.
+ *    hands the call back (gw_handler_complete), g->call belongs to the upstream.
  *    At shutdown the upstream hands back every call before it is freed.
  *
  * 4. The same holds while a rate-limit decision is in flight in Redis
- *    (GW_STAGE_LIMITING): g is on the server's waiting list with the close
+ *    (GW_STAGE_LIMITING): g counts as in flight (inflight.c) with the close
  *    callback set, and the decision's completion (on the loop) continues or
  *    frees it. At shutdown every decision in flight completes (locally)
  *    before the rate limiter is freed.
@@ -64,41 +64,78 @@
 #include <strings.h>
 #include <time.h>
 
-#include "gateway.h"
+#include "cache.h"
+#include "clientip.h"
+#include "compress.h"
+#include "config.h"
+#include "connect.h"
+#include "handler.h"
+#include "inflight.h"
 #include "keelson/auth/v1/auth.pb-c.h"
+#include "ks_clock.h"
 #include "ks_crypto.h"
 #include "ks_json.h"
 #include "ks_log.h"
+#include "ks_metrics.h"
+#include "ks_topology.h"
+#include "ratelimit.h"
+#include "routes.h"
+#include "upstream.h"
 
-#define JSON_ERR_MAX  256
-#define NS_PER_S      1000000000.0
-#define NS_PER_MS     1000000
-#define XFF_LINES_MAX 16 /* X-Forwarded-For header lines considered (the last ones) */
+#define JSON_ERR_MAX         256
+#define NS_PER_S             1000000000.0
+#define NS_PER_MS            1000000
+#define XFF_LINES_MAX        16 /* X-Forwarded-For header lines considered (the last ones) */
+#define UPSTREAM_ERRORS_NAME "keelson_gateway_upstream_errors_total"
+#define UPSTREAM_ERRORS_HELP "Upstream calls that ended with a fault of the service or transport"
 
-_Static_assert(offsetof(gw_request, call) == 0, "gw_rpc_complete casts a call to its request");
+struct gw_handler {
+        const gw_handler_env *env;
+        ks_counter *slow_requests;
+        ks_counter *upstream_errors[KS_SVC_COUNT][KS_CODE_COUNT]; /* made on first use */
+};
+
+typedef enum gw_stage {
+        GW_STAGE_INTAKE,    /* checking headers and body, on the libevent thread */
+        GW_STAGE_RESOLVING, /* ResolveContext in flight */
+        GW_STAGE_LIMITING,  /* a rate-limit decision in flight (Redis) */
+        GW_STAGE_CALLING,   /* the method itself in flight */
+} gw_stage;
+
+/*
+ * Everything one request needs from intake to reply, in one allocation that
+ * every path frees exactly once (finish, or request_free at shutdown). See
+ * the top for how it outlives, or not, the evhttp_request.
+ */
+typedef struct gw_request {
+        gw_call call; /* the upstream call in flight */
+        gw_handler *h;
+        struct evhttp_request *req; /* NULL once evhttp has let go of it */
+        gw_route *route;
+        gw_stage stage;
+        gw_codec codec;
+        bool quiet;       /* no "request failed" line (rate-limit refusals) */
+        int64_t start_ns; /* CLOCK_MONOTONIC */
+        int64_t deadline_unix_ms;
+        char request_id[GW_REQUEST_ID_MAX + 1];
+        char client_ip[GW_IP_MAX];
+        uint8_t *payload; /* the method's request message, packed */
+        size_t payload_len;
+        uint8_t *auth_payload; /* ResolveContextRequest: holds the token, wiped after use */
+        size_t auth_payload_len;
+        uint8_t token_sha[32];     /* SHA-256 of the bearer token: the cache key */
+        uint64_t cache_generation; /* the cache's, when the token went to be resolved */
+        gw_context ctx;            /* the resolved caller; caller's strings point here */
+        ks_caller caller;
+        gw_limit_wait limit;
+} gw_request;
+
+_Static_assert(offsetof(gw_request, call) == 0, "gw_handler_complete casts a call to its request");
 
 static const uint8_t empty_bytes[1] = {0}; /* unpack wants a pointer even for 0 bytes */
 
-gw_request *gw_request_new(gw_server *s, struct evhttp_request *req, gw_route *route,
-                           const char *request_id, int64_t start_ns)
-{
-        gw_request *g = calloc(1, sizeof(*g));
-        if (g == NULL) {
-                return NULL;
-        }
-        g->srv = s;
-        g->req = req;
-        g->route = route;
-        g->start_ns = start_ns;
-        g->stage = GW_STAGE_INTAKE;
-        snprintf(g->request_id, sizeof(g->request_id), "%s", request_id);
-        gw_request_client_ip(&s->cfg->rate.proxies, req, g->client_ip);
-        keelson__rpc__v1__caller_context__init(&g->caller);
-        g->caller.client_ip = g->client_ip;
-        return g;
-}
-
-void gw_request_client_ip(const gw_proxies *p, struct evhttp_request *req, char out[GW_IP_MAX])
+/* The client address of a request: its peer, or X-Forwarded-For through trusted proxies. */
+static void request_client_ip(const gw_proxies *p, struct evhttp_request *req, char out[GW_IP_MAX])
 {
         struct evhttp_connection *evcon = evhttp_request_get_connection(req);
         char *addr = NULL;
@@ -123,6 +160,25 @@ void gw_request_client_ip(const gw_proxies *p, struct evhttp_request *req, char 
                 }
         }
         gw_client_ip(p, addr != NULL ? addr : "", xff, n, out);
+}
+
+static gw_request *request_new(gw_handler *h, struct evhttp_request *req, gw_route *route,
+                               const char *request_id, int64_t start_ns)
+{
+        gw_request *g = calloc(1, sizeof(*g));
+        if (g == NULL) {
+                return NULL;
+        }
+        g->h = h;
+        g->req = req;
+        g->route = route;
+        g->start_ns = start_ns;
+        g->stage = GW_STAGE_INTAKE;
+        snprintf(g->request_id, sizeof(g->request_id), "%s", request_id);
+        request_client_ip(&h->env->cfg->rate.proxies, req, g->client_ip);
+        keelson__rpc__v1__caller_context__init(&g->caller);
+        g->caller.client_ip = g->client_ip;
+        return g;
 }
 
 static void wipe_auth_payload(gw_request *g)
@@ -162,11 +218,11 @@ static void add_header(gw_request *g, const char *name, const char *value)
 /* Over the threshold: route pattern, status and duration only (no id of any kind). */
 static void log_slow(const gw_request *g, int status, int64_t duration_ns)
 {
-        int64_t slow_ms = g->srv->cfg->slow_ms;
+        int64_t slow_ms = g->h->env->cfg->slow_ms;
         if (duration_ns < slow_ms * NS_PER_MS) {
                 return;
         }
-        ks_counter_inc(g->srv->slow_requests);
+        ks_counter_inc(g->h->slow_requests);
         ks_log(KS_LOG_WARN, NULL, "slow request", "{s:s,s:i,s:I}", "route", g->route->path,
                "status", status, "duration_ms", (json_int_t)(duration_ns / NS_PER_MS));
 }
@@ -179,7 +235,7 @@ static void log_slow(const gw_request *g, int status, int64_t duration_ns)
 static void maybe_gzip(gw_request *g, const char *content_type, const void **body, size_t *len,
                        uint8_t **gz)
 {
-        const gw_config *cfg = g->srv->cfg;
+        const gw_config *cfg = g->h->env->cfg;
         if (content_type == NULL || strcmp(content_type, "application/json") != 0 ||
             *len <= (size_t)cfg->gzip_min_bytes) {
                 return;
@@ -210,7 +266,7 @@ static void finish(gw_request *g, int status, int code, const char *content_type
                 if (evcon != NULL) {
                         evhttp_connection_set_closecb(evcon, NULL, NULL);
                 }
-                if (g->srv->draining) {
+                if (gw_inflight_draining(g->h->env->inflight)) {
                         /* Keep-alive clients move to another replica after this reply. */
                         add_header(g, "Connection", "close");
                 }
@@ -232,7 +288,7 @@ static void finish(gw_request *g, int status, int code, const char *content_type
         request_free(g);
 }
 
-void gw_request_fail(gw_request *g, int status, int code, const char *message)
+static void request_fail(gw_request *g, int status, int code, const char *message)
 {
         if (status == 0) {
                 status = ks_code_http_status(code);
@@ -251,7 +307,23 @@ void gw_request_fail(gw_request *g, int status, int code, const char *message)
 static void fail_unauthenticated(gw_request *g, const char *message)
 {
         add_header(g, "WWW-Authenticate", "Bearer"); /* RFC 6750 §3 */
-        gw_request_fail(g, 401, KS_UNAUTHENTICATED, message);
+        request_fail(g, 401, KS_UNAUTHENTICATED, message);
+}
+
+/* Counts a call that ended with a fault of the service or the transport. */
+static void upstream_error(gw_handler *h, int service, int code)
+{
+        if (service < 0 || service >= KS_SVC_COUNT || code < 0 || code >= KS_CODE_COUNT) {
+                return;
+        }
+        if (h->upstream_errors[service][code] == NULL) {
+                char labels[128];
+                snprintf(labels, sizeof(labels), "service=\"%s\",code=\"%s\"",
+                         ks_service_name((ks_service_id)service), ks_code_name(code));
+                h->upstream_errors[service][code] = ks_counter_get(
+                    ks_metrics_default(), UPSTREAM_ERRORS_NAME, UPSTREAM_ERRORS_HELP, labels);
+        }
+        ks_counter_inc(h->upstream_errors[service][code]);
 }
 
 /* Faults of a service or the transport, as opposed to answers about the request. */
@@ -296,7 +368,7 @@ static void on_connection_close(struct evhttp_connection *evcon, void *arg)
 static void wait_begin(gw_request *g, gw_stage stage)
 {
         g->stage = stage;
-        gw_server_wait_begin(g->srv, g);
+        gw_inflight_begin(g->h->env->inflight);
         struct evhttp_connection *evcon = evhttp_request_get_connection(g->req);
         if (evcon != NULL) {
                 evhttp_connection_set_closecb(evcon, on_connection_close, g);
@@ -306,7 +378,7 @@ static void wait_begin(gw_request *g, gw_stage stage)
 static void start_upstream(gw_request *g, gw_stage stage)
 {
         bool resolving = stage == GW_STAGE_RESOLVING;
-        const gw_route *route = resolving ? gw_routes_resolver(g->srv->routes) : g->route;
+        const gw_route *route = resolving ? gw_routes_resolver(g->h->env->routes) : g->route;
         ks_rpc_call_args args = {
             .method = route->method,
             .request_id = g->request_id,
@@ -315,17 +387,17 @@ static void start_upstream(gw_request *g, gw_stage stage)
             .payload = resolving ? g->auth_payload : g->payload,
             .payload_len = resolving ? g->auth_payload_len : g->payload_len,
             /* idempotent methods, token resolution among them, survive a replica's death */
-            .resend_ms = (route->flags & KS_M_IDEMPOTENT) != 0 ? (int)g->srv->cfg->resend_ms : 0,
+            .resend_ms = gw_route_resendable(route) ? (int)g->h->env->cfg->resend_ms : 0,
         };
-        int rc = gw_upstream_call(g->srv->up, route->service, &args, &g->call);
+        int rc = gw_upstream_call(g->h->env->up, route->service, &args, &g->call);
         if (rc != KS_OK) {
                 if (rc != KS_DEADLINE_EXCEEDED) { /* an expired deadline is the client's */
-                        gw_server_upstream_error(g->srv, route->service, rc);
+                        upstream_error(g->h, route->service, rc);
                 }
-                gw_request_fail(g, 0, rc, start_failure_message(rc));
+                request_fail(g, 0, rc, start_failure_message(rc));
                 return;
         }
-        /* From here until gw_rpc_complete, g->call belongs to the upstream. */
+        /* From here until gw_handler_complete, g->call belongs to the upstream. */
         wait_begin(g, stage);
 }
 
@@ -343,7 +415,7 @@ static void refuse(gw_request *g)
         /* Counted (ratelimit_decisions_total), not logged: a flood of
          * refusals must not become a flood of log lines. */
         g->quiet = true;
-        gw_request_fail(g, 429, KS_RESOURCE_EXHAUSTED, "rate limit exceeded, retry later");
+        request_fail(g, 429, KS_RESOURCE_EXHAUSTED, "rate limit exceeded, retry later");
 }
 
 static void apply_limit(gw_request *g)
@@ -372,9 +444,9 @@ static void apply_limit(gw_request *g)
 static void on_limit_decided(gw_limit_wait *w)
 {
         gw_request *g = (gw_request *)(void *)((char *)w - offsetof(gw_request, limit));
-        gw_server *s = g->srv;
-        gw_server_wait_end(s, g);
-        if (s->closing) {
+        gw_inflight *inflight = g->h->env->inflight;
+        gw_inflight_end(inflight);
+        if (gw_inflight_closing(inflight)) {
                 request_free(g); /* evhttp is gone: see 4. at the top */
                 return;
         }
@@ -383,7 +455,7 @@ static void on_limit_decided(gw_limit_wait *w)
         } else {
                 apply_limit(g);
         }
-        gw_server_drain_check(s);
+        gw_inflight_check(inflight);
 }
 
 /* After a take (GW_LIMIT_*): unlimited, on to next; decided, applied; else wait for it. */
@@ -406,14 +478,14 @@ static void after_take(gw_request *g, int taken, gw_stage next)
 static void limit_then_resolve(gw_request *g)
 {
         g->limit.done = on_limit_decided;
-        after_take(g, gw_ratelimit_take_resolve(g->srv->rl, g->client_ip, &g->limit),
+        after_take(g, gw_ratelimit_take_resolve(g->h->env->rl, g->client_ip, &g->limit),
                    GW_STAGE_RESOLVING);
 }
 
 static void limit_then_call(gw_request *g, const char *subject)
 {
         g->limit.done = on_limit_decided;
-        after_take(g, gw_ratelimit_take(g->srv->rl, g->route, subject, &g->limit),
+        after_take(g, gw_ratelimit_take(g->h->env->rl, g->route, subject, &g->limit),
                    GW_STAGE_CALLING);
 }
 
@@ -526,34 +598,34 @@ static int check_headers(gw_request *g)
         struct evkeyvalq *in = evhttp_request_get_input_headers(g->req);
         if (evhttp_request_get_command(g->req) != EVHTTP_REQ_POST) {
                 add_header(g, "Allow", "POST");
-                gw_request_fail(g, 405, KS_UNIMPLEMENTED, "method not allowed: use POST");
+                request_fail(g, 405, KS_UNIMPLEMENTED, "method not allowed: use POST");
                 return -1;
         }
         if (gw_connect_codec(evhttp_find_header(in, "Content-Type"), &g->codec) != 0) {
-                gw_request_fail(g, 415, KS_UNIMPLEMENTED,
-                                "unsupported content type: use application/json or "
-                                "application/proto");
+                request_fail(g, 415, KS_UNIMPLEMENTED,
+                             "unsupported content type: use application/json or "
+                             "application/proto");
                 return -1;
         }
         if (!gw_identity_encoding(evhttp_find_header(in, "Content-Encoding"))) {
                 add_header(g, "Accept-Encoding", "identity");
-                gw_request_fail(g, 415, KS_UNIMPLEMENTED,
-                                "unsupported content-encoding: only identity is accepted");
+                request_fail(g, 415, KS_UNIMPLEMENTED,
+                             "unsupported content-encoding: only identity is accepted");
                 return -1;
         }
         if (!gw_connect_version_ok(evhttp_find_header(in, "Connect-Protocol-Version"))) {
-                gw_request_fail(g, 400, KS_INVALID_ARGUMENT, "connect-protocol-version must be 1");
+                request_fail(g, 400, KS_INVALID_ARGUMENT, "connect-protocol-version must be 1");
                 return -1;
         }
         int64_t timeout_ms = 0;
         bool has_timeout = false;
         if (gw_connect_timeout(evhttp_find_header(in, "Connect-Timeout-Ms"), &timeout_ms,
                                &has_timeout) != 0) {
-                gw_request_fail(g, 400, KS_INVALID_ARGUMENT,
-                                "connect-timeout-ms must be 1 to 10 digits");
+                request_fail(g, 400, KS_INVALID_ARGUMENT,
+                             "connect-timeout-ms must be 1 to 10 digits");
                 return -1;
         }
-        int64_t limit_ms = g->srv->cfg->timeout_ms;
+        int64_t limit_ms = g->h->env->cfg->timeout_ms;
         if (has_timeout && timeout_ms < limit_ms) {
                 limit_ms = timeout_ms;
         }
@@ -561,23 +633,23 @@ static int check_headers(gw_request *g)
         return 0;
 }
 
-void gw_rpc_begin(gw_request *g)
+static void rpc_begin(gw_request *g)
 {
         if (check_headers(g) != 0) {
                 return;
         }
         size_t body_len = evbuffer_get_length(evhttp_request_get_input_buffer(g->req));
-        if (body_len > (size_t)g->srv->cfg->body_max_bytes) {
+        if (body_len > (size_t)g->h->env->cfg->body_max_bytes) {
                 char msg[96];
                 snprintf(msg, sizeof(msg), "request body larger than %lld bytes",
-                         (long long)g->srv->cfg->body_max_bytes);
-                gw_request_fail(g, 413, KS_RESOURCE_EXHAUSTED, msg);
+                         (long long)g->h->env->cfg->body_max_bytes);
+                request_fail(g, 413, KS_RESOURCE_EXHAUSTED, msg);
                 return;
         }
         char err[JSON_ERR_MAX];
         int rc = decode_body(g, err, sizeof(err));
         if (rc != KS_OK) {
-                gw_request_fail(g, rc == KS_RESOURCE_EXHAUSTED ? 413 : 0, rc, err);
+                request_fail(g, rc == KS_RESOURCE_EXHAUSTED ? 413 : 0, rc, err);
                 return;
         }
         if ((g->route->flags & KS_M_PUBLIC) != 0) {
@@ -593,15 +665,15 @@ void gw_rpc_begin(gw_request *g)
                 return;
         }
         ks_sha256(tok, tok_len, g->token_sha);
-        if (gw_cache_get(g->srv->cache, g->token_sha, ks_mono_ms(), &g->ctx)) {
+        if (gw_cache_get(g->h->env->cache, g->token_sha, ks_mono_ms(), &g->ctx)) {
                 set_caller(g);
                 limit_then_call(g, api_subject(g));
                 return;
         }
-        g->cache_generation = gw_cache_generation(g->srv->cache);
+        g->cache_generation = gw_cache_generation(g->h->env->cache);
         /* Packed first: tok points into the request, which may go while Redis decides. */
         if (pack_resolve(g, tok, tok_len) != 0) {
-                gw_request_fail(g, 0, KS_INTERNAL, "out of memory");
+                request_fail(g, 0, KS_INTERNAL, "out of memory");
                 return;
         }
         limit_then_resolve(g);
@@ -609,7 +681,7 @@ void gw_rpc_begin(gw_request *g)
 
 /*
  * The token did not resolve. Most methods answer 401. A KS_M_CALLER_OPTIONAL
- * one (Logout) goes on with the unauthenticated caller gw_request_new made,
+ * one (Logout) goes on with the unauthenticated caller request_new made,
  * limited by client address: the service answers "nothing to do" without
  * ever seeing the token, so no session or key of anyone can be touched.
  */
@@ -632,12 +704,12 @@ static void on_resolved(gw_request *g)
                 if (is_token_rejection(res->code)) {
                         token_refused(g);
                 } else if (is_upstream_fault(res->code)) {
-                        gw_server_upstream_error(g->srv, KS_SVC_AUTH, res->code);
-                        gw_request_fail(g, 0, res->code, res->message);
+                        upstream_error(g->h, KS_SVC_AUTH, res->code);
+                        request_fail(g, 0, res->code, res->message);
                 } else {
                         /* UNIMPLEMENTED and the like: auth and gateway disagree. */
-                        gw_server_upstream_error(g->srv, KS_SVC_AUTH, res->code);
-                        gw_request_fail(g, 0, KS_INTERNAL, "cannot resolve the caller");
+                        upstream_error(g->h, KS_SVC_AUTH, res->code);
+                        request_fail(g, 0, KS_INTERNAL, "cannot resolve the caller");
                 }
                 return;
         }
@@ -646,8 +718,8 @@ static void on_resolved(gw_request *g)
                 NULL, res->payload_len, res->payload != NULL ? res->payload : empty_bytes);
         ks_rpc_result_clear(res);
         if (r == NULL) {
-                gw_server_upstream_error(g->srv, KS_SVC_AUTH, KS_INTERNAL);
-                gw_request_fail(g, 0, KS_INTERNAL, "invalid reply from the auth service");
+                upstream_error(g->h, KS_SVC_AUTH, KS_INTERNAL);
+                request_fail(g, 0, KS_INTERNAL, "invalid reply from the auth service");
                 return;
         }
         if (!r->authenticated) {
@@ -658,11 +730,11 @@ static void on_resolved(gw_request *g)
         int rc = ctx_from_reply(&g->ctx, r);
         keelson__auth__v1__resolve_context_response__free_unpacked(r, NULL);
         if (rc != 0) {
-                gw_server_upstream_error(g->srv, KS_SVC_AUTH, KS_INTERNAL);
-                gw_request_fail(g, 0, KS_INTERNAL, "invalid reply from the auth service");
+                upstream_error(g->h, KS_SVC_AUTH, KS_INTERNAL);
+                request_fail(g, 0, KS_INTERNAL, "invalid reply from the auth service");
                 return;
         }
-        gw_cache_put(g->srv->cache, g->token_sha, &g->ctx, g->cache_generation, ks_mono_ms(),
+        gw_cache_put(g->h->env->cache, g->token_sha, &g->ctx, g->cache_generation, ks_mono_ms(),
                      ks_now_ms());
         set_caller(g);
         limit_then_call(g, api_subject(g));
@@ -679,8 +751,8 @@ static void reply_json(gw_request *g, const ks_rpc_result *res)
                 if (msg != NULL) {
                         protobuf_c_message_free_unpacked(msg, NULL);
                 }
-                gw_server_upstream_error(g->srv, g->route->service, KS_INTERNAL);
-                gw_request_fail(g, 0, KS_INTERNAL, "invalid reply from the service");
+                upstream_error(g->h, g->route->service, KS_INTERNAL);
+                request_fail(g, 0, KS_INTERNAL, "invalid reply from the service");
                 return;
         }
         protobuf_c_message_free_unpacked(msg, NULL);
@@ -693,17 +765,17 @@ static void on_replied(gw_request *g)
         ks_rpc_result *res = &g->call.result;
         if (res->code != KS_OK) {
                 if (is_upstream_fault(res->code)) {
-                        gw_server_upstream_error(g->srv, g->route->service, res->code);
+                        upstream_error(g->h, g->route->service, res->code);
                 }
-                gw_request_fail(g, 0, res->code, res->message);
+                request_fail(g, 0, res->code, res->message);
                 return;
         }
         /* This replica at once; the others when auth's event arrives. */
         if (g->route->revokes == KS_REVOKES_TOKEN) {
-                gw_cache_evict_token(g->srv->cache, g->token_sha);
+                gw_cache_evict_token(g->h->env->cache, g->token_sha);
         } else if (g->route->revokes == KS_REVOKES_USER) {
-                gw_cache_evict_token(g->srv->cache, g->token_sha);
-                gw_cache_evict_user(g->srv->cache, g->ctx.user_id, "");
+                gw_cache_evict_token(g->h->env->cache, g->token_sha);
+                gw_cache_evict_user(g->h->env->cache, g->ctx.user_id, "");
         }
         if (g->codec == GW_CODEC_PROTO) {
                 finish(g, 200, KS_OK, gw_codec_content_type(GW_CODEC_PROTO), res->payload,
@@ -713,19 +785,20 @@ static void on_replied(gw_request *g)
         reply_json(g, res);
 }
 
-void gw_rpc_complete(gw_call *call, void *arg)
+void gw_handler_complete(gw_call *call, void *arg)
 {
-        gw_server *s = arg;
+        gw_handler *h = arg;
+        gw_inflight *inflight = h->env->inflight;
         gw_request *g = (gw_request *)(void *)call; /* call is g's first member */
-        gw_server_wait_end(s, g);
-        if (s->closing) {
+        gw_inflight_end(inflight);
+        if (gw_inflight_closing(inflight)) {
                 /* Shutting down: evhttp is gone, g->req must not be touched. */
                 request_free(g);
                 return;
         }
         if (g->req == NULL) {
                 finish(g, 0, KS_CANCELED, NULL, NULL, 0);
-                gw_server_drain_check(s);
+                gw_inflight_check(inflight);
                 return;
         }
         if (g->stage == GW_STAGE_RESOLVING) {
@@ -733,5 +806,43 @@ void gw_rpc_complete(gw_call *call, void *arg)
         } else {
                 on_replied(g);
         }
-        gw_server_drain_check(s);
+        gw_inflight_check(inflight);
+}
+
+void gw_handler_serve(gw_handler *h, struct evhttp_request *req, const char *path,
+                      const char *request_id, int64_t start_ns)
+{
+        gw_route *route = gw_routes_find(h->env->routes, path);
+        gw_request *g =
+            request_new(h, req, route != NULL ? route : gw_routes_unmatched(h->env->routes),
+                        request_id, start_ns);
+        if (g == NULL) {
+                gw_send_error(req, 500, KS_INTERNAL, "out of memory", request_id);
+                return;
+        }
+        if (route == NULL) {
+                request_fail(g, 404, KS_UNIMPLEMENTED, "unknown method");
+                return;
+        }
+        rpc_begin(g);
+}
+
+int gw_handler_new(gw_handler **out, const gw_handler_env *env)
+{
+        *out = NULL;
+        gw_handler *h = calloc(1, sizeof(*h));
+        if (h == NULL) {
+                return -1;
+        }
+        h->env = env;
+        h->slow_requests =
+            ks_counter_get(ks_metrics_default(), "keelson_gateway_slow_requests_total",
+                           "Requests slower than KEELSON_GATEWAY_SLOW_MS", NULL);
+        *out = h;
+        return 0;
+}
+
+void gw_handler_free(gw_handler *h)
+{
+        free(h);
 }

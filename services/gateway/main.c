@@ -1,13 +1,15 @@
 /*
  * keelson-gateway: the HTTP front door. Speaks the Connect protocol's unary
  * RPCs over HTTP/1.1 and forwards each call through the broker. This file
- * wires configuration, logging and the server (see gateway.h for the rest).
+ * wires configuration, logging and the server (README.md lists the rest).
  */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "gateway.h"
+#include "config.h"
+#include "ratelimit.h"
+#include "server.h"
 #include "ks_process.h"
 #include "ks_log.h"
 #include "ks_shutdown.h"

@@ -33,7 +33,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway.h"
+#include "cache.h"
+#include "clientip.h"
+#include "config.h"
+#include "ratelimit.h"
+#include "redis.h"
+#include "routes.h"
 #include "ks_crypto.h"
 #include "ks_log.h"
 

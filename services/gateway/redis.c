@@ -40,10 +40,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "gateway.h"
 #include "ks_clock.h"
+#include "ks_code.h"
 #include "ks_log.h"
+#include "ks_metrics.h"
 #include "ratelimit_script.h"
+#include "redis.h"
 
 #define CONNECT_TIMEOUT_MS 2000
 #define RETRY_FIRST_MS     50

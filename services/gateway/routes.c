@@ -14,8 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway.h"
+#include "catalog.h"
 #include "ks_log.h"
+#include "ks_topology.h"
+#include "routes.h"
 
 #define ROUTES_MAX    1024 /* far above what the protos hold; bounds the table */
 #define UNMATCHED     "unmatched"
@@ -63,6 +65,7 @@ static int route_of(const ks_method *m, gw_route *r)
                 return -1;
         }
         r->flags = m->flags;
+        r->bearer = m->bearer;
         r->revokes = m->revokes;
         r->input = m->input;
         r->output = m->output;
@@ -211,6 +214,11 @@ bool gw_method_routed(const char *method)
                 }
         }
         return false;
+}
+
+bool gw_route_resendable(const gw_route *route)
+{
+        return (route->flags & KS_M_IDEMPOTENT) != 0;
 }
 
 void gw_route_observe(gw_route *route, int code, double seconds)

@@ -42,17 +42,45 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "gateway.h"
+#include "cache.h"
+#include "config.h"
+#include "connect.h"
+#include "events.h"
+#include "handler.h"
+#include "inflight.h"
+#include "ks_clock.h"
 #include "ks_log.h"
+#include "ks_metrics.h"
+#include "ks_topology.h"
+#include "ratelimit.h"
+#include "routes.h"
+#include "server.h"
+#include "upstream.h"
 
-#define FLUSH_MS 200 /* after the last reply of a drain: time to write it out */
 #define ALL_METHODS                                                                                \
         (EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | \
          EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH)
-#define TEXT_PLAIN           "text/plain; charset=utf-8"
-#define METRICS_TYPE         "text/plain; version=0.0.4; charset=utf-8"
-#define UPSTREAM_ERRORS_NAME "keelson_gateway_upstream_errors_total"
-#define UPSTREAM_ERRORS_HELP "Upstream calls that ended with a fault of the service or transport"
+#define TEXT_PLAIN   "text/plain; charset=utf-8"
+#define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+struct gw_server {
+        const gw_config *cfg;
+        struct event_base *base;
+        struct evhttp *http;
+        struct evhttp_bound_socket *bound;
+        struct event *sigint_ev;
+        struct event *sigterm_ev;
+        struct event *drain_ev;
+        gw_routes *routes;
+        gw_upstream *up;
+        gw_ratelimit *rl;
+        gw_cache *cache; /* NULL when KEELSON_GATEWAY_CACHE_ENTRIES is 0 */
+        gw_events *events;
+        gw_inflight *inflight; /* requests waiting; draining and closing */
+        gw_handler_env env;    /* what the handler sees of all this */
+        gw_handler *handler;
+        int port;
+};
 
 /* ---- the gateway's own pages ------------------------------------------------ */
 
@@ -65,7 +93,7 @@ static void page_healthz(gw_server *s, struct evhttp_request *req, const char *r
 static void page_readyz(gw_server *s, struct evhttp_request *req, const char *rid)
 {
         const char *why = NULL;
-        if (s->draining) {
+        if (gw_inflight_draining(s->inflight)) {
                 why = "not ready: shutting down\n";
         } else if (gw_upstream_connected(s->up, KS_SVC_AUTH) < 1) {
                 why = "not ready: no broker connection for auth\n";
@@ -134,83 +162,14 @@ static void on_request(struct evhttp_request *req, void *arg)
         const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
         page_fn page = page_of(path);
         if (page != NULL) {
-                if (s->draining) { /* as in handler.c's finish */
+                if (gw_inflight_draining(s->inflight)) { /* as in handler.c's finish */
                         evhttp_add_header(evhttp_request_get_output_headers(req), "Connection",
                                           "close");
                 }
                 serve_page(s, req, page, rid);
                 return;
         }
-        gw_route *route = gw_routes_find(s->routes, path);
-        gw_request *g = gw_request_new(
-            s, req, route != NULL ? route : gw_routes_unmatched(s->routes), rid, start_ns);
-        if (g == NULL) {
-                gw_send_error(req, 500, KS_INTERNAL, "out of memory", rid);
-                return;
-        }
-        if (route == NULL) {
-                gw_request_fail(g, 404, KS_UNIMPLEMENTED, "unknown method");
-                return;
-        }
-        gw_rpc_begin(g);
-}
-
-/* ---- bookkeeping for handler.c ------------------------------------------------ */
-
-void gw_server_wait_begin(gw_server *s, gw_request *g)
-{
-        g->prev = NULL;
-        g->next = s->waiting;
-        if (s->waiting != NULL) {
-                s->waiting->prev = g;
-        }
-        s->waiting = g;
-        s->n_waiting++;
-        ks_gauge_set(s->inflight, s->n_waiting);
-}
-
-void gw_server_wait_end(gw_server *s, gw_request *g)
-{
-        if (g->prev != NULL) {
-                g->prev->next = g->next;
-        } else {
-                s->waiting = g->next;
-        }
-        if (g->next != NULL) {
-                g->next->prev = g->prev;
-        }
-        g->prev = NULL;
-        g->next = NULL;
-        s->n_waiting--;
-        ks_gauge_set(s->inflight, s->n_waiting);
-}
-
-static void stop_after_flush(gw_server *s)
-{
-        struct timeval tv = {0, FLUSH_MS * 1000};
-        event_base_loopexit(s->base, &tv);
-}
-
-void gw_server_drain_check(gw_server *s)
-{
-        if (s->draining && !s->closing && s->n_waiting == 0) {
-                stop_after_flush(s);
-        }
-}
-
-void gw_server_upstream_error(gw_server *s, int service, int code)
-{
-        if (service < 0 || service >= KS_SVC_COUNT || code < 0 || code >= KS_CODE_COUNT) {
-                return;
-        }
-        if (s->upstream_errors[service][code] == NULL) {
-                char labels[128];
-                snprintf(labels, sizeof(labels), "service=\"%s\",code=\"%s\"",
-                         ks_service_name((ks_service_id)service), ks_code_name(code));
-                s->upstream_errors[service][code] = ks_counter_get(
-                    ks_metrics_default(), UPSTREAM_ERRORS_NAME, UPSTREAM_ERRORS_HELP, labels);
-        }
-        ks_counter_inc(s->upstream_errors[service][code]);
+        gw_handler_serve(s->handler, req, path, rid, start_ns);
 }
 
 /* ---- signals and drain ---------------------------------------------------------- */
@@ -221,7 +180,7 @@ static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
         (void)what;
         gw_server *s = arg;
         ks_log_warn(NULL, "drain time is up: stopping with calls in flight", "{s:I}", "in_flight",
-                    (json_int_t)s->n_waiting);
+                    (json_int_t)gw_inflight_count(s->inflight));
         event_base_loopbreak(s->base);
 }
 
@@ -229,25 +188,22 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
         (void)what;
         gw_server *s = arg;
-        if (s->draining) {
+        if (gw_inflight_draining(s->inflight)) {
                 ks_log_info(NULL, "second signal: stopping now", "{s:i}", "signal", (int)sig);
                 event_base_loopbreak(s->base);
                 return;
         }
-        s->draining = true;
         ks_log_info(NULL, "draining", "{s:i,s:I}", "signal", (int)sig, "in_flight",
-                    (json_int_t)s->n_waiting);
+                    (json_int_t)gw_inflight_count(s->inflight));
         if (s->bound != NULL) {
                 evhttp_del_accept_socket(s->http, s->bound);
                 s->bound = NULL;
         }
-        if (s->n_waiting == 0) {
-                stop_after_flush(s);
-                return;
+        if (gw_inflight_drain(s->inflight)) { /* requests wait: for drain_ms at most */
+                struct timeval tv = {(time_t)(s->cfg->drain_ms / 1000),
+                                     (suseconds_t)(s->cfg->drain_ms % 1000) * 1000};
+                evtimer_add(s->drain_ev, &tv);
         }
-        struct timeval tv = {(time_t)(s->cfg->drain_ms / 1000),
-                             (suseconds_t)(s->cfg->drain_ms % 1000) * 1000};
-        evtimer_add(s->drain_ev, &tv);
 }
 
 /* ---- setup and teardown ------------------------------------------------------- */
@@ -303,6 +259,25 @@ static int events_setup(gw_server *s)
         return 0;
 }
 
+/* The handler first: the upstream hands its calls back to it. */
+static int handler_setup(gw_server *s)
+{
+        s->env = (gw_handler_env){
+            .cfg = s->cfg,
+            .routes = s->routes,
+            .rl = s->rl,
+            .cache = s->cache,
+            .inflight = s->inflight,
+        };
+        if (gw_handler_new(&s->handler, &s->env) != 0 ||
+            gw_upstream_new(&s->up, s->base, s->cfg, s->routes, gw_handler_complete, s->handler) !=
+                0) {
+                return -1;
+        }
+        s->env.up = s->up;
+        return 0;
+}
+
 int gw_server_new(gw_server **out, const gw_config *cfg)
 {
         *out = NULL;
@@ -315,19 +290,13 @@ int gw_server_new(gw_server **out, const gw_config *cfg)
                 return -1;
         }
         s->cfg = cfg;
-        s->inflight =
-            ks_gauge_get(ks_metrics_default(), "keelson_gateway_inflight_requests",
-                         "Requests waiting on an upstream call or a rate-limit decision", NULL);
-        s->slow_requests =
-            ks_counter_get(ks_metrics_default(), "keelson_gateway_slow_requests_total",
-                           "Requests slower than KEELSON_GATEWAY_SLOW_MS", NULL);
-        if ((s->base = event_base_new()) == NULL || gw_routes_new(&s->routes) != 0 ||
+        if ((s->base = event_base_new()) == NULL || gw_inflight_new(&s->inflight, s->base) != 0 ||
+            gw_routes_new(&s->routes) != 0 ||
             gw_ratelimit_new(&s->rl, s->base, cfg, s->routes) != 0 ||
             gw_cache_new(&s->cache, (size_t)cfg->cache_entries, cfg->cache_session_ttl_s * 1000,
                          cfg->cache_api_key_ttl_s * 1000) != 0 ||
             gw_events_new(&s->events, s->base, cfg->broker_url, s->cache) != 0 ||
-            gw_upstream_new(&s->up, s->base, cfg, s->routes, gw_rpc_complete, s) != 0 ||
-            events_setup(s) != 0 || http_setup(s) != 0) {
+            handler_setup(s) != 0 || events_setup(s) != 0 || http_setup(s) != 0) {
                 gw_server_free(s);
                 return -1;
         }
@@ -352,7 +321,9 @@ void gw_server_free(gw_server *s)
         if (s == NULL) {
                 return;
         }
-        s->closing = true;
+        if (s->inflight != NULL) {
+                gw_inflight_close(s->inflight);
+        }
         if (s->http != NULL) {
                 evhttp_free(s->http); /* runs the close callbacks: see handler.c */
                 s->http = NULL;
@@ -366,9 +337,9 @@ void gw_server_free(gw_server *s)
         s->events = NULL;
         gw_cache_free(s->cache);
         s->cache = NULL;
-        if (s->n_waiting != 0) {
+        if (s->inflight != NULL && gw_inflight_count(s->inflight) != 0) {
                 ks_log_error(NULL, "requests left waiting at shutdown", "{s:I}", "count",
-                             (json_int_t)s->n_waiting);
+                             (json_int_t)gw_inflight_count(s->inflight));
         }
         struct event *evs[] = {s->sigint_ev, s->sigterm_ev, s->drain_ev};
         for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
@@ -376,7 +347,9 @@ void gw_server_free(gw_server *s)
                         event_free(evs[i]);
                 }
         }
+        gw_handler_free(s->handler);
         gw_routes_free(s->routes);
+        gw_inflight_free(s->inflight);
         if (s->base != NULL) {
                 event_base_free(s->base);
         }

@@ -22,8 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gateway.h"
+#include "config.h"
 #include "ks_log.h"
+#include "ks_topology.h"
+#include "routes.h"
+#include "upstream.h"
 
 struct gw_upstream {
         ks_rpc_client *clients[KS_SVC_COUNT]; /* NULL for a service without routes */

@@ -282,6 +282,9 @@ typedef struct lg_config {
 extern const ks_config_var lg_config_vars[];
 extern const size_t lg_config_vars_n;
 
+/* The service's methods: methods.def with its handlers (methods.c). */
+extern const ks_method_table lg_methods;
+
 typedef struct lg_service {
         const lg_config *cfg;
         ks_pg_pool *pool;

@@ -5,19 +5,10 @@
  * The service skeleton (ks_service.h) runs it: migrations of schema
  * "ledger", the pool, the health listener and the RPC server. What only the
  * ledger starts (batch groups, the expiry sweeper) is in setup.c, each
- * worker's working set in worker.c; its methods are methods.def.
+ * worker's working set in worker.c; its method table is methods.c.
  */
 #include "ks_service.h"
 #include "ledger.h"
-
-#define KS_METHOD KS_METHOD_ROW
-static const ks_method_row rows[] = {
-#include "methods.def"
-};
-#undef KS_METHOD
-
-static const ks_method_table methods = {&keelson__ledger__v1__ledger_service__descriptor, rows,
-                                        sizeof(rows) / sizeof(rows[0])};
 
 int main(int argc, char **argv)
 {
@@ -27,7 +18,7 @@ int main(int argc, char **argv)
             .name = "ledger",
             .summary = "double-entry accounts and transfers",
             .id = KS_SVC_LEDGER,
-            .methods = &methods,
+            .methods = &lg_methods,
             .service = &svc,
             .config = &cfg,
             .settings_offset = offsetof(lg_config, base),

@@ -6,20 +6,11 @@
  * The service skeleton (ks_service.h) runs it: the pool (as the reader role
  * auth grants; this service owns no schema and has no migrations), the
  * health listener and the RPC server. What only the summary starts (the
- * local cache, the invalidation listener) is in setup.c; its methods are
- * methods.def.
+ * local cache, the invalidation listener) is in setup.c; its method table
+ * is methods.c.
  */
 #include "ks_service.h"
 #include "summary.h"
-
-#define KS_METHOD KS_METHOD_ROW
-static const ks_method_row rows[] = {
-#include "methods.def"
-};
-#undef KS_METHOD
-
-static const ks_method_table methods = {&keelson__summary__v1__admin_summary_service__descriptor,
-                                        rows, sizeof(rows) / sizeof(rows[0])};
 
 int main(int argc, char **argv)
 {
@@ -29,7 +20,7 @@ int main(int argc, char **argv)
             .name = "summary",
             .summary = "admin dashboard counts, cached",
             .id = KS_SVC_SUMMARY,
-            .methods = &methods,
+            .methods = &sm_methods,
             .service = &svc,
             .config = &cfg,
             .settings_offset = offsetof(sm_config, base),

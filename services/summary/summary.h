@@ -111,6 +111,9 @@ typedef struct sm_config {
 extern const ks_config_var sm_config_vars[];
 extern const size_t sm_config_vars_n;
 
+/* The service's methods: methods.def with its handlers (methods.c). */
+extern const ks_method_table sm_methods;
+
 typedef struct sm_service {
         const sm_config *cfg;
         ks_pg_pool *pool;

@@ -5,7 +5,7 @@
  * Content-Encoding, X-Request-Id (directly and through an evhttp request),
  * Authorization: Bearer, and the error body that may echo client text.
  *
- * Checks, aborting on a violation, what gateway.h promises of each function
+ * Checks, aborting on a violation, what connect.h promises of each function
  * against a small independent reading of the same rule.
  */
 #include <ctype.h>
@@ -20,7 +20,8 @@
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
-#include "gateway.h"
+#include "connect.h"
+#include "ks_code.h"
 
 #define VALUE_MAX 2048
 

@@ -15,7 +15,10 @@
 
 #include <cmocka.h>
 
-#include "gateway.h"
+#include "bucket.h"
+#include "clientip.h"
+#include "config.h"
+#include "ratelimit.h"
 
 #define SEC_US 1000000LL
 

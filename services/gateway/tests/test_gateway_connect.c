@@ -18,8 +18,11 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "gateway.h"
+#include "catalog.h"
+#include "connect.h"
 #include "keelson/auth/v1/auth.pb-c.h"
+#include "ks_topology.h"
+#include "routes.h"
 
 static void test_codec(void **state)
 {

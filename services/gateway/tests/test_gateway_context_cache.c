@@ -14,8 +14,10 @@
 #include <cmocka.h>
 #include <zlib.h>
 
-#include "gateway.h"
+#include "cache.h"
+#include "compress.h"
 #include "ks_crypto.h"
+#include "ks_metrics.h"
 
 #define SESSION_TTL_MS 30000
 #define API_KEY_TTL_MS 300000
