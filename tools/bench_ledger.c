@@ -618,8 +618,11 @@ int main(int argc, char **argv)
                 return 1;
         }
         curl_easy_cleanup(c);
-        printf("bench_ledger: %d accounts, %d clients, %d s per run, zipf s=%.2f, gateway %s\n",
-               g_opt.accounts, g_opt.clients, g_opt.seconds, g_opt.zipf, g_opt.gateway);
+        char durability[512];
+        (void)bench_pg_durability(g_opt.pg_dsn, durability, sizeof(durability));
+        printf("bench_ledger: %d accounts, %d clients, %d s per run, zipf s=%.2f, gateway %s\n"
+               "bench_ledger: %s\n",
+               g_opt.accounts, g_opt.clients, g_opt.seconds, g_opt.zipf, g_opt.gateway, durability);
         run_distribution(false);
         run_distribution(true);
         free(g_zipf.cdf);

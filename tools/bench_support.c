@@ -1,5 +1,7 @@
 #include "bench_support.h"
 
+#include <libpq-fe.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +38,34 @@ int bench_stack_env(const char *dir, const char *key, char *out, size_t out_len)
         }
         fclose(f);
         return -2;
+}
+
+int bench_pg_durability(const char *dsn, char *out, size_t out_len)
+{
+        PGconn *c = PQconnectdb(dsn);
+        PGresult *r = NULL;
+        int rc = -1;
+
+        if (PQstatus(c) == CONNECTION_OK) {
+                r = PQexec(c, "SELECT string_agg(name || ' ' || setting, ', ' ORDER BY name),"
+                              " bool_and(setting = 'on') FROM pg_settings WHERE name IN"
+                              " ('fsync', 'synchronous_commit', 'full_page_writes')");
+        }
+        if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
+                bool durable = strcmp(PQgetvalue(r, 0, 1), "t") == 0;
+                snprintf(out, out_len, "PostgreSQL %s: %s", PQgetvalue(r, 0, 0),
+                         durable ? "durable"
+                                 : "UNSAFE (stack.sh --unsafe-fast): a crash loses acknowledged"
+                                   " writes, figures above what a durable server gives");
+                rc = 0;
+        } else {
+                snprintf(out, out_len, "PostgreSQL durability unknown: %s",
+                         PQerrorMessage(c) != NULL ? PQerrorMessage(c) : "out of memory");
+                out[strcspn(out, "\n")] = '\0';
+        }
+        PQclear(r);
+        PQfinish(c);
+        return rc;
 }
 
 int bench_broker_option(const char *flag, const char *value, char *broker, size_t broker_len)

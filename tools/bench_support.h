@@ -1,7 +1,7 @@
 /*
  * bench_support: what the benchmarks under tools/ share — a stack's env
- * file, a monotonic clock, latency percentiles, and an RPC client to auth
- * through the broker.
+ * file, its PostgreSQL's durability, a monotonic clock, latency percentiles, and an RPC client to
+ * auth through the broker.
  */
 #ifndef BENCH_SUPPORT_H
 #define BENCH_SUPPORT_H
@@ -29,6 +29,15 @@ int bench_stack_env(const char *dir, const char *key, char *out, size_t out_len)
  * with a line on stderr, when DIR/env names no broker.
  */
 int bench_broker_option(const char *flag, const char *value, char *broker, size_t broker_len);
+
+/*
+ * What a write's figures depend on: the settings of the PostgreSQL at dsn
+ * that make a commit survive a crash (fsync, synchronous_commit,
+ * full_page_writes), as one line for a benchmark's output, "durable" when
+ * all are on, else marked unsafe (deploy/local/stack.sh --unsafe-fast).
+ * Returns 0, or -1 when the server cannot be asked (out says so).
+ */
+int bench_pg_durability(const char *dsn, char *out, size_t out_len);
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 int64_t bench_now_ns(void);

@@ -5,7 +5,7 @@
 #
 #   stack.sh start --dir DIR --bin BUILD_DIR [--free-ports] [--auth-replicas N]
 #                  [--ledger-replicas N] [--summary-replicas N] [--gateway-port P]
-#                  [--gateway-replicas N] [--keep-data]
+#                  [--gateway-replicas N] [--keep-data] [--unsafe-fast]
 #   stack.sh run   (same options)   start, print a curl example, wait for Ctrl-C, stop
 #   stack.sh stop  --dir DIR         stop what DIR/pids names, then PostgreSQL
 #   stack.sh status --dir DIR        which of the started processes still run
@@ -13,6 +13,13 @@
 #   stack.sh curl-example [--dir DIR]
 #   stack.sh redis-stop --dir DIR    stop the stack's Redis (tests of the fallback)
 #   stack.sh redis-start --dir DIR   start it again on the same port
+#   stack.sh pg-crash --dir DIR      stop PostgreSQL as a crash would (pg_ctl -m immediate)
+#   stack.sh pg-start --dir DIR      start it again on the same port and data
+#
+# PostgreSQL runs durable (fsync, synchronous_commit and full_page_writes on,
+# as in production): a write it acknowledged survives a crash. --unsafe-fast
+# turns all three off, for throwaway benchmark and test clusters only: a
+# crash of PostgreSQL then loses acknowledged writes.
 #
 # start writes DIR/env, KEY=value lines the integration tests read
 # (tests/integration/it_support.c). Without --keep-data the cluster and Redis
@@ -49,6 +56,7 @@ GATEWAY_PORT=""
 GATEWAY_REPLICAS=1
 GATEWAY_PORTS=() # one per replica; the first is GATEWAY_PORT
 KEEP_DATA=0
+UNSAFE_FAST=0 # --unsafe-fast: PostgreSQL without fsync, synchronous_commit, full_page_writes
 
 PG_PORT=55432
 REDIS_PORT=56379
@@ -70,7 +78,7 @@ die() {
 }
 
 usage() {
-        sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,/^set -euo/{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # ---- arguments ---------------------------------------------------------------
@@ -87,6 +95,7 @@ parse_args() {
                 --gateway-port) GATEWAY_PORT=${2:?--gateway-port needs a value}; shift 2 ;;
                 --gateway-replicas) GATEWAY_REPLICAS=${2:?--gateway-replicas needs a value}; shift 2 ;;
                 --keep-data) KEEP_DATA=1; shift ;;
+                --unsafe-fast) UNSAFE_FAST=1; shift ;;
                 -h | --help) usage; exit 0 ;;
                 *) die "unknown option: $1 (see --help)" ;;
                 esac
@@ -317,9 +326,11 @@ pg_init() {
         # trust is safe here only because this cluster is throwaway and local:
         # it listens on 127.0.0.1 alone and its unix socket sits in a folder
         # of ours. Nothing else ever points at it.
-        # --no-sync: nothing here has to survive a power cut.
-        as_pg "$PG_BIN/initdb" -D "$data" -U postgres -A trust -E UTF8 --locale=C --no-sync \
-                >"$DIR/logs/initdb.log" 2>&1 || {
+        # --no-sync (--unsafe-fast only): the new files are not flushed to disk.
+        local nosync=()
+        [ $UNSAFE_FAST = 0 ] || nosync=(--no-sync)
+        as_pg "$PG_BIN/initdb" -D "$data" -U postgres -A trust -E UTF8 --locale=C \
+                "${nosync[@]+"${nosync[@]}"}" >"$DIR/logs/initdb.log" 2>&1 || {
                 tail -n 20 "$DIR/logs/initdb.log" >&2
                 die "initdb failed"
         }
@@ -334,16 +345,22 @@ pg_write_conf() {
         # A unix socket path is limited to 107 bytes; with a deeper folder the
         # cluster runs with TCP only (every client here uses 127.0.0.1).
         [ ${#sock} -le 80 ] || sock=""
-        # fsync off: a throwaway cluster trades crash safety for test speed.
+        # Durable unless --unsafe-fast: every commit waits for its WAL flush,
+        # and full pages guard against torn writes. Off, a crash of the
+        # server alone (not only of the machine) loses commits it had
+        # acknowledged (synchronous_commit), and an OS crash may corrupt the
+        # cluster (fsync, full_page_writes).
         # shared_buffers above the 128MB default, so that a ledger's transfer
         # indexes stay in PostgreSQL's own cache through a benchmark.
+        local durable=on
+        [ $UNSAFE_FAST = 0 ] || durable=off
         cat >"$PG_HOME/pg/keelson.conf" <<EOF
 listen_addresses = '127.0.0.1'
 port = $PG_PORT
 unix_socket_directories = '$sock'
-fsync = off
-synchronous_commit = off
-full_page_writes = off
+fsync = $durable
+synchronous_commit = $durable
+full_page_writes = $durable
 shared_buffers = 512MB
 max_connections = 200
 log_min_messages = warning
@@ -351,10 +368,10 @@ EOF
         [ -z "$PG_USER" ] || chown "$PG_USER" "$PG_HOME/pg/keelson.conf"
 }
 
-pg_start() {
+pg_start() { # [append]: keep the log of the server's last run (pg-start)
         local logf
         logf=$(pg_log_file)
-        : >"$logf"
+        [ "${1:-}" = append ] || : >"$logf"
         [ -z "$PG_USER" ] || chown "$PG_USER" "$logf"
         [ "$PG_HOME" = "$DIR" ] || ln -sf "$logf" "$DIR/logs/postgres.log"
         as_pg "$PG_BIN/pg_ctl" -D "$PG_HOME/pg" -l "$logf" -w -t 60 start >/dev/null || {
@@ -398,16 +415,40 @@ pg_bootstrap() {
                 GRANT keelson_summary_rt TO keelson_summary_login" >/dev/null
 }
 
-pg_stop() {
+# The cluster start made for DIR: PG_HOME, PG_BIN and, as root, PG_USER.
+pg_locate() {
         local data
         data=$(cat "$DIR/pg.path" 2>/dev/null || echo "$DIR/pg")
-        [ -f "$data/postmaster.pid" ] || return 0
+        PG_HOME=${data%/pg}
+        [ -f "$data/PG_VERSION" ] || return 1
         find_pg_bin
         if [ "$(id -u)" = 0 ]; then
                 PG_USER=$(stat -c %U "$data")
         fi
-        as_pg "$PG_BIN/pg_ctl" -D "$data" -m fast -w -t 30 stop >/dev/null 2>&1 ||
+}
+
+pg_running() { [ -f "$PG_HOME/pg/postmaster.pid" ]; }
+
+pg_stop() {
+        pg_locate && pg_running || return 0
+        as_pg "$PG_BIN/pg_ctl" -D "$PG_HOME/pg" -m fast -w -t 30 stop >/dev/null 2>&1 ||
                 log "pg_ctl stop failed (already stopped?)"
+}
+
+# A crash of the server, for tests of durability: every backend is killed
+# at once, nothing is flushed or checkpointed; the next start recovers from
+# the WAL on disk.
+do_pg_crash() {
+        pg_locate || die "no cluster for $DIR (start the stack first)"
+        pg_running || die "PostgreSQL of $DIR is not running"
+        as_pg "$PG_BIN/pg_ctl" -D "$PG_HOME/pg" -m immediate -w -t 30 stop >/dev/null
+}
+
+# Starts the cluster again after pg-crash, with its configuration as start wrote it.
+do_pg_start() {
+        pg_locate || die "no cluster for $DIR (start the stack first)"
+        pg_running && return 0
+        pg_start append
 }
 
 # A cluster kept outside DIR (see choose_pg_home) goes with the stack unless
@@ -659,6 +700,8 @@ do_start() {
         pg_init
         pg_write_conf
         pg_start
+        [ $UNSAFE_FAST = 0 ] ||
+                log "--unsafe-fast: PostgreSQL runs without fsync, synchronous_commit and full_page_writes; a crash loses acknowledged writes"
         pg_bootstrap
         start_redis
         start_services
@@ -859,6 +902,8 @@ main() {
         ensure-packages) do_ensure_packages ;;
         redis-stop) parse_args "$@"; stop_names redis ;;
         redis-start) parse_args "$@"; do_redis_start ;;
+        pg-crash) parse_args "$@"; do_pg_crash ;;
+        pg-start) parse_args "$@"; do_pg_start ;;
         curl-example)
                 if [ "${1:-}" = --dir ]; then
                         parse_args "$@"

@@ -438,14 +438,22 @@ int ks_pg_exec(PGconn *conn, const char *request_id, const char *sql, int n_para
 
 int ks_pg_failure(const PGconn *conn, const char *request_id, const PGresult *res)
 {
+        return ks_pg_failure_expected(conn, request_id, res, NULL);
+}
+
+int ks_pg_failure_expected(const PGconn *conn, const char *request_id, const PGresult *res,
+                           const char *expected_sqlstate)
+{
         int code = ks_pg_prepared_failed(conn, res) ? KS_ABORTED : code_of(conn, res);
+        bool expected =
+            expected_sqlstate != NULL && strcmp(ks_pg_sqlstate(res), expected_sqlstate) == 0;
         char msg[512];
         /* The primary message only: DETAIL repeats key values, and parameters never appear. */
         const char *primary = res != NULL ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-        ks_log_error(
-            request_id, "postgres statement failed", "{s:s,s:s,s:s}", "sqlstate",
-            ks_pg_sqlstate(res), "code", ks_code_name(code), "pg_message",
-            first_line(primary != NULL ? primary : PQerrorMessage(conn), msg, sizeof(msg)));
+        ks_log(expected ? KS_LOG_DEBUG : KS_LOG_ERROR, request_id, "postgres statement failed",
+               "{s:s,s:s,s:s}", "sqlstate", ks_pg_sqlstate(res), "code", ks_code_name(code),
+               "pg_message",
+               first_line(primary != NULL ? primary : PQerrorMessage(conn), msg, sizeof(msg)));
         return code;
 }
 

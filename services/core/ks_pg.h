@@ -97,6 +97,14 @@ bool ks_pg_prepared_failed(const PGconn *conn, const PGresult *res);
 int ks_pg_failure(const PGconn *conn, const char *request_id, const PGresult *res);
 
 /*
+ * The same for a failure the caller may have planned for: when res's
+ * SQLSTATE is expected_sqlstate (NULL: none is), it is logged at debug
+ * level, not error. The caller still gets the code and answers for it.
+ */
+int ks_pg_failure_expected(const PGconn *conn, const char *request_id, const PGresult *res,
+                           const char *expected_sqlstate);
+
+/*
  * Pipelines (ks_pg_pipeline.c): up to KS_PG_PIPELINE_MAX statements sent at
  * once and answered at once, one round trip. A statement takes text
  * parameters (params) or typed ones (args: text or binary, as libpq takes
@@ -119,6 +127,8 @@ typedef struct ks_pg_stmt {
         const char *const *params; /* text parameters, or */
         const ks_pg_param *args;   /* typed ones */
         PGresult **out;
+        /* A failure with this SQLSTATE is one the caller plans for (ks_pg_failure_expected). */
+        const char *expected_sqlstate;
 } ks_pg_stmt;
 
 #define KS_PG_PIPELINE_MAX 16

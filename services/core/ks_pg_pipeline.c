@@ -87,7 +87,7 @@ static int take(PGconn *c, const char *request_id, const ks_pg_stmt *s, int code
         }
         if (code == KS_OK) {
                 /* The first failure; the statements after it only say "aborted". */
-                code = ks_pg_failure(c, request_id, r);
+                code = ks_pg_failure_expected(c, request_id, r, s->expected_sqlstate);
         }
         PQclear(r);
         return code;

@@ -316,7 +316,11 @@ int lg_run(lg_tx *tx, const lg_stmt *stmts, int n, bool commit)
                 k = prelude(tx, all, &clock);
         }
         for (int i = 0; i < n; i++) {
-                all[k++] = stmts[i];
+                all[k] = stmts[i];
+                if (all[k].expected_sqlstate == NULL) {
+                        all[k].expected_sqlstate = tx->expected_sqlstate;
+                }
+                k++;
         }
         if (commit) {
                 all[k++] = (lg_stmt){.sql = "COMMIT", .out = &committed};

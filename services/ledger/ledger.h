@@ -399,6 +399,8 @@ typedef struct lg_tx {
         uint64_t base_ts; /* the first of the timestamps reserved */
         int attempt;      /* 0, then 1.. on retries */
         bool exact;       /* false until a batch asks for LG_RERUN_EXACT */
+        /* A failure fn plans for (a SQLSTATE, NULL: none): lg_run has it logged at debug. */
+        const char *expected_sqlstate;
         /* lg_run's state */
         int reserve;
         bool read_only;
