@@ -34,9 +34,9 @@ typedef struct call_slot {
         nng_ctx ctx;
         nng_aio *aio;
         call_state state;
-        int64_t deadline_ms;
-        int resend_ms;   /* 0: never */
-        nng_msg *resend; /* a copy of the request while resend_ms > 0 */
+        ks_deadline deadline; /* the call's, on the monotonic clock */
+        int resend_ms;        /* 0: never */
+        nng_msg *resend;      /* a copy of the request while resend_ms > 0 */
         ks_rpc_done_fn done;
         void *arg;
         struct call_slot *next_free;
@@ -230,7 +230,7 @@ static void finish_reply(call_slot *s, nng_msg *msg)
 /* Waits for the reply until the deadline, or for one resend period. */
 static void recv_reply(call_slot *s)
 {
-        int64_t left = s->deadline_ms - ks_now_ms();
+        int64_t left = ks_deadline_remaining_ms(s->deadline);
         if (left < 1) {
                 left = 1;
         }
@@ -261,7 +261,8 @@ static void call_cb(void *arg)
                 recv_reply(s);
                 return;
         }
-        if (rv == NNG_ETIMEDOUT && s->resend != NULL && s->deadline_ms - ks_now_ms() > 0) {
+        int64_t left = ks_deadline_remaining_ms(s->deadline);
+        if (rv == NNG_ETIMEDOUT && s->resend != NULL && left > 0) {
                 nng_msg *again = NULL;
                 if (nng_msg_dup(&again, s->resend) != 0) {
                         finish_error(s, KS_INTERNAL, "out of memory");
@@ -269,7 +270,7 @@ static void call_cb(void *arg)
                 }
                 s->state = CALL_SEND;
                 nng_aio_set_msg(s->aio, again);
-                nng_aio_set_timeout(s->aio, (nng_duration)(s->deadline_ms - ks_now_ms()));
+                nng_aio_set_timeout(s->aio, (nng_duration)left);
                 nng_ctx_send(s->ctx, s->aio);
                 return;
         }
@@ -327,7 +328,7 @@ int ks_rpc_call_async(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_don
         }
         s->done = done;
         s->arg = arg;
-        s->deadline_ms = deadline;
+        s->deadline = ks_deadline_after_ms(deadline - now);
         s->state = CALL_SEND;
         s->resend_ms = args->resend_ms > 0 ? args->resend_ms : 0;
         if (s->resend_ms > 0 && nng_msg_dup(&s->resend, msg) != 0) {

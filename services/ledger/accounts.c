@@ -99,10 +99,10 @@ int lg_create_accounts_handler(ks_call *call)
                     .request_id = call->request_id,
                     .tenant = call->caller->tenant_id,
                     .args = &w->args};
-        int64_t t0 = ks_now_ms();
+        int64_t t0 = ks_mono_ms();
         if ((rc = lg_tx_run(&tx, j.n, false, accounts_tx, &j)) != KS_OK) {
                 return lg_db_fail(call, rc);
         }
-        ks_histogram_observe(svc->batch_seconds, (double)(ks_now_ms() - t0) / 1000.0);
+        ks_histogram_observe(svc->batch_seconds, (double)(ks_mono_ms() - t0) / 1000.0);
         return reply(call, w->results, j.n);
 }

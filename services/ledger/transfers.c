@@ -264,11 +264,11 @@ static int reply(ks_call *call, const uint8_t *results, int n)
 static int run_job(lg_service *svc, const char *tenant, const char *request_id, job *j)
 {
         lg_tx tx = {.svc = svc, .request_id = request_id, .tenant = tenant, .args = &j->w->args};
-        int64_t t0 = ks_now_ms();
+        int64_t t0 = ks_mono_ms();
         int rc = lg_tx_run(&tx, j->n, false, transfers_tx, j);
 
         if (rc == KS_OK) {
-                ks_histogram_observe(svc->batch_seconds, (double)(ks_now_ms() - t0) / 1000.0);
+                ks_histogram_observe(svc->batch_seconds, (double)(ks_mono_ms() - t0) / 1000.0);
         }
         return rc;
 }
