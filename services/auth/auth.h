@@ -293,12 +293,6 @@ int auth_tx_open(PGconn *conn, const char *request_id, const char *tenant_id, co
 int auth_tx_act_for(PGconn *conn, const char *request_id, const char *tenant_id,
                     const char *user_id);
 
-/* "\x" + hex of n bytes, malloc'd: a bytea parameter in text form. NULL when out of memory. */
-char *auth_bytea_param(const uint8_t *data, size_t n);
-
-/* Decodes a bytea field in text form ("\x" + hex); returns the length or -1. */
-long auth_bytea_decode(const char *text, uint8_t *out, size_t out_len);
-
 /* ---- the caller, and tenant transactions (tx.c) ------------------------ */
 
 /* Whoever makes the call: a user with a session, or an API key. */

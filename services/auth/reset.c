@@ -78,7 +78,7 @@ static int prepare_request(auth_service *svc, reset_request *r)
         if (auth_email_pack(&mail, &buf, &len) != KS_OK) {
                 return KS_INTERNAL;
         }
-        r->payload = auth_bytea_param(buf, len);
+        r->payload = ks_pg_bytea_text(buf, len);
         explicit_bzero(buf, len);
         free(buf);
         return r->payload != NULL ? KS_OK : KS_INTERNAL;
