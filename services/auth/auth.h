@@ -336,29 +336,45 @@ int auth_require_user(ks_call *call, auth_actor *out);
 
 /*
  * A list method of the tenant: its page (ks_list_spec: name, page sizes,
- * sort key, items) and its page query. The query's parameters are the
- * page's ($1..$n_keys the cursor, NULL on the first page, then the LIMIT),
- * then the method's filters. The permission is the method's methods.def row.
+ * sort key, items), its page query, and the repeated field of its reply
+ * that holds the items. The query's parameters are the page's ($1..$n_keys
+ * the cursor, NULL on the first page, then the LIMIT), then the method's
+ * filters. The permission is the method's methods.def row.
  */
 typedef struct auth_list_method {
         ks_list_spec page;
         const char *sql;
+        const char *items_field; /* in the reply, beside its next_page_token: "members" */
 } auth_list_method;
 
 #define AUTH_LIST_FILTERS_MAX 2
 
 /*
- * Reads page_size and page_token (invalid_argument, before anything else),
- * runs m->sql in the caller's tenant transaction (auth_tenant_tx: caller,
- * role, the method's permission) with filters[0..n_filters-1] after the page's
- * parameters, and fills *page: its items and next_page_token, for the reply.
- * A token is valid in the tenant that received it only. Returns KS_OK (the
- * caller replies, then ks_list_page_clear), or a code the call already
- * carries (page is then cleared).
+ * The page of an AuthService list method with the default page sizes:
+ * items of item_type filled by item_fn, sorted by the keys that follow
+ * (ks_list_key initialisers, at most KS_LIST_KEYS_MAX).
  */
-int auth_list_page(ks_call *call, const auth_list_method *m, int32_t page_size,
-                   const char *page_token, const char *const *filters, int n_filters,
-                   ks_list_page *page) KS_MUST_CHECK;
+#define AUTH_LIST_PAGE(method, item_type, item_fn, ...)                                            \
+        {                                                                                          \
+                .name = "keelson.auth.v1.AuthService/" method,                                     \
+                .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,                                    \
+                .page_size_max = KS_LIST_PAGE_SIZE_MAX,                                            \
+                .n_keys = (int)(sizeof((ks_list_key[]){__VA_ARGS__}) / sizeof(ks_list_key)),       \
+                .keys = {__VA_ARGS__}, .item_size = sizeof(item_type), .item = item_fn,            \
+        }
+
+/*
+ * A whole list method. Reads page_size and page_token (invalid_argument,
+ * before anything else), runs m->sql in the caller's tenant transaction
+ * (auth_tenant_tx: caller, role, the method's permission) with
+ * filters[0..n_filters-1] after the page's parameters, and replies (the
+ * call's method's reply) with the page's items in m->items_field and its
+ * next_page_token. A token is valid in the tenant that received it only.
+ * Returns KS_OK or a code the call already carries.
+ */
+int auth_list_reply(ks_call *call, const auth_list_method *m, int32_t page_size,
+                    const char *page_token, const char *const *filters,
+                    int n_filters) KS_MUST_CHECK;
 
 /* ---- events (events.c): inside the write's transaction ----------------- */
 
