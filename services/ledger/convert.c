@@ -14,11 +14,19 @@
 
 #define CODE_MAX 65535u
 
+static int code_check(uint32_t code, char *err, size_t err_len)
+{
+        if (code > CODE_MAX) {
+                snprintf(err, err_len, "code must be at most %u", CODE_MAX);
+                return KS_INVALID_ARGUMENT;
+        }
+        return KS_OK;
+}
+
 int lg_account_from_pb(const Keelson__Ledger__V1__Account *in, lg_account *out, char *err,
                        size_t err_len)
 {
-        if (in->code > CODE_MAX) {
-                snprintf(err, err_len, "code must be at most %u", CODE_MAX);
+        if (code_check(in->code, err, err_len) != KS_OK) {
                 return KS_INVALID_ARGUMENT;
         }
         *out = (lg_account){
@@ -41,8 +49,7 @@ int lg_account_from_pb(const Keelson__Ledger__V1__Account *in, lg_account *out, 
 int lg_transfer_from_pb(const Keelson__Ledger__V1__Transfer *in, lg_transfer *out, char *err,
                         size_t err_len)
 {
-        if (in->code > CODE_MAX) {
-                snprintf(err, err_len, "code must be at most %u", CODE_MAX);
+        if (code_check(in->code, err, err_len) != KS_OK) {
                 return KS_INVALID_ARGUMENT;
         }
         *out = (lg_transfer){
@@ -108,6 +115,21 @@ void lg_transfer_to_pb(const lg_transfer *t, Keelson__Ledger__V1__Transfer *o)
         o->code = t->code;
         o->flags = t->flags;
         o->timestamp = t->timestamp;
+}
+
+int lg_check_batch(ks_call *call, size_t n, const char *what)
+{
+        lg_service *svc = call->service;
+        int rc;
+
+        if ((rc = lg_require_caller(call, true)) != KS_OK) {
+                return rc;
+        }
+        if (n == 0 || n > (size_t)svc->batch_max) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s: expected 1 to %d %s, got %zu",
+                                    what, svc->batch_max, what, n);
+        }
+        return KS_OK;
 }
 
 int lg_ids_from_pb(size_t n_ids, const uint64_t *ids, size_t n_hi, const uint64_t *hi, int max,

@@ -321,13 +321,8 @@ int lg_create_transfers_handler(ks_call *call)
         char err[128];
         int rc;
 
-        if ((rc = lg_require_caller(call, true)) != KS_OK) {
+        if ((rc = lg_check_batch(call, req->n_transfers, "transfers")) != KS_OK) {
                 return rc;
-        }
-        if (req->n_transfers == 0 || req->n_transfers > (size_t)svc->batch_max) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT,
-                                    "transfers: expected 1 to %d transfers, got %zu",
-                                    svc->batch_max, req->n_transfers);
         }
         for (size_t i = 0; i < req->n_transfers; i++) {
                 if (lg_transfer_from_pb(req->transfers[i], &w->transfer_events[i], err,
