@@ -159,6 +159,42 @@ typedef struct lg_transfer {
         uint64_t timestamp;
 } lg_transfer;
 
+/*
+ * The fields of the two records, X(name, kind), in the order of their
+ * columns (LG_ACCOUNT_COLS, LG_TRANSFER_COLS). The kind says how a field is
+ * stored and sent: ID a u128 stored as uuid, AMOUNT a u128 stored as
+ * numeric (both travel as <name> and <name>_hi in ledger.proto), U64 and
+ * U32 stored as int8. One list drives the row readers (rows.c) and the
+ * protobuf conversions (convert.c).
+ */
+#define LG_ACCOUNT_FIELDS(X)                                                                       \
+        X(id, ID)                                                                                  \
+        X(debits_pending, AMOUNT)                                                                  \
+        X(debits_posted, AMOUNT)                                                                   \
+        X(credits_pending, AMOUNT)                                                                 \
+        X(credits_posted, AMOUNT)                                                                  \
+        X(user_data_128, ID)                                                                       \
+        X(user_data_64, U64)                                                                       \
+        X(user_data_32, U32)                                                                       \
+        X(ledger, U32)                                                                             \
+        X(code, U32)                                                                               \
+        X(flags, U32)                                                                              \
+        X(timestamp, U64)
+#define LG_TRANSFER_FIELDS(X)                                                                      \
+        X(id, ID)                                                                                  \
+        X(debit_account_id, ID)                                                                    \
+        X(credit_account_id, ID)                                                                   \
+        X(amount, AMOUNT)                                                                          \
+        X(pending_id, ID)                                                                          \
+        X(user_data_128, ID)                                                                       \
+        X(user_data_64, U64)                                                                       \
+        X(user_data_32, U32)                                                                       \
+        X(timeout, U32)                                                                            \
+        X(ledger, U32)                                                                             \
+        X(code, U32)                                                                               \
+        X(flags, U32)                                                                              \
+        X(timestamp, U64)
+
 /* ---- map.c: u128 -> int32 open-addressing hash map ----------------------- */
 
 typedef struct lg_map_slot {

@@ -30,28 +30,31 @@ static int run_read(ks_call *call, lg_tx_fn fn, void *arg)
         return rc == KS_OK ? KS_OK : lg_db_fail(call, rc);
 }
 
-/*
- * Replies with one item per row of res (item_size bytes each, filled by
- * read), listed in the reply's repeated field (*n_field, *field). A row
- * read refuses is an internal error.
- */
-static int reply_rows(ks_call *call, const PGresult *res, ProtobufCMessage *resp, size_t *n_field,
-                      void ***field, size_t item_size,
-                      int (*read)(const PGresult *res, int row, void *item))
+/* A reply of rows: its repeated field (*n_field, *field) and how a row becomes an item. */
+typedef struct rows_reply {
+        ProtobufCMessage *resp;
+        size_t *n_field;
+        void ***field;
+        size_t item_size;
+        int (*read)(const PGresult *res, int row, void *item); /* 0, or -1: a malformed row */
+} rows_reply;
+
+/* Replies with one item per row of res; a malformed row is an internal error. */
+static int reply_rows(ks_call *call, const PGresult *res, const rows_reply *r)
 {
         int n = PQntuples(res);
-        char *items = calloc((size_t)n + 1, item_size);
+        char *items = calloc((size_t)n + 1, r->item_size);
         void **ptrs = calloc((size_t)n + 1, sizeof(*ptrs));
         int rc = items != NULL && ptrs != NULL ? KS_OK : KS_RESOURCE_EXHAUSTED;
 
         for (int i = 0; rc == KS_OK && i < n; i++) {
-                ptrs[i] = items + (size_t)i * item_size;
-                rc = read(res, i, ptrs[i]) == 0 ? KS_OK : KS_INTERNAL;
+                ptrs[i] = items + (size_t)i * r->item_size;
+                rc = r->read(res, i, ptrs[i]) == 0 ? KS_OK : KS_INTERNAL;
         }
         if (rc == KS_OK) {
-                *n_field = (size_t)n;
-                *field = ptrs;
-                rc = ks_call_reply(call, resp);
+                *r->n_field = (size_t)n;
+                *r->field = ptrs;
+                rc = ks_call_reply(call, r->resp);
         } else {
                 rc = ks_call_fail(call, rc, LG_INTERNAL_MSG);
         }
@@ -386,20 +389,28 @@ static int run_filter(ks_call *call, filter_job *j, const char *asc, const char 
         return rc;
 }
 
-int lg_get_account_transfers_handler(ks_call *call)
+/* Runs the filter of the request (asc or desc as it asks) and replies with its rows. */
+static int filter_reply(ks_call *call, const char *asc, const char *desc, const rows_reply *r)
 {
-        Keelson__Ledger__V1__GetAccountTransfersResponse resp =
-            KEELSON__LEDGER__V1__GET_ACCOUNT_TRANSFERS_RESPONSE__INIT;
         filter_job j = {.res = NULL};
-        int rc = run_filter(call, &j, sql_account_transfers_asc, sql_account_transfers_desc);
+        int rc = run_filter(call, &j, asc, desc);
 
         if (rc != KS_OK) {
                 return rc;
         }
-        rc = reply_rows(call, j.res, &resp.base, &resp.n_transfers, (void ***)&resp.transfers,
-                        sizeof(pb_transfer), transfer_item);
+        rc = reply_rows(call, j.res, r);
         PQclear(j.res);
         return rc;
+}
+
+int lg_get_account_transfers_handler(ks_call *call)
+{
+        Keelson__Ledger__V1__GetAccountTransfersResponse resp =
+            KEELSON__LEDGER__V1__GET_ACCOUNT_TRANSFERS_RESPONSE__INIT;
+        rows_reply r = {&resp.base, &resp.n_transfers, (void ***)&resp.transfers,
+                        sizeof(pb_transfer), transfer_item};
+
+        return filter_reply(call, sql_account_transfers_asc, sql_account_transfers_desc, &r);
 }
 
 /*
@@ -441,16 +452,10 @@ int lg_get_account_balances_handler(ks_call *call)
 {
         Keelson__Ledger__V1__GetAccountBalancesResponse resp =
             KEELSON__LEDGER__V1__GET_ACCOUNT_BALANCES_RESPONSE__INIT;
-        filter_job j = {.res = NULL};
-        int rc = run_filter(call, &j, sql_account_balances_asc, sql_account_balances_desc);
+        rows_reply r = {&resp.base, &resp.n_balances, (void ***)&resp.balances, sizeof(pb_balance),
+                        balance_item};
 
-        if (rc != KS_OK) {
-                return rc;
-        }
-        rc = reply_rows(call, j.res, &resp.base, &resp.n_balances, (void ***)&resp.balances,
-                        sizeof(pb_balance), balance_item);
-        PQclear(j.res);
-        return rc;
+        return filter_reply(call, sql_account_balances_asc, sql_account_balances_desc, &r);
 }
 
 /* ---- trial balance ------------------------------------------------------------ */
@@ -503,13 +508,14 @@ static int trial_reply(ks_call *call, trial_job *j)
 {
         Keelson__Ledger__V1__GetTrialBalanceResponse resp =
             KEELSON__LEDGER__V1__GET_TRIAL_BALANCE_RESPONSE__INIT;
+        rows_reply r = {&resp.base, &resp.n_accounts, (void ***)&resp.accounts, sizeof(pb_account),
+                        account_item};
         pb_balance totals;
 
         if (PQntuples(j->totals) == 1 && trial_totals(j->totals, &resp, &totals) != KS_OK) {
                 return ks_call_fail(call, KS_OUT_OF_RANGE, "the ledger's totals exceed 2^128 - 1");
         }
-        return reply_rows(call, j->page, &resp.base, &resp.n_accounts, (void ***)&resp.accounts,
-                          sizeof(pb_account), account_item);
+        return reply_rows(call, j->page, &r);
 }
 
 int lg_get_trial_balance_handler(ks_call *call)
