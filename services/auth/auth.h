@@ -264,6 +264,16 @@ int auth_revoke_user_sessions(PGconn *conn, const char *request_id, const char *
  */
 int auth_db_fail(ks_call *call, int code);
 
+/*
+ * A transaction outside the tenant frame (public and user methods): fn
+ * opens and commits it on a connection of the pool; when fn fails, what it
+ * opened is rolled back. Returns fn's code, or the pool's when no
+ * connection came.
+ */
+typedef int (*auth_db_tx_fn)(auth_service *svc, PGconn *conn, const char *request_id, void *arg);
+int auth_db_tx(auth_service *svc, const char *request_id, auth_db_tx_fn fn,
+               void *arg) KS_MUST_CHECK;
+
 /* Acquires a connection, runs one statement (see ks_pg_exec), releases. */
 int auth_db_exec_once(auth_service *svc, const char *request_id, const char *sql, int n_params,
                       const char *const *params, PGresult **out);

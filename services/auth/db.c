@@ -45,6 +45,21 @@ int auth_db_fail(ks_call *call, int code)
         return ks_call_fail(call, code, "%s", msg);
 }
 
+int auth_db_tx(auth_service *svc, const char *request_id, auth_db_tx_fn fn, void *arg)
+{
+        PGconn *conn = NULL;
+        int rc;
+
+        if ((rc = ks_pg_acquire(svc->pool, &conn)) != KS_OK) {
+                return rc;
+        }
+        if ((rc = fn(svc, conn, request_id, arg)) != KS_OK) {
+                ks_pg_rollback(conn);
+        }
+        ks_pg_release(svc->pool, conn);
+        return rc;
+}
+
 int auth_db_exec_once(auth_service *svc, const char *request_id, const char *sql, int n_params,
                       const char *const *params, PGresult **out)
 {

@@ -483,8 +483,9 @@ static int join(PGconn *conn, const char *rid, accept_state *a)
         return ks_pg_exec(conn, rid, sql_insert_member, 2, member_params, NULL);
 }
 
-static int accept_tx(auth_service *svc, PGconn *conn, const char *rid, accept_state *a)
+static int accept_tx(auth_service *svc, PGconn *conn, const char *rid, void *arg)
 {
+        accept_state *a = arg;
         const char *claim_params[2] = {a->invitation_id, a->user_id};
         auth_actor actor;
         PGresult *res = NULL;
@@ -529,18 +530,8 @@ static int reply_accept(ks_call *call, const accept_state *a)
 
 static int accept_commit(ks_call *call, accept_state *a)
 {
-        auth_service *svc = call->service;
-        PGconn *conn = NULL;
-        int rc;
+        int rc = auth_db_tx(call->service, call->request_id, accept_tx, a);
 
-        if ((rc = ks_pg_acquire(svc->pool, &conn)) != KS_OK) {
-                return auth_db_fail(call, rc);
-        }
-        rc = accept_tx(svc, conn, call->request_id, a);
-        if (rc != KS_OK) {
-                ks_pg_rollback(conn);
-        }
-        ks_pg_release(svc->pool, conn);
         if (rc == KS_NOT_FOUND) {
                 return ks_call_fail(call, KS_NOT_FOUND, INVALID_TOKEN_MSG);
         }
