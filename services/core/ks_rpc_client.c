@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "ks_log.h"
+#include "ks_topology.h"
 
 #define CLIENT_INFLIGHT_MAX   65536
 #define CLIENT_RECV_MAX_BYTES ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
@@ -95,10 +96,7 @@ int ks_rpc_client_new(ks_rpc_client **out, const ks_rpc_client_options *opts)
         /* nng never resends by itself: only idempotent calls are resent, by us (above). */
         nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
         nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, CLIENT_RECV_MAX_BYTES);
-        nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 50);
-        nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000);
-        nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, client_pipe_event, c);
-        nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, client_pipe_event, c);
+        ks_broker_dialer(c->sock, client_pipe_event, c);
         for (int i = 0; i < opts->n_dial_urls; i++) {
                 if ((rv = nng_dial(c->sock, opts->dial_urls[i], NULL, NNG_FLAG_NONBLOCK)) != 0) {
                         ks_log_error(NULL, "cannot dial broker", "{s:s,s:s}", "url",

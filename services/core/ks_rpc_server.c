@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "ks_log.h"
+#include "ks_topology.h"
 #include "ks_metrics.h"
 
 #define RPC_WORKERS_MAX    1024
@@ -396,10 +397,7 @@ static int open_socket(ks_rpc_server *srv)
                 return rv;
         }
         nng_socket_set_size(srv->sock, NNG_OPT_RECVMAXSZ, RPC_RECV_MAX_BYTES);
-        nng_socket_set_ms(srv->sock, NNG_OPT_RECONNMINT, 50);
-        nng_socket_set_ms(srv->sock, NNG_OPT_RECONNMAXT, 1000);
-        nng_pipe_notify(srv->sock, NNG_PIPE_EV_ADD_POST, pipe_event, srv);
-        nng_pipe_notify(srv->sock, NNG_PIPE_EV_REM_POST, pipe_event, srv);
+        ks_broker_dialer(srv->sock, pipe_event, srv);
         for (int i = 0; i < srv->opts.n_dial_urls; i++) {
                 /* non-blocking: a broker that is not up yet is dialled again */
                 if ((rv = nng_dial(srv->sock, srv->opts.dial_urls[i], NULL, NNG_FLAG_NONBLOCK)) !=
