@@ -175,36 +175,19 @@ static void key_item(void *item, const PGresult *res, int row)
 
 /* Newest first; the sort key is (created_at in micros, id). */
 static const auth_list_method list_keys = {
-    .page = {.name = "keelson.auth.v1.AuthService/ListApiKeys",
-             .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,
-             .page_size_max = KS_LIST_PAGE_SIZE_MAX,
-             .n_keys = 2,
-             .keys = {{KS_LIST_KEY_INT64, 10}, {KS_LIST_KEY_UUID, 0}},
-             .item_size = sizeof(Keelson__Auth__V1__ApiKey),
-             .item = key_item},
+    .page = AUTH_LIST_PAGE("ListApiKeys", Keelson__Auth__V1__ApiKey, key_item,
+                           {KS_LIST_KEY_INT64, 10}, {KS_LIST_KEY_UUID, 0}),
     .sql = sql_list,
+    .items_field = "api_keys",
 };
 
 int auth_list_api_keys(ks_call *call)
 {
         const Keelson__Auth__V1__ListApiKeysRequest *req =
             (const Keelson__Auth__V1__ListApiKeysRequest *)call->in;
-        Keelson__Auth__V1__ListApiKeysResponse resp =
-            KEELSON__AUTH__V1__LIST_API_KEYS_RESPONSE__INIT;
         const char *filters[1] = {req->include_revoked ? "true" : "false"};
-        ks_list_page p;
-        int rc;
 
-        if ((rc = auth_list_page(call, &list_keys, req->page_size, req->page_token, filters, 1,
-                                 &p)) != KS_OK) {
-                return rc;
-        }
-        resp.n_api_keys = p.n_items;
-        resp.api_keys = (Keelson__Auth__V1__ApiKey **)p.items;
-        resp.next_page_token = p.next_page_token;
-        rc = ks_call_reply(call, &resp.base);
-        ks_list_page_clear(&p);
-        return rc;
+        return auth_list_reply(call, &list_keys, req->page_size, req->page_token, filters, 1);
 }
 
 /* ---- RevokeApiKey ------------------------------------------------------- */

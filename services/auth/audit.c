@@ -75,32 +75,16 @@ static void entry_item(void *item, const PGresult *res, int row)
 
 /* Newest first; the sort key is the row's id. */
 static const auth_list_method list_audit = {
-    .page = {.name = "keelson.auth.v1.AuthService/ListAudit",
-             .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,
-             .page_size_max = KS_LIST_PAGE_SIZE_MAX,
-             .n_keys = 1,
-             .keys = {{KS_LIST_KEY_INT64, 0}},
-             .item_size = sizeof(Keelson__Auth__V1__AuditEntry),
-             .item = entry_item},
+    .page = AUTH_LIST_PAGE("ListAudit", Keelson__Auth__V1__AuditEntry, entry_item,
+                           {KS_LIST_KEY_INT64, 0}),
     .sql = sql_list,
+    .items_field = "entries",
 };
 
 int auth_list_audit(ks_call *call)
 {
         const Keelson__Auth__V1__ListAuditRequest *req =
             (const Keelson__Auth__V1__ListAuditRequest *)call->in;
-        Keelson__Auth__V1__ListAuditResponse resp = KEELSON__AUTH__V1__LIST_AUDIT_RESPONSE__INIT;
-        ks_list_page p;
-        int rc;
 
-        if ((rc = auth_list_page(call, &list_audit, req->page_size, req->page_token, NULL, 0,
-                                 &p)) != KS_OK) {
-                return rc;
-        }
-        resp.n_entries = p.n_items;
-        resp.entries = (Keelson__Auth__V1__AuditEntry **)p.items;
-        resp.next_page_token = p.next_page_token;
-        rc = ks_call_reply(call, &resp.base);
-        ks_list_page_clear(&p);
-        return rc;
+        return auth_list_reply(call, &list_audit, req->page_size, req->page_token, NULL, 0);
 }

@@ -267,6 +267,16 @@ int auth_revoke_user_sessions(PGconn *conn, const char *request_id, const char *
  */
 int auth_db_fail(ks_call *call, int code);
 
+/*
+ * A transaction outside the tenant frame (public and user methods): fn
+ * opens and commits it on a connection of the pool; when fn fails, what it
+ * opened is rolled back. Returns fn's code, or the pool's when no
+ * connection came.
+ */
+typedef int (*auth_db_tx_fn)(auth_service *svc, PGconn *conn, const char *request_id, void *arg);
+int auth_db_tx(auth_service *svc, const char *request_id, auth_db_tx_fn fn,
+               void *arg) KS_MUST_CHECK;
+
 /* Acquires a connection, runs one statement (see ks_pg_exec), releases. */
 int auth_db_exec_once(auth_service *svc, const char *request_id, const char *sql, int n_params,
                       const char *const *params, PGresult **out);
@@ -295,12 +305,6 @@ int auth_tx_open(PGconn *conn, const char *request_id, const char *tenant_id, co
 /* Changes whom an open transaction acts for (SwitchTenant touches two tenants). */
 int auth_tx_act_for(PGconn *conn, const char *request_id, const char *tenant_id,
                     const char *user_id);
-
-/* "\x" + hex of n bytes, malloc'd: a bytea parameter in text form. NULL when out of memory. */
-char *auth_bytea_param(const uint8_t *data, size_t n);
-
-/* Decodes a bytea field in text form ("\x" + hex); returns the length or -1. */
-long auth_bytea_decode(const char *text, uint8_t *out, size_t out_len);
 
 /* ---- the caller, and tenant transactions (tx.c) ------------------------ */
 
@@ -345,29 +349,45 @@ int auth_require_user(ks_call *call, auth_actor *out);
 
 /*
  * A list method of the tenant: its page (ks_list_spec: name, page sizes,
- * sort key, items) and its page query. The query's parameters are the
- * page's ($1..$n_keys the cursor, NULL on the first page, then the LIMIT),
- * then the method's filters. The permission is the method's methods.def row.
+ * sort key, items), its page query, and the repeated field of its reply
+ * that holds the items. The query's parameters are the page's ($1..$n_keys
+ * the cursor, NULL on the first page, then the LIMIT), then the method's
+ * filters. The permission is the method's methods.def row.
  */
 typedef struct auth_list_method {
         ks_list_spec page;
         const char *sql;
+        const char *items_field; /* in the reply, beside its next_page_token: "members" */
 } auth_list_method;
 
 #define AUTH_LIST_FILTERS_MAX 2
 
 /*
- * Reads page_size and page_token (invalid_argument, before anything else),
- * runs m->sql in the caller's tenant transaction (auth_tenant_tx: caller,
- * role, the method's permission) with filters[0..n_filters-1] after the page's
- * parameters, and fills *page: its items and next_page_token, for the reply.
- * A token is valid in the tenant that received it only. Returns KS_OK (the
- * caller replies, then ks_list_page_clear), or a code the call already
- * carries (page is then cleared).
+ * The page of an AuthService list method with the default page sizes:
+ * items of item_type filled by item_fn, sorted by the keys that follow
+ * (ks_list_key initialisers, at most KS_LIST_KEYS_MAX).
  */
-int auth_list_page(ks_call *call, const auth_list_method *m, int32_t page_size,
-                   const char *page_token, const char *const *filters, int n_filters,
-                   ks_list_page *page) KS_MUST_CHECK;
+#define AUTH_LIST_PAGE(method, item_type, item_fn, ...)                                            \
+        {                                                                                          \
+                .name = "keelson.auth.v1.AuthService/" method,                                     \
+                .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,                                    \
+                .page_size_max = KS_LIST_PAGE_SIZE_MAX,                                            \
+                .n_keys = (int)(sizeof((ks_list_key[]){__VA_ARGS__}) / sizeof(ks_list_key)),       \
+                .keys = {__VA_ARGS__}, .item_size = sizeof(item_type), .item = item_fn,            \
+        }
+
+/*
+ * A whole list method. Reads page_size and page_token (invalid_argument,
+ * before anything else), runs m->sql in the caller's tenant transaction
+ * (auth_tenant_tx: caller, role, the method's permission) with
+ * filters[0..n_filters-1] after the page's parameters, and replies (the
+ * call's method's reply) with the page's items in m->items_field and its
+ * next_page_token. A token is valid in the tenant that received it only.
+ * Returns KS_OK or a code the call already carries.
+ */
+int auth_list_reply(ks_call *call, const auth_list_method *m, int32_t page_size,
+                    const char *page_token, const char *const *filters,
+                    int n_filters) KS_MUST_CHECK;
 
 /* ---- events (events.c): inside the write's transaction ----------------- */
 

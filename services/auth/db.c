@@ -45,6 +45,21 @@ int auth_db_fail(ks_call *call, int code)
         return ks_call_fail(call, code, "%s", msg);
 }
 
+int auth_db_tx(auth_service *svc, const char *request_id, auth_db_tx_fn fn, void *arg)
+{
+        PGconn *conn = NULL;
+        int rc;
+
+        if ((rc = ks_pg_acquire(svc->pool, &conn)) != KS_OK) {
+                return rc;
+        }
+        if ((rc = fn(svc, conn, request_id, arg)) != KS_OK) {
+                ks_pg_rollback(conn);
+        }
+        ks_pg_release(svc->pool, conn);
+        return rc;
+}
+
 int auth_db_exec_once(auth_service *svc, const char *request_id, const char *sql, int n_params,
                       const char *const *params, PGresult **out)
 {
@@ -120,59 +135,4 @@ int auth_tx_open(PGconn *conn, const char *request_id, const char *tenant_id, co
 int auth_tx_begin(PGconn *conn, const char *request_id, const char *tenant_id, const char *user_id)
 {
         return auth_tx_open(conn, request_id, tenant_id, user_id, NULL, 0);
-}
-
-char *auth_bytea_param(const uint8_t *data, size_t n)
-{
-        static const char hex[] = "0123456789abcdef";
-        char *out = malloc(2 + 2 * n + 1);
-
-        if (out == NULL) {
-                return NULL;
-        }
-        out[0] = '\\';
-        out[1] = 'x';
-        for (size_t i = 0; i < n; i++) {
-                out[2 + 2 * i] = hex[data[i] >> 4];
-                out[3 + 2 * i] = hex[data[i] & 0xf];
-        }
-        out[2 + 2 * n] = '\0';
-        return out;
-}
-
-static int hex_value(char c)
-{
-        if (c >= '0' && c <= '9') {
-                return c - '0';
-        }
-        if (c >= 'a' && c <= 'f') {
-                return c - 'a' + 10;
-        }
-        if (c >= 'A' && c <= 'F') {
-                return c - 'A' + 10;
-        }
-        return -1;
-}
-
-long auth_bytea_decode(const char *text, uint8_t *out, size_t out_len)
-{
-        size_t n, i;
-
-        if (text == NULL || text[0] != '\\' || text[1] != 'x') {
-                return -1;
-        }
-        text += 2;
-        n = strlen(text);
-        if (n % 2 != 0 || n / 2 > out_len) {
-                return -1;
-        }
-        for (i = 0; i < n / 2; i++) {
-                int hi = hex_value(text[2 * i]), lo = hex_value(text[2 * i + 1]);
-
-                if (hi < 0 || lo < 0) {
-                        return -1;
-                }
-                out[i] = (uint8_t)(hi << 4 | lo);
-        }
-        return (long)(n / 2);
 }

@@ -77,8 +77,8 @@ static int emit_revoked_chunk(PGconn *conn, const char *request_id, const auth_r
                 }
         }
         for (int i = 0; rc == KS_OK && i < n; i++) {
-                if (auth_bytea_decode(PQgetvalue(res, first + i, col), hashes[i],
-                                      KS_SHA256_BYTES) != KS_SHA256_BYTES) {
+                if (ks_pg_bytea_decode(PQgetvalue(res, first + i, col), hashes[i],
+                                       KS_SHA256_BYTES) != KS_SHA256_BYTES) {
                         rc = KS_INTERNAL;
                         break;
                 }

@@ -137,9 +137,13 @@ int auth_hash_pool_new(auth_hash_pool **out, int workers, int queue_max, int nic
         }
         p->queue_max = queue_max;
         p->nice = nice;
+        /* done_cv's timed waits read the monotonic clock: a caller's deadline is moved onto it. */
+        if (ks_cond_init_monotonic(&p->done_cv) != 0) {
+                free(p);
+                return KS_INTERNAL;
+        }
         pthread_mutex_init(&p->mu, NULL);
-        pthread_cond_init(&p->work_cv, NULL); /* CLOCK_REALTIME: deadlines are wall-clock */
-        pthread_cond_init(&p->done_cv, NULL);
+        pthread_cond_init(&p->work_cv, NULL);
         p->queue_gauge = ks_gauge_get(ks_metrics_default(), "keelson_auth_hash_queue_depth",
                                       "Password hash jobs waiting for a hash thread", NULL);
         p->rejected_counter =
@@ -179,16 +183,13 @@ void auth_hash_pool_free(auth_hash_pool *p)
         free(p);
 }
 
-static struct timespec abs_deadline(int64_t deadline_unix_ms)
+/* When a queued job gives up: the caller's deadline, or NO_DEADLINE_WAIT_MS without one. */
+static struct timespec queue_deadline(int64_t deadline_unix_ms)
 {
-        struct timespec ts;
+        ks_deadline d = deadline_unix_ms > 0 ? ks_deadline_from_unix_ms(deadline_unix_ms)
+                                             : ks_deadline_after_ms(NO_DEADLINE_WAIT_MS);
 
-        if (deadline_unix_ms <= 0) {
-                deadline_unix_ms = ks_now_ms() + NO_DEADLINE_WAIT_MS;
-        }
-        ts.tv_sec = (time_t)(deadline_unix_ms / 1000);
-        ts.tv_nsec = (long)(deadline_unix_ms % 1000) * 1000000L;
-        return ts;
+        return ks_deadline_timespec(d);
 }
 
 /* Removes a job that is still queued (under the lock). */
@@ -213,7 +214,7 @@ static void unlink_job(auth_hash_pool *p, job *j)
 
 static int submit_and_wait(auth_hash_pool *p, job *j, int64_t deadline_unix_ms)
 {
-        struct timespec until = abs_deadline(deadline_unix_ms);
+        struct timespec until = queue_deadline(deadline_unix_ms);
         int rc = KS_OK;
 
         pthread_mutex_lock(&p->mu);

@@ -300,36 +300,20 @@ static void invitation_item(void *item, const PGresult *res, int row)
 
 /* Newest first; the sort key is (created_at in micros, id). */
 static const auth_list_method list_invitations = {
-    .page = {.name = "keelson.auth.v1.AuthService/ListInvitations",
-             .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,
-             .page_size_max = KS_LIST_PAGE_SIZE_MAX,
-             .n_keys = 2,
-             .keys = {{KS_LIST_KEY_INT64, 8}, {KS_LIST_KEY_UUID, 0}},
-             .item_size = sizeof(Keelson__Auth__V1__Invitation),
-             .item = invitation_item},
+    .page = AUTH_LIST_PAGE("ListInvitations", Keelson__Auth__V1__Invitation, invitation_item,
+                           {KS_LIST_KEY_INT64, 8}, {KS_LIST_KEY_UUID, 0}),
     .sql = sql_list,
+    .items_field = "invitations",
 };
 
 int auth_list_invitations(ks_call *call)
 {
         const Keelson__Auth__V1__ListInvitationsRequest *req =
             (const Keelson__Auth__V1__ListInvitationsRequest *)call->in;
-        Keelson__Auth__V1__ListInvitationsResponse resp =
-            KEELSON__AUTH__V1__LIST_INVITATIONS_RESPONSE__INIT;
         const char *filters[1] = {req->include_closed ? "true" : "false"};
-        ks_list_page p;
-        int rc;
 
-        if ((rc = auth_list_page(call, &list_invitations, req->page_size, req->page_token, filters,
-                                 1, &p)) != KS_OK) {
-                return rc;
-        }
-        resp.n_invitations = p.n_items;
-        resp.invitations = (Keelson__Auth__V1__Invitation **)p.items;
-        resp.next_page_token = p.next_page_token;
-        rc = ks_call_reply(call, &resp.base);
-        ks_list_page_clear(&p);
-        return rc;
+        return auth_list_reply(call, &list_invitations, req->page_size, req->page_token, filters,
+                               1);
 }
 
 /* ---- RevokeInvitation --------------------------------------------------- */
@@ -499,8 +483,9 @@ static int join(PGconn *conn, const char *rid, accept_state *a)
         return ks_pg_exec(conn, rid, sql_insert_member, 2, member_params, NULL);
 }
 
-static int accept_tx(auth_service *svc, PGconn *conn, const char *rid, accept_state *a)
+static int accept_tx(auth_service *svc, PGconn *conn, const char *rid, void *arg)
 {
+        accept_state *a = arg;
         const char *claim_params[2] = {a->invitation_id, a->user_id};
         auth_actor actor;
         PGresult *res = NULL;
@@ -545,18 +530,8 @@ static int reply_accept(ks_call *call, const accept_state *a)
 
 static int accept_commit(ks_call *call, accept_state *a)
 {
-        auth_service *svc = call->service;
-        PGconn *conn = NULL;
-        int rc;
+        int rc = auth_db_tx(call->service, call->request_id, accept_tx, a);
 
-        if ((rc = ks_pg_acquire(svc->pool, &conn)) != KS_OK) {
-                return auth_db_fail(call, rc);
-        }
-        rc = accept_tx(svc, conn, call->request_id, a);
-        if (rc != KS_OK) {
-                ks_pg_rollback(conn);
-        }
-        ks_pg_release(svc->pool, conn);
         if (rc == KS_NOT_FOUND) {
                 return ks_call_fail(call, KS_NOT_FOUND, INVALID_TOKEN_MSG);
         }

@@ -1,8 +1,8 @@
 /*
  * The frame of the list methods (ListMembers, ListInvitations, ListApiKeys,
  * ListAudit): the page and its token (ks_list), the page query in the
- * caller's tenant transaction, and the page for the reply. What stays with
- * each method is its spec, its SQL and how a row becomes its reply item.
+ * caller's tenant transaction, and the reply. What stays with each method
+ * is its spec, its SQL, its filters and how a row becomes its reply item.
  *
  * A token is bound to its list and to the tenant it was issued in: a token
  * of another list, or of the same list in another tenant, is refused
@@ -10,8 +10,10 @@
  */
 #include "auth.h"
 
+#include <stdlib.h>
 #include <string.h>
 
+#include "ks_assert.h"
 #include "ks_log.h"
 
 typedef struct list_query {
@@ -35,9 +37,10 @@ static int list_tx(auth_tx *tx, void *arg)
         return KS_OK;
 }
 
-int auth_list_page(ks_call *call, const auth_list_method *m, int32_t page_size,
-                   const char *page_token, const char *const *filters, int n_filters,
-                   ks_list_page *page)
+/* The page's items and next_page_token, or a code the call carries (page then cleared). */
+static int list_page(ks_call *call, const auth_list_method *m, int32_t page_size,
+                     const char *page_token, const char *const *filters, int n_filters,
+                     ks_list_page *page)
 {
         const char *scope = call->caller->tenant_id != NULL ? call->caller->tenant_id : "";
         list_query q = {.m = m, .res = NULL};
@@ -74,4 +77,48 @@ int auth_list_page(ks_call *call, const auth_list_method *m, int32_t page_size,
                 return ks_call_fail(call, KS_INTERNAL, AUTH_INTERNAL_MSG);
         }
         return KS_OK;
+}
+
+/*
+ * The reply of the call's method with the page in it: every list reply has
+ * the repeated message field m->items_field and the string next_page_token,
+ * set here through the reply's descriptor.
+ */
+static int reply_page(ks_call *call, const auth_list_method *m, const ks_list_page *page)
+{
+        const ProtobufCMessageDescriptor *d = call->method->output;
+        const ProtobufCFieldDescriptor *items =
+            protobuf_c_message_descriptor_get_field_by_name(d, m->items_field);
+        const ProtobufCFieldDescriptor *token =
+            protobuf_c_message_descriptor_get_field_by_name(d, "next_page_token");
+        char *resp;
+        int rc;
+
+        KS_ASSERT(items != NULL && items->label == PROTOBUF_C_LABEL_REPEATED &&
+                  items->type == PROTOBUF_C_TYPE_MESSAGE);
+        KS_ASSERT(token != NULL && token->type == PROTOBUF_C_TYPE_STRING);
+        if ((resp = malloc(d->sizeof_message)) == NULL) {
+                return ks_call_oom(call);
+        }
+        protobuf_c_message_init(d, resp);
+        *(size_t *)(resp + items->quantifier_offset) = page->n_items;
+        *(void ***)(resp + items->offset) = page->items;
+        *(const char **)(resp + token->offset) = page->next_page_token;
+        rc = ks_call_reply(call, (const ProtobufCMessage *)resp);
+        free(resp);
+        return rc;
+}
+
+int auth_list_reply(ks_call *call, const auth_list_method *m, int32_t page_size,
+                    const char *page_token, const char *const *filters, int n_filters)
+{
+        ks_list_page p;
+        int rc;
+
+        if ((rc = list_page(call, m, page_size, page_token, filters, n_filters, &p)) != KS_OK) {
+                return rc;
+        }
+        rc = reply_page(call, m, &p);
+        ks_list_page_clear(&p);
+        return rc;
 }

@@ -72,35 +72,18 @@ static void member_item(void *item, const PGresult *res, int row)
 
 /* Oldest membership first; the sort key is (created_at in micros, user_id). */
 static const auth_list_method list_members = {
-    .page = {.name = "keelson.auth.v1.AuthService/ListMembers",
-             .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,
-             .page_size_max = KS_LIST_PAGE_SIZE_MAX,
-             .n_keys = 2,
-             .keys = {{KS_LIST_KEY_INT64, 5}, {KS_LIST_KEY_UUID, 0}},
-             .item_size = sizeof(Keelson__Auth__V1__Member),
-             .item = member_item},
+    .page = AUTH_LIST_PAGE("ListMembers", Keelson__Auth__V1__Member, member_item,
+                           {KS_LIST_KEY_INT64, 5}, {KS_LIST_KEY_UUID, 0}),
     .sql = sql_list,
+    .items_field = "members",
 };
 
 int auth_list_members(ks_call *call)
 {
         const Keelson__Auth__V1__ListMembersRequest *req =
             (const Keelson__Auth__V1__ListMembersRequest *)call->in;
-        Keelson__Auth__V1__ListMembersResponse resp =
-            KEELSON__AUTH__V1__LIST_MEMBERS_RESPONSE__INIT;
-        ks_list_page p;
-        int rc;
 
-        if ((rc = auth_list_page(call, &list_members, req->page_size, req->page_token, NULL, 0,
-                                 &p)) != KS_OK) {
-                return rc;
-        }
-        resp.n_members = p.n_items;
-        resp.members = (Keelson__Auth__V1__Member **)p.items;
-        resp.next_page_token = p.next_page_token;
-        rc = ks_call_reply(call, &resp.base);
-        ks_list_page_clear(&p);
-        return rc;
+        return auth_list_reply(call, &list_members, req->page_size, req->page_token, NULL, 0);
 }
 
 /* ---- shared by SetRole and RemoveMember --------------------------------- */

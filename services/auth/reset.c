@@ -78,7 +78,7 @@ static int prepare_request(auth_service *svc, reset_request *r)
         if (auth_email_pack(&mail, &buf, &len) != KS_OK) {
                 return KS_INTERNAL;
         }
-        r->payload = auth_bytea_param(buf, len);
+        r->payload = ks_pg_bytea_text(buf, len);
         explicit_bzero(buf, len);
         free(buf);
         return r->payload != NULL ? KS_OK : KS_INTERNAL;
@@ -137,14 +137,23 @@ static int token_valid(ks_call *call, const char *hash, bool *valid)
         return KS_OK;
 }
 
+typedef struct reset_job {
+        const char *hash;          /* of the token */
+        const char *password_hash; /* the new password's */
+        char user_id[AUTH_UUID_LEN + 1];
+        int revoked;
+} reset_job;
+
 /* Claims the token, sets the password, revokes every session: one transaction. */
-static int reset_tx(PGconn *conn, const char *rid, const char *hash, const char *password_hash,
-                    char user_id[AUTH_UUID_LEN + 1], int *revoked)
+static int reset_tx(auth_service *svc, PGconn *conn, const char *rid, void *arg)
 {
-        const char *claim_params[1] = {hash};
-        const char *set_params[1] = {password_hash};
+        reset_job *j = arg;
+        const char *claim_params[1] = {j->hash};
+        const char *set_params[1] = {j->password_hash};
         PGresult *res = NULL;
         int rc;
+
+        (void)svc;
 
         if ((rc = ks_pg_begin(conn, rid)) != KS_OK ||
             (rc = ks_pg_exec(conn, rid, sql_reset_claim, 1, claim_params, &res)) != KS_OK) {
@@ -154,12 +163,12 @@ static int reset_tx(PGconn *conn, const char *rid, const char *hash, const char 
                 PQclear(res);
                 return KS_NOT_FOUND; /* used or expired since the check */
         }
-        auth_copy_field(res, 0, 0, user_id, AUTH_UUID_LEN + 1);
+        auth_copy_field(res, 0, 0, j->user_id, sizeof(j->user_id));
         PQclear(res);
-        if ((rc = auth_tx_act_for(conn, rid, NULL, user_id)) != KS_OK ||
+        if ((rc = auth_tx_act_for(conn, rid, NULL, j->user_id)) != KS_OK ||
             (rc = ks_pg_exec(conn, rid, sql_set_password, 1, set_params, NULL)) != KS_OK ||
-            (rc = auth_revoke_user_sessions(conn, rid, user_id, NULL, "password_changed",
-                                            revoked)) != KS_OK) {
+            (rc = auth_revoke_user_sessions(conn, rid, j->user_id, NULL, "password_changed",
+                                            &j->revoked)) != KS_OK) {
                 return rc;
         }
         return ks_pg_commit(conn, rid);
@@ -169,27 +178,17 @@ static int reset_commit(ks_call *call, const char *hash, const char *password_ha
 {
         Keelson__Auth__V1__ResetPasswordResponse resp =
             KEELSON__AUTH__V1__RESET_PASSWORD_RESPONSE__INIT;
-        auth_service *svc = call->service;
-        char user_id[AUTH_UUID_LEN + 1] = "";
-        PGconn *conn = NULL;
-        int rc, revoked = 0;
+        reset_job j = {.hash = hash, .password_hash = password_hash, .user_id = "", .revoked = 0};
+        int rc = auth_db_tx(call->service, call->request_id, reset_tx, &j);
 
-        if ((rc = ks_pg_acquire(svc->pool, &conn)) != KS_OK) {
-                return auth_db_fail(call, rc);
-        }
-        rc = reset_tx(conn, call->request_id, hash, password_hash, user_id, &revoked);
-        if (rc != KS_OK) {
-                ks_pg_rollback(conn);
-        }
-        ks_pg_release(svc->pool, conn);
         if (rc == KS_NOT_FOUND) {
                 return ks_call_fail(call, KS_NOT_FOUND, INVALID_TOKEN_MSG);
         }
         if (rc != KS_OK) {
                 return auth_db_fail(call, rc);
         }
-        ks_log_info(call->request_id, "password reset", "{s:s, s:i}", "user_id", user_id,
-                    "sessions_revoked", revoked);
+        ks_log_info(call->request_id, "password reset", "{s:s, s:i}", "user_id", j.user_id,
+                    "sessions_revoked", j.revoked);
         return ks_call_reply(call, &resp.base);
 }
 
@@ -252,12 +251,21 @@ static int load_own(ks_call *call, const auth_actor *a, auth_login_user *u)
         return rc;
 }
 
-static int change_tx(PGconn *conn, const char *rid, const auth_actor *a, const char *new_hash,
-                     int *revoked)
+typedef struct change_job {
+        const auth_actor *a; /* the caller */
+        const char *new_hash;
+        int revoked;
+} change_job;
+
+static int change_tx(auth_service *svc, PGconn *conn, const char *rid, void *arg)
 {
-        const char *params[1] = {new_hash};
+        change_job *j = arg;
+        const auth_actor *a = j->a;
+        const char *params[1] = {j->new_hash};
         PGresult *res = NULL;
         int rc;
+
+        (void)svc;
 
         if ((rc = auth_tx_begin(conn, rid, a->tenant_id, a->user_id)) != KS_OK ||
             (rc = ks_pg_exec(conn, rid, sql_change_password, 1, params, &res)) != KS_OK) {
@@ -266,9 +274,9 @@ static int change_tx(PGconn *conn, const char *rid, const auth_actor *a, const c
         /* The user row is gone (it never is today): nothing to change. */
         rc = strcmp(PQcmdTuples(res), "1") == 0 ? KS_OK : KS_ABORTED;
         PQclear(res);
-        if (rc != KS_OK || (rc = auth_revoke_user_sessions(conn, rid, a->user_id,
-                                                           a->session_id[0] ? a->session_id : NULL,
-                                                           "password_changed", revoked)) != KS_OK) {
+        if (rc != KS_OK || (rc = auth_revoke_user_sessions(
+                                conn, rid, a->user_id, a->session_id[0] ? a->session_id : NULL,
+                                "password_changed", &j->revoked)) != KS_OK) {
                 return rc;
         }
         return ks_pg_commit(conn, rid);
@@ -278,24 +286,15 @@ static int change_commit(ks_call *call, const auth_actor *a, const char *new_has
 {
         Keelson__Auth__V1__ChangePasswordResponse resp =
             KEELSON__AUTH__V1__CHANGE_PASSWORD_RESPONSE__INIT;
-        auth_service *svc = call->service;
-        PGconn *conn = NULL;
-        int rc, revoked = 0;
+        change_job j = {.a = a, .new_hash = new_hash, .revoked = 0};
+        int rc = auth_db_tx(call->service, call->request_id, change_tx, &j);
 
-        if ((rc = ks_pg_acquire(svc->pool, &conn)) != KS_OK) {
-                return auth_db_fail(call, rc);
-        }
-        rc = change_tx(conn, call->request_id, a, new_hash, &revoked);
-        if (rc != KS_OK) {
-                ks_pg_rollback(conn);
-        }
-        ks_pg_release(svc->pool, conn);
         if (rc != KS_OK) {
                 return auth_db_fail(call, rc);
         }
         ks_log_info(call->request_id, "password changed", "{s:s, s:i}", "user_id", a->user_id,
-                    "sessions_revoked", revoked);
-        resp.revoked_sessions = revoked;
+                    "sessions_revoked", j.revoked);
+        resp.revoked_sessions = j.revoked;
         return ks_call_reply(call, &resp.base);
 }
 

@@ -114,7 +114,7 @@ static int init_passwords(auth_service *svc)
                 ks_log_error(NULL, "no random bytes", NULL);
                 return -1;
         }
-        t0 = ks_now_ms();
+        t0 = ks_mono_ms();
         if (ks_password_hash(throwaway, &svc->scrypt, svc->dummy_hash) != 0) {
                 ks_log_error(NULL, "scrypt failed with the configured parameters", NULL);
                 return -1;
@@ -128,7 +128,7 @@ static int init_passwords(auth_service *svc)
         }
         ks_log_info(NULL, "password hashing ready", "{s:i, s:i, s:i, s:i, s:i, s:i}",
                     "scrypt_log_n", (int)c->scrypt_log_n, "scrypt_r", (int)c->scrypt_r, "scrypt_p",
-                    (int)c->scrypt_p, "hash_ms", (int)(ks_now_ms() - t0), "hash_workers",
+                    (int)c->scrypt_p, "hash_ms", (int)(ks_mono_ms() - t0), "hash_workers",
                     svc->hash_workers, "hash_queue_max", svc->hash_queue_max);
         return 0;
 }

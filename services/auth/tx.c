@@ -160,7 +160,7 @@ static int replay(auth_tx *tx, const char *fp, unsigned flags)
         n = (long)(PQgetlength(res, 0, 2) / 2);
         tx->call->out_payload = malloc(n > 0 ? (size_t)n : 1);
         if (tx->call->out_payload == NULL ||
-            (n = auth_bytea_decode(PQgetvalue(res, 0, 2), tx->call->out_payload, (size_t)n)) < 0) {
+            (n = ks_pg_bytea_decode(PQgetvalue(res, 0, 2), tx->call->out_payload, (size_t)n)) < 0) {
                 PQclear(res);
                 return ks_call_fail(tx->call, KS_INTERNAL, AUTH_INTERNAL_MSG);
         }
@@ -207,7 +207,7 @@ static int dedupe_store(auth_tx *tx, unsigned flags, const char *fp)
         if (fp[0] == '\0' || (flags & AUTH_TX_SECRET) != 0) {
                 return KS_OK;
         }
-        if ((reply = auth_bytea_param(tx->call->out_payload, tx->call->out_len)) == NULL) {
+        if ((reply = ks_pg_bytea_text(tx->call->out_payload, tx->call->out_len)) == NULL) {
                 return ks_call_fail(tx->call, KS_INTERNAL, AUTH_INTERNAL_MSG);
         }
         params[1] = reply;

@@ -69,6 +69,14 @@ ks_deadline ks_deadline_never(void)
         return (ks_deadline){INT64_MAX};
 }
 
+ks_deadline ks_deadline_from_unix_ms(int64_t deadline_unix_ms)
+{
+        if (deadline_unix_ms == 0) {
+                return ks_deadline_never();
+        }
+        return ks_deadline_after_ms(deadline_unix_ms - ks_wall_ms());
+}
+
 bool ks_deadline_expired(ks_deadline d)
 {
         return d.at_ns != INT64_MAX && ks_mono_ns() >= d.at_ns;

@@ -53,6 +53,12 @@ typedef struct ks_deadline {
 /* ms from now (negative counts as 0: already due); saturates instead of overflowing. */
 ks_deadline ks_deadline_after_ms(int64_t ms);
 ks_deadline ks_deadline_never(void);
+/*
+ * A wall-clock deadline from another process (deadline_unix_ms; 0: none,
+ * never) as a point on the monotonic clock: the wall clock is read once,
+ * here, so a step of it afterwards cannot shorten or stretch the wait.
+ */
+ks_deadline ks_deadline_from_unix_ms(int64_t deadline_unix_ms);
 bool ks_deadline_expired(ks_deadline d);
 /* What is left, rounded up to whole ms (a wait of it never ends early); 0 once expired. */
 int64_t ks_deadline_remaining_ms(ks_deadline d);

@@ -459,16 +459,36 @@ void ks_sha256(const void *data, size_t len, uint8_t out[KS_SHA256_BYTES])
 
 void ks_sha256_hex(const void *data, size_t len, char out[2 * KS_SHA256_BYTES + 1])
 {
-        static const char hex[] = "0123456789abcdef";
         uint8_t d[KS_SHA256_BYTES];
-        size_t i;
 
         ks_sha256(data, len, d);
-        for (i = 0; i < KS_SHA256_BYTES; i++) {
-                out[2 * i] = hex[d[i] >> 4];
-                out[2 * i + 1] = hex[d[i] & 15];
+        ks_hex_encode(d, sizeof(d), out);
+}
+
+void ks_hex_encode(const void *data, size_t n, char *out)
+{
+        static const char hex[] = "0123456789abcdef";
+        const uint8_t *b = data;
+
+        for (size_t i = 0; i < n; i++) {
+                out[2 * i] = hex[b[i] >> 4];
+                out[2 * i + 1] = hex[b[i] & 15];
         }
-        out[2 * KS_SHA256_BYTES] = '\0';
+        out[2 * n] = '\0';
+}
+
+int ks_hex_digit(char c)
+{
+        if (c >= '0' && c <= '9') {
+                return c - '0';
+        }
+        if (c >= 'a' && c <= 'f') {
+                return c - 'a' + 10;
+        }
+        if (c >= 'A' && c <= 'F') {
+                return c - 'A' + 10;
+        }
+        return -1;
 }
 
 int ks_hmac_sha256(const void *key, size_t key_len, const void *msg, size_t msg_len,
@@ -539,11 +559,7 @@ bool ks_uuid_valid(const char *s)
         }
         for (int i = 0; i < 36; i++) {
                 bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-                char c = s[i];
-                bool hex =
-                    (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-
-                if (dash ? c != '-' : !hex) {
+                if (dash ? s[i] != '-' : ks_hex_digit(s[i]) < 0) {
                         return false;
                 }
         }

@@ -1,7 +1,7 @@
 /*
  * ks_crypto: the few primitives keelson needs, over OpenSSL 3: scrypt and the
  * self-describing password hash string, SHA-256, HMAC-SHA256, random bytes,
- * base64 and base64url, constant-time comparison.
+ * base64, base64url and hex, constant-time comparison.
  */
 #ifndef KS_CRYPTO_H
 #define KS_CRYPTO_H
@@ -61,6 +61,12 @@ int ks_random_bytes(void *out, size_t len) KS_MUST_CHECK;
 
 /* A random RFC 4122 version 4 uuid in its 36-character text form (+ NUL). */
 int ks_uuid_v4(char out[37]) KS_MUST_CHECK;
+
+/* Lower-case hex of n bytes into out (2 * n + 1 bytes, NUL-terminated). */
+void ks_hex_encode(const void *data, size_t n, char *out);
+
+/* The value of one hex digit, either case; -1 for any other character. */
+int ks_hex_digit(char c);
 
 /* True for the 36-character text form of a uuid: hex digits (either case), dashes at 8-13-18-23. */
 bool ks_uuid_valid(const char *s);

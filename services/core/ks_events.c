@@ -75,10 +75,7 @@ int ks_publisher_new(ks_publisher **out, const char *const *broker_bases, int n)
                 return KS_INTERNAL;
         }
         nng_socket_set_int(p->sock, NNG_OPT_SENDBUF, EVENT_QUEUE_MSGS);
-        nng_socket_set_ms(p->sock, NNG_OPT_RECONNMINT, 50);
-        nng_socket_set_ms(p->sock, NNG_OPT_RECONNMAXT, 1000);
-        nng_pipe_notify(p->sock, NNG_PIPE_EV_ADD_POST, publisher_pipe_event, p);
-        nng_pipe_notify(p->sock, NNG_PIPE_EV_REM_POST, publisher_pipe_event, p);
+        ks_broker_dialer(p->sock, publisher_pipe_event, p);
         if (dial_all(p->sock, broker_bases, n, KS_SIDE_EVENTS_IN) != 0) {
                 ks_publisher_free(p);
                 return KS_INVALID_ARGUMENT;
@@ -138,8 +135,7 @@ int ks_subscriber_new(ks_subscriber **out, const char *const *broker_bases, int 
         }
         nng_socket_set_int(s->sock, NNG_OPT_RECVBUF, EVENT_QUEUE_MSGS);
         nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, EVENT_MAX_BYTES + TOPIC_MAX_BYTES + 1);
-        nng_socket_set_ms(s->sock, NNG_OPT_RECONNMINT, 50);
-        nng_socket_set_ms(s->sock, NNG_OPT_RECONNMAXT, 1000);
+        ks_broker_dialer(s->sock, NULL, NULL);
         for (int i = 0; i < n_prefixes; i++) {
                 nng_socket_set(s->sock, NNG_OPT_SUB_SUBSCRIBE, prefixes[i], strlen(prefixes[i]));
         }

@@ -169,7 +169,7 @@ static void evthread_init(void)
         evthread_rv = evthread_use_pthreads();
 }
 
-static int bound_port(struct evhttp_bound_socket *sock)
+int ks_health_bound_port(struct evhttp_bound_socket *sock)
 {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
@@ -207,7 +207,7 @@ static int setup_listener(ks_health *h, const char *host, int port)
                              port);
                 return -1;
         }
-        h->port = bound_port(sock);
+        h->port = ks_health_bound_port(sock);
         return h->port > 0 ? 0 : -1;
 }
 

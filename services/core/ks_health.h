@@ -32,4 +32,12 @@ int ks_health_add_check(ks_health *h, const char *name, ks_ready_fn fn, void *ar
 /* Stops the thread and frees everything; accepts NULL. */
 void ks_health_stop(ks_health *h);
 
+struct evhttp_bound_socket;
+
+/*
+ * The local port of a libevent HTTP listener (IPv4 or IPv6), for any
+ * listener bound to port 0; -1 when it cannot be read.
+ */
+int ks_health_bound_port(struct evhttp_bound_socket *sock);
+
 #endif

@@ -90,45 +90,7 @@ static bool valid_topic(const char *t)
         return true;
 }
 
-static bool is_hex(char c)
-{
-        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
-/* 8-4-4-4-12 hex digits: the column is uuid, and a bad value is the caller's bug. */
-static bool valid_uuid(const char *u)
-{
-        if (strlen(u) != UUID_LEN) {
-                return false;
-        }
-        for (size_t i = 0; i < UUID_LEN; i++) {
-                bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-                if (dash ? u[i] != '-' : !is_hex(u[i])) {
-                        return false;
-                }
-        }
-        return true;
-}
-
 /* ---- ks_outbox_add ----------------------------------------------------------- */
-
-/* bytea's hex input form, "\x0a1b…", so the payload can travel as a text parameter. */
-static char *bytea_hex(const uint8_t *data, size_t len)
-{
-        static const char digits[] = "0123456789abcdef";
-        char *out = malloc(2 * len + 3);
-        if (out == NULL) {
-                return NULL;
-        }
-        out[0] = '\\';
-        out[1] = 'x';
-        for (size_t i = 0; i < len; i++) {
-                out[2 + 2 * i] = digits[data[i] >> 4];
-                out[3 + 2 * i] = digits[data[i] & 0x0f];
-        }
-        out[2 + 2 * len] = '\0';
-        return out;
-}
 
 int ks_outbox_add(PGconn *conn, const char *request_id, const char *schema, const char *topic,
                   const char *tenant_id, const uint8_t *payload, size_t payload_len,
@@ -140,8 +102,8 @@ int ks_outbox_add(PGconn *conn, const char *request_id, const char *schema, cons
                 tenant_id = NULL;
         }
         if (conn == NULL || !valid_schema(schema) || !valid_topic(topic) ||
-            (tenant_id != NULL && !valid_uuid(tenant_id)) || (payload == NULL && payload_len > 0) ||
-            payload_len > KS_OUTBOX_PAYLOAD_MAX) {
+            (tenant_id != NULL && !ks_uuid_valid(tenant_id)) ||
+            (payload == NULL && payload_len > 0) || payload_len > KS_OUTBOX_PAYLOAD_MAX) {
                 return KS_INVALID_ARGUMENT;
         }
         /* Outside a transaction the event would commit on its own, apart from the write. */
@@ -153,7 +115,7 @@ int ks_outbox_add(PGconn *conn, const char *request_id, const char *schema, cons
         if (ks_uuid_v4(event_id) != 0) {
                 return KS_INTERNAL;
         }
-        char *hex = bytea_hex(payload, payload_len);
+        char *hex = ks_pg_bytea_text(payload, payload_len);
         if (hex == NULL) {
                 return KS_RESOURCE_EXHAUSTED;
         }

@@ -383,6 +383,42 @@ const char *ks_pg_sqlstate(const PGresult *res)
         return res != NULL ? nz(PQresultErrorField(res, PG_DIAG_SQLSTATE)) : "";
 }
 
+char *ks_pg_bytea_text(const uint8_t *data, size_t n)
+{
+        char *out = malloc(2 + 2 * n + 1);
+
+        if (out == NULL) {
+                return NULL;
+        }
+        out[0] = '\\';
+        out[1] = 'x';
+        ks_hex_encode(data, n, out + 2);
+        return out;
+}
+
+long ks_pg_bytea_decode(const char *text, uint8_t *out, size_t out_len)
+{
+        size_t n;
+
+        if (text == NULL || text[0] != '\\' || text[1] != 'x') {
+                return -1;
+        }
+        text += 2;
+        n = strlen(text);
+        if (n % 2 != 0 || n / 2 > out_len) {
+                return -1;
+        }
+        for (size_t i = 0; i < n / 2; i++) {
+                int hi = ks_hex_digit(text[2 * i]), lo = ks_hex_digit(text[2 * i + 1]);
+
+                if (hi < 0 || lo < 0) {
+                        return -1;
+                }
+                out[i] = (uint8_t)(hi << 4 | lo);
+        }
+        return (long)(n / 2);
+}
+
 /*
  * Class 08 is connection exception; 57P01..57P03 are the server shutting
  * down or refusing connections: to the caller all of them mean "try again".

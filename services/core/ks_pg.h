@@ -24,6 +24,7 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct ks_pg_pool ks_pg_pool;
 
@@ -143,6 +144,16 @@ void ks_pg_rollback(PGconn *conn);
 
 /* SQLSTATE of a failed result ("23505"), or "" */
 const char *ks_pg_sqlstate(const PGresult *res);
+
+/*
+ * bytea in its text form, "\x" + hex: how binary data travels as a text
+ * parameter (a $n::bytea) and comes back in a text result.
+ * ks_pg_bytea_text: the text of n bytes, malloc'd; NULL when out of memory.
+ * ks_pg_bytea_decode: the bytes of such a text into out; their count, or -1
+ * for anything else or more than out_len bytes.
+ */
+char *ks_pg_bytea_text(const uint8_t *data, size_t n);
+long ks_pg_bytea_decode(const char *text, uint8_t *out, size_t out_len);
 
 typedef struct ks_migration {
         const char *name; /* "001_init.sql": applied in array order */

@@ -16,6 +16,7 @@
 
 #include "ks_assert.h"
 #include "ks_code.h"
+#include "ks_crypto.h"
 
 #define SCHEME       "redis://"
 #define SCHEME_TLS   "rediss://"
@@ -32,20 +33,6 @@ static int fail(ks_redis_url *out, char *err, size_t err_len, const char *why)
         return -1;
 }
 
-static int hex_value(char c)
-{
-        if (c >= '0' && c <= '9') {
-                return c - '0';
-        }
-        if (c >= 'a' && c <= 'f') {
-                return c - 'a' + 10;
-        }
-        if (c >= 'A' && c <= 'F') {
-                return c - 'A' + 10;
-        }
-        return -1;
-}
-
 /* Percent-decodes [s, s + len) into dst (cap bytes with the NUL). 0, or -1 with *why. */
 static int decode(const char *s, size_t len, char *dst, size_t cap, const char **why)
 {
@@ -54,8 +41,8 @@ static int decode(const char *s, size_t len, char *dst, size_t cap, const char *
                 char c = s[i];
                 if (c == '%') {
                         int hi = -1, lo = -1;
-                        if (i + 2 >= len || (hi = hex_value(s[i + 1])) < 0 ||
-                            (lo = hex_value(s[i + 2])) < 0) {
+                        if (i + 2 >= len || (hi = ks_hex_digit(s[i + 1])) < 0 ||
+                            (lo = ks_hex_digit(s[i + 2])) < 0) {
                                 *why =
                                     "a '%' in the credentials must be followed by two hex digits";
                                 return -1;

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "ks_log.h"
+#include "ks_topology.h"
 
 #define CLIENT_INFLIGHT_MAX   65536
 #define CLIENT_RECV_MAX_BYTES ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
@@ -34,9 +35,9 @@ typedef struct call_slot {
         nng_ctx ctx;
         nng_aio *aio;
         call_state state;
-        int64_t deadline_ms;
-        int resend_ms;   /* 0: never */
-        nng_msg *resend; /* a copy of the request while resend_ms > 0 */
+        ks_deadline deadline; /* the call's, on the monotonic clock */
+        int resend_ms;        /* 0: never */
+        nng_msg *resend;      /* a copy of the request while resend_ms > 0 */
         ks_rpc_done_fn done;
         void *arg;
         struct call_slot *next_free;
@@ -95,10 +96,7 @@ int ks_rpc_client_new(ks_rpc_client **out, const ks_rpc_client_options *opts)
         /* nng never resends by itself: only idempotent calls are resent, by us (above). */
         nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
         nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, CLIENT_RECV_MAX_BYTES);
-        nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 50);
-        nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000);
-        nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, client_pipe_event, c);
-        nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, client_pipe_event, c);
+        ks_broker_dialer(c->sock, client_pipe_event, c);
         for (int i = 0; i < opts->n_dial_urls; i++) {
                 if ((rv = nng_dial(c->sock, opts->dial_urls[i], NULL, NNG_FLAG_NONBLOCK)) != 0) {
                         ks_log_error(NULL, "cannot dial broker", "{s:s,s:s}", "url",
@@ -230,7 +228,7 @@ static void finish_reply(call_slot *s, nng_msg *msg)
 /* Waits for the reply until the deadline, or for one resend period. */
 static void recv_reply(call_slot *s)
 {
-        int64_t left = s->deadline_ms - ks_now_ms();
+        int64_t left = ks_deadline_remaining_ms(s->deadline);
         if (left < 1) {
                 left = 1;
         }
@@ -261,7 +259,8 @@ static void call_cb(void *arg)
                 recv_reply(s);
                 return;
         }
-        if (rv == NNG_ETIMEDOUT && s->resend != NULL && s->deadline_ms - ks_now_ms() > 0) {
+        int64_t left = ks_deadline_remaining_ms(s->deadline);
+        if (rv == NNG_ETIMEDOUT && s->resend != NULL && left > 0) {
                 nng_msg *again = NULL;
                 if (nng_msg_dup(&again, s->resend) != 0) {
                         finish_error(s, KS_INTERNAL, "out of memory");
@@ -269,7 +268,7 @@ static void call_cb(void *arg)
                 }
                 s->state = CALL_SEND;
                 nng_aio_set_msg(s->aio, again);
-                nng_aio_set_timeout(s->aio, (nng_duration)(s->deadline_ms - ks_now_ms()));
+                nng_aio_set_timeout(s->aio, (nng_duration)left);
                 nng_ctx_send(s->ctx, s->aio);
                 return;
         }
@@ -327,7 +326,7 @@ int ks_rpc_call_async(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_don
         }
         s->done = done;
         s->arg = arg;
-        s->deadline_ms = deadline;
+        s->deadline = ks_deadline_after_ms(deadline - now);
         s->state = CALL_SEND;
         s->resend_ms = args->resend_ms > 0 ? args->resend_ms : 0;
         if (s->resend_ms > 0 && nng_msg_dup(&s->resend, msg) != 0) {

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "ks_log.h"
+#include "ks_topology.h"
 #include "ks_metrics.h"
 
 #define RPC_WORKERS_MAX    1024
@@ -34,8 +35,9 @@ typedef struct slot {
         slot_state state;
         Keelson__Rpc__V1__Request *req; /* owned while queued / in a worker */
         const ks_method *method;
-        int64_t received_ms;
-        struct slot *next; /* work queue link */
+        int64_t received_mono_ms; /* for the call's duration */
+        ks_deadline deadline;     /* the caller's, moved onto the monotonic clock on receipt */
+        struct slot *next;        /* work queue link */
 } slot;
 
 typedef struct method_metrics {
@@ -232,7 +234,8 @@ static bool enqueue(ks_rpc_server *srv, slot *s)
 static void on_request(slot *s, nng_msg *msg)
 {
         ks_rpc_server *srv = s->srv;
-        s->received_ms = ks_now_ms();
+        int64_t received_unix_ms = ks_now_ms();
+        s->received_mono_ms = ks_mono_ms();
         s->req = keelson__rpc__v1__request__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
         nng_msg_free(msg);
         if (s->req == NULL) {
@@ -245,12 +248,13 @@ static void on_request(slot *s, nng_msg *msg)
                 slot_reply(s, KS_UNIMPLEMENTED, "unknown method", NULL, 0);
                 return;
         }
-        if (s->req->deadline_unix_ms != 0 && s->req->deadline_unix_ms <= s->received_ms) {
+        if (s->req->deadline_unix_ms != 0 && s->req->deadline_unix_ms <= received_unix_ms) {
                 ks_counter_inc(srv->rejected_deadline);
                 count_call(srv, s->method, KS_DEADLINE_EXCEEDED, 0);
                 slot_reply(s, KS_DEADLINE_EXCEEDED, "deadline exceeded before handling", NULL, 0);
                 return;
         }
+        s->deadline = ks_deadline_from_unix_ms(s->req->deadline_unix_ms);
         admit(srv, s);
 }
 
@@ -291,7 +295,7 @@ static void run_call(ks_rpc_server *srv, slot *s, void *worker_state)
 
         int code;
         ProtobufCMessage *in = NULL;
-        if (call.deadline_unix_ms != 0 && call.deadline_unix_ms <= ks_now_ms()) {
+        if (ks_deadline_expired(s->deadline)) {
                 code = ks_call_fail(&call, KS_DEADLINE_EXCEEDED, "deadline exceeded in queue");
         } else if ((code = ks_method_admits(m, call.caller, call.message, sizeof(call.message))) !=
                    KS_OK) {
@@ -312,7 +316,7 @@ static void run_call(ks_rpc_server *srv, slot *s, void *worker_state)
                 snprintf(call.message, sizeof(call.message), "internal error");
         }
         heavy_give(srv, m);
-        double seconds = (double)(ks_now_ms() - s->received_ms) / 1000.0;
+        double seconds = (double)(ks_mono_ms() - s->received_mono_ms) / 1000.0;
         count_call(srv, m, code, seconds);
         slot_reply(s, code, code == KS_OK ? "" : call.message, call.out_payload, call.out_len);
         if (in != NULL) {
@@ -393,10 +397,7 @@ static int open_socket(ks_rpc_server *srv)
                 return rv;
         }
         nng_socket_set_size(srv->sock, NNG_OPT_RECVMAXSZ, RPC_RECV_MAX_BYTES);
-        nng_socket_set_ms(srv->sock, NNG_OPT_RECONNMINT, 50);
-        nng_socket_set_ms(srv->sock, NNG_OPT_RECONNMAXT, 1000);
-        nng_pipe_notify(srv->sock, NNG_PIPE_EV_ADD_POST, pipe_event, srv);
-        nng_pipe_notify(srv->sock, NNG_PIPE_EV_REM_POST, pipe_event, srv);
+        ks_broker_dialer(srv->sock, pipe_event, srv);
         for (int i = 0; i < srv->opts.n_dial_urls; i++) {
                 /* non-blocking: a broker that is not up yet is dialled again */
                 if ((rv = nng_dial(srv->sock, srv->opts.dial_urls[i], NULL, NNG_FLAG_NONBLOCK)) !=

@@ -231,3 +231,13 @@ int ks_broker_list(const char *list, char urls[][KS_URL_MAX], int max)
                 p = comma + 1;
         }
 }
+
+void ks_broker_dialer(nng_socket s, nng_pipe_cb cb, void *arg)
+{
+        nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 50);
+        nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, 1000);
+        if (cb != NULL) {
+                nng_pipe_notify(s, NNG_PIPE_EV_ADD_POST, cb, arg);
+                nng_pipe_notify(s, NNG_PIPE_EV_REM_POST, cb, arg);
+        }
+}

@@ -14,6 +14,7 @@
 
 #include "ks_code.h"
 
+#include <nng/nng.h>
 #include <stddef.h>
 
 typedef enum ks_service_id {
@@ -34,6 +35,14 @@ typedef enum ks_broker_side {
 
 #define KS_BROKERS_MAX 8
 #define KS_URL_MAX     256
+
+/*
+ * How a socket that dials the brokers redials: a lost broker is dialled
+ * again after 50 ms, backing off to 1 s. When cb is not NULL, it hears of
+ * every pipe to a broker that comes (NNG_PIPE_EV_ADD_POST) or goes
+ * (NNG_PIPE_EV_REM_POST).
+ */
+void ks_broker_dialer(nng_socket s, nng_pipe_cb cb, void *arg);
 
 /* "auth", "billing", ... */
 const char *ks_service_name(ks_service_id id);

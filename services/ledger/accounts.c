@@ -80,13 +80,8 @@ int lg_create_accounts_handler(ks_call *call)
         char err[128];
         int rc;
 
-        if ((rc = lg_require_caller(call, true)) != KS_OK) {
+        if ((rc = lg_check_batch(call, req->n_accounts, "accounts")) != KS_OK) {
                 return rc;
-        }
-        if (req->n_accounts == 0 || req->n_accounts > (size_t)svc->batch_max) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT,
-                                    "accounts: expected 1 to %d accounts, got %zu", svc->batch_max,
-                                    req->n_accounts);
         }
         for (size_t i = 0; i < req->n_accounts; i++) {
                 if (lg_account_from_pb(req->accounts[i], &w->account_events[i], err, sizeof(err)) !=
@@ -95,14 +90,11 @@ int lg_create_accounts_handler(ks_call *call)
                 }
         }
         job j = {.w = w, .n = (int)req->n_accounts};
-        lg_tx tx = {.svc = svc,
-                    .request_id = call->request_id,
-                    .tenant = call->caller->tenant_id,
-                    .args = &w->args};
-        int64_t t0 = ks_now_ms();
+        lg_tx tx = lg_call_tx(call);
+        int64_t t0 = ks_mono_ms();
         if ((rc = lg_tx_run(&tx, j.n, false, accounts_tx, &j)) != KS_OK) {
                 return lg_db_fail(call, rc);
         }
-        ks_histogram_observe(svc->batch_seconds, (double)(ks_now_ms() - t0) / 1000.0);
+        ks_histogram_observe(svc->batch_seconds, (double)(ks_mono_ms() - t0) / 1000.0);
         return reply(call, w->results, j.n);
 }

@@ -375,6 +375,16 @@ static void backoff(int attempt)
         nanosleep(&ts, NULL);
 }
 
+lg_tx lg_call_tx(ks_call *call)
+{
+        lg_worker *w = call->worker_state;
+
+        return (lg_tx){.svc = call->service,
+                       .request_id = call->request_id,
+                       .tenant = call->caller->tenant_id,
+                       .args = &w->args};
+}
+
 int lg_tx_run(lg_tx *tx, int reserve_ts, bool read_only, lg_tx_fn fn, void *arg)
 {
         int rc;

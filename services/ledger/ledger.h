@@ -159,6 +159,42 @@ typedef struct lg_transfer {
         uint64_t timestamp;
 } lg_transfer;
 
+/*
+ * The fields of the two records, X(name, kind), in the order of their
+ * columns (LG_ACCOUNT_COLS, LG_TRANSFER_COLS). The kind says how a field is
+ * stored and sent: ID a u128 stored as uuid, AMOUNT a u128 stored as
+ * numeric (both travel as <name> and <name>_hi in ledger.proto), U64 and
+ * U32 stored as int8. One list drives the row readers (rows.c) and the
+ * protobuf conversions (convert.c).
+ */
+#define LG_ACCOUNT_FIELDS(X)                                                                       \
+        X(id, ID)                                                                                  \
+        X(debits_pending, AMOUNT)                                                                  \
+        X(debits_posted, AMOUNT)                                                                   \
+        X(credits_pending, AMOUNT)                                                                 \
+        X(credits_posted, AMOUNT)                                                                  \
+        X(user_data_128, ID)                                                                       \
+        X(user_data_64, U64)                                                                       \
+        X(user_data_32, U32)                                                                       \
+        X(ledger, U32)                                                                             \
+        X(code, U32)                                                                               \
+        X(flags, U32)                                                                              \
+        X(timestamp, U64)
+#define LG_TRANSFER_FIELDS(X)                                                                      \
+        X(id, ID)                                                                                  \
+        X(debit_account_id, ID)                                                                    \
+        X(credit_account_id, ID)                                                                   \
+        X(amount, AMOUNT)                                                                          \
+        X(pending_id, ID)                                                                          \
+        X(user_data_128, ID)                                                                       \
+        X(user_data_64, U64)                                                                       \
+        X(user_data_32, U32)                                                                       \
+        X(timeout, U32)                                                                            \
+        X(ledger, U32)                                                                             \
+        X(code, U32)                                                                               \
+        X(flags, U32)                                                                              \
+        X(timestamp, U64)
+
 /* ---- map.c: u128 -> int32 open-addressing hash map ----------------------- */
 
 typedef struct lg_map_slot {
@@ -337,6 +373,12 @@ void lg_transfer_to_pb(const lg_transfer *in, Keelson__Ledger__V1__Transfer *out
  */
 int lg_reply_results(ks_call *call, int kind, const uint8_t *results, int n, uint8_t ok,
                      ProtobufCMessage *resp, size_t *n_field, int **field) KS_MUST_CHECK;
+/*
+ * A create batch's request: a caller who may write (lg_require_caller), and
+ * 1 to batch_max events in its list named what ("transfers"). KS_OK, or the
+ * code of the reply sent.
+ */
+int lg_check_batch(ks_call *call, size_t n, const char *what) KS_MUST_CHECK;
 /* Ids from the parallel ids/ids_hi lists. KS_OK or KS_INVALID_ARGUMENT. */
 int lg_ids_from_pb(size_t n_ids, const uint64_t *ids, size_t n_hi, const uint64_t *hi, int max,
                    u128 *out, char *err, size_t err_len);
@@ -430,6 +472,9 @@ int64_t lg_now_us(void);
 
 typedef int (*lg_tx_fn)(lg_tx *tx, void *arg);
 int lg_tx_run(lg_tx *tx, int reserve_ts, bool read_only, lg_tx_fn fn, void *arg);
+
+/* The transaction of a call: its service, request id, caller's tenant and worker's args. */
+lg_tx lg_call_tx(ks_call *call);
 
 /* One statement of a pipeline (ks_pg_pipeline); out (may be NULL) receives its result. */
 typedef ks_pg_stmt lg_stmt;

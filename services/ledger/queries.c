@@ -21,6 +21,70 @@ typedef Keelson__Ledger__V1__Transfer pb_transfer;
 typedef Keelson__Ledger__V1__AccountBalance pb_balance;
 typedef Keelson__Ledger__V1__AccountFilter pb_filter;
 
+/* fn in one read-only transaction as the caller's tenant; KS_OK, or the code of the reply sent. */
+static int run_read(ks_call *call, lg_tx_fn fn, void *arg)
+{
+        lg_tx tx = lg_call_tx(call);
+        int rc = lg_tx_run(&tx, 0, true, fn, arg);
+
+        return rc == KS_OK ? KS_OK : lg_db_fail(call, rc);
+}
+
+/* A reply of rows: its repeated field (*n_field, *field) and how a row becomes an item. */
+typedef struct rows_reply {
+        ProtobufCMessage *resp;
+        size_t *n_field;
+        void ***field;
+        size_t item_size;
+        int (*read)(const PGresult *res, int row, void *item); /* 0, or -1: a malformed row */
+} rows_reply;
+
+/* Replies with one item per row of res; a malformed row is an internal error. */
+static int reply_rows(ks_call *call, const PGresult *res, const rows_reply *r)
+{
+        int n = PQntuples(res);
+        char *items = calloc((size_t)n + 1, r->item_size);
+        void **ptrs = calloc((size_t)n + 1, sizeof(*ptrs));
+        int rc = items != NULL && ptrs != NULL ? KS_OK : KS_RESOURCE_EXHAUSTED;
+
+        for (int i = 0; rc == KS_OK && i < n; i++) {
+                ptrs[i] = items + (size_t)i * r->item_size;
+                rc = r->read(res, i, ptrs[i]) == 0 ? KS_OK : KS_INTERNAL;
+        }
+        if (rc == KS_OK) {
+                *r->n_field = (size_t)n;
+                *r->field = ptrs;
+                rc = ks_call_reply(call, r->resp);
+        } else {
+                rc = ks_call_fail(call, rc, LG_INTERNAL_MSG);
+        }
+        free(ptrs);
+        free(items);
+        return rc;
+}
+
+static int account_item(const PGresult *res, int row, void *item)
+{
+        lg_account a;
+
+        if (lg_read_account(res, row, 0, &a) != 0) {
+                return -1;
+        }
+        lg_account_to_pb(&a, item);
+        return 0;
+}
+
+static int transfer_item(const PGresult *res, int row, void *item)
+{
+        lg_transfer t;
+
+        if (lg_read_transfer(res, row, 0, &t) != 0) {
+                return -1;
+        }
+        lg_transfer_to_pb(&t, item);
+        return 0;
+}
+
 /* ---- lookups ------------------------------------------------------------------ */
 
 typedef struct lookup_job {
@@ -87,14 +151,7 @@ static int lookup(ks_call *call, size_t n_ids, const uint64_t *ids, size_t n_hi,
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
         }
         lookup_job j = {.w = w, .n = (int)n_ids, .transfers = transfers};
-        lg_tx tx = {.svc = svc,
-                    .request_id = call->request_id,
-                    .tenant = call->caller->tenant_id,
-                    .args = &w->args};
-        if ((rc = lg_tx_run(&tx, 0, true, lookup_tx, &j)) != KS_OK) {
-                return lg_db_fail(call, rc);
-        }
-        return KS_OK;
+        return run_read(call, lookup_tx, &j);
 }
 
 /*
@@ -317,7 +374,6 @@ static int run_filter(ks_call *call, filter_job *j, const char *asc, const char 
 {
         const pb_filter *f = (const pb_filter *)call->in;
         lg_service *svc = call->service;
-        lg_worker *w = call->worker_state;
         int rc;
 
         if ((rc = lg_require_caller(call, false)) != KS_OK ||
@@ -326,62 +382,49 @@ static int run_filter(ks_call *call, filter_job *j, const char *asc, const char 
         }
         filter_fill(&j->fp, call->caller->tenant_id, f);
         j->sql = j->fp.reversed ? desc : asc;
-        lg_tx tx = {.svc = svc,
-                    .request_id = call->request_id,
-                    .tenant = call->caller->tenant_id,
-                    .args = &w->args};
-        if ((rc = lg_tx_run(&tx, 0, true, filter_tx, j)) != KS_OK) {
+        if ((rc = run_read(call, filter_tx, j)) != KS_OK) {
                 PQclear(j->res);
                 j->res = NULL;
-                return lg_db_fail(call, rc);
         }
-        return KS_OK;
+        return rc;
+}
+
+/* Runs the filter of the request (asc or desc as it asks) and replies with its rows. */
+static int filter_reply(ks_call *call, const char *asc, const char *desc, const rows_reply *r)
+{
+        filter_job j = {.res = NULL};
+        int rc = run_filter(call, &j, asc, desc);
+
+        if (rc != KS_OK) {
+                return rc;
+        }
+        rc = reply_rows(call, j.res, r);
+        PQclear(j.res);
+        return rc;
 }
 
 int lg_get_account_transfers_handler(ks_call *call)
 {
         Keelson__Ledger__V1__GetAccountTransfersResponse resp =
             KEELSON__LEDGER__V1__GET_ACCOUNT_TRANSFERS_RESPONSE__INIT;
-        filter_job j = {.res = NULL};
-        int rc = run_filter(call, &j, sql_account_transfers_asc, sql_account_transfers_desc);
+        rows_reply r = {&resp.base, &resp.n_transfers, (void ***)&resp.transfers,
+                        sizeof(pb_transfer), transfer_item};
 
-        if (rc != KS_OK) {
-                return rc;
-        }
-        int n = PQntuples(j.res);
-        pb_transfer *items = calloc((size_t)n + 1, sizeof(*items));
-        pb_transfer **ptrs = calloc((size_t)n + 1, sizeof(*ptrs));
-        rc = items != NULL && ptrs != NULL ? KS_OK : KS_RESOURCE_EXHAUSTED;
-        for (int i = 0; rc == KS_OK && i < n; i++) {
-                lg_transfer t;
-                rc = lg_read_transfer(j.res, i, 0, &t) == 0 ? KS_OK : KS_INTERNAL;
-                lg_transfer_to_pb(&t, &items[i]);
-                ptrs[i] = &items[i];
-        }
-        PQclear(j.res);
-        if (rc == KS_OK) {
-                resp.n_transfers = (size_t)n;
-                resp.transfers = ptrs;
-                rc = ks_call_reply(call, &resp.base);
-        } else {
-                rc = ks_call_fail(call, rc, LG_INTERNAL_MSG);
-        }
-        free(ptrs);
-        free(items);
-        return rc;
+        return filter_reply(call, sql_account_transfers_asc, sql_account_transfers_desc, &r);
 }
 
-static int read_balance(const PGresult *r, int row, pb_balance *b)
+/*
+ * Columns 1..4 of a row (debits pending and posted, credits pending and
+ * posted) as the amounts of b, and as v.
+ */
+static int balance_amounts(const PGresult *r, int row, pb_balance *b, u128 v[4])
 {
-        u128 v[4];
-
         keelson__ledger__v1__account_balance__init(b);
         for (int c = 0; c < 4; c++) {
                 if (lg_field_u128_dec(r, row, 1 + c, &v[c]) != 0) {
                         return -1;
                 }
         }
-        b->timestamp = (uint64_t)lg_field_i64(r, row, 0);
         b->debits_pending = lg_lo(v[0]);
         b->debits_pending_hi = lg_hi(v[0]);
         b->debits_posted = lg_lo(v[1]);
@@ -393,35 +436,26 @@ static int read_balance(const PGresult *r, int row, pb_balance *b)
         return 0;
 }
 
+static int balance_item(const PGresult *r, int row, void *item)
+{
+        pb_balance *b = item;
+        u128 v[4];
+
+        if (balance_amounts(r, row, b, v) != 0) {
+                return -1;
+        }
+        b->timestamp = (uint64_t)lg_field_i64(r, row, 0);
+        return 0;
+}
+
 int lg_get_account_balances_handler(ks_call *call)
 {
         Keelson__Ledger__V1__GetAccountBalancesResponse resp =
             KEELSON__LEDGER__V1__GET_ACCOUNT_BALANCES_RESPONSE__INIT;
-        filter_job j = {.res = NULL};
-        int rc = run_filter(call, &j, sql_account_balances_asc, sql_account_balances_desc);
+        rows_reply r = {&resp.base, &resp.n_balances, (void ***)&resp.balances, sizeof(pb_balance),
+                        balance_item};
 
-        if (rc != KS_OK) {
-                return rc;
-        }
-        int n = PQntuples(j.res);
-        pb_balance *items = calloc((size_t)n + 1, sizeof(*items));
-        pb_balance **ptrs = calloc((size_t)n + 1, sizeof(*ptrs));
-        rc = items != NULL && ptrs != NULL ? KS_OK : KS_RESOURCE_EXHAUSTED;
-        for (int i = 0; rc == KS_OK && i < n; i++) {
-                rc = read_balance(j.res, i, &items[i]) == 0 ? KS_OK : KS_INTERNAL;
-                ptrs[i] = &items[i];
-        }
-        PQclear(j.res);
-        if (rc == KS_OK) {
-                resp.n_balances = (size_t)n;
-                resp.balances = ptrs;
-                rc = ks_call_reply(call, &resp.base);
-        } else {
-                rc = ks_call_fail(call, rc, LG_INTERNAL_MSG);
-        }
-        free(ptrs);
-        free(items);
-        return rc;
+        return filter_reply(call, sql_account_balances_asc, sql_account_balances_desc, &r);
 }
 
 /* ---- trial balance ------------------------------------------------------------ */
@@ -460,20 +494,9 @@ static int trial_totals(const PGresult *r, Keelson__Ledger__V1__GetTrialBalanceR
 {
         u128 v[4];
 
-        for (int c = 0; c < 4; c++) {
-                if (lg_field_u128_dec(r, 0, 1 + c, &v[c]) != 0) {
-                        return KS_OUT_OF_RANGE;
-                }
+        if (balance_amounts(r, 0, totals, v) != 0) {
+                return KS_OUT_OF_RANGE;
         }
-        keelson__ledger__v1__account_balance__init(totals);
-        totals->debits_pending = lg_lo(v[0]);
-        totals->debits_pending_hi = lg_hi(v[0]);
-        totals->debits_posted = lg_lo(v[1]);
-        totals->debits_posted_hi = lg_hi(v[1]);
-        totals->credits_pending = lg_lo(v[2]);
-        totals->credits_pending_hi = lg_hi(v[2]);
-        totals->credits_posted = lg_lo(v[3]);
-        totals->credits_posted_hi = lg_hi(v[3]);
         totals->timestamp = (uint64_t)lg_field_i64(r, 0, 5);
         resp->totals = totals;
         resp->accounts_total = (uint64_t)lg_field_i64(r, 0, 0);
@@ -485,40 +508,20 @@ static int trial_reply(ks_call *call, trial_job *j)
 {
         Keelson__Ledger__V1__GetTrialBalanceResponse resp =
             KEELSON__LEDGER__V1__GET_TRIAL_BALANCE_RESPONSE__INIT;
+        rows_reply r = {&resp.base, &resp.n_accounts, (void ***)&resp.accounts, sizeof(pb_account),
+                        account_item};
         pb_balance totals;
-        int n = PQntuples(j->page);
-        pb_account *items = calloc((size_t)n + 1, sizeof(*items));
-        pb_account **ptrs = calloc((size_t)n + 1, sizeof(*ptrs));
-        int rc = items != NULL && ptrs != NULL ? KS_OK : KS_RESOURCE_EXHAUSTED;
 
-        for (int i = 0; rc == KS_OK && i < n; i++) {
-                lg_account a;
-                rc = lg_read_account(j->page, i, 0, &a) == 0 ? KS_OK : KS_INTERNAL;
-                lg_account_to_pb(&a, &items[i]);
-                ptrs[i] = &items[i];
+        if (PQntuples(j->totals) == 1 && trial_totals(j->totals, &resp, &totals) != KS_OK) {
+                return ks_call_fail(call, KS_OUT_OF_RANGE, "the ledger's totals exceed 2^128 - 1");
         }
-        if (rc == KS_OK && PQntuples(j->totals) == 1) {
-                rc = trial_totals(j->totals, &resp, &totals);
-        }
-        if (rc == KS_OK) {
-                resp.n_accounts = (size_t)n;
-                resp.accounts = ptrs;
-                rc = ks_call_reply(call, &resp.base);
-        } else if (rc == KS_OUT_OF_RANGE) {
-                rc = ks_call_fail(call, rc, "the ledger's totals exceed 2^128 - 1");
-        } else {
-                rc = ks_call_fail(call, rc, LG_INTERNAL_MSG);
-        }
-        free(ptrs);
-        free(items);
-        return rc;
+        return reply_rows(call, j->page, &r);
 }
 
 int lg_get_trial_balance_handler(ks_call *call)
 {
         const Keelson__Ledger__V1__GetTrialBalanceRequest *req = (const void *)call->in;
         lg_service *svc = call->service;
-        lg_worker *w = call->worker_state;
         char ledger[SCALAR_MAX], after[LG_UUID_LEN + 1], limit[SCALAR_MAX];
         trial_job j = {.page = NULL, .totals = NULL};
         int rc;
@@ -539,13 +542,7 @@ int lg_get_trial_balance_handler(ks_call *call)
         j.p[1] = ledger;
         j.p[2] = after;
         j.p[3] = limit;
-        lg_tx tx = {.svc = svc,
-                    .request_id = call->request_id,
-                    .tenant = call->caller->tenant_id,
-                    .args = &w->args};
-        if ((rc = lg_tx_run(&tx, 0, true, trial_tx, &j)) != KS_OK) {
-                rc = lg_db_fail(call, rc);
-        } else {
+        if ((rc = run_read(call, trial_tx, &j)) == KS_OK) {
                 rc = trial_reply(call, &j);
         }
         PQclear(j.page);

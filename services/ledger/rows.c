@@ -21,47 +21,71 @@
 
 #define SQL_WRITE_MAX 8192
 
+/* ---- fields ------------------------------------------------------------------ */
+
+/* How a field is held: lg_account's and lg_transfer's kinds (ledger.h), and a byte. */
+typedef enum field_kind { K_ID, K_AMOUNT, K_U64, K_U32, K_U8 } field_kind;
+
+/* A field of a record: its kind and where it is. */
+typedef struct field {
+        field_kind kind;
+        size_t off;
+} field;
+
+#define FIELD(type, name, kind)                                                                    \
+        {                                                                                          \
+                K_##kind, offsetof(type, name)                                                     \
+        }
+#define ACCOUNT_FIELD(name, kind)  FIELD(lg_account, name, kind),
+#define TRANSFER_FIELD(name, kind) FIELD(lg_transfer, name, kind),
+
+static const field account_fields[LG_ACCOUNT_NCOLS] = {LG_ACCOUNT_FIELDS(ACCOUNT_FIELD)};
+static const field transfer_fields[LG_TRANSFER_NCOLS] = {LG_TRANSFER_FIELDS(TRANSFER_FIELD)};
+
 /* ---- reading ----------------------------------------------------------------- */
+
+/* Columns c.. of a row into the n fields of out, in order. 0, or -1 for a malformed column. */
+static int read_fields(const PGresult *r, int row, int c, const field *f, int n, void *out)
+{
+        char *base = out;
+
+        for (int i = 0; i < n; i++, c++) {
+                void *v = base + f[i].off;
+                switch (f[i].kind) {
+                case K_ID:
+                        if (lg_field_u128_uuid(r, row, c, v) != 0) {
+                                return -1;
+                        }
+                        break;
+                case K_AMOUNT:
+                        if (lg_field_u128_dec(r, row, c, v) != 0) {
+                                return -1;
+                        }
+                        break;
+                case K_U64:
+                        *(uint64_t *)v = (uint64_t)lg_field_i64(r, row, c);
+                        break;
+                case K_U32:
+                        *(uint32_t *)v = (uint32_t)lg_field_i64(r, row, c);
+                        break;
+                case K_U8:
+                        *(uint8_t *)v = (uint8_t)lg_field_i64(r, row, c);
+                        break;
+                }
+        }
+        return 0;
+}
 
 int lg_read_account(const PGresult *r, int row, int c, lg_account *a)
 {
         memset(a, 0, sizeof(*a));
-        if (lg_field_u128_uuid(r, row, c + 0, &a->id) != 0 ||
-            lg_field_u128_dec(r, row, c + 1, &a->debits_pending) != 0 ||
-            lg_field_u128_dec(r, row, c + 2, &a->debits_posted) != 0 ||
-            lg_field_u128_dec(r, row, c + 3, &a->credits_pending) != 0 ||
-            lg_field_u128_dec(r, row, c + 4, &a->credits_posted) != 0 ||
-            lg_field_u128_uuid(r, row, c + 5, &a->user_data_128) != 0) {
-                return -1;
-        }
-        a->user_data_64 = (uint64_t)lg_field_i64(r, row, c + 6);
-        a->user_data_32 = (uint32_t)lg_field_i64(r, row, c + 7);
-        a->ledger = (uint32_t)lg_field_i64(r, row, c + 8);
-        a->code = (uint32_t)lg_field_i64(r, row, c + 9);
-        a->flags = (uint32_t)lg_field_i64(r, row, c + 10);
-        a->timestamp = (uint64_t)lg_field_i64(r, row, c + 11);
-        return 0;
+        return read_fields(r, row, c, account_fields, LG_ACCOUNT_NCOLS, a);
 }
 
 int lg_read_transfer(const PGresult *r, int row, int c, lg_transfer *t)
 {
         memset(t, 0, sizeof(*t));
-        if (lg_field_u128_uuid(r, row, c + 0, &t->id) != 0 ||
-            lg_field_u128_uuid(r, row, c + 1, &t->debit_account_id) != 0 ||
-            lg_field_u128_uuid(r, row, c + 2, &t->credit_account_id) != 0 ||
-            lg_field_u128_dec(r, row, c + 3, &t->amount) != 0 ||
-            lg_field_u128_uuid(r, row, c + 4, &t->pending_id) != 0 ||
-            lg_field_u128_uuid(r, row, c + 5, &t->user_data_128) != 0) {
-                return -1;
-        }
-        t->user_data_64 = (uint64_t)lg_field_i64(r, row, c + 6);
-        t->user_data_32 = (uint32_t)lg_field_i64(r, row, c + 7);
-        t->timeout = (uint32_t)lg_field_i64(r, row, c + 8);
-        t->ledger = (uint32_t)lg_field_i64(r, row, c + 9);
-        t->code = (uint32_t)lg_field_i64(r, row, c + 10);
-        t->flags = (uint32_t)lg_field_i64(r, row, c + 11);
-        t->timestamp = (uint64_t)lg_field_i64(r, row, c + 12);
-        return 0;
+        return read_fields(r, row, c, transfer_fields, LG_TRANSFER_NCOLS, t);
 }
 
 /* ---- the write statement ---------------------------------------------------------- */
@@ -115,11 +139,73 @@ static lg_elem elem_of(const char *type)
         return strcmp(type, "numeric") == 0 ? LG_ELEM_NUMERIC : LG_ELEM_INT8;
 }
 
+/* Appends field f of the record at rec to the open array. */
+static void add_item(lg_args *t, const field *f, const void *rec)
+{
+        const char *v = (const char *)rec + f->off;
+
+        switch (f->kind) {
+        case K_ID:
+                lg_args_array_uuid(t, *(const u128 *)v);
+                break;
+        case K_AMOUNT:
+                lg_args_array_dec(t, *(const u128 *)v);
+                break;
+        case K_U64:
+                lg_args_array_i64(t, (int64_t) * (const uint64_t *)v);
+                break;
+        case K_U32:
+                lg_args_array_i64(t, *(const uint32_t *)v);
+                break;
+        case K_U8:
+                lg_args_array_i64(t, *(const uint8_t *)v);
+                break;
+        }
+}
+
+/* Records [from, to) of an array (size bytes each), those that keep takes (NULL: all). */
+typedef struct rec_set {
+        const void *recs;
+        size_t size;
+        int from, to;
+        bool (*keep)(const lg_batch *b, int i);
+        const lg_batch *b;
+} rec_set;
+
+/* One array parameter per column: of SQL type types[c], field fields[c] of every record of s. */
+static void add_columns(lg_args *t, const char *const *types, const field *fields, int n,
+                        const rec_set *s)
+{
+        for (int c = 0; c < n; c++) {
+                lg_args_array_begin(t, elem_of(types[c]));
+                for (int i = s->from; i < s->to; i++) {
+                        if (s->keep == NULL || s->keep(s->b, i)) {
+                                add_item(t, &fields[c],
+                                         (const char *)s->recs + (size_t)i * s->size);
+                        }
+                }
+                lg_args_array_end(t);
+        }
+}
+
+/* A new account's balances are zero: the columns' defaults. */
 static const char *const new_account_types[] = {"uuid", "uuid", "int8", "int8",
                                                 "int8", "int4", "int4", "int8"};
+static const field new_account_fields[] = {
+    FIELD(lg_account, id, ID),
+    FIELD(lg_account, user_data_128, ID),
+    FIELD(lg_account, user_data_64, U64),
+    FIELD(lg_account, user_data_32, U32),
+    FIELD(lg_account, ledger, U32),
+    FIELD(lg_account, code, U32),
+    FIELD(lg_account, flags, U32),
+    FIELD(lg_account, timestamp, U64),
+};
 
 static void write_new_accounts(sqlbuf *q, lg_args *t, const lg_batch *b)
 {
+        rec_set s = {b->accounts, sizeof(lg_account), b->n_accounts_loaded, b->n_accounts, NULL, b};
+
         if (b->n_accounts == b->n_accounts_loaded) {
                 return;
         }
@@ -127,40 +213,19 @@ static void write_new_accounts(sqlbuf *q, lg_args *t, const lg_batch *b)
                    "INSERT INTO ledger.accounts (tenant_id, id, user_data_128, user_data_64,"
                    " user_data_32, ledger, code, flags, timestamp)",
                    new_account_types, 8);
-        for (int col = 0; col < 8; col++) {
-                lg_args_array_begin(t, elem_of(new_account_types[col]));
-                for (int i = b->n_accounts_loaded; i < b->n_accounts; i++) {
-                        const lg_account *a = &b->accounts[i];
-                        switch (col) {
-                        case 0:
-                                lg_args_array_uuid(t, a->id);
-                                break;
-                        case 1:
-                                lg_args_array_uuid(t, a->user_data_128);
-                                break;
-                        case 2:
-                                lg_args_array_i64(t, (int64_t)a->user_data_64);
-                                break;
-                        case 3:
-                                lg_args_array_i64(t, a->user_data_32);
-                                break;
-                        case 4:
-                                lg_args_array_i64(t, a->ledger);
-                                break;
-                        case 5:
-                                lg_args_array_i64(t, a->code);
-                                break;
-                        case 6:
-                                lg_args_array_i64(t, a->flags);
-                                break;
-                        default:
-                                lg_args_array_i64(t, (int64_t)a->timestamp);
-                                break;
-                        }
-                }
-                lg_args_array_end(t);
-        }
+        add_columns(t, new_account_types, new_account_fields, 8, &s);
 }
+
+static const char *const changed_account_types[] = {"uuid",    "numeric", "numeric",
+                                                    "numeric", "numeric", "int4"};
+static const field changed_account_fields[] = {
+    FIELD(lg_account, id, ID),
+    FIELD(lg_account, debits_pending, AMOUNT),
+    FIELD(lg_account, debits_posted, AMOUNT),
+    FIELD(lg_account, credits_pending, AMOUNT),
+    FIELD(lg_account, credits_posted, AMOUNT),
+    FIELD(lg_account, flags, U32),
+};
 
 /*
  * a.id = ANY (the ids) besides the join: given the array itself, the
@@ -188,103 +253,28 @@ static void write_changed_accounts(sqlbuf *q, lg_args *t, const lg_batch *b)
                 "AND a.id = v.id)",
                 q->ctes ? "," : "WITH", q->ctes, p, p + 1, p + 2, p + 3, p + 4, p + 5, p);
         q->ctes++;
-        for (int col = 0; col < 6; col++) {
-                lg_args_array_begin(t, col == 0   ? LG_ELEM_UUID
-                                       : col == 5 ? LG_ELEM_INT8
-                                                  : LG_ELEM_NUMERIC);
-                for (int i = 0; i < b->n_accounts_loaded; i++) {
-                        const lg_account *a = &b->accounts[i];
-                        if (!lg_batch_account_changed(b, i)) {
-                                continue;
-                        }
-                        switch (col) {
-                        case 0:
-                                lg_args_array_uuid(t, a->id);
-                                break;
-                        case 1:
-                                lg_args_array_dec(t, a->debits_pending);
-                                break;
-                        case 2:
-                                lg_args_array_dec(t, a->debits_posted);
-                                break;
-                        case 3:
-                                lg_args_array_dec(t, a->credits_pending);
-                                break;
-                        case 4:
-                                lg_args_array_dec(t, a->credits_posted);
-                                break;
-                        default:
-                                lg_args_array_i64(t, a->flags);
-                                break;
-                        }
-                }
-                lg_args_array_end(t);
-        }
+        rec_set s = {b->accounts,          sizeof(lg_account),       0,
+                     b->n_accounts_loaded, lg_batch_account_changed, b};
+        add_columns(t, changed_account_types, changed_account_fields, 6, &s);
 }
 
 static const char *const transfer_types[] = {"uuid", "uuid", "uuid", "numeric", "uuid",
                                              "uuid", "int8", "int8", "int8",    "int8",
                                              "int4", "int4", "int8"};
 
-static void transfer_item(lg_args *t, const lg_transfer *x, int col)
-{
-        switch (col) {
-        case 0:
-                lg_args_array_uuid(t, x->id);
-                break;
-        case 1:
-                lg_args_array_uuid(t, x->debit_account_id);
-                break;
-        case 2:
-                lg_args_array_uuid(t, x->credit_account_id);
-                break;
-        case 3:
-                lg_args_array_dec(t, x->amount);
-                break;
-        case 4:
-                lg_args_array_uuid(t, x->pending_id);
-                break;
-        case 5:
-                lg_args_array_uuid(t, x->user_data_128);
-                break;
-        case 6:
-                lg_args_array_i64(t, (int64_t)x->user_data_64);
-                break;
-        case 7:
-                lg_args_array_i64(t, x->user_data_32);
-                break;
-        case 8:
-                lg_args_array_i64(t, x->timeout);
-                break;
-        case 9:
-                lg_args_array_i64(t, x->ledger);
-                break;
-        case 10:
-                lg_args_array_i64(t, x->code);
-                break;
-        case 11:
-                lg_args_array_i64(t, x->flags);
-                break;
-        default:
-                lg_args_array_i64(t, (int64_t)x->timestamp);
-                break;
-        }
-}
+#define XFER_FIELD(name, kind) FIELD(lg_xfer, t.name, kind),
+static const field xfer_fields[LG_TRANSFER_NCOLS] = {LG_TRANSFER_FIELDS(XFER_FIELD)};
 
 static void write_new_transfers(sqlbuf *q, lg_args *t, const lg_batch *b)
 {
+        rec_set s = {b->xfers, sizeof(lg_xfer), b->n_xfers_loaded, b->n_xfers, NULL, b};
+
         if (b->n_xfers == b->n_xfers_loaded) {
                 return;
         }
         cte_insert(q, t, "INSERT INTO ledger.transfers (tenant_id, " LG_TRANSFER_COLS ")",
                    transfer_types, LG_TRANSFER_NCOLS);
-        for (int col = 0; col < LG_TRANSFER_NCOLS; col++) {
-                lg_args_array_begin(t, elem_of(transfer_types[col]));
-                for (int i = b->n_xfers_loaded; i < b->n_xfers; i++) {
-                        transfer_item(t, &b->xfers[i].t, col);
-                }
-                lg_args_array_end(t);
-        }
+        add_columns(t, transfer_types, xfer_fields, LG_TRANSFER_NCOLS, &s);
 }
 
 /* New pending transfers, and loaded ones whose state changed. */
@@ -299,9 +289,15 @@ static bool pending_row(const lg_batch *b, int i)
 }
 
 static const char *const pending_types[] = {"uuid", "int2", "int8"};
+static const field pending_fields[] = {
+    FIELD(lg_xfer, t.id, ID),
+    FIELD(lg_xfer, status, U8),
+    FIELD(lg_xfer, expires_at_ns, U64),
+};
 
 static void write_pending(sqlbuf *q, lg_args *t, const lg_batch *b)
 {
+        rec_set s = {b->xfers, sizeof(lg_xfer), 0, b->n_xfers, pending_row, b};
         int n = 0;
 
         for (int i = 0; i < b->n_xfers; i++) {
@@ -315,23 +311,7 @@ static void write_pending(sqlbuf *q, lg_args *t, const lg_batch *b)
                    pending_types, 3);
         q->len -= 1; /* reopen the CTE to add the conflict clause */
         sql_add(q, " ON CONFLICT (tenant_id, id) DO UPDATE SET status = EXCLUDED.status)");
-        for (int col = 0; col < 3; col++) {
-                lg_args_array_begin(t, elem_of(pending_types[col]));
-                for (int i = 0; i < b->n_xfers; i++) {
-                        const lg_xfer *x = &b->xfers[i];
-                        if (!pending_row(b, i)) {
-                                continue;
-                        }
-                        if (col == 0) {
-                                lg_args_array_uuid(t, x->t.id);
-                        } else if (col == 1) {
-                                lg_args_array_i64(t, x->status);
-                        } else {
-                                lg_args_array_i64(t, (int64_t)x->expires_at_ns);
-                        }
-                }
-                lg_args_array_end(t);
-        }
+        add_columns(t, pending_types, pending_fields, 3, &s);
 }
 
 static const char *const failed_types[] = {"uuid", "int4"};
@@ -358,38 +338,17 @@ static void write_failed(sqlbuf *q, lg_args *t, const lg_batch *b)
 static const char *const hist_types[] = {"uuid",    "int8",    "uuid",    "int2",
                                          "numeric", "numeric", "numeric", "numeric"};
 
-static void hist_item(lg_args *t, const lg_hist *h, int col)
-{
-        switch (col) {
-        case 0:
-                lg_args_array_uuid(t, h->account_id);
-                break;
-        case 1:
-                lg_args_array_i64(t, (int64_t)h->timestamp);
-                break;
-        case 2:
-                lg_args_array_uuid(t, h->transfer_id);
-                break;
-        case 3:
-                lg_args_array_i64(t, h->side);
-                break;
-        case 4:
-                lg_args_array_dec(t, h->debits_pending);
-                break;
-        case 5:
-                lg_args_array_dec(t, h->debits_posted);
-                break;
-        case 6:
-                lg_args_array_dec(t, h->credits_pending);
-                break;
-        default:
-                lg_args_array_dec(t, h->credits_posted);
-                break;
-        }
-}
+static const field hist_fields[] = {
+    FIELD(lg_hist, account_id, ID),          FIELD(lg_hist, timestamp, U64),
+    FIELD(lg_hist, transfer_id, ID),         FIELD(lg_hist, side, U8),
+    FIELD(lg_hist, debits_pending, AMOUNT),  FIELD(lg_hist, debits_posted, AMOUNT),
+    FIELD(lg_hist, credits_pending, AMOUNT), FIELD(lg_hist, credits_posted, AMOUNT),
+};
 
 static void write_history(sqlbuf *q, lg_args *t, const lg_batch *b)
 {
+        rec_set s = {b->hist, sizeof(lg_hist), 0, b->n_hist, NULL, b};
+
         if (b->n_hist == 0) {
                 return;
         }
@@ -398,13 +357,7 @@ static void write_history(sqlbuf *q, lg_args *t, const lg_batch *b)
                    " transfer_id, side, debits_pending, debits_posted, credits_pending,"
                    " credits_posted)",
                    hist_types, 8);
-        for (int col = 0; col < 8; col++) {
-                lg_args_array_begin(t, elem_of(hist_types[col]));
-                for (int i = 0; i < b->n_hist; i++) {
-                        hist_item(t, &b->hist[i], col);
-                }
-                lg_args_array_end(t);
-        }
+        add_columns(t, hist_types, hist_fields, 8, &s);
 }
 
 /*

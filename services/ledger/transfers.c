@@ -267,11 +267,11 @@ static int reply(ks_call *call, const uint8_t *results, int n)
 static int run_job(lg_service *svc, const char *tenant, const char *request_id, job *j)
 {
         lg_tx tx = {.svc = svc, .request_id = request_id, .tenant = tenant, .args = &j->w->args};
-        int64_t t0 = ks_now_ms();
+        int64_t t0 = ks_mono_ms();
         int rc = lg_tx_run(&tx, j->n, false, transfers_tx, j);
 
         if (rc == KS_OK) {
-                ks_histogram_observe(svc->batch_seconds, (double)(ks_now_ms() - t0) / 1000.0);
+                ks_histogram_observe(svc->batch_seconds, (double)(ks_mono_ms() - t0) / 1000.0);
         }
         return rc;
 }
@@ -324,13 +324,8 @@ int lg_create_transfers_handler(ks_call *call)
         char err[128];
         int rc;
 
-        if ((rc = lg_require_caller(call, true)) != KS_OK) {
+        if ((rc = lg_check_batch(call, req->n_transfers, "transfers")) != KS_OK) {
                 return rc;
-        }
-        if (req->n_transfers == 0 || req->n_transfers > (size_t)svc->batch_max) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT,
-                                    "transfers: expected 1 to %d transfers, got %zu",
-                                    svc->batch_max, req->n_transfers);
         }
         for (size_t i = 0; i < req->n_transfers; i++) {
                 if (lg_transfer_from_pb(req->transfers[i], &w->transfer_events[i], err,

@@ -7,6 +7,8 @@
 
 #include <string.h>
 
+#include "ks_crypto.h"
+
 static const char hex_digits[] = "0123456789abcdef";
 
 int lg_u128_to_uuid(u128 v, char out[LG_UUID_LEN + 1])
@@ -40,20 +42,6 @@ int lg_u128_to_dec(u128 v, char out[LG_DEC128_LEN + 1])
         return n;
 }
 
-static int hex_value(char c)
-{
-        if (c >= '0' && c <= '9') {
-                return c - '0';
-        }
-        if (c >= 'a' && c <= 'f') {
-                return c - 'a' + 10;
-        }
-        if (c >= 'A' && c <= 'F') {
-                return c - 'A' + 10;
-        }
-        return -1;
-}
-
 static bool dash_at(size_t i)
 {
         return i == 8 || i == 13 || i == 18 || i == 23;
@@ -74,7 +62,7 @@ int lg_uuid_to_u128(const char *s, u128 *out)
                         }
                         continue;
                 }
-                int d = hex_value(s[i]);
+                int d = ks_hex_digit(s[i]);
                 if (d < 0) {
                         return -1;
                 }
