@@ -32,9 +32,6 @@
 #define STORM_THREADS   16
 #define LOGINS_PER      4 /* back to back per storm thread: the storm lasts a while */
 #define CHEAP_CALLS_MAX 10000
-#define PORT_TRIES      20
-#define PORT_LOW        15000 /* below the ephemeral range, as stack.sh --free-ports */
-#define PORT_SPAN       16900 /* base .. base+41 stays below 32000 */
 #define REPLICA_WAIT_MS 15000
 #define POOL_FULL_MSG   "too many password checks in progress, retry later"
 
@@ -55,13 +52,6 @@ static int teardown(void **state)
         return 0;
 }
 
-static void sleep_ms(int ms)
-{
-        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-        nanosleep(&ts, NULL);
-}
-
 /* The broker on free ports, the small-pool replica behind it, a gateway in front. */
 static int setup(void **state)
 {
@@ -71,15 +61,7 @@ static int setup(void **state)
                 return -1;
         }
         srand((unsigned)getpid() ^ (unsigned)time(NULL));
-        for (int i = 0; i < PORT_TRIES && fx.broker == NULL; i++) {
-                snprintf(fx.base, sizeof(fx.base), "tcp://127.0.0.1:%d",
-                         PORT_LOW + rand() % PORT_SPAN);
-                if (ks_broker_start(&fx.broker, fx.base) != KS_OK) {
-                        fx.broker = NULL;
-                }
-        }
-        if (fx.broker == NULL) {
-                fprintf(stderr, "no free ports for a broker\n");
+        if (it_broker_in_process(&fx.broker, fx.base, sizeof(fx.base)) != 0) {
                 return -1;
         }
         snprintf(env_broker, sizeof(env_broker), "KEELSON_BROKER_URL=%s", fx.base);
@@ -178,7 +160,7 @@ static void wait_replica_answers(const char *token)
                 if (status == 200) {
                         return;
                 }
-                sleep_ms(50);
+                it_sleep_ms(50);
         }
         fail_msg("the replica behind this test's broker never answered WhoAmI (HTTP %ld)", status);
 }

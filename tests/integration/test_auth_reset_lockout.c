@@ -17,26 +17,12 @@
 #include <cmocka.h>
 
 #include "auth_it.h"
+#include "ks_crypto.h"
 
 #define MAX_FAILURES 5
 #define WINDOW_S     6 /* KEELSON_AUTH_LOCKOUT_WINDOW_S in deploy/local/stack.sh */
 #define LOCK_S       2 /* KEELSON_AUTH_LOCKOUT_DURATION_S in deploy/local/stack.sh */
 #define NEW_PASSWORD "another horse, another battery"
-
-static void sleep_ms(long ms)
-{
-        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-
-        nanosleep(&ts, NULL);
-}
-
-static void login_with(const char *email, const char *password, it_http_response *out)
-{
-        char body[1024];
-
-        AIT_BODY(body, "{s:s, s:s}", "email", email, "password", password);
-        ait_call("Login", body, NULL, out);
-}
 
 static void forgot(const char *email, it_http_response *out)
 {
@@ -47,26 +33,6 @@ static void forgot(const char *email, it_http_response *out)
         if (out->status != 200) {
                 fail_msg("ForgotPassword: expected 200, got %ld: %.300s", out->status, out->body);
         }
-}
-
-/*
- * Outbox rows after mark of every topic and tenant. Logins and lockout
- * writes publish nothing at all: not users.admin_summary, not anything else.
- */
-static long rows_published_after(long mark)
-{
-        char m[24];
-        const char *params[1] = {m};
-
-        snprintf(m, sizeof(m), "%ld", mark);
-        return ait_sql_long("SELECT count(*) FROM auth.outbox WHERE id > $1::int8", 1, params);
-}
-
-static void assert_same(const it_http_response *a, const it_http_response *b)
-{
-        assert_int_equal(a->status, b->status);
-        assert_int_equal(a->body_len, b->body_len);
-        assert_memory_equal(a->body, b->body, a->body_len);
 }
 
 /* ---- ForgotPassword / ResetPassword ------------------------------------------ */
@@ -84,7 +50,7 @@ static void test_forgot_password_tells_nothing(void **state)
         mark = ait_outbox_mark();
         forgot(u.email, &known);
         forgot(nobody, &unknown);
-        assert_same(&known, &unknown);
+        ait_assert_same_reply(&known, &unknown);
         it_http_response_free(&known);
         it_http_response_free(&unknown);
         assert_int_equal(ait_mail_token(mark, u.email, "password_reset", token), 1);
@@ -129,10 +95,10 @@ static void test_reset_password(void **state)
         assert_int_equal(ait_revoked_has(mark, second, NULL), 1);
         assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
 
-        login_with(u.email, AIT_PASSWORD, &r);
+        ait_login_with(u.email, AIT_PASSWORD, &r);
         assert_int_equal(r.status, 401);
         it_http_response_free(&r);
-        login_with(u.email, NEW_PASSWORD, &r);
+        ait_login_with(u.email, NEW_PASSWORD, &r);
         assert_int_equal(r.status, 200);
         it_http_response_free(&r);
 
@@ -141,7 +107,7 @@ static void test_reset_password(void **state)
         AIT_BODY(body, "{s:s, s:s}", "token", "nonexistent-token", "newPassword", NEW_PASSWORD);
         ait_call("ResetPassword", body, NULL, &unknown);
         assert_int_equal(r.status, 404);
-        assert_same(&r, &unknown);
+        ait_assert_same_reply(&r, &unknown);
         it_http_response_free(&r);
         it_http_response_free(&unknown);
 }
@@ -160,8 +126,7 @@ static void test_reset_revokes_sessions_in_every_tenant(void **state)
         ait_signup("it-rst-two-owner", "Reset Elsewhere", &owner);
         ait_signup("it-rst-two", "Reset Home", &u);
         ait_invite(&owner, u.email, "member", invitation);
-        AIT_BODY(body, "{s:s, s:s}", "token", invitation, "password", AIT_PASSWORD);
-        j = ait_ok("AcceptInvitation", body, NULL);
+        j = ait_accept(invitation, AIT_PASSWORD);
         snprintf(there, sizeof(there), "%s", ait_str(j, "sessionToken"));
         json_decref(j);
         /* One session in each tenant, both live. */
@@ -218,12 +183,9 @@ static void test_reset_token_expires_and_checks_the_password(void **state)
         ait_fails("ResetPassword", body, NULL, "invalid_argument");
 
         params[0] = u.user_id;
-        PGconn *pg = ait_pg();
-        PQclear(ait_sql(pg,
-                        "UPDATE auth.password_resets SET created_at = now() - interval '2 hours',"
-                        " expires_at = now() - interval '1 hour' WHERE user_id = $1::uuid",
-                        1, params));
-        PQfinish(pg);
+        ait_exec("UPDATE auth.password_resets SET created_at = now() - interval '2 hours',"
+                 " expires_at = now() - interval '1 hour' WHERE user_id = $1::uuid",
+                 1, params);
         AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", NEW_PASSWORD);
         ait_fails("ResetPassword", body, NULL, "not_found");
         json_decref(ait_ok("WhoAmI", "{}", u.token));
@@ -242,7 +204,7 @@ static void test_reset_mails_are_bounded_per_address(void **state)
         forgot(u.email, &first);
         for (int i = 0; i < 7; i++) {
                 forgot(u.email, &r);
-                assert_same(&first, &r);
+                ait_assert_same_reply(&first, &r);
                 it_http_response_free(&r);
         }
         it_http_response_free(&first);
@@ -280,7 +242,7 @@ static void test_change_password(void **state)
         assert_string_equal(reason, "password_changed");
         assert_int_equal(ait_revoked_has(mark, u.token, NULL), 0);
         assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
-        login_with(u.email, NEW_PASSWORD, &r);
+        ait_login_with(u.email, NEW_PASSWORD, &r);
         assert_int_equal(r.status, 200);
         it_http_response_free(&r);
 }
@@ -292,7 +254,7 @@ static void fail_logins(const char *email, int n)
         it_http_response r;
 
         for (int i = 0; i < n; i++) {
-                login_with(email, "definitely not it", &r);
+                ait_login_with(email, "definitely not it", &r);
                 assert_int_equal(r.status, 401);
                 it_http_response_free(&r);
         }
@@ -309,11 +271,11 @@ static void test_lockout_locks_then_expires(void **state)
         ait_signup("it-lock", "Lock Tenant", &u);
         mark = ait_outbox_mark();
         fail_logins(u.email, MAX_FAILURES - 1);
-        login_with(u.email, "definitely not it", &wrong);
+        ait_login_with(u.email, "definitely not it", &wrong);
         /* Locked now: the right password gets exactly the wrong password's reply. */
-        login_with(u.email, AIT_PASSWORD, &locked);
+        ait_login_with(u.email, AIT_PASSWORD, &locked);
         assert_int_equal(locked.status, 401);
-        assert_same(&wrong, &locked);
+        ait_assert_same_reply(&wrong, &locked);
         it_http_response_free(&wrong);
         it_http_response_free(&locked);
         params[0] = u.user_id;
@@ -322,16 +284,16 @@ static void test_lockout_locks_then_expires(void **state)
                                       1, params),
                          1);
         /* Lockout writes are not admin writes: they publish nothing, of any topic. */
-        assert_int_equal(rows_published_after(mark), 0);
+        assert_int_equal(ait_published_after(mark), 0);
         /* A running session is not affected by the lock. */
         json_decref(ait_ok("WhoAmI", "{}", u.token));
 
-        sleep_ms(LOCK_S * 1000 + 700);
-        login_with(u.email, AIT_PASSWORD, &r);
+        it_sleep_ms(LOCK_S * 1000 + 700);
+        ait_login_with(u.email, AIT_PASSWORD, &r);
         assert_int_equal(r.status, 200);
         it_http_response_free(&r);
         /* Nor does the login that clears the lock's count. */
-        assert_int_equal(rows_published_after(mark), 0);
+        assert_int_equal(ait_published_after(mark), 0);
 }
 
 static void test_success_resets_the_count(void **state)
@@ -344,14 +306,14 @@ static void test_success_resets_the_count(void **state)
         ait_signup("it-lock-reset", "Lock Reset", &u);
         mark = ait_outbox_mark();
         fail_logins(u.email, MAX_FAILURES - 1);
-        login_with(u.email, AIT_PASSWORD, &r);
+        ait_login_with(u.email, AIT_PASSWORD, &r);
         assert_int_equal(r.status, 200);
         it_http_response_free(&r);
         fail_logins(u.email, MAX_FAILURES - 1);
-        login_with(u.email, AIT_PASSWORD, &r);
+        ait_login_with(u.email, AIT_PASSWORD, &r);
         assert_int_equal(r.status, 200);
         it_http_response_free(&r);
-        assert_int_equal(rows_published_after(mark), 0);
+        assert_int_equal(ait_published_after(mark), 0);
 }
 
 static void test_failures_outside_the_window_do_not_add_up(void **state)
@@ -362,9 +324,9 @@ static void test_failures_outside_the_window_do_not_add_up(void **state)
         (void)state;
         ait_signup("it-lock-window", "Lock Window", &u);
         fail_logins(u.email, MAX_FAILURES - 1);
-        sleep_ms(WINDOW_S * 1000 + 700);
+        it_sleep_ms(WINDOW_S * 1000 + 700);
         fail_logins(u.email, MAX_FAILURES - 1);
-        login_with(u.email, AIT_PASSWORD, &r);
+        ait_login_with(u.email, AIT_PASSWORD, &r);
         assert_int_equal(r.status, 200);
         it_http_response_free(&r);
 }
@@ -386,7 +348,7 @@ static void test_change_password_counts_failures(void **state)
         AIT_BODY(body, "{s:s, s:s}", "currentPassword", AIT_PASSWORD, "newPassword", NEW_PASSWORD);
         ait_fails("ChangePassword", body, u.token, "permission_denied");
         /* Failed checks and the lock they caused: written, never published. */
-        assert_int_equal(rows_published_after(mark), 0);
+        assert_int_equal(ait_published_after(mark), 0);
 }
 
 int main(void)

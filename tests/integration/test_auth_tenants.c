@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "auth_it.h"
+#include "ks_crypto.h"
 #include "ks_code.h"
 #include "ks_events.h"
 #include "ks_topology.h"
@@ -36,11 +37,6 @@ static void assert_code(it_http_response *r, long status, const char *code)
         }
         json_decref(j);
         it_http_response_free(r);
-}
-
-static void whoami_fails(const char *token)
-{
-        ait_wait_unauthenticated(token);
 }
 
 /* ---- sign-up, login, who-am-i ---------------------------------------------- */
@@ -225,7 +221,7 @@ static void test_remove_member(void **state)
         AIT_BODY(body, "{s:s}", "userId", m.user_id);
         j = ait_ok("RemoveMember", body, owner.token);
         json_decref(j);
-        whoami_fails(m.token);
+        ait_wait_unauthenticated(m.token);
         ait_assert_one_summary(mark, owner.tenant_id, "RemoveMember");
         assert_int_equal(ait_revoked_has(mark, m.token, reason), 1);
         assert_string_equal(reason, "member_removed");
@@ -312,24 +308,6 @@ static void test_list_members_pages(void **state)
         ait_fails("ListMembers", "{\"pageToken\":\"nonsense\"}", owner.token, "invalid_argument");
 }
 
-/* Calls and expects a Connect error with this code and message. */
-static void fails_with(const char *method, const char *json, const char *token, const char *code,
-                       const char *message)
-{
-        it_http_response r;
-        json_t *j;
-
-        ait_call(method, json, token, &r);
-        j = ait_json(&r);
-        if (r.status == 200 || strcmp(ait_str_or(j, "code"), code) != 0 ||
-            strcmp(ait_str_or(j, "message"), message) != 0) {
-                fail_msg("%s %s: expected %s '%s', got HTTP %ld: %.300s", method, json, code,
-                         message, r.status, r.body);
-        }
-        json_decref(j);
-        it_http_response_free(&r);
-}
-
 /* Pages through a list with pageSize 2; returns the ids seen (in order) and the page count. */
 static int page_ids(const char *method, const char *field, const char *id_key, const char *token,
                     char ids[][AIT_ID_MAX], int max, int *pages)
@@ -407,24 +385,24 @@ static void test_list_tokens_stay_in_their_list(void **state)
                         if (i == k) {
                                 json_decref(ait_ok(lists[i], body, owner.token));
                         } else {
-                                fails_with(lists[i], body, owner.token, "invalid_argument",
-                                           "page_token: not from this list");
+                                ait_fails_with(lists[i], body, owner.token, "invalid_argument",
+                                               "page_token: not from this list");
                         }
                 }
                 /* The same list in another tenant, and an altered token. */
                 AIT_BODY(body, "{s:s}", "pageToken", token[i]);
-                fails_with(lists[i], body, other.token, "invalid_argument",
-                           "page_token: not from this list");
+                ait_fails_with(lists[i], body, other.token, "invalid_argument",
+                               "page_token: not from this list");
                 token[i][3] = token[i][3] == 'A' ? 'B' : 'A';
                 AIT_BODY(body, "{s:s}", "pageToken", token[i]);
-                fails_with(lists[i], body, owner.token, "invalid_argument",
-                           "page_token: not from this list");
-                fails_with(lists[i], "{\"pageSize\":-1}", owner.token, "invalid_argument",
-                           "page_size: must not be negative");
+                ait_fails_with(lists[i], body, owner.token, "invalid_argument",
+                               "page_token: not from this list");
+                ait_fails_with(lists[i], "{\"pageSize\":-1}", owner.token, "invalid_argument",
+                               "page_size: must not be negative");
         }
         /* Once a past-int8 audit id reached the database and came back as internal. */
-        fails_with("ListAudit", "{\"pageToken\":\"9999999999999999999\"}", owner.token,
-                   "invalid_argument", "page_token: not from this list");
+        ait_fails_with("ListAudit", "{\"pageToken\":\"9999999999999999999\"}", owner.token,
+                       "invalid_argument", "page_token: not from this list");
 }
 
 /* ---- sessions across tenants ------------------------------------------------------ */
@@ -441,8 +419,7 @@ static void test_switch_tenant(void **state)
         ait_signup("it-ten-sw-b", "Switch B", &b);
         /* a joins B too, with an existing account: the invitation asks for its password. */
         ait_invite(&b, a.email, "viewer", token_b);
-        AIT_BODY(body, "{s:s, s:s}", "token", token_b, "password", AIT_PASSWORD);
-        json_decref(ait_ok("AcceptInvitation", body, NULL));
+        json_decref(ait_accept(token_b, AIT_PASSWORD));
 
         j = ait_ok("ListTenants", "{}", a.token);
         assert_int_equal(json_array_size(json_object_get(j, "tenants")), 2);
@@ -462,7 +439,7 @@ static void test_switch_tenant(void **state)
         assert_string_equal(ait_str(j, "tenantName"), "Switch B");
         json_decref(j);
         /* The old token stopped working, and caches were told. */
-        whoami_fails(a.token);
+        ait_wait_unauthenticated(a.token);
         assert_int_equal(ait_revoked_has(mark, a.token, reason), 1);
         assert_string_equal(reason, "tenant_switched");
         assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
@@ -488,20 +465,20 @@ static void test_logout_and_revoke_all_sessions(void **state)
 
         mark = ait_outbox_mark();
         json_decref(ait_ok("Logout", "{}", t3));
-        whoami_fails(t3);
+        ait_wait_unauthenticated(t3);
         assert_int_equal(ait_revoked_has(mark, t3, reason), 1);
         assert_string_equal(reason, "logout");
         /* A second logout of the same session succeeds (idempotent) and publishes nothing. */
         mark = ait_outbox_mark();
         json_decref(ait_ok("Logout", "{}", t3));
-        whoami_fails(t3);
+        ait_wait_unauthenticated(t3);
         assert_int_equal(ait_events(mark, "auth.context_revoked", NULL), 0);
 
         mark = ait_outbox_mark();
         j = ait_ok("RevokeAllSessions", "{\"keepCurrent\":true}", u.token);
         assert_int_equal(json_integer_value(json_object_get(j, "revokedSessions")), 1);
         json_decref(j);
-        whoami_fails(t2);
+        ait_wait_unauthenticated(t2);
         json_decref(ait_ok("WhoAmI", "{}", u.token));
         assert_int_equal(ait_revoked_has(mark, t2, reason), 1);
         assert_string_equal(reason, "sessions_revoked");
@@ -510,7 +487,7 @@ static void test_logout_and_revoke_all_sessions(void **state)
         j = ait_ok("RevokeAllSessions", "{}", u.token);
         assert_int_equal(json_integer_value(json_object_get(j, "revokedSessions")), 1);
         json_decref(j);
-        whoami_fails(u.token);
+        ait_wait_unauthenticated(u.token);
 }
 
 /* ---- ListAudit ------------------------------------------------------------------ */
@@ -550,11 +527,8 @@ static void test_audit_newest_first(void **state)
 
 static int restore_audit_grant(void **state)
 {
-        PGconn *pg = ait_pg();
-
         (void)state;
-        PQclear(ait_sql(pg, "GRANT INSERT ON auth.audit_log TO keelson_auth_rt", 0, NULL));
-        PQfinish(pg);
+        ait_exec("GRANT INSERT ON auth.audit_log TO keelson_auth_rt", 0, NULL);
         return 0;
 }
 
@@ -564,7 +538,6 @@ static void test_rolled_back_write_publishes_nothing(void **state)
         char body[512];
         const char *params[2];
         long mark;
-        PGconn *pg;
 
         (void)state;
         ait_signup("it-ten-rollback", "Rollback Tenant", &owner);
@@ -575,9 +548,7 @@ static void test_rolled_back_write_publishes_nothing(void **state)
          * session revocation and the auth.context_revoked outbox row that came
          * before it must all roll back.
          */
-        pg = ait_pg();
-        PQclear(ait_sql(pg, "REVOKE INSERT ON auth.audit_log FROM keelson_auth_rt", 0, NULL));
-        PQfinish(pg);
+        ait_exec("REVOKE INSERT ON auth.audit_log FROM keelson_auth_rt", 0, NULL);
         mark = ait_outbox_mark();
         AIT_BODY(body, "{s:s}", "userId", m.user_id);
         ait_fails("RemoveMember", body, owner.token, "internal");
@@ -612,13 +583,13 @@ static void test_housekeeping_deletes_only_stale_sessions(void **state)
         ait_login(&u, NULL, old);
         params[0] = old;
         pg = ait_pg();
-        PQclear(ait_sql(pg,
-                        "UPDATE auth.sessions SET created_at = now() - interval '10 days',"
-                        " expires_at = now() - interval '9 days'"
-                        " WHERE token_sha256 = sha256(convert_to($1, 'UTF8'))",
-                        1, params));
-        PQclear(ait_sql(pg, "SET ROLE keelson_auth_rt", 0, NULL));
-        PQclear(ait_sql(pg, "SELECT auth.housekeeping(86400, 86400, 1000)", 0, NULL));
+        PQclear(it_sql(pg,
+                       "UPDATE auth.sessions SET created_at = now() - interval '10 days',"
+                       " expires_at = now() - interval '9 days'"
+                       " WHERE token_sha256 = sha256(convert_to($1, 'UTF8'))",
+                       1, params));
+        PQclear(it_sql(pg, "SET ROLE keelson_auth_rt", 0, NULL));
+        PQclear(it_sql(pg, "SELECT auth.housekeeping(86400, 86400, 1000)", 0, NULL));
         PQfinish(pg);
         assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.sessions"
                                       " WHERE token_sha256 = sha256(convert_to($1, 'UTF8'))",
@@ -633,12 +604,11 @@ static ks_subscriber *subscribe(const char *prefix)
 {
         const char *bases[1] = {ait_stack.broker_url};
         const char *prefixes[1] = {prefix};
-        struct timespec settle = {0, 300 * 1000 * 1000};
         ks_subscriber *sub = NULL;
 
         assert_int_equal(ks_subscriber_new(&sub, bases, 1, prefixes, 1), KS_OK);
         /* A subscriber hears only what is published after its dial completed. */
-        nanosleep(&settle, NULL);
+        it_sleep_ms(300);
         return sub;
 }
 
@@ -692,10 +662,10 @@ static void test_relay_publishes_rows_left_behind(void **state)
         (void)state;
         assert_int_equal(ks_uuid_v4(event_id), 0);
         assert_int_equal(ks_uuid_v4(tenant_id), 0);
-        PQclear(ait_sql(pg,
-                        "INSERT INTO auth.outbox (event_id, topic, tenant_id, payload)"
-                        " VALUES ($1::uuid, 'users.admin_summary', $2::uuid, '\\x')",
-                        2, params));
+        PQclear(it_sql(pg,
+                       "INSERT INTO auth.outbox (event_id, topic, tenant_id, payload)"
+                       " VALUES ($1::uuid, 'users.admin_summary', $2::uuid, '\\x')",
+                       2, params));
         PQfinish(pg);
         expect_event(sub, "users.admin_summary", tenant_id, event_id);
         ks_subscriber_free(sub);
@@ -705,8 +675,7 @@ static void test_relay_publishes_rows_left_behind(void **state)
                                  1, params) == 1) {
                         return;
                 }
-                struct timespec pause = {0, 50 * 1000 * 1000};
-                nanosleep(&pause, NULL);
+                it_sleep_ms(50);
         }
         fail_msg("the published row was not marked");
 }

@@ -11,7 +11,7 @@
  * 2216 (timeout is a u32 of seconds): the state machine's unit test
  * (services/ledger/tests) provokes it with a crafted clock.
  */
-#include "test_ledger_support.h"
+#include "ledger_it.h"
 
 #define N_TR 60 /* CreateTransfersResponse results 0..59 */
 #define N_AR 21 /* CreateAccountsResponse results 0..20 */
@@ -335,32 +335,32 @@ static void test_taken_ids_rerun_exactly(void **state)
         (void)state;
 
         accounts((u128[]){140, 141}, 2, 1, 0);
-        double r0 = lt_ledger_metric(&g_stack, series);
+        double r0 = lt_ledger_metric(series);
         x[0] = xfer(150, 140, 141, 1, 0); /* new ids: the guess holds */
         x[1] = xfer(151, 141, 140, 1, 0);
         expect_transfers(x, 2, (int[]){TR(ok), TR(ok)});
-        assert_true(lt_ledger_metric(&g_stack, series) == r0);
+        assert_true(lt_ledger_metric(series) == r0);
 
         /* A taken id the guessing run would have created: its insert finds it. */
         x[0] = xfer(152, 140, 141, 1, 0);
         x[1] = xfer(100, 1, 2, 11, 0); /* 100 is 1 -> 2, amount 10 */
         expect_transfers(x, 2, (int[]){TR(ok), TR(exists_with_different_amount)});
-        assert_true(lt_ledger_metric(&g_stack, series) == r0 + 1);
+        assert_true(lt_ledger_metric(series) == r0 + 1);
         assert_balances(140, 0, 2, 0, 1); /* 150 and 152 debited it, 151 credited it */
 
         /* A taken id the guessing run would have failed: the write's check finds it. */
         x[0] = xfer(100, 1, 99, 10, 0);
         expect_transfer(x, TR(exists_with_different_credit_account_id));
-        assert_true(lt_ledger_metric(&g_stack, series) == r0 + 2);
+        assert_true(lt_ledger_metric(series) == r0 + 2);
         x[0] = xfer(100, 1, 2, 10, 0);
         expect_transfer(x, TR(exists));
-        assert_true(lt_ledger_metric(&g_stack, series) == r0 + 3);
+        assert_true(lt_ledger_metric(series) == r0 + 3);
 
         /* An id taken earlier in the same batch needs no rerun. */
         x[0] = xfer(153, 140, 141, 1, 0);
         x[1] = xfer(153, 140, 141, 1, 0);
         expect_transfers(x, 2, (int[]){TR(ok), TR(exists)});
-        assert_true(lt_ledger_metric(&g_stack, series) == r0 + 3);
+        assert_true(lt_ledger_metric(series) == r0 + 3);
         assert_balances(140, 0, 3, 0, 1);
 }
 
