@@ -11,6 +11,9 @@
 
 #include "auth_it.h"
 
+#include <time.h>
+#include <unistd.h>
+
 #include "keelson/auth/v1/events.pb-c.h"
 #include "ks_crypto.h"
 
@@ -176,6 +179,17 @@ void ait_login_with(const char *email, const char *password, it_http_response *o
         ait_call("Login", body, NULL, out);
 }
 
+long ait_login_status(const char *email, const char *password)
+{
+        it_http_response r;
+        long status;
+
+        ait_login_with(email, password, &r);
+        status = r.status;
+        it_http_response_free(&r);
+        return status;
+}
+
 void ait_login(const ait_user *u, const char *tenant_id, char token[AIT_TOKEN_MAX])
 {
         char body[1024];
@@ -242,6 +256,44 @@ void ait_create_key(const char *token, const char *name, const char *role, char 
                 snprintf(id, AIT_ID_MAX, "%s", ait_str(json_object_get(j, "apiKey"), "id"));
         }
         json_decref(j);
+}
+
+/* ---- a replica of the test's own ------------------------------------------ */
+
+#define AIT_REPLICA_ENV_MAX 4
+
+int ait_replica_start(ait_replica *r, const char *const *env)
+{
+        const char *all[AIT_REPLICA_ENV_MAX + 3] = {r->env_broker,
+                                                    "KEELSON_AUTH_OUTBOX_RELAY=false"};
+        int n = 2;
+
+        memset(r, 0, sizeof(*r));
+        for (size_t i = 0; env != NULL && env[i] != NULL; i++) {
+                if (i == AIT_REPLICA_ENV_MAX) {
+                        fprintf(stderr, "auth_it: more than %d settings for a replica\n",
+                                AIT_REPLICA_ENV_MAX);
+                        return -1;
+                }
+                all[n++] = env[i];
+        }
+        srand((unsigned)getpid() ^ (unsigned)time(NULL));
+        if (it_broker_in_process(&r->broker, r->base, sizeof(r->base)) != 0) {
+                return -1;
+        }
+        snprintf(r->env_broker, sizeof(r->env_broker), "KEELSON_BROKER_URL=%s", r->base);
+        if (it_service_start(&ait_stack, "keelson-auth", "KEELSON_AUTH", all, &r->replica) != 0) {
+                ait_replica_stop(r);
+                return -1;
+        }
+        return 0;
+}
+
+void ait_replica_stop(ait_replica *r)
+{
+        it_service_stop(&r->replica);
+        ks_broker_stop(r->broker);
+        r->broker = NULL;
 }
 
 /* ---- the database ------------------------------------------------------- */
@@ -313,6 +365,15 @@ uint8_t *ait_unescape(const PGresult *res, int row, size_t *len)
         return b;
 }
 
+long ait_memberships(const char *tenant_id, const char *user_id, const char *role)
+{
+        const char *params[3] = {tenant_id, user_id, role};
+
+        return ait_sql_long("SELECT count(*) FROM auth.memberships WHERE tenant_id = $1::uuid"
+                            " AND user_id = $2::uuid AND ($3 = '' OR role = $3)",
+                            3, params);
+}
+
 long ait_audit_mark(void)
 {
         return ait_sql_long("SELECT coalesce(max(id), 0) FROM auth.audit_log", 0, NULL);
@@ -329,44 +390,76 @@ long ait_audit_rows(long mark, const char *tenant_id, const char *action)
                             3, params);
 }
 
-int ait_mail_token(long mark, const char *to, const char *kind, char token[AIT_TOKEN_MAX])
+int ait_each_event(long mark, const char *topic, const ProtobufCMessageDescriptor *d,
+                   ait_event_fn fn, void *arg)
 {
         PGconn *pg = ait_pg();
-        PGresult *res = ait_event_rows(pg, mark, "auth.email");
-        int found = 0;
+        PGresult *res = ait_event_rows(pg, mark, topic);
+        int n = 0;
 
-        token[0] = '\0';
         for (int i = 0; i < PQntuples(res); i++) {
                 size_t len = 0;
                 uint8_t *b = ait_unescape(res, i, &len);
-                Keelson__Auth__V1__EmailRequested *m =
-                    keelson__auth__v1__email_requested__unpack(NULL, len, b);
+                ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, b);
 
-                assert_non_null(m);
-                if (strcmp(m->to, to) == 0 && strcmp(m->kind, kind) == 0) {
-                        snprintf(token, AIT_TOKEN_MAX, "%s", m->token);
-                        found++;
+                if (m == NULL) {
+                        fail_msg("a %s outbox row that is no %s", topic, d->name);
                 }
-                keelson__auth__v1__email_requested__free_unpacked(m, NULL);
+                n += fn(m, PQgetvalue(res, i, 1), arg);
+                protobuf_c_message_free_unpacked(m, NULL);
                 PQfreemem(b);
         }
         PQclear(res);
         PQfinish(pg);
-        return found;
+        return n;
 }
 
-/* How many of m's hashes are want; its reason into reason (when not NULL) if any. */
-static int revoked_count(const Keelson__Auth__V1__ContextRevoked *m, const uint8_t *want,
-                         char *reason)
+typedef struct mail_query {
+        const char *to, *kind;
+        char *token;
+} mail_query;
+
+static int mail_to(const ProtobufCMessage *msg, const char *tenant_id, void *arg)
 {
+        const Keelson__Auth__V1__EmailRequested *m = (const void *)msg;
+        mail_query *q = arg;
+
+        (void)tenant_id;
+        if (strcmp(m->to, q->to) != 0 || strcmp(m->kind, q->kind) != 0) {
+                return 0;
+        }
+        snprintf(q->token, AIT_TOKEN_MAX, "%s", m->token);
+        return 1;
+}
+
+int ait_mail_token(long mark, const char *to, const char *kind, char token[AIT_TOKEN_MAX])
+{
+        mail_query q = {to, kind, token};
+
+        token[0] = '\0';
+        return ait_each_event(mark, "auth.email", &keelson__auth__v1__email_requested__descriptor,
+                              mail_to, &q);
+}
+
+typedef struct revoked_query {
+        uint8_t want[KS_SHA256_BYTES];
+        char *reason;
+} revoked_query;
+
+/* How many of the event's hashes are the one wanted; its reason when any. */
+static int revoked_count(const ProtobufCMessage *msg, const char *tenant_id, void *arg)
+{
+        const Keelson__Auth__V1__ContextRevoked *m = (const void *)msg;
+        revoked_query *q = arg;
         int found = 0;
 
+        (void)tenant_id;
         for (size_t k = 0; k < m->n_token_sha256; k++) {
                 if (m->token_sha256[k].len == KS_SHA256_BYTES &&
-                    memcmp(m->token_sha256[k].data, want, KS_SHA256_BYTES) == 0) {
+                    memcmp(m->token_sha256[k].data, q->want, KS_SHA256_BYTES) == 0) {
                         found++;
-                        if (reason != NULL) {
-                                snprintf(reason, 64, "%s", m->reason);
+                        if (q->reason != NULL) {
+                                snprintf(q->reason, 64, "%s", m->reason);
                         }
                 }
         }
@@ -375,53 +468,37 @@ static int revoked_count(const Keelson__Auth__V1__ContextRevoked *m, const uint8
 
 int ait_revoked_has(long mark, const char *token, char *reason)
 {
-        uint8_t want[KS_SHA256_BYTES];
-        PGconn *pg = ait_pg();
-        PGresult *res = ait_event_rows(pg, mark, "auth.context_revoked");
-        int found = 0;
+        revoked_query q = {.reason = reason};
 
-        ks_sha256(token, strlen(token), want);
-        for (int i = 0; i < PQntuples(res); i++) {
-                size_t len = 0;
-                uint8_t *b = ait_unescape(res, i, &len);
-                Keelson__Auth__V1__ContextRevoked *m =
-                    keelson__auth__v1__context_revoked__unpack(NULL, len, b);
+        ks_sha256(token, strlen(token), q.want);
+        return ait_each_event(mark, "auth.context_revoked",
+                              &keelson__auth__v1__context_revoked__descriptor, revoked_count, &q);
+}
 
-                assert_non_null(m);
-                found += revoked_count(m, want, reason);
-                keelson__auth__v1__context_revoked__free_unpacked(m, NULL);
-                PQfreemem(b);
+typedef struct summary_query {
+        const char *tenant_id, *reason;
+} summary_query;
+
+static int summary_of(const ProtobufCMessage *msg, const char *tenant_id, void *arg)
+{
+        const Keelson__Auth__V1__AdminSummaryChanged *m = (const void *)msg;
+        summary_query *q = arg;
+
+        if (strcmp(tenant_id, q->tenant_id) != 0) {
+                return 0;
         }
-        PQclear(res);
-        PQfinish(pg);
-        return found;
+        assert_string_equal(m->tenant_id, q->tenant_id);
+        assert_string_equal(m->reason, q->reason);
+        return 1;
 }
 
 void ait_assert_one_summary(long mark, const char *tenant_id, const char *reason)
 {
-        PGconn *pg = ait_pg();
-        PGresult *res = ait_event_rows(pg, mark, "users.admin_summary");
-        int n = 0;
+        summary_query q = {tenant_id, reason};
+        int n =
+            ait_each_event(mark, "users.admin_summary",
+                           &keelson__auth__v1__admin_summary_changed__descriptor, summary_of, &q);
 
-        for (int i = 0; i < PQntuples(res); i++) {
-                size_t len = 0;
-                uint8_t *b;
-                Keelson__Auth__V1__AdminSummaryChanged *m;
-
-                if (strcmp(PQgetvalue(res, i, 1), tenant_id) != 0) {
-                        continue;
-                }
-                b = ait_unescape(res, i, &len);
-                m = keelson__auth__v1__admin_summary_changed__unpack(NULL, len, b);
-                assert_non_null(m);
-                assert_string_equal(m->tenant_id, tenant_id);
-                assert_string_equal(m->reason, reason);
-                keelson__auth__v1__admin_summary_changed__free_unpacked(m, NULL);
-                PQfreemem(b);
-                n++;
-        }
-        PQclear(res);
-        PQfinish(pg);
         if (n != 1) {
                 fail_msg("expected one users.admin_summary (%s) for %s, found %d", reason,
                          tenant_id, n);

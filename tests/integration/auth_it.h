@@ -107,6 +107,9 @@ void ait_signup(const char *prefix, const char *tenant_name, ait_user *u);
 /* A Login of email with password, whatever it answers. */
 void ait_login_with(const char *email, const char *password, it_http_response *out);
 
+/* The status of that Login. */
+long ait_login_status(const char *email, const char *password);
+
 /* Logs u in again (a second session) into token; tenant_id may be NULL. */
 void ait_login(const ait_user *u, const char *tenant_id, char token[AIT_TOKEN_MAX]);
 
@@ -125,6 +128,27 @@ void ait_new_member(const ait_user *owner, const char *prefix, const char *role,
  * (AIT_ID_MAX bytes, may be NULL).
  */
 void ait_create_key(const char *token, const char *name, const char *role, char *key, char *id);
+
+/* ---- a replica of the test's own ------------------------------------------ */
+
+/* An auth replica that only the test reaches: behind a broker of its own. */
+typedef struct ait_replica {
+        ks_broker *broker;   /* in this process */
+        char base[64];       /* its base URL */
+        char env_broker[96]; /* "KEELSON_BROKER_URL=<base>", for a gateway in front */
+        it_service replica;  /* keelson-auth on the stack's database */
+} ait_replica;
+
+/*
+ * Starts the broker on free ports (seeding rand()) and keelson-auth behind
+ * it with its outbox relay off (its events would reach nobody there), plus
+ * env ("NAME=value" entries, NULL-terminated, at most 4). Returns 0, or -1
+ * with whatever it started stopped.
+ */
+int ait_replica_start(ait_replica *r, const char *const *env);
+
+/* Stops the replica and the broker; accepts one never started. */
+void ait_replica_stop(ait_replica *r);
 
 /* ---- the database ------------------------------------------------------- */
 
@@ -152,11 +176,23 @@ PGresult *ait_event_rows(PGconn *pg, long mark, const char *topic);
 /* The bytea of column 0 of a row, unescaped; the caller PQfreemem()s it. */
 uint8_t *ait_unescape(const PGresult *res, int row, size_t *len);
 
+/* Memberships of user_id in tenant_id with role ("": any role): 0 or 1. */
+long ait_memberships(const char *tenant_id, const char *user_id, const char *role);
+
 /* The highest audit id now. */
 long ait_audit_mark(void);
 
 /* Audit rows after mark of tenant_id with action ("": any action). */
 long ait_audit_rows(long mark, const char *tenant_id, const char *action);
+
+/*
+ * Calls fn for every outbox row after mark with this topic, in id order,
+ * its payload unpacked with d (fails the test when it does not unpack) and
+ * its tenant ("" for none). Returns the sum of what fn returned.
+ */
+typedef int (*ait_event_fn)(const ProtobufCMessage *m, const char *tenant_id, void *arg);
+int ait_each_event(long mark, const char *topic, const ProtobufCMessageDescriptor *d,
+                   ait_event_fn fn, void *arg);
 
 /*
  * The token of the newest auth.email after mark sent to "to" with this kind

@@ -49,28 +49,27 @@ static int copy_str(char *dst, size_t dst_len, const char *src)
         return 0;
 }
 
-static int parse_port(const char *s, int *out)
+/* An integer in [lo, hi] ended by NUL or ',' (a list's next entry). */
+static int parse_ranged(const char *s, int *out, long lo, long hi)
 {
         char *end = NULL;
         long v = strtol(s, &end, 10);
 
-        if (end == s || (*end != '\0' && *end != ',') || v < 1 || v > 65535) {
+        if (end == s || (*end != '\0' && *end != ',') || v < lo || v > hi) {
                 return -1;
         }
         *out = (int)v;
         return 0;
 }
 
+static int parse_port(const char *s, int *out)
+{
+        return parse_ranged(s, out, 1, 65535);
+}
+
 static int parse_pid(const char *s, int *out)
 {
-        char *end = NULL;
-        long v = strtol(s, &end, 10);
-
-        if (end == s || (*end != '\0' && *end != ',') || v < 2 || v > 4194304) {
-                return -1;
-        }
-        *out = (int)v;
-        return 0;
+        return parse_ranged(s, out, 2, 4194304);
 }
 
 /* "1,2,3" into out[]; returns the count, or -1 when malformed or too many. */
@@ -114,47 +113,57 @@ static int parse_url_list(it_stack *s, const char *val)
         return n > 0 ? 0 : -1;
 }
 
+/* The string settings of the env file: where each goes in an it_stack. */
+static const struct {
+        const char *key;
+        size_t offset, size;
+} env_strings[] = {
+#define IT_ENV_STR(key, field)                                                                     \
+        {                                                                                          \
+                key, offsetof(it_stack, field), sizeof(((it_stack *)0)->field)                     \
+        }
+    IT_ENV_STR("KEELSON_IT_PG_DSN", pg_dsn),
+    IT_ENV_STR("KEELSON_IT_REDIS_URL", redis_url),
+    IT_ENV_STR("KEELSON_IT_BROKER_URL", broker_url),
+    IT_ENV_STR("KEELSON_IT_GATEWAY_URL", gateway_url),
+    IT_ENV_STR("KEELSON_IT_BIN", bin_dir),
+    IT_ENV_STR("KEELSON_IT_STACK_SH", stack_sh),
+    IT_ENV_STR("KEELSON_IT_SERVICE_PG_DSN", service_pg_dsn),
+#undef IT_ENV_STR
+};
+
+/* A list of one number per auth replica: every such list agrees on their count. */
+static int auth_list(it_stack *s, const char *val, int *out)
+{
+        int n = parse_list(val, out, IT_REPLICAS_MAX, out == s->auth_pids ? parse_pid : parse_port);
+
+        if (n < 1 || (s->n_auth != 0 && s->n_auth != n)) {
+                return -1;
+        }
+        s->n_auth = n;
+        return 0;
+}
+
 static int apply_env_line(it_stack *s, const char *key, const char *val)
 {
-        int n;
-
-        if (strcmp(key, "KEELSON_IT_PG_DSN") == 0) {
-                return copy_str(s->pg_dsn, sizeof(s->pg_dsn), val);
-        } else if (strcmp(key, "KEELSON_IT_REDIS_URL") == 0) {
-                return copy_str(s->redis_url, sizeof(s->redis_url), val);
-        } else if (strcmp(key, "KEELSON_IT_BROKER_URL") == 0) {
-                return copy_str(s->broker_url, sizeof(s->broker_url), val);
-        } else if (strcmp(key, "KEELSON_IT_GATEWAY_URL") == 0) {
-                return copy_str(s->gateway_url, sizeof(s->gateway_url), val);
-        } else if (strcmp(key, "KEELSON_IT_BROKER_HEALTH_PORT") == 0) {
+        for (size_t i = 0; i < sizeof(env_strings) / sizeof(env_strings[0]); i++) {
+                if (strcmp(key, env_strings[i].key) == 0) {
+                        return copy_str((char *)s + env_strings[i].offset, env_strings[i].size,
+                                        val);
+                }
+        }
+        if (strcmp(key, "KEELSON_IT_BROKER_HEALTH_PORT") == 0) {
                 return parse_port(val, &s->broker_health_port);
         } else if (strcmp(key, "KEELSON_IT_GATEWAY_PID") == 0) {
                 return parse_pid(val, &s->gateway_pid);
         } else if (strcmp(key, "KEELSON_IT_AUTH_HEALTH_PORTS") == 0) {
-                n = parse_list(val, s->auth_health_ports, IT_REPLICAS_MAX, parse_port);
-                if (n < 1 || (s->n_auth != 0 && s->n_auth != n)) {
-                        return -1;
-                }
-                s->n_auth = n;
-                return 0;
+                return auth_list(s, val, s->auth_health_ports);
+        } else if (strcmp(key, "KEELSON_IT_AUTH_PIDS") == 0) {
+                return auth_list(s, val, s->auth_pids);
         } else if (strcmp(key, "KEELSON_IT_GATEWAY_URLS") == 0) {
                 return parse_url_list(s, val);
         } else if (strcmp(key, "KEELSON_IT_GATEWAY_PIDS") == 0) {
-                n = parse_list(val, s->gateway_pids, IT_REPLICAS_MAX, parse_pid);
-                return n < 1 ? -1 : 0;
-        } else if (strcmp(key, "KEELSON_IT_BIN") == 0) {
-                return copy_str(s->bin_dir, sizeof(s->bin_dir), val);
-        } else if (strcmp(key, "KEELSON_IT_STACK_SH") == 0) {
-                return copy_str(s->stack_sh, sizeof(s->stack_sh), val);
-        } else if (strcmp(key, "KEELSON_IT_SERVICE_PG_DSN") == 0) {
-                return copy_str(s->service_pg_dsn, sizeof(s->service_pg_dsn), val);
-        } else if (strcmp(key, "KEELSON_IT_AUTH_PIDS") == 0) {
-                n = parse_list(val, s->auth_pids, IT_REPLICAS_MAX, parse_pid);
-                if (n < 1 || (s->n_auth != 0 && s->n_auth != n)) {
-                        return -1;
-                }
-                s->n_auth = n;
-                return 0;
+                return parse_list(val, s->gateway_pids, IT_REPLICAS_MAX, parse_pid) < 1 ? -1 : 0;
         }
         return 0; /* a line for someone else */
 }

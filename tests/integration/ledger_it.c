@@ -57,6 +57,15 @@ void lt_tenant_new(const it_stack *s, const char *prefix, lt_tenant *t)
         assert_true(strlen(t->tenant_id) == 36);
 }
 
+int lt_setup(it_stack *s, const char *prefix, lt_tenant *t)
+{
+        if (it_stack_load(s) != 0) {
+                return -1;
+        }
+        lt_tenant_new(s, prefix, t);
+        return 0;
+}
+
 /* The Connect code of an error reply into err ("?" when it has none). */
 static void error_code(const it_http_response *r, char *err, size_t err_len)
 {
@@ -151,28 +160,37 @@ static void **item_ptrs(void *items, size_t size, size_t n, const char *what)
         return ptrs;
 }
 
-/* One result code per item of the batch (protobuf-c enums are int-sized). */
+/*
+ * Calls a Create method and copies its reply's one code per item into
+ * results (the field "results" of either reply; protobuf-c enums are
+ * int-sized).
+ */
 _Static_assert(sizeof(Keelson__Ledger__V1__CreateTransfersResponse__Result) == sizeof(int) &&
                    sizeof(Keelson__Ledger__V1__CreateAccountsResponse__Result) == sizeof(int),
                "result codes are copied as ints");
-static void take_results(size_t n_got, const void *got, size_t n, int *results)
+static void create_batch(const lt_tenant *t, const char *method, const ProtobufCMessage *req,
+                         const ProtobufCMessageDescriptor *desc, size_t n, int *results)
 {
-        assert_int_equal(n_got, n);
-        memcpy(results, got, n * sizeof(int));
+        const ProtobufCFieldDescriptor *f =
+            protobuf_c_message_descriptor_get_field_by_name(desc, "results");
+        ProtobufCMessage *resp = lt_call(t, method, req, desc);
+        const char *base = (const char *)resp;
+
+        assert_non_null(f);
+        assert_int_equal(*(const size_t *)(base + f->quantifier_offset), n);
+        memcpy(results, *(int *const *)(base + f->offset), n * sizeof(int));
+        protobuf_c_message_free_unpacked(resp, NULL);
 }
 
 void lt_create_accounts(const lt_tenant *t, lt_account_pb *accounts, size_t n, int *results)
 {
         Keelson__Ledger__V1__CreateAccountsRequest req =
             KEELSON__LEDGER__V1__CREATE_ACCOUNTS_REQUEST__INIT;
-        Keelson__Ledger__V1__CreateAccountsResponse *resp;
 
         req.n_accounts = n;
         req.accounts = (lt_account_pb **)item_ptrs(accounts, sizeof(*accounts), n, "accounts");
-        resp = lt_call(t, "CreateAccounts", &req.base,
-                       &keelson__ledger__v1__create_accounts_response__descriptor);
-        take_results(resp->n_results, resp->results, n, results);
-        protobuf_c_message_free_unpacked(&resp->base, NULL);
+        create_batch(t, "CreateAccounts", &req.base,
+                     &keelson__ledger__v1__create_accounts_response__descriptor, n, results);
         free(req.accounts);
 }
 
@@ -180,20 +198,24 @@ void lt_create_transfers(const lt_tenant *t, lt_transfer_pb *transfers, size_t n
 {
         Keelson__Ledger__V1__CreateTransfersRequest req =
             KEELSON__LEDGER__V1__CREATE_TRANSFERS_REQUEST__INIT;
-        Keelson__Ledger__V1__CreateTransfersResponse *resp;
 
         req.n_transfers = n;
         req.transfers = (lt_transfer_pb **)item_ptrs(transfers, sizeof(*transfers), n, "transfers");
-        resp = lt_call(t, "CreateTransfers", &req.base,
-                       &keelson__ledger__v1__create_transfers_response__descriptor);
-        take_results(resp->n_results, resp->results, n, results);
-        protobuf_c_message_free_unpacked(&resp->base, NULL);
+        create_batch(t, "CreateTransfers", &req.base,
+                     &keelson__ledger__v1__create_transfers_response__descriptor, n, results);
         free(req.transfers);
 }
 
-/* A lookup of n ids: their low and high halves (the caller frees both). */
-static void id_halves(const u128 *ids, size_t n, uint64_t **lo, uint64_t **hi)
+/*
+ * A Lookup of n ids through req (either request: the ids' low and high
+ * halves in ids and ids_hi); the caller frees the reply.
+ */
+static void *lookup(const lt_tenant *t, const char *method, ProtobufCMessage *req, size_t *n_lo,
+                    uint64_t **lo, size_t *n_hi, uint64_t **hi,
+                    const ProtobufCMessageDescriptor *desc, const u128 *ids, size_t n)
 {
+        void *resp;
+
         if (n > LT_BATCH_MAX) {
                 fail_msg("a lookup of %zu ids is more than a test sends", n);
         }
@@ -205,6 +227,11 @@ static void id_halves(const u128 *ids, size_t n, uint64_t **lo, uint64_t **hi)
                 (*lo)[i] = lt_lo(ids[i]);
                 (*hi)[i] = lt_hi(ids[i]);
         }
+        *n_lo = *n_hi = n;
+        resp = lt_call(t, method, req, desc);
+        free(*lo);
+        free(*hi);
+        return resp;
 }
 
 Keelson__Ledger__V1__LookupAccountsResponse *lt_lookup_accounts(const lt_tenant *t, const u128 *ids,
@@ -212,15 +239,10 @@ Keelson__Ledger__V1__LookupAccountsResponse *lt_lookup_accounts(const lt_tenant 
 {
         Keelson__Ledger__V1__LookupAccountsRequest req =
             KEELSON__LEDGER__V1__LOOKUP_ACCOUNTS_REQUEST__INIT;
-        void *resp;
 
-        id_halves(ids, n, &req.ids, &req.ids_hi);
-        req.n_ids = req.n_ids_hi = n;
-        resp = lt_call(t, "LookupAccounts", &req.base,
-                       &keelson__ledger__v1__lookup_accounts_response__descriptor);
-        free(req.ids);
-        free(req.ids_hi);
-        return resp;
+        return lookup(t, "LookupAccounts", &req.base, &req.n_ids, &req.ids, &req.n_ids_hi,
+                      &req.ids_hi, &keelson__ledger__v1__lookup_accounts_response__descriptor, ids,
+                      n);
 }
 
 Keelson__Ledger__V1__LookupTransfersResponse *lt_lookup_transfers(const lt_tenant *t,
@@ -228,15 +250,10 @@ Keelson__Ledger__V1__LookupTransfersResponse *lt_lookup_transfers(const lt_tenan
 {
         Keelson__Ledger__V1__LookupTransfersRequest req =
             KEELSON__LEDGER__V1__LOOKUP_TRANSFERS_REQUEST__INIT;
-        void *resp;
 
-        id_halves(ids, n, &req.ids, &req.ids_hi);
-        req.n_ids = req.n_ids_hi = n;
-        resp = lt_call(t, "LookupTransfers", &req.base,
-                       &keelson__ledger__v1__lookup_transfers_response__descriptor);
-        free(req.ids);
-        free(req.ids_hi);
-        return resp;
+        return lookup(t, "LookupTransfers", &req.base, &req.n_ids, &req.ids, &req.n_ids_hi,
+                      &req.ids_hi, &keelson__ledger__v1__lookup_transfers_response__descriptor, ids,
+                      n);
 }
 
 static const char *enum_name(const ProtobufCEnumDescriptor *d, int r)

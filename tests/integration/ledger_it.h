@@ -85,6 +85,9 @@ int lt_post(const char *base, const char *path, const char *type, const void *bo
 /* Signs up a new user (and so a new tenant), logs in, keeps the token. */
 void lt_tenant_new(const it_stack *s, const char *prefix, lt_tenant *t);
 
+/* A group setup's work: loads the stack into s, then lt_tenant_new. Returns 0 or -1. */
+int lt_setup(it_stack *s, const char *prefix, lt_tenant *t);
+
 /*
  * Calls a LedgerService method in binary protobuf. Returns the HTTP status;
  * on 200 *out holds the unpacked reply (protobuf_c_message_free_unpacked),

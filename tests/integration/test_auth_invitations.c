@@ -328,7 +328,6 @@ static void test_existing_account_proves_its_password(void **state)
 {
         ait_user owner, other;
         char token[AIT_TOKEN_MAX], body[1024];
-        const char *params[2];
         long mark;
         json_t *j;
 
@@ -348,12 +347,7 @@ static void test_existing_account_proves_its_password(void **state)
         assert_string_equal(ait_str(j, "tenantId"), owner.tenant_id);
         json_decref(j);
         ait_assert_one_summary(mark, owner.tenant_id, "AcceptInvitation");
-        params[0] = other.user_id;
-        params[1] = owner.tenant_id;
-        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.memberships WHERE user_id ="
-                                      " $1::uuid AND tenant_id = $2::uuid AND role = 'member'",
-                                      2, params),
-                         1);
+        assert_int_equal(ait_memberships(owner.tenant_id, other.user_id, "member"), 1);
         /* The account's password is unchanged, and its first tenant is still its own. */
         json_decref(ait_ok("WhoAmI", "{}", other.token));
 }

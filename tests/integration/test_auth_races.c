@@ -110,18 +110,6 @@ static void free_replies(contender c[2])
 
 /* ---- helpers -------------------------------------------------------------------- */
 
-static void login_status(const char *email, const char *password, long expect)
-{
-        it_http_response r;
-
-        ait_login_with(email, password, &r);
-        if (r.status != expect) {
-                fail_msg("Login with \"%s\": expected HTTP %ld, got %ld: %.300s", password, expect,
-                         r.status, r.body);
-        }
-        it_http_response_free(&r);
-}
-
 /* ---- ResetPassword ---------------------------------------------------------------- */
 
 static void test_concurrent_resets_one_wins(void **state)
@@ -146,7 +134,8 @@ static void test_concurrent_resets_one_wins(void **state)
                 assert_int_equal(r.status, 200);
                 it_http_response_free(&r);
                 assert_int_equal(ait_mail_token(mark, u.email, "password_reset", token), 1);
-                login_status(u.email, current, 200); /* a session for the winner to revoke */
+                assert_int_equal(ait_login_status(u.email, current),
+                                 200); /* a session for the winner to revoke */
 
                 memset(c, 0, sizeof(c));
                 for (int i = 0; i < 2; i++) {
@@ -160,10 +149,10 @@ static void test_concurrent_resets_one_wins(void **state)
                 free_replies(c);
 
                 /* The winner's password is set; the loser's and the one before are not. */
-                login_status(u.email, contender_passwords[w], 200);
-                login_status(u.email, contender_passwords[1 - w], 401);
+                assert_int_equal(ait_login_status(u.email, contender_passwords[w]), 200);
+                assert_int_equal(ait_login_status(u.email, contender_passwords[1 - w]), 401);
                 if (strcmp(current, contender_passwords[w]) != 0) {
-                        login_status(u.email, current, 401);
+                        assert_int_equal(ait_login_status(u.email, current), 401);
                 }
                 snprintf(current, sizeof(current), "%s", contender_passwords[w]);
                 /* The winner's revocation, and nothing else: the loser wrote nothing. */
@@ -229,8 +218,8 @@ static void accept_race(const ait_user *owner, const char *email, bool existing,
         assert_int_equal(ait_audit_rows(audit, owner->tenant_id, ""), 1);
         assert_int_equal(ait_audit_rows(audit, owner->tenant_id, "invitation.accepted"), 1);
         if (!existing) {
-                login_status(email, contender_passwords[w], 200);
-                login_status(email, contender_passwords[1 - w], 401);
+                assert_int_equal(ait_login_status(email, contender_passwords[w]), 200);
+                assert_int_equal(ait_login_status(email, contender_passwords[1 - w]), 401);
         }
 }
 

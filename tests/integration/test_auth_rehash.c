@@ -32,9 +32,7 @@
 #define CALL_MS    10000
 
 typedef struct fixture {
-        ks_broker *broker;
-        char base[64];
-        it_service replica;
+        ait_replica own;
         ks_rpc_client *client;
 } fixture;
 
@@ -46,8 +44,7 @@ static int teardown(void **state)
                 return 0;
         }
         ks_rpc_client_free(f->client);
-        it_service_stop(&f->replica);
-        ks_broker_stop(f->broker);
+        ait_replica_stop(&f->own);
         return 0;
 }
 
@@ -55,24 +52,14 @@ static int teardown(void **state)
 static int setup(void **state)
 {
         static fixture f;
-        char env_broker[96];
+        const char *env[] = {"KEELSON_AUTH_SCRYPT_LOG_N=10", "KEELSON_AUTH_HASH_WORKERS=1", NULL};
 
         memset(&f, 0, sizeof(f));
         *state = &f;
-        if (ait_setup(state) != 0) {
+        if (ait_setup(state) != 0 || ait_replica_start(&f.own, env) != 0) {
                 return -1;
         }
-        srand((unsigned)getpid() ^ (unsigned)time(NULL));
-        if (it_broker_in_process(&f.broker, f.base, sizeof(f.base)) != 0) {
-                return -1;
-        }
-        snprintf(env_broker, sizeof(env_broker), "KEELSON_BROKER_URL=%s", f.base);
-        const char *env[] = {env_broker, "KEELSON_AUTH_SCRYPT_LOG_N=10",
-                             "KEELSON_AUTH_HASH_WORKERS=1",
-                             /* its events would reach nobody behind this broker */
-                             "KEELSON_AUTH_OUTBOX_RELAY=false", NULL};
-        if (it_service_start(&ait_stack, "keelson-auth", "KEELSON_AUTH", env, &f.replica) != 0 ||
-            it_rpc_client(&f.client, f.base, KS_SVC_AUTH, CALL_MS, 1) != 0) {
+        if (it_rpc_client(&f.client, f.own.base, KS_SVC_AUTH, CALL_MS, 1) != 0) {
                 teardown(state); /* cmocka runs no teardown after a failed setup */
                 return -1;
         }
@@ -95,18 +82,6 @@ static void stored_hash(const char *email, char out[HASH_MAX])
         snprintf(out, HASH_MAX, "%s", PQgetvalue(res, 0, 0));
         PQclear(res);
         PQfinish(pg);
-}
-
-/* Login through the gateway, that is through the stack's replicas; returns the status. */
-static long gateway_login(const char *email, const char *password)
-{
-        it_http_response r;
-        long status;
-
-        ait_login_with(email, password, &r);
-        status = r.status;
-        it_http_response_free(&r);
-        return status;
 }
 
 /* Login over nng through the test's broker, that is through the extra replica only. */
@@ -170,8 +145,8 @@ static void test_login_rehashes_with_the_replicas_parameters(void **state)
         assert_int_equal(ait_status("WhoAmI", "{}", token), 200);
 
         /* The new hash verifies on the stack's replicas, which bring back their own. */
-        assert_int_equal(gateway_login(email, "not the password"), 401);
-        assert_int_equal(gateway_login(email, AIT_PASSWORD), 200);
+        assert_int_equal(ait_login_status(email, "not the password"), 401);
+        assert_int_equal(ait_login_status(email, AIT_PASSWORD), 200);
         stored_hash(email, back);
         assert_non_null(strstr(back, STACK_LN));
         assert_string_not_equal(back, after);

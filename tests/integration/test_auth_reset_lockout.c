@@ -35,6 +35,28 @@ static void forgot(const char *email, it_http_response *out)
         }
 }
 
+/* ForgotPassword for email's account; the token its one mail carries. */
+static void reset_token(const char *email, char token[AIT_TOKEN_MAX])
+{
+        it_http_response r;
+        long mark = ait_outbox_mark();
+
+        forgot(email, &r);
+        it_http_response_free(&r);
+        assert_int_equal(ait_mail_token(mark, email, "password_reset", token), 1);
+}
+
+/* ResetPassword to NEW_PASSWORD with token; returns the outbox mark from before it. */
+static long reset_password(const char *token)
+{
+        char body[1024];
+        long mark = ait_outbox_mark();
+
+        AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", NEW_PASSWORD);
+        json_decref(ait_ok("ResetPassword", body, NULL));
+        return mark;
+}
+
 /* ---- ForgotPassword / ResetPassword ------------------------------------------ */
 
 static void test_forgot_password_tells_nothing(void **state)
@@ -70,10 +92,7 @@ static void test_reset_password(void **state)
         (void)state;
         ait_signup("it-rst-flow", "Reset Flow", &u);
         ait_login(&u, NULL, second);
-        mark = ait_outbox_mark();
-        forgot(u.email, &r);
-        it_http_response_free(&r);
-        assert_int_equal(ait_mail_token(mark, u.email, "password_reset", token), 1);
+        reset_token(u.email, token);
         /* Stored as SHA-256 only, for this user. */
         ks_sha256_hex(token, strlen(token), hex);
         params[0] = hex;
@@ -84,9 +103,7 @@ static void test_reset_password(void **state)
                                       2, params),
                          1);
 
-        mark = ait_outbox_mark();
-        AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", NEW_PASSWORD);
-        json_decref(ait_ok("ResetPassword", body, NULL));
+        mark = reset_password(token);
         /* Every session of the user is gone, and caches were told. */
         ait_wait_unauthenticated(u.token);
         ait_wait_unauthenticated(second);
@@ -95,14 +112,11 @@ static void test_reset_password(void **state)
         assert_int_equal(ait_revoked_has(mark, second, NULL), 1);
         assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
 
-        ait_login_with(u.email, AIT_PASSWORD, &r);
-        assert_int_equal(r.status, 401);
-        it_http_response_free(&r);
-        ait_login_with(u.email, NEW_PASSWORD, &r);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
+        assert_int_equal(ait_login_status(u.email, AIT_PASSWORD), 401);
+        assert_int_equal(ait_login_status(u.email, NEW_PASSWORD), 200);
 
         /* Single use: the second attempt is refused like an unknown token. */
+        AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", NEW_PASSWORD);
         ait_call("ResetPassword", body, NULL, &r);
         AIT_BODY(body, "{s:s, s:s}", "token", "nonexistent-token", "newPassword", NEW_PASSWORD);
         ait_call("ResetPassword", body, NULL, &unknown);
@@ -116,9 +130,8 @@ static void test_reset_password(void **state)
 static void test_reset_revokes_sessions_in_every_tenant(void **state)
 {
         ait_user owner, u;
-        char invitation[AIT_TOKEN_MAX], token[AIT_TOKEN_MAX], there[AIT_TOKEN_MAX], body[1024];
+        char invitation[AIT_TOKEN_MAX], token[AIT_TOKEN_MAX], there[AIT_TOKEN_MAX];
         const char *params[1];
-        it_http_response r;
         long mark;
         json_t *j;
 
@@ -137,13 +150,8 @@ static void test_reset_revokes_sessions_in_every_tenant(void **state)
         assert_string_equal(ait_str(j, "tenantId"), owner.tenant_id);
         json_decref(j);
 
-        mark = ait_outbox_mark();
-        forgot(u.email, &r);
-        it_http_response_free(&r);
-        assert_int_equal(ait_mail_token(mark, u.email, "password_reset", token), 1);
-        mark = ait_outbox_mark();
-        AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", NEW_PASSWORD);
-        json_decref(ait_ok("ResetPassword", body, NULL));
+        reset_token(u.email, token);
+        mark = reset_password(token);
 
         /* Both refused, both told to the gateways' caches, none left live in the database. */
         ait_wait_unauthenticated(u.token);
@@ -168,15 +176,10 @@ static void test_reset_token_expires_and_checks_the_password(void **state)
         ait_user u;
         char token[AIT_TOKEN_MAX], body[1024];
         const char *params[1];
-        it_http_response r;
-        long mark;
 
         (void)state;
         ait_signup("it-rst-exp", "Reset Expiry", &u);
-        mark = ait_outbox_mark();
-        forgot(u.email, &r);
-        it_http_response_free(&r);
-        assert_int_equal(ait_mail_token(mark, u.email, "password_reset", token), 1);
+        reset_token(u.email, token);
 
         /* A bad new password is refused before the token is spent. */
         AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", "short");
@@ -218,7 +221,6 @@ static void test_change_password(void **state)
 {
         ait_user u;
         char other[AIT_TOKEN_MAX], body[1024], reason[64] = "";
-        it_http_response r;
         long mark;
         json_t *j;
 
@@ -242,28 +244,23 @@ static void test_change_password(void **state)
         assert_string_equal(reason, "password_changed");
         assert_int_equal(ait_revoked_has(mark, u.token, NULL), 0);
         assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
-        ait_login_with(u.email, NEW_PASSWORD, &r);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
+        assert_int_equal(ait_login_status(u.email, NEW_PASSWORD), 200);
 }
 
 /* ---- lockout ---------------------------------------------------------------------- */
 
 static void fail_logins(const char *email, int n)
 {
-        it_http_response r;
 
         for (int i = 0; i < n; i++) {
-                ait_login_with(email, "definitely not it", &r);
-                assert_int_equal(r.status, 401);
-                it_http_response_free(&r);
+                assert_int_equal(ait_login_status(email, "definitely not it"), 401);
         }
 }
 
 static void test_lockout_locks_then_expires(void **state)
 {
         ait_user u;
-        it_http_response wrong, locked, r;
+        it_http_response wrong, locked;
         const char *params[1];
         long mark;
 
@@ -289,9 +286,7 @@ static void test_lockout_locks_then_expires(void **state)
         json_decref(ait_ok("WhoAmI", "{}", u.token));
 
         it_sleep_ms(LOCK_S * 1000 + 700);
-        ait_login_with(u.email, AIT_PASSWORD, &r);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
+        assert_int_equal(ait_login_status(u.email, AIT_PASSWORD), 200);
         /* Nor does the login that clears the lock's count. */
         assert_int_equal(ait_published_after(mark), 0);
 }
@@ -299,36 +294,28 @@ static void test_lockout_locks_then_expires(void **state)
 static void test_success_resets_the_count(void **state)
 {
         ait_user u;
-        it_http_response r;
         long mark;
 
         (void)state;
         ait_signup("it-lock-reset", "Lock Reset", &u);
         mark = ait_outbox_mark();
         fail_logins(u.email, MAX_FAILURES - 1);
-        ait_login_with(u.email, AIT_PASSWORD, &r);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
+        assert_int_equal(ait_login_status(u.email, AIT_PASSWORD), 200);
         fail_logins(u.email, MAX_FAILURES - 1);
-        ait_login_with(u.email, AIT_PASSWORD, &r);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
+        assert_int_equal(ait_login_status(u.email, AIT_PASSWORD), 200);
         assert_int_equal(ait_published_after(mark), 0);
 }
 
 static void test_failures_outside_the_window_do_not_add_up(void **state)
 {
         ait_user u;
-        it_http_response r;
 
         (void)state;
         ait_signup("it-lock-window", "Lock Window", &u);
         fail_logins(u.email, MAX_FAILURES - 1);
         it_sleep_ms(WINDOW_S * 1000 + 700);
         fail_logins(u.email, MAX_FAILURES - 1);
-        ait_login_with(u.email, AIT_PASSWORD, &r);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
+        assert_int_equal(ait_login_status(u.email, AIT_PASSWORD), 200);
 }
 
 /* A wrong current password counts like a failed login; a locked account cannot change it. */

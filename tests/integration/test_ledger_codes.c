@@ -133,11 +133,7 @@ static lt_transfer_pb resolve(u128 id, u128 pending, u128 amount, uint32_t flags
 static int group_setup(void **state)
 {
         (void)state;
-        if (it_stack_load(&g_stack) != 0) {
-                return -1;
-        }
-        lt_tenant_new(&g_stack, "it-ledger-codes", &g_t);
-        return 0;
+        return lt_setup(&g_stack, "it-ledger-codes", &g_t);
 }
 
 /* ---- accounts -------------------------------------------------------------------- */

@@ -484,11 +484,7 @@ static void test_grouped_small_batches(void **state)
 static int group_setup(void **state)
 {
         (void)state;
-        if (it_stack_load(&g_stack) != 0) {
-                return -1;
-        }
-        lt_tenant_new(&g_stack, "it-ledger-hammer", &g_t);
-        return 0;
+        return lt_setup(&g_stack, "it-ledger-hammer", &g_t);
 }
 
 int main(void)
