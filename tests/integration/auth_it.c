@@ -244,6 +244,16 @@ void ait_new_member(const ait_user *owner, const char *prefix, const char *role,
         json_decref(j);
 }
 
+void ait_tenant_of_two(const char *prefix, const char *tenant_name, const char *role,
+                       ait_user *owner, ait_user *m)
+{
+        char member_prefix[64];
+
+        snprintf(member_prefix, sizeof(member_prefix), "%s-%s", prefix, role);
+        ait_signup(prefix, tenant_name, owner);
+        ait_new_member(owner, member_prefix, role, m);
+}
+
 void ait_create_key(const char *token, const char *name, const char *role, char *key, char *id)
 {
         char body[512];

@@ -123,6 +123,10 @@ json_t *ait_accept(const char *invitation_token, const char *password);
 /* A new account that joins owner's tenant with role through an invitation. */
 void ait_new_member(const ait_user *owner, const char *prefix, const char *role, ait_user *m);
 
+/* A new tenant (ait_signup) with a second account of role in it (ait_new_member). */
+void ait_tenant_of_two(const char *prefix, const char *tenant_name, const char *role,
+                       ait_user *owner, ait_user *m);
+
 /*
  * CreateApiKey as token's caller; the key (AIT_TOKEN_MAX bytes) and its id
  * (AIT_ID_MAX bytes, may be NULL).

@@ -611,24 +611,47 @@ static int wait_ready(const it_gateway *g)
         return -1;
 }
 
-int it_gateway_start(const it_stack *s, const char *const *env, int wait_ready_too, it_gateway *out)
+static void exec_service(const it_stack *s, const char *binary, const char *prefix,
+                         const char *const *env, const char *log_path);
+
+/*
+ * Forks bin_dir/binary, a gateway (prefix NULL) or a service, logging to
+ * <stack>/logs/it-<binary>-<pid>-<n>.log (log_path, IT_LOG_PATH_MAX bytes).
+ * Returns 0 with *pid set, or -1 with *pid 0.
+ */
+#define IT_LOG_PATH_MAX 600
+_Static_assert(sizeof(((it_gateway *)0)->log_path) == IT_LOG_PATH_MAX &&
+                   sizeof(((it_service *)0)->log_path) == IT_LOG_PATH_MAX,
+               "spawn writes whole log paths");
+static int spawn(const it_stack *s, const char *binary, const char *prefix, const char *const *env,
+                 int *pid, char *log_path)
 {
         static int counter;
 
+        snprintf(log_path, IT_LOG_PATH_MAX, "%s/logs/it-%s-%d-%d.log", s->dir, binary,
+                 (int)getpid(), ++counter);
+        *pid = fork();
+        if (*pid < 0) {
+                *pid = 0;
+                return -1;
+        }
+        if (*pid == 0 && prefix == NULL) {
+                exec_gateway(s, env, log_path);
+        } else if (*pid == 0) {
+                exec_service(s, binary, prefix, env, log_path);
+        }
+        return 0;
+}
+
+int it_gateway_start(const it_stack *s, const char *const *env, int wait_ready_too, it_gateway *out)
+{
         memset(out, 0, sizeof(out[0]));
         if (s->bin_dir[0] == '\0') {
                 fprintf(stderr, "it_support: the stack's env names no build folder\n");
                 return -1;
         }
-        snprintf(out->log_path, sizeof(out->log_path), "%s/logs/it-gateway-%d-%d.log", s->dir,
-                 (int)getpid(), ++counter);
-        out->pid = fork();
-        if (out->pid < 0) {
-                out->pid = 0;
+        if (spawn(s, "keelson-gateway", NULL, env, &out->pid, out->log_path) != 0) {
                 return -1;
-        }
-        if (out->pid == 0) {
-                exec_gateway(s, env, out->log_path);
         }
         if (wait_listening(out) != 0 || (wait_ready_too && wait_ready(out) != 0)) {
                 it_gateway_stop(out);
@@ -894,23 +917,14 @@ static int service_wait_ready(it_service *p)
 int it_service_start(const it_stack *s, const char *binary, const char *prefix,
                      const char *const *env, it_service *out)
 {
-        static int counter;
-
         memset(out, 0, sizeof(out[0]));
         if (s->bin_dir[0] == '\0' || s->service_pg_dsn[0] == '\0') {
                 fprintf(stderr,
                         "it_support: the stack's env names no build folder or service DSN\n");
                 return -1;
         }
-        snprintf(out->log_path, sizeof(out->log_path), "%s/logs/it-%s-%d-%d.log", s->dir, binary,
-                 (int)getpid(), ++counter);
-        out->pid = fork();
-        if (out->pid < 0) {
-                out->pid = 0;
+        if (spawn(s, binary, prefix, env, &out->pid, out->log_path) != 0) {
                 return -1;
-        }
-        if (out->pid == 0) {
-                exec_service(s, binary, prefix, env, out->log_path);
         }
         if (service_wait_ready(out) != 0) {
                 it_service_stop(out);

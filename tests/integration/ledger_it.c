@@ -145,12 +145,12 @@ void lt_transfer_init(lt_transfer_pb *t, u128 id, u128 debit, u128 credit, u128 
 }
 
 /* Pointers to n items of size bytes each, for a repeated field; the caller frees them. */
-static void **item_ptrs(void *items, size_t size, size_t n, const char *what)
+static void **item_ptrs(void *items, size_t size, size_t n)
 {
         void **ptrs;
 
         if (n > LT_BATCH_MAX) {
-                fail_msg("a batch of %zu %s is more than a test sends", n, what);
+                fail_msg("a batch of %zu is more than a test sends", n);
         }
         ptrs = calloc(n > 0 ? n : 1, sizeof(*ptrs));
         assert_non_null(ptrs);
@@ -161,7 +161,8 @@ static void **item_ptrs(void *items, size_t size, size_t n, const char *what)
 }
 
 /*
- * Calls a Create method and copies its reply's one code per item into
+ * A Create call of n items (size bytes each) through req (either request:
+ * its repeated field and count given), its reply's one code per item into
  * results (the field "results" of either reply; protobuf-c enums are
  * int-sized).
  */
@@ -169,17 +170,21 @@ _Static_assert(sizeof(Keelson__Ledger__V1__CreateTransfersResponse__Result) == s
                    sizeof(Keelson__Ledger__V1__CreateAccountsResponse__Result) == sizeof(int),
                "result codes are copied as ints");
 static void create_batch(const lt_tenant *t, const char *method, const ProtobufCMessage *req,
-                         const ProtobufCMessageDescriptor *desc, size_t n, int *results)
+                         size_t *n_field, void ***items_field, void *items, size_t size, size_t n,
+                         const ProtobufCMessageDescriptor *desc, int *results)
 {
         const ProtobufCFieldDescriptor *f =
             protobuf_c_message_descriptor_get_field_by_name(desc, "results");
-        ProtobufCMessage *resp = lt_call(t, method, req, desc);
-        const char *base = (const char *)resp;
+        ProtobufCMessage *resp;
 
         assert_non_null(f);
-        assert_int_equal(*(const size_t *)(base + f->quantifier_offset), n);
-        memcpy(results, *(int *const *)(base + f->offset), n * sizeof(int));
+        *n_field = n;
+        *items_field = item_ptrs(items, size, n);
+        resp = lt_call(t, method, req, desc);
+        assert_int_equal(*(const size_t *)((const char *)resp + f->quantifier_offset), n);
+        memcpy(results, *(int *const *)((const char *)resp + f->offset), n * sizeof(int));
         protobuf_c_message_free_unpacked(resp, NULL);
+        free(*items_field);
 }
 
 void lt_create_accounts(const lt_tenant *t, lt_account_pb *accounts, size_t n, int *results)
@@ -187,11 +192,9 @@ void lt_create_accounts(const lt_tenant *t, lt_account_pb *accounts, size_t n, i
         Keelson__Ledger__V1__CreateAccountsRequest req =
             KEELSON__LEDGER__V1__CREATE_ACCOUNTS_REQUEST__INIT;
 
-        req.n_accounts = n;
-        req.accounts = (lt_account_pb **)item_ptrs(accounts, sizeof(*accounts), n, "accounts");
-        create_batch(t, "CreateAccounts", &req.base,
-                     &keelson__ledger__v1__create_accounts_response__descriptor, n, results);
-        free(req.accounts);
+        create_batch(t, "CreateAccounts", &req.base, &req.n_accounts, (void ***)&req.accounts,
+                     accounts, sizeof(*accounts), n,
+                     &keelson__ledger__v1__create_accounts_response__descriptor, results);
 }
 
 void lt_create_transfers(const lt_tenant *t, lt_transfer_pb *transfers, size_t n, int *results)
@@ -199,11 +202,9 @@ void lt_create_transfers(const lt_tenant *t, lt_transfer_pb *transfers, size_t n
         Keelson__Ledger__V1__CreateTransfersRequest req =
             KEELSON__LEDGER__V1__CREATE_TRANSFERS_REQUEST__INIT;
 
-        req.n_transfers = n;
-        req.transfers = (lt_transfer_pb **)item_ptrs(transfers, sizeof(*transfers), n, "transfers");
-        create_batch(t, "CreateTransfers", &req.base,
-                     &keelson__ledger__v1__create_transfers_response__descriptor, n, results);
-        free(req.transfers);
+        create_batch(t, "CreateTransfers", &req.base, &req.n_transfers, (void ***)&req.transfers,
+                     transfers, sizeof(*transfers), n,
+                     &keelson__ledger__v1__create_transfers_response__descriptor, results);
 }
 
 /*

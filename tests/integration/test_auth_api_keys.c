@@ -111,8 +111,7 @@ static void test_roles_bound_keys(void **state)
         json_t *j;
 
         (void)state;
-        ait_signup("it-key-roles", "Key Roles", &owner);
-        ait_new_member(&owner, "it-key-roles-a", "admin", &admin);
+        ait_tenant_of_two("it-key-roles", "Key Roles", "admin", &owner, &admin);
         create_key(&owner, "viewer key", "viewer", &viewer_key);
         create_key(&admin, "admin key", "admin", &admin_key);
 

@@ -105,8 +105,7 @@ static void test_invite_with_a_member_leaves_nothing(void **state)
         long mark, audit;
 
         (void)state;
-        ait_signup("it-rb-member-o", "Rollback Member", &owner);
-        ait_new_member(&owner, "it-rb-member-m", "member", &member);
+        ait_tenant_of_two("it-rb-member-o", "Rollback Member", "member", &owner, &member);
         it_unique_email("it-rb-member-x", f1, sizeof(f1));
         it_unique_email("it-rb-member-y", f2, sizeof(f2));
         snprintf(rid, sizeof(rid), "it-rollback-%s", owner.tenant_id);

@@ -73,8 +73,7 @@ static void test_member_permissions(void **state)
         long mark;
 
         (void)state;
-        ait_signup("it-ten-perm", "Perm Tenant", &owner);
-        ait_new_member(&owner, "it-ten-perm-m", "member", &member);
+        ait_tenant_of_two("it-ten-perm", "Perm Tenant", "member", &owner, &member);
         ait_new_member(&owner, "it-ten-perm-v", "viewer", &viewer);
 
         j = ait_ok("WhoAmI", "{}", member.token);
@@ -115,8 +114,7 @@ static void test_set_role_publishes_and_audits(void **state)
         json_t *j;
 
         (void)state;
-        ait_signup("it-ten-role", "Role Tenant", &owner);
-        ait_new_member(&owner, "it-ten-role-m", "member", &m);
+        ait_tenant_of_two("it-ten-role", "Role Tenant", "member", &owner, &m);
         mark = ait_outbox_mark();
         set_role(&owner, m.user_id, "admin", &r);
         assert_int_equal(r.status, 200);
@@ -156,8 +154,7 @@ static void test_rank_rules(void **state)
         long mark;
 
         (void)state;
-        ait_signup("it-ten-rank", "Rank Tenant", &owner);
-        ait_new_member(&owner, "it-ten-rank-a", "admin", &admin);
+        ait_tenant_of_two("it-ten-rank", "Rank Tenant", "admin", &owner, &admin);
         ait_new_member(&owner, "it-ten-rank-b", "admin", &admin2);
         mark = ait_outbox_mark();
         /* An admin grants no role above their own, and touches no owner. */
@@ -183,8 +180,7 @@ static void test_last_owner_is_kept(void **state)
         long mark;
 
         (void)state;
-        ait_signup("it-ten-last", "Last Owner Tenant", &owner);
-        ait_new_member(&owner, "it-ten-last-o", "owner", &other);
+        ait_tenant_of_two("it-ten-last", "Last Owner Tenant", "owner", &owner, &other);
         mark = ait_outbox_mark();
         /* Two owners: one may step down. */
         set_role(&owner, owner.user_id, "admin", &r);
@@ -211,8 +207,7 @@ static void test_remove_member(void **state)
         json_t *j;
 
         (void)state;
-        ait_signup("it-ten-rm", "Remove Tenant", &owner);
-        ait_new_member(&owner, "it-ten-rm-m", "member", &m);
+        ait_tenant_of_two("it-ten-rm", "Remove Tenant", "member", &owner, &m);
         mark = ait_outbox_mark();
         AIT_BODY(body, "{s:s}", "userId", m.user_id);
         j = ait_ok("RemoveMember", body, owner.token);
@@ -239,8 +234,7 @@ static void test_repeated_request_id_changes_nothing(void **state)
         long mark;
 
         (void)state;
-        ait_signup("it-ten-dup", "Dedupe Tenant", &owner);
-        ait_new_member(&owner, "it-ten-dup-m", "member", &m);
+        ait_tenant_of_two("it-ten-dup", "Dedupe Tenant", "member", &owner, &m);
         snprintf(rid, sizeof(rid), "it-dup-%s", m.user_id);
         AIT_BODY(body, "{s:s, s:s}", "userId", m.user_id, "role", "viewer");
         mark = ait_outbox_mark();
@@ -271,8 +265,7 @@ static void test_list_members_pages(void **state)
         char token[256] = "";
 
         (void)state;
-        ait_signup("it-ten-page", "Page Tenant", &owner);
-        ait_new_member(&owner, "it-ten-page-a", "member", &a);
+        ait_tenant_of_two("it-ten-page", "Page Tenant", "member", &owner, &a);
         ait_new_member(&owner, "it-ten-page-b", "member", &b);
         for (int page = 0; page < 4; page++) {
                 json_t *ms;
@@ -490,8 +483,7 @@ static void test_audit_newest_first(void **state)
         json_t *j, *e;
 
         (void)state;
-        ait_signup("it-ten-audit", "Audit Tenant", &owner);
-        ait_new_member(&owner, "it-ten-audit-m", "member", &m);
+        ait_tenant_of_two("it-ten-audit", "Audit Tenant", "member", &owner, &m);
         AIT_BODY(body, "{s:s}", "userId", m.user_id);
         json_decref(ait_ok("RemoveMember", body, owner.token));
 
@@ -530,8 +522,7 @@ static void test_rolled_back_write_publishes_nothing(void **state)
         long mark;
 
         (void)state;
-        ait_signup("it-ten-rollback", "Rollback Tenant", &owner);
-        ait_new_member(&owner, "it-ten-rollback-m", "member", &m);
+        ait_tenant_of_two("it-ten-rollback", "Rollback Tenant", "member", &owner, &m);
         /*
          * Fault injection: the audit insert, the last statement of RemoveMember
          * before its users.admin_summary, fails. The membership delete, the

@@ -288,8 +288,7 @@ static void test_role_change_reaches_both_replicas(void **state)
         char body[512];
         ait_user owner, m;
         const char *member = m.token;
-        ait_signup("cache", "cache", &owner);
-        ait_new_member(&owner, "cache-member", "member", &m);
+        ait_tenant_of_two("cache", "cache", "member", &owner, &m);
         assert_cached_on_both(ledger_write, member, 200); /* a member may write */
 
         AIT_BODY(body, "{s:s, s:s}", "userId", m.user_id, "role", "viewer");

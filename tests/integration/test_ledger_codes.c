@@ -23,20 +23,32 @@ static bool g_seen_ar[N_AR];
 
 /* ---- helpers -------------------------------------------------------------------- */
 
-static void expect_transfers(lt_transfer_pb *x, size_t n, const int *expected)
+/* Each result as expected (named by name()); every result is marked in seen. */
+static void check_results(const char *what, const uint64_t *ids, const int *got,
+                          const int *expected, size_t n, const char *(*name)(int), bool *seen)
 {
-        int got[16];
-
-        assert_true(n <= 16);
-        lt_create_transfers(&g_t, x, n, got);
         for (size_t i = 0; i < n; i++) {
                 if (got[i] != expected[i]) {
-                        fail_msg("transfer %zu (id %llu): expected %s, got %s", i,
-                                 (unsigned long long)x[i].id, lt_tr_name(expected[i]),
-                                 lt_tr_name(got[i]));
+                        fail_msg("%s %zu (id %llu): expected %s, got %s", what, i,
+                                 (unsigned long long)ids[i], name(expected[i]), name(got[i]));
                 }
-                g_seen_tr[got[i]] = true;
+                seen[got[i]] = true;
         }
+}
+
+#define EXPECT_MAX 16
+
+static void expect_transfers(lt_transfer_pb *x, size_t n, const int *expected)
+{
+        int got[EXPECT_MAX];
+        uint64_t ids[EXPECT_MAX];
+
+        assert_true(n <= EXPECT_MAX);
+        for (size_t i = 0; i < n; i++) {
+                ids[i] = x[i].id;
+        }
+        lt_create_transfers(&g_t, x, n, got);
+        check_results("transfer", ids, got, expected, n, lt_tr_name, g_seen_tr);
 }
 
 static void expect_transfer(lt_transfer_pb *x, int expected)
@@ -46,18 +58,15 @@ static void expect_transfer(lt_transfer_pb *x, int expected)
 
 static void expect_accounts(lt_account_pb *a, size_t n, const int *expected)
 {
-        int got[16];
+        int got[EXPECT_MAX];
+        uint64_t ids[EXPECT_MAX];
 
-        assert_true(n <= 16);
-        lt_create_accounts(&g_t, a, n, got);
+        assert_true(n <= EXPECT_MAX);
         for (size_t i = 0; i < n; i++) {
-                if (got[i] != expected[i]) {
-                        fail_msg("account %zu (id %llu): expected %s, got %s", i,
-                                 (unsigned long long)a[i].id, lt_ar_name(expected[i]),
-                                 lt_ar_name(got[i]));
-                }
-                g_seen_ar[got[i]] = true;
+                ids[i] = a[i].id;
         }
+        lt_create_accounts(&g_t, a, n, got);
+        check_results("account", ids, got, expected, n, lt_ar_name, g_seen_ar);
 }
 
 static void expect_account(lt_account_pb *a, int expected)

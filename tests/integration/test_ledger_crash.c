@@ -111,45 +111,39 @@ static void call_until_answered(call_job *j)
         fail_msg("%s: %s after %d ms", j->method, ks_code_name(j->code), START_WAIT);
 }
 
-static size_t pack_accounts(uint8_t **out)
+/*
+ * The CreateAccounts of accounts 1..ACCOUNTS (r < 0), or round r's
+ * CreateTransfers batch: new ids, code r + 1, between the tenant's
+ * accounts, amounts 1 to 100. Packed into *out (the caller frees it).
+ */
+static size_t pack_batch(int r, uint8_t **out)
 {
-        static lt_account_pb a[ACCOUNTS];
-        static lt_account_pb *ptrs[ACCOUNTS];
-        Keelson__Ledger__V1__CreateAccountsRequest req =
+        static lt_account_pb a[ACCOUNTS], *a_ptrs[ACCOUNTS];
+        static lt_transfer_pb t[BATCH], *t_ptrs[BATCH];
+        Keelson__Ledger__V1__CreateAccountsRequest accounts =
             KEELSON__LEDGER__V1__CREATE_ACCOUNTS_REQUEST__INIT;
-        size_t len;
-
-        for (int i = 0; i < ACCOUNTS; i++) {
-                lt_account_init(&a[i], (u128)i + 1, 1, 1, 0);
-                ptrs[i] = &a[i];
-        }
-        req.n_accounts = ACCOUNTS;
-        req.accounts = ptrs;
-        *out = it_pack(&req.base, &len);
-        return len;
-}
-
-/* Round r's batch: new ids, code r + 1, between the tenant's accounts, amounts 1 to 100. */
-static size_t pack_transfers(int r, uint8_t **out)
-{
-        static lt_transfer_pb t[BATCH];
-        static lt_transfer_pb *ptrs[BATCH];
-        Keelson__Ledger__V1__CreateTransfersRequest req =
+        Keelson__Ledger__V1__CreateTransfersRequest transfers =
             KEELSON__LEDGER__V1__CREATE_TRANSFERS_REQUEST__INIT;
         size_t len;
 
-        for (int i = 0; i < BATCH; i++) {
+        for (int i = 0; r < 0 && i < ACCOUNTS; i++) {
+                lt_account_init(&a[i], (u128)i + 1, 1, 1, 0);
+                a_ptrs[i] = &a[i];
+        }
+        for (int i = 0; r >= 0 && i < BATCH; i++) {
                 u128 dr = 1 + (u128)(rand() % ACCOUNTS), cr = 1 + (u128)(rand() % ACCOUNTS);
                 if (cr == dr) {
                         cr = 1 + dr % ACCOUNTS;
                 }
                 lt_transfer_init(&t[i], lt_u128((uint64_t)r + 1, (uint64_t)i + 1), dr, cr,
                                  1 + (u128)(rand() % 100), 1, (uint32_t)r + 1, 0);
-                ptrs[i] = &t[i];
+                t_ptrs[i] = &t[i];
         }
-        req.n_transfers = BATCH;
-        req.transfers = ptrs;
-        *out = it_pack(&req.base, &len);
+        accounts.n_accounts = ACCOUNTS;
+        accounts.accounts = a_ptrs;
+        transfers.n_transfers = BATCH;
+        transfers.transfers = t_ptrs;
+        *out = it_pack(r < 0 ? &accounts.base : &transfers.base, &len);
         return len;
 }
 
@@ -225,7 +219,7 @@ static void test_killed_mid_batch(void **state)
         start_ledger();
         accounts = (call_job){
             .client = client, .method = RPC_PATH "CreateAccounts", .timeout_ms = CALL_MS};
-        accounts.len = pack_accounts(&accounts.body);
+        accounts.len = pack_batch(-1, &accounts.body);
         call_until_answered(&accounts);
 
         int whole = 0, absent = 0;
@@ -233,7 +227,7 @@ static void test_killed_mid_batch(void **state)
                 batch = (call_job){.client = client,
                                    .method = RPC_PATH "CreateTransfers",
                                    .timeout_ms = KILLED_MS};
-                batch.len = pack_transfers(r, &batch.body);
+                batch.len = pack_batch(r, &batch.body);
                 pthread_t th;
                 assert_int_equal(pthread_create(&th, NULL, run_call, &batch), 0);
                 /* Inside the batch's transaction, after its first write. */

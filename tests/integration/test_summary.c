@@ -247,12 +247,9 @@ static const figures fresh_tenant = {.active = 1, .owner = 1};
 static long tenant_with_member(const char *prefix, const char *name, ait_user *owner, ait_user *m,
                                figures *want)
 {
-        char member_prefix[64];
         long gen;
 
-        snprintf(member_prefix, sizeof(member_prefix), "%s-m", prefix);
-        ait_signup(prefix, name, owner);
-        ait_new_member(owner, member_prefix, "member", m);
+        ait_tenant_of_two(prefix, name, "member", owner, m);
         *want = fresh_tenant;
         want->active = 2;
         want->member = 1;
@@ -531,8 +528,7 @@ static void test_assignable_roles_follow_the_callers_role(void **state)
         ait_user owner, admin, member, viewer;
 
         (void)state;
-        ait_signup("it-sum-roles", "Summary Roles", &owner);
-        ait_new_member(&owner, "it-sum-roles-a", "admin", &admin);
+        ait_tenant_of_two("it-sum-roles", "Summary Roles", "admin", &owner, &admin);
         ait_new_member(&owner, "it-sum-roles-m", "member", &member);
         ait_new_member(&owner, "it-sum-roles-v", "viewer", &viewer);
         settle(owner.tenant_id);
