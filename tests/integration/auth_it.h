@@ -1,12 +1,12 @@
 /*
- * Helpers shared by the auth integration tests (test_auth_tenants.c,
- * test_auth_invitations.c, test_auth_reset_lockout.c, test_auth_api_keys.c,
- * test_auth_isolation.c): calls through the gateway in JSON, accounts and
- * tenants made through the API, and the outbox read back (the events a
- * write published, the tokens a mail would carry).
+ * What the auth integration tests share: AuthService calls through the
+ * stack's gateway in JSON, accounts, tenants, invitations and API keys
+ * made through the API, and what the writes left in the database (outbox
+ * events, audit rows, the tokens a mail would carry).
  *
- * Header-only (static inline) because each test is one program built from
- * its own file and it_support.c. Include after <cmocka.h>.
+ * Part of the keelson_it_support library (auth_it.c). Every function here
+ * fails the test when a call or a query does not go through; call them
+ * from the test's own thread. Include after <cmocka.h>.
  */
 #ifndef AUTH_IT_H
 #define AUTH_IT_H
@@ -16,11 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "it_support.h"
-#include "keelson/auth/v1/events.pb-c.h"
-#include "ks_crypto.h"
 
 #define AIT_PATH      "/keelson.auth.v1.AuthService/"
 #define AIT_PASSWORD  "correct horse battery staple"
@@ -28,7 +25,11 @@
 #define AIT_TOKEN_MAX 512
 #define AIT_ID_MAX    64
 
-static it_stack ait_stack;
+/* How long a revocation may take to reach every gateway's context cache. */
+#define AIT_REVOKE_WAIT_MS 10000
+
+/* The stack every ait_ function talks to; ait_setup loads it. */
+extern it_stack ait_stack;
 
 /* A session: what Login, AcceptInvitation and SwitchTenant hand out. */
 typedef struct ait_user {
@@ -38,127 +39,10 @@ typedef struct ait_user {
         char token[AIT_TOKEN_MAX];
 } ait_user;
 
-static inline int ait_setup(void **state)
-{
-        (void)state;
-        return it_stack_load(&ait_stack);
-}
+/* A group setup: loads ait_stack. Returns 0, or -1 (the group fails). */
+int ait_setup(void **state);
 
-/* POSTs JSON to an AuthService method; token and request_id may be NULL. */
-static inline void ait_call_rid(const char *method, const char *json, const char *token,
-                                const char *request_id, it_http_response *out)
-{
-        char path[128], auth[AIT_TOKEN_MAX + 32], rid[160];
-        const char *headers[3] = {NULL, NULL, NULL};
-        int n = 0;
-
-        snprintf(path, sizeof(path), AIT_PATH "%s", method);
-        if (token != NULL) {
-                snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
-                headers[n++] = auth;
-        }
-        if (request_id != NULL) {
-                snprintf(rid, sizeof(rid), "X-Request-Id: %s", request_id);
-                headers[n++] = rid;
-        }
-        assert_int_equal(it_http_post(ait_stack.gateway_url, path, "application/json", json,
-                                      strlen(json), headers, out),
-                         0);
-}
-
-static inline void ait_call(const char *method, const char *json, const char *token,
-                            it_http_response *out)
-{
-        ait_call_rid(method, json, token, NULL, out);
-}
-
-/* The reply as JSON (an object); the caller json_decref()s it. */
-static inline json_t *ait_json(const it_http_response *r)
-{
-        json_error_t err;
-        json_t *j = json_loadb(r->body, r->body_len, 0, &err);
-
-        if (j == NULL || !json_is_object(j)) {
-                fail_msg("reply is not a JSON object (%s): %.300s", err.text, r->body);
-        }
-        return j;
-}
-
-static inline const char *ait_str(json_t *obj, const char *key)
-{
-        json_t *v = json_object_get(obj, key);
-
-        if (!json_is_string(v)) {
-                fail_msg("reply lacks the string \"%s\"", key);
-        }
-        return json_string_value(v);
-}
-
-/* A string field, or "" when absent (proto3 JSON omits defaults). */
-static inline const char *ait_str_or(json_t *obj, const char *key)
-{
-        json_t *v = json_object_get(obj, key);
-
-        return json_is_string(v) ? json_string_value(v) : "";
-}
-
-/* Calls and expects 200; returns the reply as JSON. */
-static inline json_t *ait_ok(const char *method, const char *json, const char *token)
-{
-        it_http_response r;
-        json_t *j;
-
-        ait_call(method, json, token, &r);
-        if (r.status != 200) {
-                fail_msg("%s: expected HTTP 200, got %ld: %.300s", method, r.status, r.body);
-        }
-        j = ait_json(&r);
-        it_http_response_free(&r);
-        return j;
-}
-
-/* Calls and expects a Connect error with this code. */
-static inline void ait_fails(const char *method, const char *json, const char *token,
-                             const char *code)
-{
-        it_http_response r;
-        json_t *j;
-
-        ait_call(method, json, token, &r);
-        j = ait_json(&r);
-        if (r.status == 200 || strcmp(ait_str_or(j, "code"), code) != 0) {
-                fail_msg("%s: expected %s, got HTTP %ld: %.300s", method, code, r.status, r.body);
-        }
-        json_decref(j);
-        it_http_response_free(&r);
-}
-
-/*
- * Waits until token no longer authenticates (WhoAmI answers unauthenticated).
- * A revocation reaches a gateway's context cache through the
- * auth.context_revoked event, after the commit: a moment later, not at once.
- */
-#define AIT_REVOKE_WAIT_MS 10000
-static inline void ait_wait_unauthenticated(const char *token)
-{
-        struct timespec pause = {0, 50 * 1000 * 1000};
-        it_http_response r;
-        long status = 0;
-
-        for (int waited_ms = 0; waited_ms <= AIT_REVOKE_WAIT_MS; waited_ms += 50) {
-                ait_call("WhoAmI", "{}", token, &r);
-                status = r.status;
-                it_http_response_free(&r);
-                if (status == 401) {
-                        return;
-                }
-                nanosleep(&pause, NULL);
-        }
-        fail_msg("token still authenticates %d ms after its revocation (HTTP %ld)",
-                 AIT_REVOKE_WAIT_MS, status);
-}
-
-/* Builds a JSON body from a json_pack format. */
+/* Builds a JSON body from a json_pack format into the array buf. */
 #define AIT_BODY(buf, ...)                                                                         \
         do {                                                                                       \
                 json_t *b_ = json_pack(__VA_ARGS__);                                               \
@@ -169,253 +53,165 @@ static inline void ait_wait_unauthenticated(const char *token)
                 json_decref(b_);                                                                   \
         } while (0)
 
-/* Signs up (tenant "tenant_name") and logs in. */
-static inline void ait_signup(const char *prefix, const char *tenant_name, ait_user *u)
-{
-        char body[1024];
-        json_t *j;
+/* ---- calls ---------------------------------------------------------------- */
 
-        memset(u, 0, sizeof(*u));
-        it_unique_email(prefix, u->email, sizeof(u->email));
-        AIT_BODY(body, "{s:s, s:s, s:s, s:s}", "email", u->email, "password", AIT_PASSWORD,
-                 "tenantName", tenant_name, "displayName", prefix);
-        j = ait_ok("SignUp", body, NULL);
-        snprintf(u->user_id, sizeof(u->user_id), "%s", ait_str(j, "userId"));
-        snprintf(u->tenant_id, sizeof(u->tenant_id), "%s", ait_str(j, "tenantId"));
-        json_decref(j);
-        AIT_BODY(body, "{s:s, s:s}", "email", u->email, "password", AIT_PASSWORD);
-        j = ait_ok("Login", body, NULL);
-        snprintf(u->token, sizeof(u->token), "%s", ait_str(j, "sessionToken"));
-        json_decref(j);
-}
+/* POSTs body to an AuthService method; content_type, token and request_id may be NULL. */
+void ait_post(const char *method, const char *content_type, const void *body, size_t len,
+              const char *token, const char *request_id, it_http_response *out);
 
-/* Logs u in again (a second session) into token. */
-static inline void ait_login(const ait_user *u, const char *tenant_id, char token[AIT_TOKEN_MAX])
-{
-        char body[1024];
-        json_t *j;
+/* POSTs JSON to an AuthService method; token and request_id may be NULL. */
+void ait_call_rid(const char *method, const char *json, const char *token, const char *request_id,
+                  it_http_response *out);
+void ait_call(const char *method, const char *json, const char *token, it_http_response *out);
 
-        if (tenant_id != NULL) {
-                AIT_BODY(body, "{s:s, s:s, s:s}", "email", u->email, "password", AIT_PASSWORD,
-                         "tenantId", tenant_id);
-        } else {
-                AIT_BODY(body, "{s:s, s:s}", "email", u->email, "password", AIT_PASSWORD);
-        }
-        j = ait_ok("Login", body, NULL);
-        snprintf(token, AIT_TOKEN_MAX, "%s", ait_str(j, "sessionToken"));
-        json_decref(j);
-}
+/* The status of a call, its reply dropped. */
+long ait_status(const char *method, const char *json, const char *token);
+
+/* The reply as JSON (an object); the caller json_decref()s it. */
+json_t *ait_json(const it_http_response *r);
+
+/* A string field; fails the test when absent. */
+const char *ait_str(json_t *obj, const char *key);
+
+/* A string field, or "" when absent (proto3 JSON omits defaults). */
+const char *ait_str_or(json_t *obj, const char *key);
+
+/* Calls and expects 200; returns the reply as JSON. */
+json_t *ait_ok(const char *method, const char *json, const char *token);
+
+/* Calls and expects a Connect error with this code. */
+void ait_fails(const char *method, const char *json, const char *token, const char *code);
+
+/* The same, and this message. */
+void ait_fails_with(const char *method, const char *json, const char *token, const char *code,
+                    const char *message);
+
+/* Two replies are the same to the byte: status, length and body. */
+void ait_assert_same_reply(const it_http_response *a, const it_http_response *b);
+
+/*
+ * Calls until the call answers HTTP want, for at most AIT_REVOKE_WAIT_MS
+ * (what a revocation takes to reach the gateways' caches: a moment after
+ * the commit, not at once).
+ */
+void ait_wait_status(const char *method, const char *json, const char *token, long want);
+
+/* Waits until token no longer authenticates (WhoAmI answers 401). */
+void ait_wait_unauthenticated(const char *token);
+
+/* ---- accounts ------------------------------------------------------------- */
+
+/* Signs up (tenant "tenant_name", display name prefix) and logs in. */
+void ait_signup(const char *prefix, const char *tenant_name, ait_user *u);
+
+/* A Login of email with password, whatever it answers. */
+void ait_login_with(const char *email, const char *password, it_http_response *out);
+
+/* The status of that Login. */
+long ait_login_status(const char *email, const char *password);
+
+/* Logs u in again (a second session) into token; tenant_id may be NULL. */
+void ait_login(const ait_user *u, const char *tenant_id, char token[AIT_TOKEN_MAX]);
+
+/* Invites email into owner's tenant with role; returns the mailed token. */
+void ait_invite(const ait_user *owner, const char *email, const char *role,
+                char token[AIT_TOKEN_MAX]);
+
+/* AcceptInvitation with the token and the account's password; the reply as JSON. */
+json_t *ait_accept(const char *invitation_token, const char *password);
+
+/* A new account that joins owner's tenant with role through an invitation. */
+void ait_new_member(const ait_user *owner, const char *prefix, const char *role, ait_user *m);
+
+/* A new tenant (ait_signup) with a second account of role in it (ait_new_member). */
+void ait_tenant_of_two(const char *prefix, const char *tenant_name, const char *role,
+                       ait_user *owner, ait_user *m);
+
+/*
+ * CreateApiKey as token's caller; the key (AIT_TOKEN_MAX bytes) and its id
+ * (AIT_ID_MAX bytes, may be NULL).
+ */
+void ait_create_key(const char *token, const char *name, const char *role, char *key, char *id);
+
+/* ---- a replica of the test's own ------------------------------------------ */
+
+/* An auth replica that only the test reaches: behind a broker of its own. */
+typedef struct ait_replica {
+        ks_broker *broker;   /* in this process */
+        char base[64];       /* its base URL */
+        char env_broker[96]; /* "KEELSON_BROKER_URL=<base>", for a gateway in front */
+        it_service replica;  /* keelson-auth on the stack's database */
+} ait_replica;
+
+/*
+ * Starts the broker on free ports (seeding rand()) and keelson-auth behind
+ * it with its outbox relay off (its events would reach nobody there), plus
+ * env ("NAME=value" entries, NULL-terminated, at most 4). Returns 0, or -1
+ * with whatever it started stopped.
+ */
+int ait_replica_start(ait_replica *r, const char *const *env);
+
+/* Stops the replica and the broker; accepts one never started. */
+void ait_replica_stop(ait_replica *r);
 
 /* ---- the database ------------------------------------------------------- */
 
-static inline PGconn *ait_pg(void)
-{
-        PGconn *pg = it_pg_connect(&ait_stack);
-
-        assert_non_null(pg);
-        return pg;
-}
-
-/* Runs a statement as the superuser; fails the test on error. The caller PQclear()s. */
-static inline PGresult *ait_sql(PGconn *pg, const char *sql, int n, const char *const *params)
-{
-        PGresult *res = PQexecParams(pg, sql, n, NULL, params, NULL, NULL, 0);
-        ExecStatusType st = PQresultStatus(res);
-
-        if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
-                fail_msg("SQL failed: %s (%s)", PQresultErrorMessage(res), sql);
-        }
-        return res;
-}
+/* A superuser connection to the stack's database; the caller PQfinish()es it. */
+PGconn *ait_pg(void);
 
 /* The single value of a one-row, one-column query, as a long. */
-static inline long ait_sql_long(const char *sql, int n, const char *const *params)
-{
-        PGconn *pg = ait_pg();
-        PGresult *res = ait_sql(pg, sql, n, params);
-        long v;
+long ait_sql_long(const char *sql, int n, const char *const *params);
 
-        assert_int_equal(PQntuples(res), 1);
-        v = strtol(PQgetvalue(res, 0, 0), NULL, 10);
-        PQclear(res);
-        PQfinish(pg);
-        return v;
-}
+/* Runs one statement as the superuser. */
+void ait_exec(const char *sql, int n, const char *const *params);
 
 /* The highest outbox id now: events after it belong to what the test does next. */
-static inline long ait_outbox_mark(void)
-{
-        return ait_sql_long("SELECT coalesce(max(id), 0) FROM auth.outbox", 0, NULL);
-}
+long ait_outbox_mark(void);
 
 /* Outbox rows after mark with this topic and tenant ("" or NULL: any tenant). */
-static inline long ait_events(long mark, const char *topic, const char *tenant_id)
-{
-        char m[24];
-        const char *params[3] = {m, topic, tenant_id ? tenant_id : ""};
+long ait_events(long mark, const char *topic, const char *tenant_id);
 
-        snprintf(m, sizeof(m), "%ld", mark);
-        return ait_sql_long("SELECT count(*) FROM auth.outbox WHERE id > $1::int8 AND topic = $2"
-                            " AND ($3 = '' OR tenant_id = NULLIF($3, '')::uuid)",
-                            3, params);
-}
+/* Outbox rows after mark, of every topic and tenant. */
+long ait_published_after(long mark);
 
 /* Payloads of outbox rows after mark with this topic, in id order. The caller PQclear()s. */
-static inline PGresult *ait_event_rows(PGconn *pg, long mark, const char *topic)
-{
-        char m[24];
-        const char *params[2] = {m, topic};
+PGresult *ait_event_rows(PGconn *pg, long mark, const char *topic);
 
-        snprintf(m, sizeof(m), "%ld", mark);
-        return ait_sql(pg,
-                       "SELECT payload, coalesce(tenant_id::text, '') FROM auth.outbox"
-                       " WHERE id > $1::int8 AND topic = $2 ORDER BY id",
-                       2, params);
-}
+/* The bytea of column 0 of a row, unescaped; the caller PQfreemem()s it. */
+uint8_t *ait_unescape(const PGresult *res, int row, size_t *len);
 
-static inline uint8_t *ait_unescape(const PGresult *res, int row, size_t *len)
-{
-        uint8_t *b = PQunescapeBytea((const unsigned char *)PQgetvalue(res, row, 0), len);
+/* Memberships of user_id in tenant_id with role ("": any role): 0 or 1. */
+long ait_memberships(const char *tenant_id, const char *user_id, const char *role);
 
-        assert_non_null(b);
-        return b;
-}
+/* The highest audit id now. */
+long ait_audit_mark(void);
+
+/* Audit rows after mark of tenant_id with action ("": any action). */
+long ait_audit_rows(long mark, const char *tenant_id, const char *action);
+
+/*
+ * Calls fn for every outbox row after mark with this topic, in id order,
+ * its payload unpacked with d (fails the test when it does not unpack) and
+ * its tenant ("" for none). Returns the sum of what fn returned.
+ */
+typedef int (*ait_event_fn)(const ProtobufCMessage *m, const char *tenant_id, void *arg);
+int ait_each_event(long mark, const char *topic, const ProtobufCMessageDescriptor *d,
+                   ait_event_fn fn, void *arg);
 
 /*
  * The token of the newest auth.email after mark sent to "to" with this kind
  * ("invitation" | "password_reset"), as a mail sender would read it. Returns
  * how many such mails there were.
  */
-static inline int ait_mail_token(long mark, const char *to, const char *kind,
-                                 char token[AIT_TOKEN_MAX])
-{
-        PGconn *pg = ait_pg();
-        PGresult *res = ait_event_rows(pg, mark, "auth.email");
-        int found = 0;
-
-        token[0] = '\0';
-        for (int i = 0; i < PQntuples(res); i++) {
-                size_t len = 0;
-                uint8_t *b = ait_unescape(res, i, &len);
-                Keelson__Auth__V1__EmailRequested *m =
-                    keelson__auth__v1__email_requested__unpack(NULL, len, b);
-
-                assert_non_null(m);
-                if (strcmp(m->to, to) == 0 && strcmp(m->kind, kind) == 0) {
-                        snprintf(token, AIT_TOKEN_MAX, "%s", m->token);
-                        found++;
-                }
-                keelson__auth__v1__email_requested__free_unpacked(m, NULL);
-                PQfreemem(b);
-        }
-        PQclear(res);
-        PQfinish(pg);
-        return found;
-}
+int ait_mail_token(long mark, const char *to, const char *kind, char token[AIT_TOKEN_MAX]);
 
 /*
- * Whether an auth.context_revoked after mark carries SHA-256(token); *reason
- * gets its reason (when found).
+ * How many auth.context_revoked after mark carry SHA-256(token); reason
+ * (64 bytes, may be NULL) gets the reason of one.
  */
-static inline int ait_revoked_has(long mark, const char *token, char reason[64])
-{
-        uint8_t want[KS_SHA256_BYTES];
-        PGconn *pg = ait_pg();
-        PGresult *res = ait_event_rows(pg, mark, "auth.context_revoked");
-        int found = 0;
-
-        ks_sha256(token, strlen(token), want);
-        for (int i = 0; i < PQntuples(res); i++) {
-                size_t len = 0;
-                uint8_t *b = ait_unescape(res, i, &len);
-                Keelson__Auth__V1__ContextRevoked *m =
-                    keelson__auth__v1__context_revoked__unpack(NULL, len, b);
-
-                assert_non_null(m);
-                for (size_t k = 0; k < m->n_token_sha256; k++) {
-                        if (m->token_sha256[k].len == KS_SHA256_BYTES &&
-                            memcmp(m->token_sha256[k].data, want, KS_SHA256_BYTES) == 0) {
-                                found++;
-                                if (reason != NULL) {
-                                        snprintf(reason, 64, "%s", m->reason);
-                                }
-                        }
-                }
-                keelson__auth__v1__context_revoked__free_unpacked(m, NULL);
-                PQfreemem(b);
-        }
-        PQclear(res);
-        PQfinish(pg);
-        return found;
-}
+int ait_revoked_has(long mark, const char *token, char *reason);
 
 /* The reason of the only users.admin_summary after mark for tenant_id (fails otherwise). */
-static inline void ait_assert_one_summary(long mark, const char *tenant_id, const char *reason)
-{
-        PGconn *pg = ait_pg();
-        PGresult *res = ait_event_rows(pg, mark, "users.admin_summary");
-        int n = 0;
-
-        for (int i = 0; i < PQntuples(res); i++) {
-                size_t len = 0;
-                uint8_t *b;
-                Keelson__Auth__V1__AdminSummaryChanged *m;
-
-                if (strcmp(PQgetvalue(res, i, 1), tenant_id) != 0) {
-                        continue;
-                }
-                b = ait_unescape(res, i, &len);
-                m = keelson__auth__v1__admin_summary_changed__unpack(NULL, len, b);
-                assert_non_null(m);
-                assert_string_equal(m->tenant_id, tenant_id);
-                assert_string_equal(m->reason, reason);
-                keelson__auth__v1__admin_summary_changed__free_unpacked(m, NULL);
-                PQfreemem(b);
-                n++;
-        }
-        PQclear(res);
-        PQfinish(pg);
-        if (n != 1) {
-                fail_msg("expected one users.admin_summary (%s) for %s, found %d", reason,
-                         tenant_id, n);
-        }
-}
-
-/* ---- invitations, shared by several tests -------------------------------- */
-
-/* Invites email into owner's tenant with role; returns the mailed token. */
-static inline void ait_invite(const ait_user *owner, const char *email, const char *role,
-                              char token[AIT_TOKEN_MAX])
-{
-        char body[1024];
-        long mark = ait_outbox_mark();
-        json_t *j;
-
-        AIT_BODY(body, "{s:[s], s:s}", "emails", email, "role", role);
-        j = ait_ok("Invite", body, owner->token);
-        json_decref(j);
-        assert_int_equal(ait_mail_token(mark, email, "invitation", token), 1);
-}
-
-/* A new account that joins owner's tenant with role through an invitation. */
-static inline void ait_new_member(const ait_user *owner, const char *prefix, const char *role,
-                                  ait_user *m)
-{
-        char body[1024], token[AIT_TOKEN_MAX];
-        json_t *j;
-
-        memset(m, 0, sizeof(*m));
-        it_unique_email(prefix, m->email, sizeof(m->email));
-        ait_invite(owner, m->email, role, token);
-        AIT_BODY(body, "{s:s, s:s, s:s}", "token", token, "password", AIT_PASSWORD, "displayName",
-                 prefix);
-        j = ait_ok("AcceptInvitation", body, NULL);
-        snprintf(m->user_id, sizeof(m->user_id), "%s", ait_str(j, "userId"));
-        snprintf(m->tenant_id, sizeof(m->tenant_id), "%s", ait_str(j, "tenantId"));
-        snprintf(m->token, sizeof(m->token), "%s", ait_str(j, "sessionToken"));
-        assert_string_equal(ait_str(j, "role"), role);
-        assert_string_equal(m->tenant_id, owner->tenant_id);
-        json_decref(j);
-}
+void ait_assert_one_summary(long mark, const char *tenant_id, const char *reason);
 
 #endif

@@ -4,6 +4,13 @@
  * connection. Every transfer is bounded: 30 s in total, 10 s to connect,
  * IT_BODY_MAX bytes of response body.
  */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
 #include "it_support.h"
 
 #include <curl/curl.h>
@@ -19,6 +26,9 @@
 #include <jansson.h>
 #include <signal.h>
 #include <sys/wait.h>
+
+#include "ks_code.h"
+#include "ks_topology.h"
 
 #define IT_ENV_LINE_MAX      1024
 #define IT_BODY_MAX          (16u * 1024u * 1024u)
@@ -39,28 +49,27 @@ static int copy_str(char *dst, size_t dst_len, const char *src)
         return 0;
 }
 
-static int parse_port(const char *s, int *out)
+/* An integer in [lo, hi] ended by NUL or ',' (a list's next entry). */
+static int parse_ranged(const char *s, int *out, long lo, long hi)
 {
         char *end = NULL;
         long v = strtol(s, &end, 10);
 
-        if (end == s || (*end != '\0' && *end != ',') || v < 1 || v > 65535) {
+        if (end == s || (*end != '\0' && *end != ',') || v < lo || v > hi) {
                 return -1;
         }
         *out = (int)v;
         return 0;
 }
 
+static int parse_port(const char *s, int *out)
+{
+        return parse_ranged(s, out, 1, 65535);
+}
+
 static int parse_pid(const char *s, int *out)
 {
-        char *end = NULL;
-        long v = strtol(s, &end, 10);
-
-        if (end == s || (*end != '\0' && *end != ',') || v < 2 || v > 4194304) {
-                return -1;
-        }
-        *out = (int)v;
-        return 0;
+        return parse_ranged(s, out, 2, 4194304);
 }
 
 /* "1,2,3" into out[]; returns the count, or -1 when malformed or too many. */
@@ -104,47 +113,57 @@ static int parse_url_list(it_stack *s, const char *val)
         return n > 0 ? 0 : -1;
 }
 
+/* The string settings of the env file: where each goes in an it_stack. */
+static const struct {
+        const char *key;
+        size_t offset, size;
+} env_strings[] = {
+#define IT_ENV_STR(key, field)                                                                     \
+        {                                                                                          \
+                key, offsetof(it_stack, field), sizeof(((it_stack *)0)->field)                     \
+        }
+    IT_ENV_STR("KEELSON_IT_PG_DSN", pg_dsn),
+    IT_ENV_STR("KEELSON_IT_REDIS_URL", redis_url),
+    IT_ENV_STR("KEELSON_IT_BROKER_URL", broker_url),
+    IT_ENV_STR("KEELSON_IT_GATEWAY_URL", gateway_url),
+    IT_ENV_STR("KEELSON_IT_BIN", bin_dir),
+    IT_ENV_STR("KEELSON_IT_STACK_SH", stack_sh),
+    IT_ENV_STR("KEELSON_IT_SERVICE_PG_DSN", service_pg_dsn),
+#undef IT_ENV_STR
+};
+
+/* A list of one number per auth replica: every such list agrees on their count. */
+static int auth_list(it_stack *s, const char *val, int *out)
+{
+        int n = parse_list(val, out, IT_REPLICAS_MAX, out == s->auth_pids ? parse_pid : parse_port);
+
+        if (n < 1 || (s->n_auth != 0 && s->n_auth != n)) {
+                return -1;
+        }
+        s->n_auth = n;
+        return 0;
+}
+
 static int apply_env_line(it_stack *s, const char *key, const char *val)
 {
-        int n;
-
-        if (strcmp(key, "KEELSON_IT_PG_DSN") == 0) {
-                return copy_str(s->pg_dsn, sizeof(s->pg_dsn), val);
-        } else if (strcmp(key, "KEELSON_IT_REDIS_URL") == 0) {
-                return copy_str(s->redis_url, sizeof(s->redis_url), val);
-        } else if (strcmp(key, "KEELSON_IT_BROKER_URL") == 0) {
-                return copy_str(s->broker_url, sizeof(s->broker_url), val);
-        } else if (strcmp(key, "KEELSON_IT_GATEWAY_URL") == 0) {
-                return copy_str(s->gateway_url, sizeof(s->gateway_url), val);
-        } else if (strcmp(key, "KEELSON_IT_BROKER_HEALTH_PORT") == 0) {
+        for (size_t i = 0; i < sizeof(env_strings) / sizeof(env_strings[0]); i++) {
+                if (strcmp(key, env_strings[i].key) == 0) {
+                        return copy_str((char *)s + env_strings[i].offset, env_strings[i].size,
+                                        val);
+                }
+        }
+        if (strcmp(key, "KEELSON_IT_BROKER_HEALTH_PORT") == 0) {
                 return parse_port(val, &s->broker_health_port);
         } else if (strcmp(key, "KEELSON_IT_GATEWAY_PID") == 0) {
                 return parse_pid(val, &s->gateway_pid);
         } else if (strcmp(key, "KEELSON_IT_AUTH_HEALTH_PORTS") == 0) {
-                n = parse_list(val, s->auth_health_ports, IT_REPLICAS_MAX, parse_port);
-                if (n < 1 || (s->n_auth != 0 && s->n_auth != n)) {
-                        return -1;
-                }
-                s->n_auth = n;
-                return 0;
+                return auth_list(s, val, s->auth_health_ports);
+        } else if (strcmp(key, "KEELSON_IT_AUTH_PIDS") == 0) {
+                return auth_list(s, val, s->auth_pids);
         } else if (strcmp(key, "KEELSON_IT_GATEWAY_URLS") == 0) {
                 return parse_url_list(s, val);
         } else if (strcmp(key, "KEELSON_IT_GATEWAY_PIDS") == 0) {
-                n = parse_list(val, s->gateway_pids, IT_REPLICAS_MAX, parse_pid);
-                return n < 1 ? -1 : 0;
-        } else if (strcmp(key, "KEELSON_IT_BIN") == 0) {
-                return copy_str(s->bin_dir, sizeof(s->bin_dir), val);
-        } else if (strcmp(key, "KEELSON_IT_STACK_SH") == 0) {
-                return copy_str(s->stack_sh, sizeof(s->stack_sh), val);
-        } else if (strcmp(key, "KEELSON_IT_SERVICE_PG_DSN") == 0) {
-                return copy_str(s->service_pg_dsn, sizeof(s->service_pg_dsn), val);
-        } else if (strcmp(key, "KEELSON_IT_AUTH_PIDS") == 0) {
-                n = parse_list(val, s->auth_pids, IT_REPLICAS_MAX, parse_pid);
-                if (n < 1 || (s->n_auth != 0 && s->n_auth != n)) {
-                        return -1;
-                }
-                s->n_auth = n;
-                return 0;
+                return parse_list(val, s->gateway_pids, IT_REPLICAS_MAX, parse_pid) < 1 ? -1 : 0;
         }
         return 0; /* a line for someone else */
 }
@@ -258,7 +277,7 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *arg)
 }
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static __thread int tl_accept_gzip; /* set by it_http_post_gzip around one transfer */
+static __thread int tl_accept_gzip; /* set by it_connect around one transfer */
 
 static void curl_init_once(void)
 {
@@ -447,7 +466,7 @@ void it_unique_email(const char *prefix, char *out, size_t out_len)
 #define IT_GATEWAY_START_MS 15000
 #define IT_GATEWAY_STOP_MS  10000
 
-static void it_sleep_ms(long ms)
+void it_sleep_ms(long ms)
 {
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
 
@@ -592,24 +611,47 @@ static int wait_ready(const it_gateway *g)
         return -1;
 }
 
-int it_gateway_start(const it_stack *s, const char *const *env, int wait_ready_too, it_gateway *out)
+static void exec_service(const it_stack *s, const char *binary, const char *prefix,
+                         const char *const *env, const char *log_path);
+
+/*
+ * Forks bin_dir/binary, a gateway (prefix NULL) or a service, logging to
+ * <stack>/logs/it-<binary>-<pid>-<n>.log (log_path, IT_LOG_PATH_MAX bytes).
+ * Returns 0 with *pid set, or -1 with *pid 0.
+ */
+#define IT_LOG_PATH_MAX 600
+_Static_assert(sizeof(((it_gateway *)0)->log_path) == IT_LOG_PATH_MAX &&
+                   sizeof(((it_service *)0)->log_path) == IT_LOG_PATH_MAX,
+               "spawn writes whole log paths");
+static int spawn(const it_stack *s, const char *binary, const char *prefix, const char *const *env,
+                 int *pid, char *log_path)
 {
         static int counter;
 
+        snprintf(log_path, IT_LOG_PATH_MAX, "%s/logs/it-%s-%d-%d.log", s->dir, binary,
+                 (int)getpid(), ++counter);
+        *pid = fork();
+        if (*pid < 0) {
+                *pid = 0;
+                return -1;
+        }
+        if (*pid == 0 && prefix == NULL) {
+                exec_gateway(s, env, log_path);
+        } else if (*pid == 0) {
+                exec_service(s, binary, prefix, env, log_path);
+        }
+        return 0;
+}
+
+int it_gateway_start(const it_stack *s, const char *const *env, int wait_ready_too, it_gateway *out)
+{
         memset(out, 0, sizeof(out[0]));
         if (s->bin_dir[0] == '\0') {
                 fprintf(stderr, "it_support: the stack's env names no build folder\n");
                 return -1;
         }
-        snprintf(out->log_path, sizeof(out->log_path), "%s/logs/it-gateway-%d-%d.log", s->dir,
-                 (int)getpid(), ++counter);
-        out->pid = fork();
-        if (out->pid < 0) {
-                out->pid = 0;
+        if (spawn(s, "keelson-gateway", NULL, env, &out->pid, out->log_path) != 0) {
                 return -1;
-        }
-        if (out->pid == 0) {
-                exec_gateway(s, env, out->log_path);
         }
         if (wait_listening(out) != 0 || (wait_ready_too && wait_ready(out) != 0)) {
                 it_gateway_stop(out);
@@ -636,18 +678,6 @@ void it_gateway_stop(it_gateway *g)
         kill(g->pid, SIGKILL);
         waitpid(g->pid, &status, 0);
         g->pid = 0;
-}
-
-int it_http_post_gzip(const char *base_url, const char *path, const char *content_type,
-                      const void *body, size_t body_len, const char *const *headers,
-                      it_http_response *out)
-{
-        int rc;
-
-        tl_accept_gzip = 1;
-        rc = it_http_post(base_url, path, content_type, body, body_len, headers, out);
-        tl_accept_gzip = 0;
-        return rc;
 }
 
 int it_metric(const char *base_url, const char *series, double *out)
@@ -692,27 +722,85 @@ void it_random_ip(char *out, size_t out_len)
 }
 
 #define IT_AUTH_PATH       "/keelson.auth.v1.AuthService/"
-#define IT_HEADERS_MAX_N   8
+#define IT_HEADERS_EXTRA   6
 #define IT_PASSWORD        "correct horse battery staple"
 #define IT_TOKEN_BYTES_MAX 512
 #define IT_ID_BYTES_MAX    64
 
+int it_connect(const char *base_url, const char *path, const void *body, size_t body_len,
+               const it_request *req, it_http_response *out)
+{
+        static const it_request none = {0};
+        char auth[IT_TOKEN_BYTES_MAX + 32], rid[192];
+        const char *all[IT_HEADERS_EXTRA + 3] = {NULL};
+        int n = 0, rc;
+
+        req = req != NULL ? req : &none;
+        if (req->token != NULL) {
+                snprintf(auth, sizeof(auth), "Authorization: Bearer %s", req->token);
+                all[n++] = auth;
+        }
+        if (req->request_id != NULL) {
+                snprintf(rid, sizeof(rid), "X-Request-Id: %s", req->request_id);
+                all[n++] = rid;
+        }
+        for (size_t i = 0; req->headers != NULL && req->headers[i] != NULL; i++) {
+                if (i == IT_HEADERS_EXTRA) {
+                        fprintf(stderr, "it_support: more than %d extra headers\n",
+                                IT_HEADERS_EXTRA);
+                        return -1;
+                }
+                all[n++] = req->headers[i];
+        }
+        tl_accept_gzip = req->gzip;
+        rc = it_http_post(base_url, path,
+                          req->content_type != NULL ? req->content_type : "application/json", body,
+                          body_len, all, out);
+        tl_accept_gzip = 0;
+        return rc;
+}
+
+void it_post_json(const char *base_url, const char *path, const char *json, const char *token,
+                  it_http_response *out)
+{
+        it_request req = {.token = token};
+
+        if (it_connect(base_url, path, json, strlen(json), &req, out) != 0) {
+                fail_msg("%s%s: no HTTP reply", base_url, path);
+        }
+}
+
+long it_post_json_status(const char *base_url, const char *path, const char *json,
+                         const char *token)
+{
+        it_http_response r;
+        long status;
+
+        it_post_json(base_url, path, json, token, &r);
+        status = r.status;
+        it_http_response_free(&r);
+        return status;
+}
+
+uint8_t *it_pack(const ProtobufCMessage *m, size_t *len)
+{
+        uint8_t *packed;
+
+        *len = protobuf_c_message_get_packed_size(m);
+        packed = malloc(*len > 0 ? *len : 1);
+        assert_non_null(packed);
+        assert_int_equal(protobuf_c_message_pack(m, packed), *len);
+        return packed;
+}
+
 int it_auth_call(const char *base_url, const char *method, const char *json, const char *token,
                  const char *const *headers, it_http_response *out)
 {
-        char path[160], auth[IT_TOKEN_BYTES_MAX + 32];
-        const char *all[IT_HEADERS_MAX_N] = {NULL};
-        int n = 0;
+        it_request req = {.token = token, .headers = headers};
+        char path[160];
 
         snprintf(path, sizeof(path), IT_AUTH_PATH "%s", method);
-        if (token != NULL) {
-                snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
-                all[n++] = auth;
-        }
-        for (size_t i = 0; headers != NULL && headers[i] != NULL && n < IT_HEADERS_MAX_N - 1; i++) {
-                all[n++] = headers[i];
-        }
-        return it_http_post(base_url, path, "application/json", json, strlen(json), all, out);
+        return it_connect(base_url, path, json, strlen(json), &req, out);
 }
 
 /* Copies the string field key of a JSON reply into out (out_len bytes). */
@@ -829,23 +917,14 @@ static int service_wait_ready(it_service *p)
 int it_service_start(const it_stack *s, const char *binary, const char *prefix,
                      const char *const *env, it_service *out)
 {
-        static int counter;
-
         memset(out, 0, sizeof(out[0]));
         if (s->bin_dir[0] == '\0' || s->service_pg_dsn[0] == '\0') {
                 fprintf(stderr,
                         "it_support: the stack's env names no build folder or service DSN\n");
                 return -1;
         }
-        snprintf(out->log_path, sizeof(out->log_path), "%s/logs/it-%s-%d-%d.log", s->dir, binary,
-                 (int)getpid(), ++counter);
-        out->pid = fork();
-        if (out->pid < 0) {
-                out->pid = 0;
+        if (spawn(s, binary, prefix, env, &out->pid, out->log_path) != 0) {
                 return -1;
-        }
-        if (out->pid == 0) {
-                exec_service(s, binary, prefix, env, out->log_path);
         }
         if (service_wait_ready(out) != 0) {
                 it_service_stop(out);
@@ -863,13 +942,27 @@ void it_service_stop(it_service *p)
         p->pid = 0;
 }
 
+/*
+ * A broker's base port, as deploy/local/stack.sh --free-ports picks them:
+ * below Linux's ephemeral range, base .. base + 41 below 32000.
+ */
+#define IT_PORT_LOW    15000
+#define IT_PORT_SPAN   16900
+#define IT_PORT_TRIES  20
+#define IT_CONNECT_MAX 500 /* 10 ms waits for an RPC client's dial */
+
+static void random_base(char *base, size_t base_len)
+{
+        snprintf(base, base_len, "tcp://127.0.0.1:%d", IT_PORT_LOW + rand() % IT_PORT_SPAN);
+}
+
 int it_broker_start(const it_stack *s, char *base, size_t base_len)
 {
         char bin[600], env_broker[128];
 
         snprintf(bin, sizeof(bin), "%s/keelson-broker", s->bin_dir);
         for (int attempt = 0; attempt < 10; attempt++) {
-                snprintf(base, base_len, "tcp://127.0.0.1:%d", 15000 + rand() % 16900);
+                random_base(base, base_len);
                 snprintf(env_broker, sizeof(env_broker), "KEELSON_BROKER_URL=%s", base);
                 pid_t pid = fork();
                 if (pid < 0) {
@@ -910,4 +1003,204 @@ int it_stack_env(const char *key, char *out, size_t out_len)
         }
         fclose(f);
         return out[0] != '\0' ? 0 : -1;
+}
+
+int it_stack_ports(const char *key, int *ports, int max)
+{
+        char list[1024];
+        int n;
+
+        if (it_stack_env(key, list, sizeof(list)) != 0) {
+                return -1;
+        }
+        n = parse_list(list, ports, max, parse_port);
+        return n;
+}
+
+int it_broker_in_process(ks_broker **out, char *base, size_t base_len)
+{
+        *out = NULL;
+        for (int i = 0; i < IT_PORT_TRIES; i++) {
+                random_base(base, base_len);
+                if (ks_broker_start(out, base) == KS_OK) {
+                        return 0;
+                }
+                *out = NULL;
+        }
+        fprintf(stderr, "it_support: no free ports for a broker\n");
+        return -1;
+}
+
+int it_rpc_client(ks_rpc_client **out, const char *base, int service, int timeout_ms,
+                  int wait_connected)
+{
+        char front[KS_URL_MAX];
+        const char *urls[1] = {front};
+        ks_rpc_client_options o = {urls, 1, 16, timeout_ms};
+
+        *out = NULL;
+        if (ks_broker_url(front, sizeof(front), base, service, KS_SIDE_FRONT) != 0 ||
+            ks_rpc_client_new(out, &o) != KS_OK) {
+                *out = NULL;
+                return -1;
+        }
+        /* The dial completes in the background; calls fail fast until then. */
+        for (int i = 0; wait_connected && i < IT_CONNECT_MAX && !ks_rpc_client_connected(*out);
+             i++) {
+                it_sleep_ms(10);
+        }
+        if (wait_connected && !ks_rpc_client_connected(*out)) {
+                fprintf(stderr, "it_support: no connection to %s\n", front);
+                ks_rpc_client_free(*out);
+                *out = NULL;
+                return -1;
+        }
+        return 0;
+}
+
+void it_pid_stop(int *pid, int sig)
+{
+        if (*pid > 0) {
+                kill(*pid, sig);
+                waitpid(*pid, NULL, 0);
+                *pid = 0;
+        }
+}
+
+/* ---- PostgreSQL ---------------------------------------------------------- */
+
+PGresult *it_sql(PGconn *pg, const char *sql, int n, const char *const *params)
+{
+        PGresult *res = PQexecParams(pg, sql, n, NULL, params, NULL, NULL, 0);
+        ExecStatusType st = PQresultStatus(res);
+
+        if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+                fail_msg("SQL failed: %s (%s)", PQresultErrorMessage(res), sql);
+        }
+        return res;
+}
+
+long it_sql_long(PGconn *pg, const char *sql, int n, const char *const *params)
+{
+        PGresult *res = it_sql(pg, sql, n, params);
+        long v;
+
+        if (PQntuples(res) != 1 || PQnfields(res) != 1) {
+                fail_msg("%s: %d rows of %d columns, not one value", sql, PQntuples(res),
+                         PQnfields(res));
+        }
+        v = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+        PQclear(res);
+        return v;
+}
+
+void it_sql_run(const it_stack *s, const char *sql, int n, const char *const *params)
+{
+        PGconn *pg = it_pg_connect(s);
+
+        assert_non_null(pg);
+        PQclear(it_sql(pg, sql, n, params));
+        PQfinish(pg);
+}
+
+/* ---- metrics ------------------------------------------------------------- */
+
+double it_metric_of(const char *base_url, const char *series)
+{
+        double v = 0;
+
+        if (it_metric(base_url, series, &v) != 0) {
+                fail_msg("%s has no series %s", base_url, series);
+        }
+        return v;
+}
+
+double it_metric_at(int port, const char *series)
+{
+        char url[64];
+
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+        return it_metric_of(url, series);
+}
+
+double it_metric_sum_at(int port, const char *name, const char *needle)
+{
+        char url[64];
+        size_t name_len = strlen(name);
+        char *line, *eol, *v;
+        it_http_response r;
+        double sum = 0;
+
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+        if (it_http_get(url, "/metrics", &r) != 0 || r.status != 200) {
+                fail_msg("%s/metrics answered nothing", url);
+        }
+        for (line = r.body; line != NULL && *line != '\0'; line = eol != NULL ? eol + 1 : NULL) {
+                if ((eol = strchr(line, '\n')) != NULL) {
+                        *eol = '\0'; /* the body is ours: one line at a time */
+                }
+                if (strncmp(line, name, name_len) != 0 ||
+                    (line[name_len] != '{' && line[name_len] != ' ') ||
+                    (needle != NULL && strstr(line, needle) == NULL)) {
+                        continue;
+                }
+                /* The value is the last field of the line. */
+                v = strrchr(line, ' ');
+                sum += v != NULL ? strtod(v + 1, NULL) : 0;
+        }
+        it_http_response_free(&r);
+        return sum;
+}
+
+/* ---- log files ----------------------------------------------------------- */
+
+#define IT_FILE_BYTES_MAX (64L * 1024 * 1024)
+
+char *it_read_file(const char *path)
+{
+        FILE *f = fopen(path, "r");
+        char *s = NULL;
+        long n;
+
+        if (f == NULL) {
+                return NULL;
+        }
+        if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || n > IT_FILE_BYTES_MAX ||
+            fseek(f, 0, SEEK_SET) != 0 || (s = malloc((size_t)n + 1)) == NULL) {
+                fclose(f);
+                fail_msg("%s: cannot read it whole", path);
+                return NULL;
+        }
+        n = (long)fread(s, 1, (size_t)n, f);
+        s[n] = '\0';
+        fclose(f);
+        return s;
+}
+
+int it_file_lines_with(const char *path, const char *const *needles, int n)
+{
+        char *all = it_read_file(path), *line, *eol;
+        int found = 0;
+
+        for (line = all; line != NULL && *line != '\0'; line = eol != NULL ? eol + 1 : NULL) {
+                int every = 1;
+                if ((eol = strchr(line, '\n')) != NULL) {
+                        *eol = '\0';
+                }
+                for (int k = 0; k < n && every; k++) {
+                        every = strstr(line, needles[k]) != NULL;
+                }
+                found += every;
+        }
+        free(all);
+        return found;
+}
+
+int it_file_contains(const char *path, const char *needle)
+{
+        char *all = it_read_file(path);
+        int found = all != NULL && strstr(all, needle) != NULL;
+
+        free(all);
+        return found;
 }

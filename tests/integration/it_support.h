@@ -1,14 +1,26 @@
 /*
  * it_support: what every integration test needs to talk to the stack the
  * CTest fixture started (deploy/local/stack.sh start --free-ports): the
- * addresses it wrote to $KEELSON_IT_STACK/env, an HTTP client (libcurl) and
- * a PostgreSQL connection for asserting stored rows.
+ * addresses it wrote to $KEELSON_IT_STACK/env, an HTTP client (libcurl),
+ * Connect calls through a gateway, PostgreSQL for asserting stored rows,
+ * /metrics and log files, and processes of a test's own (a broker, a
+ * gateway, a service replica).
+ *
+ * Part of the keelson_it_support library that every integration test links
+ * (tests/CMakeLists.txt), with auth_it.h and ledger_it.h. Functions that
+ * "fail the test" use cmocka's assertions: call them from the test's own
+ * thread only; the others return a status and may be called from any.
  */
 #ifndef IT_SUPPORT_H
 #define IT_SUPPORT_H
 
 #include <libpq-fe.h>
+#include <protobuf-c/protobuf-c.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "ks_broker.h"
+#include "ks_rpc.h"
 
 #define IT_REPLICAS_MAX 8
 
@@ -62,6 +74,49 @@ PGconn *it_pg_connect(const it_stack *s);
 /* A unique email for this test run: "<prefix>-<random>@example.test". */
 void it_unique_email(const char *prefix, char *out, size_t out_len);
 
+/* Sleeps ms milliseconds (a poll's pause, never a timing under test). */
+void it_sleep_ms(long ms);
+
+/* ---- Connect calls ------------------------------------------------------- */
+
+/* What a Connect call sends beside its body; every field may be NULL. */
+typedef struct it_request {
+        const char *content_type;   /* NULL: application/json */
+        const char *token;          /* sent as Authorization: Bearer */
+        const char *request_id;     /* sent as X-Request-Id */
+        const char *const *headers; /* more "Name: value" lines, NULL-terminated, at most 6 */
+        int gzip;                   /* ask for gzip (libcurl decodes the body) */
+} it_request;
+
+/*
+ * POSTs body (body_len bytes) to base_url + path with req's headers (req
+ * may be NULL). Returns what it_http_post returns.
+ */
+int it_connect(const char *base_url, const char *path, const void *body, size_t body_len,
+               const it_request *req, it_http_response *out);
+
+/* it_connect of a JSON string with a bearer token (may be NULL); fails the test without a reply. */
+void it_post_json(const char *base_url, const char *path, const char *json, const char *token,
+                  it_http_response *out);
+
+/* The same, for the status only. */
+long it_post_json_status(const char *base_url, const char *path, const char *json,
+                         const char *token);
+
+/* A protobuf-c message packed into a malloc'd buffer (the caller frees it); fails the test. */
+uint8_t *it_pack(const ProtobufCMessage *m, size_t *len);
+
+/* ---- PostgreSQL (each fails the test on an error) ------------------------- */
+
+/* Runs a statement; the caller PQclear()s the result. */
+PGresult *it_sql(PGconn *pg, const char *sql, int n, const char *const *params);
+
+/* The single value of a one-row, one-column query, as a long. */
+long it_sql_long(PGconn *pg, const char *sql, int n, const char *const *params);
+
+/* Runs one statement on a connection of its own to the stack's database. */
+void it_sql_run(const it_stack *s, const char *sql, int n, const char *const *params);
+
 /* ---- gateway tests ------------------------------------------------------- */
 
 /*
@@ -89,16 +144,25 @@ int it_gateway_start(const it_stack *s, const char *const *env, int wait_ready, 
 /* SIGTERM, then SIGKILL after 10 s; waits for it. Accepts a never-started one. */
 void it_gateway_stop(it_gateway *g);
 
-/* it_http_post, asking for gzip (libcurl decodes the body; the headers stay as sent). */
-int it_http_post_gzip(const char *base_url, const char *path, const char *content_type,
-                      const void *body, size_t body_len, const char *const *headers,
-                      it_http_response *out);
-
 /*
  * The value of one series of base_url's /metrics, named exactly as it is
  * rendered ("name" or "name{label=\"v\",...}"). Returns 0, or -1 when absent.
  */
 int it_metric(const char *base_url, const char *series, double *out);
+
+/*
+ * The value of one series of the /metrics of base_url (it_metric), or of
+ * 127.0.0.1:port; fails the test when the series is absent.
+ */
+double it_metric_of(const char *base_url, const char *series);
+double it_metric_at(int port, const char *series);
+
+/*
+ * The sum of every series of the metric name (any labels) on 127.0.0.1:port
+ * whose line also holds needle (NULL: every series); fails the test
+ * without an answer.
+ */
+double it_metric_sum_at(int port, const char *name, const char *needle);
 
 /* A random address in 198.18.0.0/15 (benchmarking range), for X-Forwarded-For. */
 void it_random_ip(char *out, size_t out_len);
@@ -155,5 +219,42 @@ int it_broker_start(const it_stack *s, char *base, size_t base_len);
 
 /* A value of the stack's env file that it_stack does not carry: 0, or -1 when absent. */
 int it_stack_env(const char *key, char *out, size_t out_len);
+
+/*
+ * A comma-separated list of ports of the stack's env file (the health ports
+ * of a service's replicas: "KEELSON_IT_LEDGER_HEALTH_PORTS"): how many,
+ * at most max, or -1 when absent.
+ */
+int it_stack_ports(const char *key, int *ports, int max);
+
+/*
+ * A broker of the test's own in this process, on a random base port below
+ * the ephemeral range, another when a port of its span is taken. Returns 0
+ * with its base URL in base, or -1. The caller seeds rand() and stops it.
+ */
+int it_broker_in_process(ks_broker **out, char *base, size_t base_len);
+
+/*
+ * An RPC client of one service (KS_SVC_AUTH, ...) behind the broker at
+ * base, with timeout_ms for calls without a deadline. When wait_connected,
+ * waits (at most 5 s) for its dial to complete. Returns 0, or -1.
+ */
+int it_rpc_client(ks_rpc_client **out, const char *base, int service, int timeout_ms,
+                  int wait_connected);
+
+/* Sends sig to *pid (when > 0), reaps it and sets *pid to 0. */
+void it_pid_stop(int *pid, int sig);
+
+/* ---- log files ----------------------------------------------------------- */
+
+/* The whole file at path, NUL-terminated, malloc'd; NULL when absent (fails the test when
+ * unreadable). */
+char *it_read_file(const char *path);
+
+/* Whether the file at path (absent: no) holds needle. */
+int it_file_contains(const char *path, const char *needle);
+
+/* How many lines of the file at path (absent: none) hold every one of the n needles. */
+int it_file_lines_with(const char *path, const char *const *needles, int n);
 
 #endif

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "auth_it.h"
+#include "ks_crypto.h"
 #include "keelson/auth/v1/auth.pb-c.h"
 #include "ks_rpc.h"
 #include "ks_topology.h"
@@ -28,39 +29,18 @@ typedef struct api_key {
 
 static void create_key(const ait_user *caller, const char *name, const char *role, api_key *k)
 {
-        char body[512];
-        json_t *j;
-
-        AIT_BODY(body, "{s:s, s:s}", "name", name, "role", role);
-        j = ait_ok("CreateApiKey", body, caller->token);
-        snprintf(k->id, sizeof(k->id), "%s", ait_str(json_object_get(j, "apiKey"), "id"));
-        snprintf(k->key, sizeof(k->key), "%s", ait_str(j, "key"));
-        json_decref(j);
+        ait_create_key(caller->token, name, role, k->key, k->id);
 }
 
 /* A key authenticates as long as ListMembers (members.read, every role) answers 200. */
 static long list_members_status(const char *key)
 {
-        it_http_response r;
-        long status;
-
-        ait_call("ListMembers", "{}", key, &r);
-        status = r.status;
-        it_http_response_free(&r);
-        return status;
+        return ait_status("ListMembers", "{}", key);
 }
 
 static void wait_key_refused(const char *key)
 {
-        struct timespec pause = {0, 50 * 1000 * 1000};
-
-        for (int waited_ms = 0; waited_ms <= AIT_REVOKE_WAIT_MS; waited_ms += 50) {
-                if (list_members_status(key) == 401) {
-                        return;
-                }
-                nanosleep(&pause, NULL);
-        }
-        fail_msg("the key still authenticates after its revocation");
+        ait_wait_status("ListMembers", "{}", key, 401);
 }
 
 static void test_create_use_list(void **state)
@@ -131,8 +111,7 @@ static void test_roles_bound_keys(void **state)
         json_t *j;
 
         (void)state;
-        ait_signup("it-key-roles", "Key Roles", &owner);
-        ait_new_member(&owner, "it-key-roles-a", "admin", &admin);
+        ait_tenant_of_two("it-key-roles", "Key Roles", "admin", &owner, &admin);
         create_key(&owner, "viewer key", "viewer", &viewer_key);
         create_key(&admin, "admin key", "admin", &admin_key);
 
@@ -209,12 +188,9 @@ static void test_expired_and_unknown_keys(void **state)
         ait_signup("it-key-exp", "Key Expiry", &owner);
         create_key(&owner, "expiring", "viewer", &k);
         params[0] = k.id;
-        PGconn *pg = ait_pg();
-        PQclear(ait_sql(pg,
-                        "UPDATE auth.api_keys SET created_at = now() - interval '2 days',"
-                        " expires_at = now() - interval '1 day' WHERE id = $1::uuid",
-                        1, params));
-        PQfinish(pg);
+        ait_exec("UPDATE auth.api_keys SET created_at = now() - interval '2 days',"
+                 " expires_at = now() - interval '1 day' WHERE id = $1::uuid",
+                 1, params);
         wait_key_refused(k.key);
         assert_int_equal(list_members_status("ks_live_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
                          401);
@@ -273,9 +249,6 @@ static Keelson__Auth__V1__ResolveContextResponse *resolve(ks_rpc_client *c, cons
 
 static void test_resolve_context_both_bearers(void **state)
 {
-        char url[KS_URL_MAX];
-        const char *urls[1] = {url};
-        ks_rpc_client_options o = {urls, 1, 16, 5000};
         Keelson__Auth__V1__ResolveContextResponse *r;
         ks_rpc_client *c = NULL;
         ait_user owner;
@@ -284,15 +257,8 @@ static void test_resolve_context_both_bearers(void **state)
         (void)state;
         ait_signup("it-key-resolve", "Key Resolve", &owner);
         create_key(&owner, "resolver", "member", &k);
-        assert_int_equal(
-            ks_broker_url(url, sizeof(url), ait_stack.broker_url, KS_SVC_AUTH, KS_SIDE_FRONT), 0);
-        assert_int_equal(ks_rpc_client_new(&c, &o), KS_OK);
-        /* The dial completes in the background: wait for it (calls fail fast until then). */
-        for (int i = 0; i < 500 && ks_rpc_client_connected(c) == 0; i++) {
-                struct timespec pause = {0, 10 * 1000 * 1000};
-                nanosleep(&pause, NULL);
-        }
-        assert_true(ks_rpc_client_connected(c) > 0);
+        /* Connected before the first call (calls fail fast until the dial completes). */
+        assert_int_equal(it_rpc_client(&c, ait_stack.broker_url, KS_SVC_AUTH, 5000, 1), 0);
 
         r = resolve(c, owner.token);
         assert_true(r->authenticated);

@@ -14,72 +14,16 @@
 #include <time.h>
 
 #include <cmocka.h>
-#include <jansson.h>
 
-#include "it_support.h"
+#include "auth_it.h"
 #include "keelson/auth/v1/auth.pb-c.h"
 #include "ks_rpc.h" /* ks_now_ms */
 
-#define AUTH_PATH  "/keelson.auth.v1.AuthService/"
-#define PASSWORD   "correct horse battery staple"
-#define EMAIL_MAX  128
-#define TOKEN_MAX  512
 #define BODY_LIMIT (1024 * 1024) /* the gateway's documented body limit */
 
-static it_stack g_stack;
-static char g_email[EMAIL_MAX]; /* a user every "normal call" logs in as */
+static char g_email[AIT_EMAIL_MAX]; /* a user every "normal call" logs in as */
 
 /* ---- helpers ------------------------------------------------------------ */
-
-/* POSTs to an AuthService method; token and request_id may be NULL. */
-static void call(const char *method, const char *content_type, const void *body, size_t len,
-                 const char *token, const char *request_id, it_http_response *out)
-{
-        char path[128], auth[TOKEN_MAX + 32], rid[128];
-        const char *headers[3] = {NULL, NULL, NULL};
-        int n = 0;
-
-        snprintf(path, sizeof(path), AUTH_PATH "%s", method);
-        if (token != NULL) {
-                snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
-                headers[n++] = auth;
-        }
-        if (request_id != NULL) {
-                snprintf(rid, sizeof(rid), "X-Request-Id: %s", request_id);
-                headers[n++] = rid;
-        }
-        assert_int_equal(
-            it_http_post(g_stack.gateway_url, path, content_type, body, len, headers, out), 0);
-}
-
-static void call_json(const char *method, const char *json, const char *token,
-                      it_http_response *out)
-{
-        call(method, "application/json", json, strlen(json), token, NULL, out);
-}
-
-/* Parses a JSON reply body; the caller json_decref()s it. */
-static json_t *body_json(const it_http_response *r)
-{
-        json_error_t err;
-        json_t *j = json_loadb(r->body, r->body_len, 0, &err);
-
-        if (j == NULL) {
-                fail_msg("reply is not JSON (%s): %.200s", err.text, r->body);
-        }
-        assert_true(json_is_object(j));
-        return j;
-}
-
-static const char *json_str(json_t *obj, const char *key)
-{
-        json_t *v = json_object_get(obj, key);
-
-        if (!json_is_string(v)) {
-                fail_msg("reply lacks the string \"%s\"", key);
-        }
-        return json_string_value(v);
-}
 
 /*
  * A Connect error as a client sees it: the HTTP status, a JSON body with a
@@ -94,13 +38,13 @@ static void assert_connect_error(const it_http_response *r, long status, const c
                 fail_msg("expected HTTP %ld, got %ld: %.300s", status, r->status, r->body);
         }
         assert_non_null(strstr(r->content_type, "application/json"));
-        j = body_json(r);
+        j = ait_json(r);
         if (code != NULL) {
-                assert_string_equal(json_str(j, "code"), code);
+                assert_string_equal(ait_str(j, "code"), code);
         } else {
-                assert_true(json_str(j, "code")[0] != '\0');
+                assert_true(ait_str(j, "code")[0] != '\0');
         }
-        (void)json_str(j, "message");
+        assert_non_null(ait_str(j, "message")); /* fails the test when absent */
         json_decref(j);
 }
 
@@ -114,48 +58,34 @@ static void assert_ok_json(const it_http_response *r)
 
 static void signup_json(const char *email, const char *password, it_http_response *out)
 {
-        json_t *req = json_pack("{s:s, s:s, s:s, s:s}", "email", email, "password", password,
-                                "tenantName", "Analytical Engines", "displayName", "Ada");
-        char *body = json_dumps(req, JSON_COMPACT);
+        char body[1024];
 
-        assert_non_null(body);
-        call_json("SignUp", body, NULL, out);
-        free(body);
-        json_decref(req);
+        AIT_BODY(body, "{s:s, s:s, s:s, s:s}", "email", email, "password", password, "tenantName",
+                 "Analytical Engines", "displayName", "Ada");
+        ait_call("SignUp", body, NULL, out);
 }
 
 static void signup_ok(const char *email)
 {
         it_http_response r;
 
-        signup_json(email, PASSWORD, &r);
+        signup_json(email, AIT_PASSWORD, &r);
         assert_ok_json(&r);
         it_http_response_free(&r);
 }
 
-static void login_json(const char *email, const char *password, it_http_response *out)
-{
-        json_t *req = json_pack("{s:s, s:s}", "email", email, "password", password);
-        char *body = json_dumps(req, JSON_COMPACT);
-
-        assert_non_null(body);
-        call_json("Login", body, NULL, out);
-        free(body);
-        json_decref(req);
-}
-
 /* Logs in and copies the session token into token. */
-static void login_ok(const char *email, char token[TOKEN_MAX])
+static void login_ok(const char *email, char token[AIT_TOKEN_MAX])
 {
         it_http_response r;
         json_t *j;
 
-        login_json(email, PASSWORD, &r);
+        ait_login_with(email, AIT_PASSWORD, &r);
         assert_ok_json(&r);
-        j = body_json(&r);
-        assert_true(strlen(json_str(j, "sessionToken")) > 0);
-        assert_true(strlen(json_str(j, "sessionToken")) < TOKEN_MAX);
-        snprintf(token, TOKEN_MAX, "%s", json_str(j, "sessionToken"));
+        j = ait_json(&r);
+        assert_true(strlen(ait_str(j, "sessionToken")) > 0);
+        assert_true(strlen(ait_str(j, "sessionToken")) < AIT_TOKEN_MAX);
+        snprintf(token, AIT_TOKEN_MAX, "%s", ait_str(j, "sessionToken"));
         json_decref(j);
         it_http_response_free(&r);
 }
@@ -163,7 +93,7 @@ static void login_ok(const char *email, char token[TOKEN_MAX])
 /* The call every error-path test makes afterwards: a plain, valid Login. */
 static void assert_normal_call_ok(void)
 {
-        char token[TOKEN_MAX];
+        char token[AIT_TOKEN_MAX];
 
         login_ok(g_email, token);
 }
@@ -172,15 +102,14 @@ static void assert_whoami_unauthenticated(const char *token)
 {
         it_http_response r;
 
-        call_json("WhoAmI", "{}", token, &r);
+        ait_call("WhoAmI", "{}", token, &r);
         assert_connect_error(&r, 401, "unauthenticated");
         it_http_response_free(&r);
 }
 
 static int group_setup(void **state)
 {
-        (void)state;
-        if (it_stack_load(&g_stack) != 0) {
+        if (ait_setup(state) != 0) {
                 return -1;
         }
         it_unique_email("it-normal", g_email, sizeof(g_email));
@@ -192,17 +121,18 @@ static int group_setup(void **state)
 
 static void test_flow_json(void **state)
 {
-        char email[EMAIL_MAX], shouted[EMAIL_MAX + 8], token[TOKEN_MAX], user_id[64], tenant_id[64];
+        char email[AIT_EMAIL_MAX], shouted[AIT_EMAIL_MAX + 8], token[AIT_TOKEN_MAX], user_id[64],
+            tenant_id[64];
         it_http_response r;
         json_t *j;
 
         (void)state;
         it_unique_email("it-flow-json", email, sizeof(email));
-        signup_json(email, PASSWORD, &r);
+        signup_json(email, AIT_PASSWORD, &r);
         assert_ok_json(&r);
-        j = body_json(&r);
-        snprintf(user_id, sizeof(user_id), "%s", json_str(j, "userId"));
-        snprintf(tenant_id, sizeof(tenant_id), "%s", json_str(j, "tenantId"));
+        j = ait_json(&r);
+        snprintf(user_id, sizeof(user_id), "%s", ait_str(j, "userId"));
+        snprintf(tenant_id, sizeof(tenant_id), "%s", ait_str(j, "tenantId"));
         assert_true(user_id[0] != '\0' && tenant_id[0] != '\0');
         json_decref(j);
         it_http_response_free(&r);
@@ -212,53 +142,42 @@ static void test_flow_json(void **state)
         for (char *p = shouted; *p != '\0'; p++) {
                 *p = (*p >= 'a' && *p <= 'z') ? (char)(*p - 'a' + 'A') : *p;
         }
-        login_json(shouted, PASSWORD, &r);
+        ait_login_with(shouted, AIT_PASSWORD, &r);
         assert_ok_json(&r);
-        j = body_json(&r);
-        snprintf(token, sizeof(token), "%s", json_str(j, "sessionToken"));
+        j = ait_json(&r);
+        snprintf(token, sizeof(token), "%s", ait_str(j, "sessionToken"));
         assert_true(token[0] != '\0');
-        assert_string_equal(json_str(j, "userId"), user_id);
-        assert_string_equal(json_str(j, "tenantId"), tenant_id);
-        assert_string_equal(json_str(j, "role"), "owner");
+        assert_string_equal(ait_str(j, "userId"), user_id);
+        assert_string_equal(ait_str(j, "tenantId"), tenant_id);
+        assert_string_equal(ait_str(j, "role"), "owner");
         json_decref(j);
         it_http_response_free(&r);
 
-        call_json("WhoAmI", "{}", token, &r);
+        ait_call("WhoAmI", "{}", token, &r);
         assert_ok_json(&r);
-        j = body_json(&r);
-        assert_string_equal(json_str(j, "userId"), user_id);
-        assert_string_equal(json_str(j, "email"), email);
-        assert_string_equal(json_str(j, "displayName"), "Ada");
-        assert_string_equal(json_str(j, "tenantId"), tenant_id);
-        assert_string_equal(json_str(j, "tenantName"), "Analytical Engines");
-        assert_string_equal(json_str(j, "role"), "owner");
+        j = ait_json(&r);
+        assert_string_equal(ait_str(j, "userId"), user_id);
+        assert_string_equal(ait_str(j, "email"), email);
+        assert_string_equal(ait_str(j, "displayName"), "Ada");
+        assert_string_equal(ait_str(j, "tenantId"), tenant_id);
+        assert_string_equal(ait_str(j, "tenantName"), "Analytical Engines");
+        assert_string_equal(ait_str(j, "role"), "owner");
         json_decref(j);
         it_http_response_free(&r);
 
-        call_json("Logout", "{}", token, &r);
+        ait_call("Logout", "{}", token, &r);
         assert_ok_json(&r);
         it_http_response_free(&r);
 
         assert_whoami_unauthenticated(token);
 }
 
-/* One number from the stack's database (a count, a max id). */
+/* One number from the stack's database (a count, a max id); param may be NULL. */
 static long sql_long(const char *sql, const char *param)
 {
         const char *params[1] = {param};
-        PGconn *pg = it_pg_connect(&g_stack);
-        PGresult *res;
-        long v;
 
-        assert_non_null(pg);
-        res = PQexecParams(pg, sql, param != NULL ? 1 : 0, NULL, params, NULL, NULL, 0);
-        if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-                fail_msg("query failed: %s (%s)", PQresultErrorMessage(res), sql);
-        }
-        v = strtol(PQgetvalue(res, 0, 0), NULL, 10);
-        PQclear(res);
-        PQfinish(pg);
-        return v;
+        return ait_sql_long(sql, param != NULL ? 1 : 0, params);
 }
 
 /*
@@ -269,7 +188,7 @@ static long sql_long(const char *sql, const char *param)
  */
 static void test_logout_twice_is_ok(void **state)
 {
-        char email[EMAIL_MAX], token[TOKEN_MAX], other[TOKEN_MAX], mark_s[24];
+        char email[AIT_EMAIL_MAX], token[AIT_TOKEN_MAX], other[AIT_TOKEN_MAX], mark_s[24];
         it_http_response r;
         long mark;
 
@@ -279,16 +198,16 @@ static void test_logout_twice_is_ok(void **state)
         login_ok(email, token);
         login_ok(email, other);
 
-        call_json("Logout", "{}", token, &r);
+        ait_call("Logout", "{}", token, &r);
         assert_ok_json(&r);
         assert_string_equal(r.body, "{}");
         it_http_response_free(&r);
-        call_json("Logout", "{}", token, &r);
+        ait_call("Logout", "{}", token, &r);
         assert_ok_json(&r);
         assert_string_equal(r.body, "{}");
         it_http_response_free(&r);
         mark = sql_long("SELECT coalesce(max(id), 0) FROM auth.outbox", NULL);
-        call_json("Logout", "{}", token, &r);
+        ait_call("Logout", "{}", token, &r);
         assert_ok_json(&r);
         assert_string_equal(r.body, "{}");
         it_http_response_free(&r);
@@ -301,17 +220,17 @@ static void test_logout_twice_is_ok(void **state)
                          0);
 
         /* A token auth never issued: nothing to log out, nothing changed. */
-        call_json("Logout", "{}", "bm90LWEtcmVhbC10b2tlbi1hdC1hbGwtMDEyMzQ1Njc4OQ", &r);
+        ait_call("Logout", "{}", "bm90LWEtcmVhbC10b2tlbi1hdC1hbGwtMDEyMzQ1Njc4OQ", &r);
         assert_ok_json(&r);
         assert_string_equal(r.body, "{}");
         it_http_response_free(&r);
 
-        call_json("WhoAmI", "{}", other, &r);
+        ait_call("WhoAmI", "{}", other, &r);
         assert_ok_json(&r);
         it_http_response_free(&r);
 
         /* No token at all is still the client's mistake. */
-        call_json("Logout", "{}", NULL, &r);
+        ait_call("Logout", "{}", NULL, &r);
         assert_connect_error(&r, 401, "unauthenticated");
         it_http_response_free(&r);
 }
@@ -319,7 +238,7 @@ static void test_logout_twice_is_ok(void **state)
 /* An API key is not a session: Logout with one is refused and leaves it working. */
 static void test_logout_with_api_key_changes_nothing(void **state)
 {
-        char email[EMAIL_MAX], token[TOKEN_MAX], key[TOKEN_MAX];
+        char email[AIT_EMAIL_MAX], token[AIT_TOKEN_MAX], key[AIT_TOKEN_MAX];
         it_http_response r;
         json_t *j;
 
@@ -327,43 +246,31 @@ static void test_logout_with_api_key_changes_nothing(void **state)
         it_unique_email("it-logout-key", email, sizeof(email));
         signup_ok(email);
         login_ok(email, token);
-        call_json("CreateApiKey", "{\"name\":\"logout probe\",\"role\":\"member\"}", token, &r);
+        ait_call("CreateApiKey", "{\"name\":\"logout probe\",\"role\":\"member\"}", token, &r);
         assert_ok_json(&r);
-        j = body_json(&r);
-        snprintf(key, sizeof(key), "%s", json_str(j, "key"));
+        j = ait_json(&r);
+        snprintf(key, sizeof(key), "%s", ait_str(j, "key"));
         json_decref(j);
         it_http_response_free(&r);
 
-        call_json("Logout", "{}", key, &r);
+        ait_call("Logout", "{}", key, &r);
         assert_connect_error(&r, 403, "permission_denied");
         it_http_response_free(&r);
-        call_json("ListMembers", "{}", key, &r);
+        ait_call("ListMembers", "{}", key, &r);
         assert_ok_json(&r);
         it_http_response_free(&r);
-        call_json("WhoAmI", "{}", token, &r);
+        ait_call("WhoAmI", "{}", token, &r);
         assert_ok_json(&r);
         it_http_response_free(&r);
-}
-
-/* Packs a protobuf-c message into a malloc'd buffer. */
-static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
-{
-        uint8_t *buf;
-
-        *len = protobuf_c_message_get_packed_size(m);
-        buf = malloc(*len > 0 ? *len : 1);
-        assert_non_null(buf);
-        assert_int_equal(protobuf_c_message_pack(m, buf), *len);
-        return buf;
 }
 
 static void call_proto(const char *method, const ProtobufCMessage *m, const char *token,
                        it_http_response *out)
 {
         size_t len;
-        uint8_t *buf = pack(m, &len);
+        uint8_t *buf = it_pack(m, &len);
 
-        call(method, "application/proto", buf, len, token, NULL, out);
+        ait_post(method, "application/proto", buf, len, token, NULL, out);
         free(buf);
 }
 
@@ -383,7 +290,7 @@ static Keelson__Auth__V1__SignUpResponse *signup_proto(const char *email)
         it_http_response r;
 
         req.email = (char *)email;
-        req.password = PASSWORD;
+        req.password = AIT_PASSWORD;
         req.tenant_name = "Difference Engines";
         req.display_name = "Charles";
         call_proto("SignUp", &req.base, NULL, &r);
@@ -402,14 +309,14 @@ static Keelson__Auth__V1__LoginResponse *login_proto(const char *email)
         it_http_response r;
 
         req.email = (char *)email;
-        req.password = PASSWORD;
+        req.password = AIT_PASSWORD;
         call_proto("Login", &req.base, NULL, &r);
         assert_ok_proto(&r);
         resp = keelson__auth__v1__login_response__unpack(NULL, r.body_len, (uint8_t *)r.body);
         it_http_response_free(&r);
         assert_non_null(resp);
         assert_true(resp->session_token[0] != '\0');
-        assert_true(strlen(resp->session_token) < TOKEN_MAX);
+        assert_true(strlen(resp->session_token) < AIT_TOKEN_MAX);
         return resp;
 }
 
@@ -440,7 +347,7 @@ static void test_flow_proto(void **state)
         Keelson__Auth__V1__WhoAmIRequest whoami = KEELSON__AUTH__V1__WHO_AM_IREQUEST__INIT;
         Keelson__Auth__V1__SignUpResponse *su;
         Keelson__Auth__V1__LoginResponse *li;
-        char email[EMAIL_MAX];
+        char email[AIT_EMAIL_MAX];
         it_http_response r;
 
         (void)state;
@@ -470,7 +377,7 @@ static void test_flow_proto(void **state)
 
 static void test_duplicate_signup_is_already_exists(void **state)
 {
-        char email[EMAIL_MAX], variant[EMAIL_MAX + 8];
+        char email[AIT_EMAIL_MAX], variant[AIT_EMAIL_MAX + 8];
         it_http_response r;
         size_t i;
 
@@ -484,7 +391,7 @@ static void test_duplicate_signup_is_already_exists(void **state)
                         variant[i] = (char)(variant[i] - 'a' + 'A');
                 }
         }
-        signup_json(variant, PASSWORD, &r);
+        signup_json(variant, AIT_PASSWORD, &r);
         assert_connect_error(&r, 409, "already_exists");
         it_http_response_free(&r);
         assert_normal_call_ok();
@@ -492,7 +399,7 @@ static void test_duplicate_signup_is_already_exists(void **state)
 
 static void test_short_password_is_invalid_argument(void **state)
 {
-        char email[EMAIL_MAX];
+        char email[AIT_EMAIL_MAX];
         it_http_response r;
 
         (void)state;
@@ -507,7 +414,7 @@ static void test_short_password_is_invalid_argument(void **state)
 static void test_expired_session_is_refused(void **state)
 {
         const char *params[1];
-        char email[EMAIL_MAX], token[TOKEN_MAX];
+        char email[AIT_EMAIL_MAX], token[AIT_TOKEN_MAX];
         PGconn *pg;
         PGresult *res;
 
@@ -515,7 +422,7 @@ static void test_expired_session_is_refused(void **state)
         it_unique_email("it-expired", email, sizeof(email));
         signup_ok(email);
         login_ok(email, token);
-        pg = it_pg_connect(&g_stack);
+        pg = it_pg_connect(&ait_stack);
         assert_non_null(pg);
         /* Only the token's SHA-256 is stored; the CHECK wants created < expires. */
         params[0] = token;
@@ -538,7 +445,7 @@ static double gateway_metric(const char *series)
 {
         double v = 0;
 
-        return it_metric(g_stack.gateway_url, series, &v) == 0 ? v : 0;
+        return it_metric(ait_stack.gateway_url, series, &v) == 0 ? v : 0;
 }
 
 /*
@@ -553,7 +460,7 @@ static double gateway_metric(const char *series)
  */
 static void test_cached_session_stops_at_expiry(void **state)
 {
-        char email[EMAIL_MAX], token[TOKEN_MAX];
+        char email[AIT_EMAIL_MAX], token[AIT_TOKEN_MAX];
         long long expires_ms;
         double hits, expired;
         it_http_response r;
@@ -568,11 +475,11 @@ static void test_cached_session_stops_at_expiry(void **state)
                               "RETURNING floor(extract(epoch FROM expires_at) * 1000)::int8",
                               token);
 
-        call_json("WhoAmI", "{}", token, &r); /* resolved by auth, then cached */
+        ait_call("WhoAmI", "{}", token, &r); /* resolved by auth, then cached */
         assert_ok_json(&r);
         it_http_response_free(&r);
         hits = gateway_metric("keelson_gateway_context_cache_hits_total");
-        call_json("WhoAmI", "{}", token, &r);
+        ait_call("WhoAmI", "{}", token, &r);
         assert_ok_json(&r);
         it_http_response_free(&r);
         assert_true(gateway_metric("keelson_gateway_context_cache_hits_total") > hits);
@@ -580,8 +487,7 @@ static void test_cached_session_stops_at_expiry(void **state)
         expired =
             gateway_metric("keelson_gateway_context_cache_evictions_total{reason=\"expired\"}");
         while (ks_now_ms() < expires_ms + 200) {
-                struct timespec pause = {0, 50 * 1000 * 1000};
-                nanosleep(&pause, NULL);
+                it_sleep_ms(50);
         }
         assert_whoami_unauthenticated(token);
         assert_true(
@@ -592,15 +498,15 @@ static void test_cached_session_stops_at_expiry(void **state)
 /* A wrong password and an unknown email must not be told apart by a client. */
 static void test_wrong_password_equals_unknown_email(void **state)
 {
-        char email[EMAIL_MAX], nobody[EMAIL_MAX];
+        char email[AIT_EMAIL_MAX], nobody[AIT_EMAIL_MAX];
         it_http_response wrong, unknown;
 
         (void)state;
         it_unique_email("it-enum", email, sizeof(email));
         it_unique_email("it-nobody", nobody, sizeof(nobody));
         signup_ok(email);
-        login_json(email, "not the password at all", &wrong);
-        login_json(nobody, "not the password at all", &unknown);
+        ait_login_with(email, "not the password at all", &wrong);
+        ait_login_with(nobody, "not the password at all", &unknown);
         assert_connect_error(&wrong, 401, "unauthenticated");
         assert_int_equal(unknown.status, wrong.status);
         assert_string_equal(unknown.content_type, wrong.content_type);
@@ -618,10 +524,10 @@ static void test_malformed_json_is_invalid_argument(void **state)
         it_http_response r;
 
         (void)state;
-        call_json("Login", "{\"email\": \"a@example.test\", ", NULL, &r);
+        ait_call("Login", "{\"email\": \"a@example.test\", ", NULL, &r);
         assert_connect_error(&r, 400, "invalid_argument");
         it_http_response_free(&r);
-        call_json("Login", "[1, 2, 3]", NULL, &r);
+        ait_call("Login", "[1, 2, 3]", NULL, &r);
         assert_connect_error(&r, 400, "invalid_argument");
         it_http_response_free(&r);
         assert_normal_call_ok();
@@ -633,7 +539,7 @@ static void test_wrong_content_type_is_415(void **state)
         it_http_response r;
 
         (void)state;
-        call("Login", "text/plain", body, sizeof(body) - 1, NULL, NULL, &r);
+        ait_post("Login", "text/plain", body, sizeof(body) - 1, NULL, NULL, &r);
         /* Connect fixes the status, not the code, of an unsupported codec. */
         assert_connect_error(&r, 415, NULL);
         it_http_response_free(&r);
@@ -652,7 +558,7 @@ static void test_body_over_limit_is_resource_exhausted(void **state)
         memset(body, 'a', len);
         memcpy(body, "{\"email\":\"", 10);
         memcpy(body + len - 2, "\"}", 2);
-        call("Login", "application/json", body, len, NULL, NULL, &r);
+        ait_post("Login", "application/json", body, len, NULL, NULL, &r);
         free(body);
         assert_connect_error(&r, 413, "resource_exhausted");
         it_http_response_free(&r);
@@ -664,10 +570,10 @@ static void test_unknown_method_is_unimplemented(void **state)
         it_http_response r;
 
         (void)state;
-        call_json("NoSuchMethod", "{}", NULL, &r);
+        ait_call("NoSuchMethod", "{}", NULL, &r);
         assert_connect_error(&r, 404, "unimplemented");
         it_http_response_free(&r);
-        assert_int_equal(it_http_post(g_stack.gateway_url, "/keelson.nothing.v1.Nope/Login",
+        assert_int_equal(it_http_post(ait_stack.gateway_url, "/keelson.nothing.v1.Nope/Login",
                                       "application/json", "{}", 2, NULL, &r),
                          0);
         assert_connect_error(&r, 404, "unimplemented");
@@ -679,15 +585,12 @@ static void test_unknown_method_is_unimplemented(void **state)
 static void login_with_header(const char *header, it_http_response *out)
 {
         const char *headers[2] = {header, NULL};
-        json_t *req = json_pack("{s:s, s:s}", "email", g_email, "password", PASSWORD);
-        char *body = json_dumps(req, JSON_COMPACT);
+        it_request req = {.headers = headers};
+        char body[1024];
 
-        assert_non_null(body);
-        assert_int_equal(it_http_post(g_stack.gateway_url, AUTH_PATH "Login", "application/json",
-                                      body, strlen(body), headers, out),
-                         0);
-        free(body);
-        json_decref(req);
+        AIT_BODY(body, "{s:s, s:s}", "email", g_email, "password", AIT_PASSWORD);
+        assert_int_equal(
+            it_connect(ait_stack.gateway_url, AIT_PATH "Login", body, strlen(body), &req, out), 0);
 }
 
 /*
@@ -757,10 +660,11 @@ static void test_malformed_proto_is_invalid_argument(void **state)
         it_http_response r;
 
         (void)state;
-        call("Login", "application/proto", truncated, sizeof(truncated), NULL, NULL, &r);
+        ait_post("Login", "application/proto", truncated, sizeof(truncated), NULL, NULL, &r);
         assert_connect_error(&r, 400, "invalid_argument");
         it_http_response_free(&r);
-        call("Login", "application/proto", bad_wire_type, sizeof(bad_wire_type), NULL, NULL, &r);
+        ait_post("Login", "application/proto", bad_wire_type, sizeof(bad_wire_type), NULL, NULL,
+                 &r);
         assert_connect_error(&r, 400, "invalid_argument");
         it_http_response_free(&r);
         assert_normal_call_ok();
@@ -769,13 +673,13 @@ static void test_malformed_proto_is_invalid_argument(void **state)
 /* ResolveContext is the gateway's own call to auth: from outside it does not exist. */
 static void test_resolve_context_is_not_reachable(void **state)
 {
-        char token[TOKEN_MAX], body[TOKEN_MAX + 32];
+        char token[AIT_TOKEN_MAX], body[AIT_TOKEN_MAX + 32];
         it_http_response r;
 
         (void)state;
         login_ok(g_email, token);
         snprintf(body, sizeof(body), "{\"token\":\"%s\"}", token);
-        call_json("ResolveContext", body, token, &r);
+        ait_call("ResolveContext", body, token, &r);
         assert_connect_error(&r, 404, "unimplemented");
         assert_null(strstr(r.body, token));
         it_http_response_free(&r);
@@ -795,29 +699,29 @@ static void assert_request_id(const it_http_response *r, const char *want)
 static void test_request_id_echoed_or_made(void **state)
 {
         static const char ok_body[] = "{}";
-        char token[TOKEN_MAX], first[128], second[128];
+        char token[AIT_TOKEN_MAX], first[128], second[128];
         it_http_response r;
 
         (void)state;
         login_ok(g_email, token);
-        call("WhoAmI", "application/json", ok_body, 2, token, "it-req-0123456789", &r);
+        ait_post("WhoAmI", "application/json", ok_body, 2, token, "it-req-0123456789", &r);
         assert_ok_json(&r);
         assert_request_id(&r, "it-req-0123456789");
         it_http_response_free(&r);
 
         /* Errors carry it too. */
-        call("WhoAmI", "application/json", ok_body, 2, NULL, "it-req-unauth", &r);
+        ait_post("WhoAmI", "application/json", ok_body, 2, NULL, "it-req-unauth", &r);
         assert_connect_error(&r, 401, "unauthenticated");
         assert_request_id(&r, "it-req-unauth");
         it_http_response_free(&r);
 
         /* None given: the gateway makes one, different for each request. */
-        call("WhoAmI", "application/json", ok_body, 2, token, NULL, &r);
+        ait_post("WhoAmI", "application/json", ok_body, 2, token, NULL, &r);
         assert_ok_json(&r);
         assert_int_equal(it_http_header(&r, "X-Request-Id", first, sizeof(first)), 0);
         assert_true(first[0] != '\0');
         it_http_response_free(&r);
-        call("WhoAmI", "application/json", ok_body, 2, token, NULL, &r);
+        ait_post("WhoAmI", "application/json", ok_body, 2, token, NULL, &r);
         assert_ok_json(&r);
         assert_int_equal(it_http_header(&r, "X-Request-Id", second, sizeof(second)), 0);
         assert_string_not_equal(first, second);

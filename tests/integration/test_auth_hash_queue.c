@@ -32,16 +32,11 @@
 #define STORM_THREADS   16
 #define LOGINS_PER      4 /* back to back per storm thread: the storm lasts a while */
 #define CHEAP_CALLS_MAX 10000
-#define PORT_TRIES      20
-#define PORT_LOW        15000 /* below the ephemeral range, as stack.sh --free-ports */
-#define PORT_SPAN       16900 /* base .. base+41 stays below 32000 */
 #define REPLICA_WAIT_MS 15000
 #define POOL_FULL_MSG   "too many password checks in progress, retry later"
 
 static struct {
-        ks_broker *broker;
-        char base[64];
-        it_service replica;
+        ait_replica own;
         it_gateway gateway;
 } fx;
 
@@ -49,49 +44,23 @@ static int teardown(void **state)
 {
         (void)state;
         it_gateway_stop(&fx.gateway);
-        it_service_stop(&fx.replica);
-        ks_broker_stop(fx.broker);
-        fx.broker = NULL;
+        ait_replica_stop(&fx.own);
         return 0;
-}
-
-static void sleep_ms(int ms)
-{
-        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-        nanosleep(&ts, NULL);
 }
 
 /* The broker on free ports, the small-pool replica behind it, a gateway in front. */
 static int setup(void **state)
 {
-        char env_broker[96];
+        const char *replica_env[] = {"KEELSON_AUTH_HASH_WORKERS=1", "KEELSON_AUTH_HASH_QUEUE_MAX=1",
+                                     NULL};
 
-        if (ait_setup(state) != 0) {
+        if (ait_setup(state) != 0 || ait_replica_start(&fx.own, replica_env) != 0) {
                 return -1;
         }
-        srand((unsigned)getpid() ^ (unsigned)time(NULL));
-        for (int i = 0; i < PORT_TRIES && fx.broker == NULL; i++) {
-                snprintf(fx.base, sizeof(fx.base), "tcp://127.0.0.1:%d",
-                         PORT_LOW + rand() % PORT_SPAN);
-                if (ks_broker_start(&fx.broker, fx.base) != KS_OK) {
-                        fx.broker = NULL;
-                }
-        }
-        if (fx.broker == NULL) {
-                fprintf(stderr, "no free ports for a broker\n");
-                return -1;
-        }
-        snprintf(env_broker, sizeof(env_broker), "KEELSON_BROKER_URL=%s", fx.base);
-        const char *replica_env[] = {env_broker, "KEELSON_AUTH_HASH_WORKERS=1",
-                                     "KEELSON_AUTH_HASH_QUEUE_MAX=1",
-                                     /* its events would reach nobody behind this broker */
-                                     "KEELSON_AUTH_OUTBOX_RELAY=false", NULL};
-        const char *gateway_env[] = {env_broker, "KEELSON_GATEWAY_RATE_AUTH=100000:100000/1s",
+        const char *gateway_env[] = {fx.own.env_broker,
+                                     "KEELSON_GATEWAY_RATE_AUTH=100000:100000/1s",
                                      "KEELSON_GATEWAY_RATE_API=100000:100000/1s", NULL};
-        if (it_service_start(&ait_stack, "keelson-auth", "KEELSON_AUTH", replica_env,
-                             &fx.replica) != 0 ||
-            it_gateway_start(&ait_stack, gateway_env, 1, &fx.gateway) != 0) {
+        if (it_gateway_start(&ait_stack, gateway_env, 1, &fx.gateway) != 0) {
                 teardown(state); /* cmocka runs no teardown after a failed setup */
                 return -1;
         }
@@ -178,7 +147,7 @@ static void wait_replica_answers(const char *token)
                 if (status == 200) {
                         return;
                 }
-                sleep_ms(50);
+                it_sleep_ms(50);
         }
         fail_msg("the replica behind this test's broker never answered WhoAmI (HTTP %ld)", status);
 }
@@ -235,7 +204,8 @@ static void test_full_hash_queue_is_resource_exhausted(void **state)
         }
         assert_true(c.calls > 0);
         /* The replica counted every refusal its clients got, whichever check refused. */
-        snprintf(metrics_url, sizeof(metrics_url), "http://127.0.0.1:%d", fx.replica.health_port);
+        snprintf(metrics_url, sizeof(metrics_url), "http://127.0.0.1:%d",
+                 fx.own.replica.health_port);
         assert_int_equal(it_metric(metrics_url, "keelson_auth_hash_rejected_total", &rejected), 0);
         assert_int_equal((long)rejected, pool_full);
         fprintf(stderr, "storm: %ld refused (pool full), %ld checked; %ld WhoAmI, all 200\n",

@@ -15,6 +15,8 @@
 #include <cmocka.h>
 
 #include "auth_it.h"
+#include "keelson/auth/v1/events.pb-c.h"
+#include "ks_crypto.h"
 
 #define SEVEN_DAYS_MS (7LL * 24 * 3600 * 1000)
 #define AUTH_IT_BATCH 100 /* the most addresses one Invite takes */
@@ -29,13 +31,6 @@ static void accept_refused(const char *token, const char *password, it_http_resp
         if (out->status != 404) {
                 fail_msg("expected 404, got %ld: %.300s", out->status, out->body);
         }
-}
-
-static void assert_same_body(const it_http_response *a, const it_http_response *b)
-{
-        assert_int_equal(a->status, b->status);
-        assert_int_equal(a->body_len, b->body_len);
-        assert_memory_equal(a->body, b->body, a->body_len);
 }
 
 static void test_invite_one_and_accept(void **state)
@@ -99,7 +94,7 @@ static void test_invite_one_and_accept(void **state)
         it_http_response unknown;
         accept_refused(token, AIT_PASSWORD, &again);
         accept_refused("no-such-invitation-token", AIT_PASSWORD, &unknown);
-        assert_same_body(&again, &unknown);
+        ait_assert_same_reply(&again, &unknown);
         it_http_response_free(&again);
         it_http_response_free(&unknown);
 }
@@ -123,13 +118,10 @@ static void test_expired_and_revoked_tokens_are_refused_alike(void **state)
 
         params[0] = owner.tenant_id;
         params[1] = a;
-        PGconn *pg = ait_pg();
-        PQclear(ait_sql(pg,
-                        "UPDATE auth.invitations SET created_at = now() - interval '8 days',"
-                        " expires_at = now() - interval '1 day'"
-                        " WHERE tenant_id = $1::uuid AND email = $2",
-                        2, params));
-        PQfinish(pg);
+        ait_exec("UPDATE auth.invitations SET created_at = now() - interval '8 days',"
+                 " expires_at = now() - interval '1 day'"
+                 " WHERE tenant_id = $1::uuid AND email = $2",
+                 2, params);
 
         j = ait_ok("ListInvitations", "{}", owner.token);
         list = json_object_get(j, "invitations");
@@ -156,8 +148,8 @@ static void test_expired_and_revoked_tokens_are_refused_alike(void **state)
         accept_refused(ta, AIT_PASSWORD, &expired);
         accept_refused(tb, AIT_PASSWORD, &revoked);
         accept_refused("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", AIT_PASSWORD, &unknown);
-        assert_same_body(&expired, &unknown);
-        assert_same_body(&revoked, &unknown);
+        ait_assert_same_reply(&expired, &unknown);
+        ait_assert_same_reply(&revoked, &unknown);
         it_http_response_free(&expired);
         it_http_response_free(&revoked);
         it_http_response_free(&unknown);
@@ -217,18 +209,6 @@ static void test_batch_is_all_or_nothing(void **state)
         ait_fails("Invite", big, owner.token, "invalid_argument");
         free(big);
         json_decref(j);
-}
-
-/* Audit rows of tenant_id after mark with this action. */
-static long audit_rows_after(long mark, const char *tenant_id, const char *action)
-{
-        char m[24];
-        const char *params[3] = {m, tenant_id, action};
-
-        snprintf(m, sizeof(m), "%ld", mark);
-        return ait_sql_long("SELECT count(*) FROM auth.audit_log WHERE id > $1::int8"
-                            " AND tenant_id = $2::uuid AND action = $3",
-                            3, params);
 }
 
 /* The auth.email rows after mark: one invitation mail per address, each its own token. */
@@ -308,7 +288,7 @@ static void test_batch_of_one_hundred(void **state)
                                       1, params),
                          AUTH_IT_BATCH);
         assert_one_mail_each(mark, emails, AUTH_IT_BATCH);
-        assert_int_equal(audit_rows_after(audit, owner.tenant_id, "invitation.created"),
+        assert_int_equal(ait_audit_rows(audit, owner.tenant_id, "invitation.created"),
                          AUTH_IT_BATCH);
         /* One write, one event: exactly one users.admin_summary, of any tenant. */
         assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 1);
@@ -336,8 +316,7 @@ static void test_reinvite_replaces_the_token(void **state)
         assert_string_not_equal(first, second);
         accept_refused(first, AIT_PASSWORD, &r);
         it_http_response_free(&r);
-        AIT_BODY(body, "{s:s, s:s}", "token", second, "password", AIT_PASSWORD);
-        j = ait_ok("AcceptInvitation", body, NULL);
+        j = ait_accept(second, AIT_PASSWORD);
         assert_string_equal(ait_str(j, "role"), "viewer");
         json_decref(j);
         /* Now a member: inviting the address again is already_exists. */
@@ -349,7 +328,6 @@ static void test_existing_account_proves_its_password(void **state)
 {
         ait_user owner, other;
         char token[AIT_TOKEN_MAX], body[1024];
-        const char *params[2];
         long mark;
         json_t *j;
 
@@ -364,18 +342,12 @@ static void test_existing_account_proves_its_password(void **state)
         assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
 
         /* The invitation is still open: the right password joins the tenant. */
-        AIT_BODY(body, "{s:s, s:s}", "token", token, "password", AIT_PASSWORD);
-        j = ait_ok("AcceptInvitation", body, NULL);
+        j = ait_accept(token, AIT_PASSWORD);
         assert_string_equal(ait_str(j, "userId"), other.user_id);
         assert_string_equal(ait_str(j, "tenantId"), owner.tenant_id);
         json_decref(j);
         ait_assert_one_summary(mark, owner.tenant_id, "AcceptInvitation");
-        params[0] = other.user_id;
-        params[1] = owner.tenant_id;
-        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.memberships WHERE user_id ="
-                                      " $1::uuid AND tenant_id = $2::uuid AND role = 'member'",
-                                      2, params),
-                         1);
+        assert_int_equal(ait_memberships(owner.tenant_id, other.user_id, "member"), 1);
         /* The account's password is unchanged, and its first tenant is still its own. */
         json_decref(ait_ok("WhoAmI", "{}", other.token));
 }
@@ -392,8 +364,7 @@ static void test_new_account_password_rules(void **state)
         AIT_BODY(body, "{s:s, s:s}", "token", token, "password", "short");
         ait_fails("AcceptInvitation", body, NULL, "invalid_argument");
         /* Still open afterwards. */
-        AIT_BODY(body, "{s:s, s:s}", "token", token, "password", AIT_PASSWORD);
-        json_decref(ait_ok("AcceptInvitation", body, NULL));
+        json_decref(ait_accept(token, AIT_PASSWORD));
 }
 
 int main(void)

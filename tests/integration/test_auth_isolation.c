@@ -32,7 +32,7 @@ static tenant_fixture g_a, g_b;
 /* A tenant with a second member, an open invitation, an API key and audit rows. */
 static void make_tenant(const char *prefix, tenant_fixture *t)
 {
-        char email[AIT_EMAIL_MAX], token[AIT_TOKEN_MAX], body[512];
+        char email[AIT_EMAIL_MAX], token[AIT_TOKEN_MAX];
         json_t *j;
 
         ait_signup(prefix, prefix, &t->owner);
@@ -43,12 +43,7 @@ static void make_tenant(const char *prefix, tenant_fixture *t)
         snprintf(t->invitation_id, sizeof(t->invitation_id), "%s",
                  ait_str(json_array_get(json_object_get(j, "invitations"), 0), "id"));
         json_decref(j);
-        AIT_BODY(body, "{s:s, s:s}", "name", prefix, "role", "admin");
-        j = ait_ok("CreateApiKey", body, t->owner.token);
-        snprintf(t->api_key_id, sizeof(t->api_key_id), "%s",
-                 ait_str(json_object_get(j, "apiKey"), "id"));
-        snprintf(t->api_key, sizeof(t->api_key), "%s", ait_str(j, "key"));
-        json_decref(j);
+        ait_create_key(t->owner.token, prefix, "admin", t->api_key, t->api_key_id);
 }
 
 static int setup(void **state)
@@ -67,7 +62,7 @@ static PGconn *as_runtime_role(void)
 {
         PGconn *pg = ait_pg();
 
-        PQclear(ait_sql(pg, "SET ROLE keelson_auth_rt", 0, NULL));
+        PQclear(it_sql(pg, "SET ROLE keelson_auth_rt", 0, NULL));
         return pg;
 }
 
@@ -75,8 +70,8 @@ static void act_for(PGconn *pg, const char *tenant_id)
 {
         const char *params[1] = {tenant_id};
 
-        PQclear(ait_sql(pg, "BEGIN", 0, NULL));
-        PQclear(ait_sql(pg, "SELECT set_config('keelson.tenant_id', $1, true)", 1, params));
+        PQclear(it_sql(pg, "BEGIN", 0, NULL));
+        PQclear(it_sql(pg, "SELECT set_config('keelson.tenant_id', $1, true)", 1, params));
 }
 
 /* SELECT * with no WHERE: every row's tenant column must be tenant_id; returns the count. */
@@ -87,7 +82,7 @@ static int select_all(PGconn *pg, const char *table, const char *tenant_col, con
         int col, n;
 
         snprintf(sql, sizeof(sql), "SELECT * FROM auth.%s", table);
-        res = ait_sql(pg, sql, 0, NULL);
+        res = it_sql(pg, sql, 0, NULL);
         n = PQntuples(res);
         col = PQfnumber(res, tenant_col);
         assert_true(col >= 0);
@@ -130,7 +125,7 @@ static void test_select_without_where_sees_one_tenant(void **state)
                                          tenant_tables[i].table, n, tenant_tables[i].min_rows);
                         }
                 }
-                PQclear(ait_sql(pg, "ROLLBACK", 0, NULL));
+                PQclear(it_sql(pg, "ROLLBACK", 0, NULL));
         }
         PQfinish(pg);
 }
@@ -142,7 +137,7 @@ static void test_users_are_visible_to_their_tenants_only(void **state)
 
         (void)state;
         act_for(pg, g_a.owner.tenant_id);
-        res = ait_sql(pg, "SELECT id FROM auth.users", 0, NULL);
+        res = it_sql(pg, "SELECT id FROM auth.users", 0, NULL);
         /* Exactly A's two members: not B's, not anyone else's. */
         assert_int_equal(PQntuples(res), 2);
         for (int i = 0; i < PQntuples(res); i++) {
@@ -151,7 +146,7 @@ static void test_users_are_visible_to_their_tenants_only(void **state)
                             strcmp(id, g_a.member.user_id) == 0);
         }
         PQclear(res);
-        PQclear(ait_sql(pg, "ROLLBACK", 0, NULL));
+        PQclear(it_sql(pg, "ROLLBACK", 0, NULL));
         PQfinish(pg);
 }
 
@@ -164,14 +159,14 @@ static void test_no_tenant_sees_nothing(void **state)
         (void)state;
         for (size_t i = 0; i < N_TABLES; i++) {
                 snprintf(sql, sizeof(sql), "SELECT count(*) FROM auth.%s", tenant_tables[i].table);
-                res = ait_sql(pg, sql, 0, NULL);
+                res = it_sql(pg, sql, 0, NULL);
                 if (strcmp(PQgetvalue(res, 0, 0), "0") != 0) {
                         fail_msg("auth.%s shows %s rows without a tenant", tenant_tables[i].table,
                                  PQgetvalue(res, 0, 0));
                 }
                 PQclear(res);
         }
-        res = ait_sql(pg, "SELECT count(*) FROM auth.users", 0, NULL);
+        res = it_sql(pg, "SELECT count(*) FROM auth.users", 0, NULL);
         assert_string_equal(PQgetvalue(res, 0, 0), "0");
         PQclear(res);
         PQfinish(pg);
@@ -199,7 +194,7 @@ static void test_writes_stay_in_the_tenant(void **state)
         (void)state;
         act_for(pg, g_a.owner.tenant_id);
         /* An UPDATE with no WHERE touches A's two memberships, nothing of B's. */
-        res = ait_sql(pg, "UPDATE auth.memberships SET role = role", 0, NULL);
+        res = it_sql(pg, "UPDATE auth.memberships SET role = role", 0, NULL);
         assert_string_equal(PQcmdTuples(res), "2");
         PQclear(res);
         /* A row for B, written while acting for A: refused by the policy. */
@@ -207,7 +202,7 @@ static void test_writes_stay_in_the_tenant(void **state)
                         "INSERT INTO auth.memberships (tenant_id, user_id, role)"
                         " VALUES ($1::uuid, $2::uuid, 'owner')",
                         2, params, "42501");
-        PQclear(ait_sql(pg, "ROLLBACK", 0, NULL));
+        PQclear(it_sql(pg, "ROLLBACK", 0, NULL));
 
         /* What the role may never read, whatever the tenant. */
         expect_sqlstate(pg, "SELECT * FROM auth.outbox", 0, NULL, "42501");
@@ -249,7 +244,6 @@ static void test_foreign_ids_are_not_found(void **state)
 {
         const char *bearers[2] = {g_b.owner.token, g_b.api_key};
         char body[512];
-        const char *params[2];
         long mark = ait_outbox_mark();
 
         (void)state;
@@ -273,12 +267,7 @@ static void test_foreign_ids_are_not_found(void **state)
         /* Nothing changed in A, nothing was published for A. */
         assert_int_equal(ait_events(mark, "users.admin_summary", g_a.owner.tenant_id), 0);
         assert_int_equal(ait_events(mark, "auth.context_revoked", g_a.owner.tenant_id), 0);
-        params[0] = g_a.owner.tenant_id;
-        params[1] = g_a.member.user_id;
-        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.memberships WHERE tenant_id ="
-                                      " $1::uuid AND user_id = $2::uuid AND role = 'member'",
-                                      2, params),
-                         1);
+        assert_int_equal(ait_memberships(g_a.owner.tenant_id, g_a.member.user_id, "member"), 1);
         json_decref(ait_ok("WhoAmI", "{}", g_a.member.token));
         json_decref(ait_ok("ListMembers", "{}", g_a.api_key));
 }
@@ -328,14 +317,14 @@ static void test_pools_log_in_as_roles_that_own_nothing(void **state)
 
         for (size_t i = 0; i < sizeof(services) / sizeof(services[0]); i++) {
                 const char *p2[2] = {services[i][0], services[i][1]};
-                res = ait_sql(pg,
-                              "SELECT count(*), count(*) FILTER (WHERE usename <> $2),"
-                              " (SELECT count(*) FROM pg_tables WHERE tableowner = $2),"
-                              " (SELECT rolsuper OR rolbypassrls OR rolinherit FROM pg_roles"
-                              "  WHERE rolname = $2)"
-                              " FROM pg_stat_activity WHERE application_name = $1"
-                              " AND datname = current_database()",
-                              2, p2);
+                res = it_sql(pg,
+                             "SELECT count(*), count(*) FILTER (WHERE usename <> $2),"
+                             " (SELECT count(*) FROM pg_tables WHERE tableowner = $2),"
+                             " (SELECT rolsuper OR rolbypassrls OR rolinherit FROM pg_roles"
+                             "  WHERE rolname = $2)"
+                             " FROM pg_stat_activity WHERE application_name = $1"
+                             " AND datname = current_database()",
+                             2, p2);
                 if (atoi(PQgetvalue(res, 0, 0)) < 1 || strcmp(PQgetvalue(res, 0, 1), "0") != 0 ||
                     strcmp(PQgetvalue(res, 0, 2), "0") != 0 ||
                     strcmp(PQgetvalue(res, 0, 3), "f") != 0) {

@@ -58,8 +58,6 @@ static struct {
 static int setup(void **state)
 {
         ait_user target;
-        char body[256];
-        json_t *j;
 
         if (ait_setup(state) != 0) {
                 return -1;
@@ -71,10 +69,8 @@ static int setup(void **state)
         /* SetRole's target: a viewer made viewer again (a change of nothing, answered 200). */
         ait_new_member(&g.users[OWNER], "it-perm-target", "viewer", &target);
         for (int b = KEY_ADMIN; b <= KEY_VIEWER; b++) {
-                AIT_BODY(body, "{s:s, s:s}", "name", bearer_names[b], "role", bearer_roles[b]);
-                j = ait_ok("CreateApiKey", body, g.users[OWNER].token);
-                snprintf(g.keys[b], sizeof(g.keys[b]), "%s", ait_str(j, "key"));
-                json_decref(j);
+                ait_create_key(g.users[OWNER].token, bearer_names[b], bearer_roles[b], g.keys[b],
+                               NULL);
         }
         AIT_BODY(g.tenant_body, "{s:s}", "tenantId", g.users[OWNER].tenant_id);
         AIT_BODY(g.set_role_body, "{s:s, s:s}", "userId", target.user_id, "role", "viewer");

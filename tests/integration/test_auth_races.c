@@ -110,47 +110,6 @@ static void free_replies(contender c[2])
 
 /* ---- helpers -------------------------------------------------------------------- */
 
-static void login_status(const char *email, const char *password, long expect)
-{
-        char body[1024];
-        it_http_response r;
-
-        AIT_BODY(body, "{s:s, s:s}", "email", email, "password", password);
-        ait_call("Login", body, NULL, &r);
-        if (r.status != expect) {
-                fail_msg("Login with \"%s\": expected HTTP %ld, got %ld: %.300s", password, expect,
-                         r.status, r.body);
-        }
-        it_http_response_free(&r);
-}
-
-/* Outbox rows after mark, of every topic and tenant. */
-static long rows_published_after(long mark)
-{
-        char m[24];
-        const char *params[1] = {m};
-
-        snprintf(m, sizeof(m), "%ld", mark);
-        return ait_sql_long("SELECT count(*) FROM auth.outbox WHERE id > $1::int8", 1, params);
-}
-
-static long audit_mark(void)
-{
-        return ait_sql_long("SELECT coalesce(max(id), 0) FROM auth.audit_log", 0, NULL);
-}
-
-/* Audit rows after mark of tenant_id with action ("": any). */
-static long audit_rows_after(long mark, const char *tenant_id, const char *action)
-{
-        char m[24];
-        const char *params[3] = {m, tenant_id, action};
-
-        snprintf(m, sizeof(m), "%ld", mark);
-        return ait_sql_long("SELECT count(*) FROM auth.audit_log WHERE id > $1::int8"
-                            " AND tenant_id = $2::uuid AND ($3 = '' OR action = $3)",
-                            3, params);
-}
-
 /* ---- ResetPassword ---------------------------------------------------------------- */
 
 static void test_concurrent_resets_one_wins(void **state)
@@ -175,7 +134,8 @@ static void test_concurrent_resets_one_wins(void **state)
                 assert_int_equal(r.status, 200);
                 it_http_response_free(&r);
                 assert_int_equal(ait_mail_token(mark, u.email, "password_reset", token), 1);
-                login_status(u.email, current, 200); /* a session for the winner to revoke */
+                assert_int_equal(ait_login_status(u.email, current),
+                                 200); /* a session for the winner to revoke */
 
                 memset(c, 0, sizeof(c));
                 for (int i = 0; i < 2; i++) {
@@ -189,15 +149,15 @@ static void test_concurrent_resets_one_wins(void **state)
                 free_replies(c);
 
                 /* The winner's password is set; the loser's and the one before are not. */
-                login_status(u.email, contender_passwords[w], 200);
-                login_status(u.email, contender_passwords[1 - w], 401);
+                assert_int_equal(ait_login_status(u.email, contender_passwords[w]), 200);
+                assert_int_equal(ait_login_status(u.email, contender_passwords[1 - w]), 401);
                 if (strcmp(current, contender_passwords[w]) != 0) {
-                        login_status(u.email, current, 401);
+                        assert_int_equal(ait_login_status(u.email, current), 401);
                 }
                 snprintf(current, sizeof(current), "%s", contender_passwords[w]);
                 /* The winner's revocation, and nothing else: the loser wrote nothing. */
                 assert_int_equal(ait_events(mark, "auth.context_revoked", NULL), 1);
-                assert_int_equal(rows_published_after(mark), 1);
+                assert_int_equal(ait_published_after(mark), 1);
         }
         it_http_response_free(&refusal);
 }
@@ -226,7 +186,7 @@ static void accept_race(const ait_user *owner, const char *email, bool existing,
                          i == 0 ? "First" : "Second");
         }
         mark = ait_outbox_mark();
-        audit = audit_mark();
+        audit = ait_audit_mark();
         race(c);
         int w = one_winner(c, refusal);
         j = ait_json(&c[w].reply);
@@ -254,12 +214,12 @@ static void accept_race(const ait_user *owner, const char *email, bool existing,
                          1);
         /* One event and one audit row: the loser's transaction left nothing. */
         ait_assert_one_summary(mark, owner->tenant_id, "AcceptInvitation");
-        assert_int_equal(rows_published_after(mark), 1);
-        assert_int_equal(audit_rows_after(audit, owner->tenant_id, ""), 1);
-        assert_int_equal(audit_rows_after(audit, owner->tenant_id, "invitation.accepted"), 1);
+        assert_int_equal(ait_published_after(mark), 1);
+        assert_int_equal(ait_audit_rows(audit, owner->tenant_id, ""), 1);
+        assert_int_equal(ait_audit_rows(audit, owner->tenant_id, "invitation.accepted"), 1);
         if (!existing) {
-                login_status(email, contender_passwords[w], 200);
-                login_status(email, contender_passwords[1 - w], 401);
+                assert_int_equal(ait_login_status(email, contender_passwords[w]), 200);
+                assert_int_equal(ait_login_status(email, contender_passwords[1 - w]), 401);
         }
 }
 

@@ -19,38 +19,22 @@
 #include <unistd.h>
 
 #include <cmocka.h>
-#include <jansson.h>
 
-#include "it_support.h"
+#include "auth_it.h"
 #include "keelson/auth/v1/auth.pb-c.h"
 #include "ks_broker.h"
 #include "ks_rpc.h"
 #include "ks_topology.h"
 
-#define PASSWORD    "correct horse battery staple"
-#define STACK_LN    "ln=14," /* KEELSON_AUTH_SCRYPT_LOG_N's default, as the stack runs */
-#define REPLICA_LN  "ln=10,"
-#define HASH_MAX    256
-#define CALL_MS     10000
-#define PORT_TRIES  20
-#define PORT_LOW    15000 /* below the ephemeral range, like stack.sh --free-ports */
-#define PORT_SPAN   16900 /* base .. base+41 stays below 32000 */
-#define CONNECT_MAX 500   /* 10 ms waits for the client's dial */
-
-static it_stack g_stack;
+#define STACK_LN   "ln=14," /* KEELSON_AUTH_SCRYPT_LOG_N's default, as the stack runs */
+#define REPLICA_LN "ln=10,"
+#define HASH_MAX   256
+#define CALL_MS    10000
 
 typedef struct fixture {
-        ks_broker *broker;
-        char base[64];
-        it_service replica;
+        ait_replica own;
         ks_rpc_client *client;
 } fixture;
-
-static void sleep_ms(int ms)
-{
-        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-}
 
 static int teardown(void **state)
 {
@@ -60,8 +44,7 @@ static int teardown(void **state)
                 return 0;
         }
         ks_rpc_client_free(f->client);
-        it_service_stop(&f->replica);
-        ks_broker_stop(f->broker);
+        ait_replica_stop(&f->own);
         return 0;
 }
 
@@ -69,43 +52,15 @@ static int teardown(void **state)
 static int setup(void **state)
 {
         static fixture f;
-        char env_broker[96], front[KS_URL_MAX];
-        const char *urls[1] = {front};
-        ks_rpc_client_options co = {urls, 1, 4, CALL_MS};
+        const char *env[] = {"KEELSON_AUTH_SCRYPT_LOG_N=10", "KEELSON_AUTH_HASH_WORKERS=1", NULL};
 
         memset(&f, 0, sizeof(f));
         *state = &f;
-        if (it_stack_load(&g_stack) != 0) {
+        if (ait_setup(state) != 0 || ait_replica_start(&f.own, env) != 0) {
                 return -1;
         }
-        srand((unsigned)getpid() ^ (unsigned)time(NULL));
-        for (int i = 0; i < PORT_TRIES && f.broker == NULL; i++) {
-                snprintf(f.base, sizeof(f.base), "tcp://127.0.0.1:%d",
-                         PORT_LOW + rand() % PORT_SPAN);
-                if (ks_broker_start(&f.broker, f.base) != KS_OK) {
-                        f.broker = NULL;
-                }
-        }
-        if (f.broker == NULL) {
-                fprintf(stderr, "no free ports for a broker\n");
-                return -1;
-        }
-        snprintf(env_broker, sizeof(env_broker), "KEELSON_BROKER_URL=%s", f.base);
-        const char *env[] = {env_broker, "KEELSON_AUTH_SCRYPT_LOG_N=10",
-                             "KEELSON_AUTH_HASH_WORKERS=1",
-                             /* its events would reach nobody behind this broker */
-                             "KEELSON_AUTH_OUTBOX_RELAY=false", NULL};
-        if (it_service_start(&g_stack, "keelson-auth", "KEELSON_AUTH", env, &f.replica) != 0 ||
-            ks_broker_url(front, sizeof(front), f.base, KS_SVC_AUTH, KS_SIDE_FRONT) != 0 ||
-            ks_rpc_client_new(&f.client, &co) != KS_OK) {
+        if (it_rpc_client(&f.client, f.own.base, KS_SVC_AUTH, CALL_MS, 1) != 0) {
                 teardown(state); /* cmocka runs no teardown after a failed setup */
-                return -1;
-        }
-        for (int i = 0; i < CONNECT_MAX && ks_rpc_client_connected(f.client) == 0; i++) {
-                sleep_ms(10);
-        }
-        if (ks_rpc_client_connected(f.client) == 0) {
-                teardown(state);
                 return -1;
         }
         return 0;
@@ -117,52 +72,16 @@ static int setup(void **state)
 static void stored_hash(const char *email, char out[HASH_MAX])
 {
         const char *params[1] = {email};
-        PGconn *pg = it_pg_connect(&g_stack);
-        PGresult *res;
+        PGconn *pg = ait_pg();
+        PGresult *res =
+            it_sql(pg, "SELECT password_hash FROM auth.users WHERE email = $1", 1, params);
 
-        assert_non_null(pg);
-        res = PQexecParams(pg, "SELECT password_hash FROM auth.users WHERE email = $1", 1, NULL,
-                           params, NULL, NULL, 0);
-        if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-                fail_msg("no user row for %s: %s", email, PQresultErrorMessage(res));
+        if (PQntuples(res) != 1) {
+                fail_msg("no user row for %s", email);
         }
         snprintf(out, HASH_MAX, "%s", PQgetvalue(res, 0, 0));
         PQclear(res);
         PQfinish(pg);
-}
-
-static long gateway_call(const char *method, const char *body, const char *token,
-                         it_http_response *r)
-{
-        assert_int_equal(it_auth_call(g_stack.gateway_url, method, body, token, NULL, r), 0);
-        return r->status;
-}
-
-static void signup(const char *email)
-{
-        char body[512];
-        it_http_response r;
-
-        snprintf(body, sizeof(body),
-                 "{\"email\":\"%s\",\"password\":\"" PASSWORD "\",\"tenantName\":\"Rehash\"}",
-                 email);
-        if (gateway_call("SignUp", body, NULL, &r) != 200) {
-                fail_msg("SignUp answered %ld: %s", r.status, r.body);
-        }
-        it_http_response_free(&r);
-}
-
-/* Login through the gateway, that is through the stack's replicas; returns the status. */
-static long gateway_login(const char *email, const char *password)
-{
-        char body[512];
-        it_http_response r;
-        long status;
-
-        snprintf(body, sizeof(body), "{\"email\":\"%s\",\"password\":\"%s\"}", email, password);
-        status = gateway_call("Login", body, NULL, &r);
-        it_http_response_free(&r);
-        return status;
 }
 
 /* Login over nng through the test's broker, that is through the extra replica only. */
@@ -201,11 +120,11 @@ static int replica_login(fixture *f, const char *email, const char *password, ch
 static void test_login_rehashes_with_the_replicas_parameters(void **state)
 {
         fixture *f = *state;
-        char email[128], before[HASH_MAX], after[HASH_MAX], back[HASH_MAX], token[512];
-        it_http_response r;
+        char before[HASH_MAX], after[HASH_MAX], back[HASH_MAX], token[512];
+        ait_user u;
 
-        it_unique_email("it-rehash", email, sizeof(email));
-        signup(email);
+        ait_signup("it-rehash", "Rehash", &u);
+        const char *email = u.email;
         stored_hash(email, before);
         assert_non_null(strstr(before, STACK_LN));
 
@@ -215,7 +134,7 @@ static void test_login_rehashes_with_the_replicas_parameters(void **state)
         assert_string_equal(after, before);
 
         /* The right one verifies against the old hash, then stores a new one. */
-        assert_int_equal(replica_login(f, email, PASSWORD, token), KS_OK);
+        assert_int_equal(replica_login(f, email, AIT_PASSWORD, token), KS_OK);
         assert_true(token[0] != '\0');
         stored_hash(email, after);
         assert_non_null(strstr(after, REPLICA_LN));
@@ -223,18 +142,17 @@ static void test_login_rehashes_with_the_replicas_parameters(void **state)
         assert_string_not_equal(after, before);
 
         /* Its session is an ordinary one: the gateway accepts it. */
-        assert_int_equal(gateway_call("WhoAmI", "{}", token, &r), 200);
-        it_http_response_free(&r);
+        assert_int_equal(ait_status("WhoAmI", "{}", token), 200);
 
         /* The new hash verifies on the stack's replicas, which bring back their own. */
-        assert_int_equal(gateway_login(email, "not the password"), 401);
-        assert_int_equal(gateway_login(email, PASSWORD), 200);
+        assert_int_equal(ait_login_status(email, "not the password"), 401);
+        assert_int_equal(ait_login_status(email, AIT_PASSWORD), 200);
         stored_hash(email, back);
         assert_non_null(strstr(back, STACK_LN));
         assert_string_not_equal(back, after);
 
         /* And the extra replica verifies that one too. */
-        assert_int_equal(replica_login(f, email, PASSWORD, token), KS_OK);
+        assert_int_equal(replica_login(f, email, AIT_PASSWORD, token), KS_OK);
 }
 
 int main(void)

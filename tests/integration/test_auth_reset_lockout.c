@@ -17,26 +17,12 @@
 #include <cmocka.h>
 
 #include "auth_it.h"
+#include "ks_crypto.h"
 
 #define MAX_FAILURES 5
 #define WINDOW_S     6 /* KEELSON_AUTH_LOCKOUT_WINDOW_S in deploy/local/stack.sh */
 #define LOCK_S       2 /* KEELSON_AUTH_LOCKOUT_DURATION_S in deploy/local/stack.sh */
 #define NEW_PASSWORD "another horse, another battery"
-
-static void sleep_ms(long ms)
-{
-        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-
-        nanosleep(&ts, NULL);
-}
-
-static void login_with(const char *email, const char *password, it_http_response *out)
-{
-        char body[1024];
-
-        AIT_BODY(body, "{s:s, s:s}", "email", email, "password", password);
-        ait_call("Login", body, NULL, out);
-}
 
 static void forgot(const char *email, it_http_response *out)
 {
@@ -49,24 +35,26 @@ static void forgot(const char *email, it_http_response *out)
         }
 }
 
-/*
- * Outbox rows after mark of every topic and tenant. Logins and lockout
- * writes publish nothing at all: not users.admin_summary, not anything else.
- */
-static long rows_published_after(long mark)
+/* ForgotPassword for email's account; the token its one mail carries. */
+static void reset_token(const char *email, char token[AIT_TOKEN_MAX])
 {
-        char m[24];
-        const char *params[1] = {m};
+        it_http_response r;
+        long mark = ait_outbox_mark();
 
-        snprintf(m, sizeof(m), "%ld", mark);
-        return ait_sql_long("SELECT count(*) FROM auth.outbox WHERE id > $1::int8", 1, params);
+        forgot(email, &r);
+        it_http_response_free(&r);
+        assert_int_equal(ait_mail_token(mark, email, "password_reset", token), 1);
 }
 
-static void assert_same(const it_http_response *a, const it_http_response *b)
+/* ResetPassword to NEW_PASSWORD with token; returns the outbox mark from before it. */
+static long reset_password(const char *token)
 {
-        assert_int_equal(a->status, b->status);
-        assert_int_equal(a->body_len, b->body_len);
-        assert_memory_equal(a->body, b->body, a->body_len);
+        char body[1024];
+        long mark = ait_outbox_mark();
+
+        AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", NEW_PASSWORD);
+        json_decref(ait_ok("ResetPassword", body, NULL));
+        return mark;
 }
 
 /* ---- ForgotPassword / ResetPassword ------------------------------------------ */
@@ -84,7 +72,7 @@ static void test_forgot_password_tells_nothing(void **state)
         mark = ait_outbox_mark();
         forgot(u.email, &known);
         forgot(nobody, &unknown);
-        assert_same(&known, &unknown);
+        ait_assert_same_reply(&known, &unknown);
         it_http_response_free(&known);
         it_http_response_free(&unknown);
         assert_int_equal(ait_mail_token(mark, u.email, "password_reset", token), 1);
@@ -104,10 +92,7 @@ static void test_reset_password(void **state)
         (void)state;
         ait_signup("it-rst-flow", "Reset Flow", &u);
         ait_login(&u, NULL, second);
-        mark = ait_outbox_mark();
-        forgot(u.email, &r);
-        it_http_response_free(&r);
-        assert_int_equal(ait_mail_token(mark, u.email, "password_reset", token), 1);
+        reset_token(u.email, token);
         /* Stored as SHA-256 only, for this user. */
         ks_sha256_hex(token, strlen(token), hex);
         params[0] = hex;
@@ -118,9 +103,7 @@ static void test_reset_password(void **state)
                                       2, params),
                          1);
 
-        mark = ait_outbox_mark();
-        AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", NEW_PASSWORD);
-        json_decref(ait_ok("ResetPassword", body, NULL));
+        mark = reset_password(token);
         /* Every session of the user is gone, and caches were told. */
         ait_wait_unauthenticated(u.token);
         ait_wait_unauthenticated(second);
@@ -129,19 +112,16 @@ static void test_reset_password(void **state)
         assert_int_equal(ait_revoked_has(mark, second, NULL), 1);
         assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
 
-        login_with(u.email, AIT_PASSWORD, &r);
-        assert_int_equal(r.status, 401);
-        it_http_response_free(&r);
-        login_with(u.email, NEW_PASSWORD, &r);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
+        assert_int_equal(ait_login_status(u.email, AIT_PASSWORD), 401);
+        assert_int_equal(ait_login_status(u.email, NEW_PASSWORD), 200);
 
         /* Single use: the second attempt is refused like an unknown token. */
+        AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", NEW_PASSWORD);
         ait_call("ResetPassword", body, NULL, &r);
         AIT_BODY(body, "{s:s, s:s}", "token", "nonexistent-token", "newPassword", NEW_PASSWORD);
         ait_call("ResetPassword", body, NULL, &unknown);
         assert_int_equal(r.status, 404);
-        assert_same(&r, &unknown);
+        ait_assert_same_reply(&r, &unknown);
         it_http_response_free(&r);
         it_http_response_free(&unknown);
 }
@@ -150,9 +130,8 @@ static void test_reset_password(void **state)
 static void test_reset_revokes_sessions_in_every_tenant(void **state)
 {
         ait_user owner, u;
-        char invitation[AIT_TOKEN_MAX], token[AIT_TOKEN_MAX], there[AIT_TOKEN_MAX], body[1024];
+        char invitation[AIT_TOKEN_MAX], token[AIT_TOKEN_MAX], there[AIT_TOKEN_MAX];
         const char *params[1];
-        it_http_response r;
         long mark;
         json_t *j;
 
@@ -160,8 +139,7 @@ static void test_reset_revokes_sessions_in_every_tenant(void **state)
         ait_signup("it-rst-two-owner", "Reset Elsewhere", &owner);
         ait_signup("it-rst-two", "Reset Home", &u);
         ait_invite(&owner, u.email, "member", invitation);
-        AIT_BODY(body, "{s:s, s:s}", "token", invitation, "password", AIT_PASSWORD);
-        j = ait_ok("AcceptInvitation", body, NULL);
+        j = ait_accept(invitation, AIT_PASSWORD);
         snprintf(there, sizeof(there), "%s", ait_str(j, "sessionToken"));
         json_decref(j);
         /* One session in each tenant, both live. */
@@ -172,13 +150,8 @@ static void test_reset_revokes_sessions_in_every_tenant(void **state)
         assert_string_equal(ait_str(j, "tenantId"), owner.tenant_id);
         json_decref(j);
 
-        mark = ait_outbox_mark();
-        forgot(u.email, &r);
-        it_http_response_free(&r);
-        assert_int_equal(ait_mail_token(mark, u.email, "password_reset", token), 1);
-        mark = ait_outbox_mark();
-        AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", NEW_PASSWORD);
-        json_decref(ait_ok("ResetPassword", body, NULL));
+        reset_token(u.email, token);
+        mark = reset_password(token);
 
         /* Both refused, both told to the gateways' caches, none left live in the database. */
         ait_wait_unauthenticated(u.token);
@@ -203,27 +176,19 @@ static void test_reset_token_expires_and_checks_the_password(void **state)
         ait_user u;
         char token[AIT_TOKEN_MAX], body[1024];
         const char *params[1];
-        it_http_response r;
-        long mark;
 
         (void)state;
         ait_signup("it-rst-exp", "Reset Expiry", &u);
-        mark = ait_outbox_mark();
-        forgot(u.email, &r);
-        it_http_response_free(&r);
-        assert_int_equal(ait_mail_token(mark, u.email, "password_reset", token), 1);
+        reset_token(u.email, token);
 
         /* A bad new password is refused before the token is spent. */
         AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", "short");
         ait_fails("ResetPassword", body, NULL, "invalid_argument");
 
         params[0] = u.user_id;
-        PGconn *pg = ait_pg();
-        PQclear(ait_sql(pg,
-                        "UPDATE auth.password_resets SET created_at = now() - interval '2 hours',"
-                        " expires_at = now() - interval '1 hour' WHERE user_id = $1::uuid",
-                        1, params));
-        PQfinish(pg);
+        ait_exec("UPDATE auth.password_resets SET created_at = now() - interval '2 hours',"
+                 " expires_at = now() - interval '1 hour' WHERE user_id = $1::uuid",
+                 1, params);
         AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", NEW_PASSWORD);
         ait_fails("ResetPassword", body, NULL, "not_found");
         json_decref(ait_ok("WhoAmI", "{}", u.token));
@@ -242,7 +207,7 @@ static void test_reset_mails_are_bounded_per_address(void **state)
         forgot(u.email, &first);
         for (int i = 0; i < 7; i++) {
                 forgot(u.email, &r);
-                assert_same(&first, &r);
+                ait_assert_same_reply(&first, &r);
                 it_http_response_free(&r);
         }
         it_http_response_free(&first);
@@ -256,7 +221,6 @@ static void test_change_password(void **state)
 {
         ait_user u;
         char other[AIT_TOKEN_MAX], body[1024], reason[64] = "";
-        it_http_response r;
         long mark;
         json_t *j;
 
@@ -280,28 +244,23 @@ static void test_change_password(void **state)
         assert_string_equal(reason, "password_changed");
         assert_int_equal(ait_revoked_has(mark, u.token, NULL), 0);
         assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
-        login_with(u.email, NEW_PASSWORD, &r);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
+        assert_int_equal(ait_login_status(u.email, NEW_PASSWORD), 200);
 }
 
 /* ---- lockout ---------------------------------------------------------------------- */
 
 static void fail_logins(const char *email, int n)
 {
-        it_http_response r;
 
         for (int i = 0; i < n; i++) {
-                login_with(email, "definitely not it", &r);
-                assert_int_equal(r.status, 401);
-                it_http_response_free(&r);
+                assert_int_equal(ait_login_status(email, "definitely not it"), 401);
         }
 }
 
 static void test_lockout_locks_then_expires(void **state)
 {
         ait_user u;
-        it_http_response wrong, locked, r;
+        it_http_response wrong, locked;
         const char *params[1];
         long mark;
 
@@ -309,11 +268,11 @@ static void test_lockout_locks_then_expires(void **state)
         ait_signup("it-lock", "Lock Tenant", &u);
         mark = ait_outbox_mark();
         fail_logins(u.email, MAX_FAILURES - 1);
-        login_with(u.email, "definitely not it", &wrong);
+        ait_login_with(u.email, "definitely not it", &wrong);
         /* Locked now: the right password gets exactly the wrong password's reply. */
-        login_with(u.email, AIT_PASSWORD, &locked);
+        ait_login_with(u.email, AIT_PASSWORD, &locked);
         assert_int_equal(locked.status, 401);
-        assert_same(&wrong, &locked);
+        ait_assert_same_reply(&wrong, &locked);
         it_http_response_free(&wrong);
         it_http_response_free(&locked);
         params[0] = u.user_id;
@@ -322,51 +281,41 @@ static void test_lockout_locks_then_expires(void **state)
                                       1, params),
                          1);
         /* Lockout writes are not admin writes: they publish nothing, of any topic. */
-        assert_int_equal(rows_published_after(mark), 0);
+        assert_int_equal(ait_published_after(mark), 0);
         /* A running session is not affected by the lock. */
         json_decref(ait_ok("WhoAmI", "{}", u.token));
 
-        sleep_ms(LOCK_S * 1000 + 700);
-        login_with(u.email, AIT_PASSWORD, &r);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
+        it_sleep_ms(LOCK_S * 1000 + 700);
+        assert_int_equal(ait_login_status(u.email, AIT_PASSWORD), 200);
         /* Nor does the login that clears the lock's count. */
-        assert_int_equal(rows_published_after(mark), 0);
+        assert_int_equal(ait_published_after(mark), 0);
 }
 
 static void test_success_resets_the_count(void **state)
 {
         ait_user u;
-        it_http_response r;
         long mark;
 
         (void)state;
         ait_signup("it-lock-reset", "Lock Reset", &u);
         mark = ait_outbox_mark();
         fail_logins(u.email, MAX_FAILURES - 1);
-        login_with(u.email, AIT_PASSWORD, &r);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
+        assert_int_equal(ait_login_status(u.email, AIT_PASSWORD), 200);
         fail_logins(u.email, MAX_FAILURES - 1);
-        login_with(u.email, AIT_PASSWORD, &r);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
-        assert_int_equal(rows_published_after(mark), 0);
+        assert_int_equal(ait_login_status(u.email, AIT_PASSWORD), 200);
+        assert_int_equal(ait_published_after(mark), 0);
 }
 
 static void test_failures_outside_the_window_do_not_add_up(void **state)
 {
         ait_user u;
-        it_http_response r;
 
         (void)state;
         ait_signup("it-lock-window", "Lock Window", &u);
         fail_logins(u.email, MAX_FAILURES - 1);
-        sleep_ms(WINDOW_S * 1000 + 700);
+        it_sleep_ms(WINDOW_S * 1000 + 700);
         fail_logins(u.email, MAX_FAILURES - 1);
-        login_with(u.email, AIT_PASSWORD, &r);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
+        assert_int_equal(ait_login_status(u.email, AIT_PASSWORD), 200);
 }
 
 /* A wrong current password counts like a failed login; a locked account cannot change it. */
@@ -386,7 +335,7 @@ static void test_change_password_counts_failures(void **state)
         AIT_BODY(body, "{s:s, s:s}", "currentPassword", AIT_PASSWORD, "newPassword", NEW_PASSWORD);
         ait_fails("ChangePassword", body, u.token, "permission_denied");
         /* Failed checks and the lock they caused: written, never published. */
-        assert_int_equal(rows_published_after(mark), 0);
+        assert_int_equal(ait_published_after(mark), 0);
 }
 
 int main(void)

@@ -34,8 +34,8 @@ static void drop_fault(void)
 {
         PGconn *pg = ait_pg();
 
-        PQclear(ait_sql(pg, "DROP TRIGGER IF EXISTS " FAULT_TRIGGER " ON auth.outbox", 0, NULL));
-        PQclear(ait_sql(pg, "DROP FUNCTION IF EXISTS " FAULT_FN "()", 0, NULL));
+        PQclear(it_sql(pg, "DROP TRIGGER IF EXISTS " FAULT_TRIGGER " ON auth.outbox", 0, NULL));
+        PQclear(it_sql(pg, "DROP FUNCTION IF EXISTS " FAULT_FN "()", 0, NULL));
         PQfinish(pg);
 }
 
@@ -70,24 +70,19 @@ static void install_fault(const char *tenant_id, const char *tenant_name)
                  id, name);
         PQfreemem(id);
         PQfreemem(name);
-        PQclear(ait_sql(pg, sql, 0, NULL));
-        PQclear(ait_sql(pg,
-                        "CREATE TRIGGER " FAULT_TRIGGER " BEFORE INSERT ON auth.outbox"
-                        " FOR EACH ROW EXECUTE FUNCTION " FAULT_FN "()",
-                        0, NULL));
+        PQclear(it_sql(pg, sql, 0, NULL));
+        PQclear(it_sql(pg,
+                       "CREATE TRIGGER " FAULT_TRIGGER " BEFORE INSERT ON auth.outbox"
+                       " FOR EACH ROW EXECUTE FUNCTION " FAULT_FN "()",
+                       0, NULL));
         PQfinish(pg);
-}
-
-static long audit_mark(void)
-{
-        return ait_sql_long("SELECT coalesce(max(id), 0) FROM auth.audit_log", 0, NULL);
 }
 
 /* Nothing after the marks: no outbox row of any topic, no audit row of any tenant. */
 static void assert_nothing_after(long outbox_mark, long audit)
 {
         assert_int_equal(ait_outbox_mark(), outbox_mark);
-        assert_int_equal(audit_mark(), audit);
+        assert_int_equal(ait_audit_mark(), audit);
 }
 
 static long invitations_of(const char *tenant_id, const char *email)
@@ -110,13 +105,12 @@ static void test_invite_with_a_member_leaves_nothing(void **state)
         long mark, audit;
 
         (void)state;
-        ait_signup("it-rb-member-o", "Rollback Member", &owner);
-        ait_new_member(&owner, "it-rb-member-m", "member", &member);
+        ait_tenant_of_two("it-rb-member-o", "Rollback Member", "member", &owner, &member);
         it_unique_email("it-rb-member-x", f1, sizeof(f1));
         it_unique_email("it-rb-member-y", f2, sizeof(f2));
         snprintf(rid, sizeof(rid), "it-rollback-%s", owner.tenant_id);
         mark = ait_outbox_mark();
-        audit = audit_mark();
+        audit = ait_audit_mark();
         AIT_BODY(body, "{s:[s,s,s], s:s}", "emails", f1, member.email, f2, "role", "viewer");
         ait_call_rid("Invite", body, owner.token, rid, &r);
         assert_int_equal(r.status, 409);
@@ -155,7 +149,7 @@ static void test_invite_failing_at_its_end_leaves_nothing(void **state)
         }
         install_fault(owner.tenant_id, "(no tenant has this name)");
         mark = ait_outbox_mark();
-        audit = audit_mark();
+        audit = ait_audit_mark();
         AIT_BODY(body, "{s:[s,s,s], s:s}", "emails", e[0], e[1], e[2], "role", "member");
         /* Every invitation, mail and audit row was written before the failing statement. */
         ait_fails("Invite", body, owner.token, "internal");
@@ -208,7 +202,7 @@ static void test_signup_failing_at_its_end_leaves_nothing(void **state)
         snprintf(name, sizeof(name), "doomed %s", email);
         install_fault("00000000-0000-0000-0000-000000000000", name);
         mark = ait_outbox_mark();
-        audit = audit_mark();
+        audit = ait_audit_mark();
         signup_call(email, name, &r);
         assert_int_equal(r.status, 500);
         it_http_response_free(&r);
@@ -237,7 +231,7 @@ static void test_signup_with_a_taken_email_writes_nothing(void **state)
         ait_signup("it-rb-taken", "Taken First", &u);
         snprintf(name, sizeof(name), "second of %s", u.email);
         mark = ait_outbox_mark();
-        audit = audit_mark();
+        audit = ait_audit_mark();
         signup_call(u.email, name, &r);
         assert_int_equal(r.status, 409);
         it_http_response_free(&r);

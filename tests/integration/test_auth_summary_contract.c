@@ -79,10 +79,10 @@ static int setup(void **state)
         /* Locked the way auth locks a login after failures. */
         params[0] = member.user_id;
         PGconn *pg = ait_pg();
-        PQclear(ait_sql(pg,
-                        "UPDATE auth.users SET locked_until = now() + interval '1 hour'"
-                        " WHERE id = $1::uuid",
-                        1, params));
+        PQclear(it_sql(pg,
+                       "UPDATE auth.users SET locked_until = now() + interval '1 hour'"
+                       " WHERE id = $1::uuid",
+                       1, params));
         PQfinish(pg);
         return 0;
 }
@@ -93,10 +93,10 @@ static PGconn *as_reader(const char *tenant)
         PGconn *pg = ait_pg();
         const char *params[1] = {tenant};
 
-        PQclear(ait_sql(pg, "SET ROLE " READER, 0, NULL));
-        PQclear(ait_sql(pg, "BEGIN", 0, NULL));
+        PQclear(it_sql(pg, "SET ROLE " READER, 0, NULL));
+        PQclear(it_sql(pg, "BEGIN", 0, NULL));
         if (tenant != NULL) {
-                PQclear(ait_sql(pg, "SELECT set_config('keelson.tenant_id', $1, true)", 1, params));
+                PQclear(it_sql(pg, "SELECT set_config('keelson.tenant_id', $1, true)", 1, params));
         }
         return pg;
 }
@@ -104,7 +104,7 @@ static PGconn *as_reader(const char *tenant)
 static PGresult *summary_of(PGconn *pg, const char *tenant)
 {
         const char *params[1] = {tenant};
-        PGresult *res = ait_sql(pg, "SELECT * FROM " CONTRACT "($1::uuid)", 1, params);
+        PGresult *res = it_sql(pg, "SELECT * FROM " CONTRACT "($1::uuid)", 1, params);
 
         assert_int_equal(PQntuples(res), 1);
         return res;

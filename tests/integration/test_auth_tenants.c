@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "auth_it.h"
+#include "ks_crypto.h"
 #include "ks_code.h"
 #include "ks_events.h"
 #include "ks_topology.h"
@@ -36,11 +37,6 @@ static void assert_code(it_http_response *r, long status, const char *code)
         }
         json_decref(j);
         it_http_response_free(r);
-}
-
-static void whoami_fails(const char *token)
-{
-        ait_wait_unauthenticated(token);
 }
 
 /* ---- sign-up, login, who-am-i ---------------------------------------------- */
@@ -77,8 +73,7 @@ static void test_member_permissions(void **state)
         long mark;
 
         (void)state;
-        ait_signup("it-ten-perm", "Perm Tenant", &owner);
-        ait_new_member(&owner, "it-ten-perm-m", "member", &member);
+        ait_tenant_of_two("it-ten-perm", "Perm Tenant", "member", &owner, &member);
         ait_new_member(&owner, "it-ten-perm-v", "viewer", &viewer);
 
         j = ait_ok("WhoAmI", "{}", member.token);
@@ -119,8 +114,7 @@ static void test_set_role_publishes_and_audits(void **state)
         json_t *j;
 
         (void)state;
-        ait_signup("it-ten-role", "Role Tenant", &owner);
-        ait_new_member(&owner, "it-ten-role-m", "member", &m);
+        ait_tenant_of_two("it-ten-role", "Role Tenant", "member", &owner, &m);
         mark = ait_outbox_mark();
         set_role(&owner, m.user_id, "admin", &r);
         assert_int_equal(r.status, 200);
@@ -130,12 +124,9 @@ static void test_set_role_publishes_and_audits(void **state)
         json_decref(j);
         it_http_response_free(&r);
 
+        assert_int_equal(ait_memberships(owner.tenant_id, m.user_id, "admin"), 1);
         params[0] = owner.tenant_id;
         params[1] = m.user_id;
-        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.memberships WHERE tenant_id ="
-                                      " $1::uuid AND user_id = $2::uuid AND role = 'admin'",
-                                      2, params),
-                         1);
         assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.audit_log WHERE tenant_id ="
                                       " $1::uuid AND target_id = $2 AND action = 'member.role_set'",
                                       2, params),
@@ -163,8 +154,7 @@ static void test_rank_rules(void **state)
         long mark;
 
         (void)state;
-        ait_signup("it-ten-rank", "Rank Tenant", &owner);
-        ait_new_member(&owner, "it-ten-rank-a", "admin", &admin);
+        ait_tenant_of_two("it-ten-rank", "Rank Tenant", "admin", &owner, &admin);
         ait_new_member(&owner, "it-ten-rank-b", "admin", &admin2);
         mark = ait_outbox_mark();
         /* An admin grants no role above their own, and touches no owner. */
@@ -190,8 +180,7 @@ static void test_last_owner_is_kept(void **state)
         long mark;
 
         (void)state;
-        ait_signup("it-ten-last", "Last Owner Tenant", &owner);
-        ait_new_member(&owner, "it-ten-last-o", "owner", &other);
+        ait_tenant_of_two("it-ten-last", "Last Owner Tenant", "owner", &owner, &other);
         mark = ait_outbox_mark();
         /* Two owners: one may step down. */
         set_role(&owner, owner.user_id, "admin", &r);
@@ -214,27 +203,20 @@ static void test_remove_member(void **state)
 {
         ait_user owner, m;
         char body[512], reason[64] = "";
-        const char *params[2];
         long mark;
         json_t *j;
 
         (void)state;
-        ait_signup("it-ten-rm", "Remove Tenant", &owner);
-        ait_new_member(&owner, "it-ten-rm-m", "member", &m);
+        ait_tenant_of_two("it-ten-rm", "Remove Tenant", "member", &owner, &m);
         mark = ait_outbox_mark();
         AIT_BODY(body, "{s:s}", "userId", m.user_id);
         j = ait_ok("RemoveMember", body, owner.token);
         json_decref(j);
-        whoami_fails(m.token);
+        ait_wait_unauthenticated(m.token);
         ait_assert_one_summary(mark, owner.tenant_id, "RemoveMember");
         assert_int_equal(ait_revoked_has(mark, m.token, reason), 1);
         assert_string_equal(reason, "member_removed");
-        params[0] = owner.tenant_id;
-        params[1] = m.user_id;
-        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.memberships WHERE tenant_id ="
-                                      " $1::uuid AND user_id = $2::uuid",
-                                      2, params),
-                         0);
+        assert_int_equal(ait_memberships(owner.tenant_id, m.user_id, ""), 0);
         /* Gone is gone: a second removal is not_found. */
         ait_fails("RemoveMember", body, owner.token, "not_found");
         j = ait_ok("ListMembers", "{}", owner.token);
@@ -252,8 +234,7 @@ static void test_repeated_request_id_changes_nothing(void **state)
         long mark;
 
         (void)state;
-        ait_signup("it-ten-dup", "Dedupe Tenant", &owner);
-        ait_new_member(&owner, "it-ten-dup-m", "member", &m);
+        ait_tenant_of_two("it-ten-dup", "Dedupe Tenant", "member", &owner, &m);
         snprintf(rid, sizeof(rid), "it-dup-%s", m.user_id);
         AIT_BODY(body, "{s:s, s:s}", "userId", m.user_id, "role", "viewer");
         mark = ait_outbox_mark();
@@ -284,8 +265,7 @@ static void test_list_members_pages(void **state)
         char token[256] = "";
 
         (void)state;
-        ait_signup("it-ten-page", "Page Tenant", &owner);
-        ait_new_member(&owner, "it-ten-page-a", "member", &a);
+        ait_tenant_of_two("it-ten-page", "Page Tenant", "member", &owner, &a);
         ait_new_member(&owner, "it-ten-page-b", "member", &b);
         for (int page = 0; page < 4; page++) {
                 json_t *ms;
@@ -310,24 +290,6 @@ static void test_list_members_pages(void **state)
         assert_string_equal(seen[1], a.user_id);
         assert_string_equal(seen[2], b.user_id);
         ait_fails("ListMembers", "{\"pageToken\":\"nonsense\"}", owner.token, "invalid_argument");
-}
-
-/* Calls and expects a Connect error with this code and message. */
-static void fails_with(const char *method, const char *json, const char *token, const char *code,
-                       const char *message)
-{
-        it_http_response r;
-        json_t *j;
-
-        ait_call(method, json, token, &r);
-        j = ait_json(&r);
-        if (r.status == 200 || strcmp(ait_str_or(j, "code"), code) != 0 ||
-            strcmp(ait_str_or(j, "message"), message) != 0) {
-                fail_msg("%s %s: expected %s '%s', got HTTP %ld: %.300s", method, json, code,
-                         message, r.status, r.body);
-        }
-        json_decref(j);
-        it_http_response_free(&r);
 }
 
 /* Pages through a list with pageSize 2; returns the ids seen (in order) and the page count. */
@@ -407,24 +369,24 @@ static void test_list_tokens_stay_in_their_list(void **state)
                         if (i == k) {
                                 json_decref(ait_ok(lists[i], body, owner.token));
                         } else {
-                                fails_with(lists[i], body, owner.token, "invalid_argument",
-                                           "page_token: not from this list");
+                                ait_fails_with(lists[i], body, owner.token, "invalid_argument",
+                                               "page_token: not from this list");
                         }
                 }
                 /* The same list in another tenant, and an altered token. */
                 AIT_BODY(body, "{s:s}", "pageToken", token[i]);
-                fails_with(lists[i], body, other.token, "invalid_argument",
-                           "page_token: not from this list");
+                ait_fails_with(lists[i], body, other.token, "invalid_argument",
+                               "page_token: not from this list");
                 token[i][3] = token[i][3] == 'A' ? 'B' : 'A';
                 AIT_BODY(body, "{s:s}", "pageToken", token[i]);
-                fails_with(lists[i], body, owner.token, "invalid_argument",
-                           "page_token: not from this list");
-                fails_with(lists[i], "{\"pageSize\":-1}", owner.token, "invalid_argument",
-                           "page_size: must not be negative");
+                ait_fails_with(lists[i], body, owner.token, "invalid_argument",
+                               "page_token: not from this list");
+                ait_fails_with(lists[i], "{\"pageSize\":-1}", owner.token, "invalid_argument",
+                               "page_size: must not be negative");
         }
         /* Once a past-int8 audit id reached the database and came back as internal. */
-        fails_with("ListAudit", "{\"pageToken\":\"9999999999999999999\"}", owner.token,
-                   "invalid_argument", "page_token: not from this list");
+        ait_fails_with("ListAudit", "{\"pageToken\":\"9999999999999999999\"}", owner.token,
+                       "invalid_argument", "page_token: not from this list");
 }
 
 /* ---- sessions across tenants ------------------------------------------------------ */
@@ -441,8 +403,7 @@ static void test_switch_tenant(void **state)
         ait_signup("it-ten-sw-b", "Switch B", &b);
         /* a joins B too, with an existing account: the invitation asks for its password. */
         ait_invite(&b, a.email, "viewer", token_b);
-        AIT_BODY(body, "{s:s, s:s}", "token", token_b, "password", AIT_PASSWORD);
-        json_decref(ait_ok("AcceptInvitation", body, NULL));
+        json_decref(ait_accept(token_b, AIT_PASSWORD));
 
         j = ait_ok("ListTenants", "{}", a.token);
         assert_int_equal(json_array_size(json_object_get(j, "tenants")), 2);
@@ -462,7 +423,7 @@ static void test_switch_tenant(void **state)
         assert_string_equal(ait_str(j, "tenantName"), "Switch B");
         json_decref(j);
         /* The old token stopped working, and caches were told. */
-        whoami_fails(a.token);
+        ait_wait_unauthenticated(a.token);
         assert_int_equal(ait_revoked_has(mark, a.token, reason), 1);
         assert_string_equal(reason, "tenant_switched");
         assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
@@ -488,20 +449,20 @@ static void test_logout_and_revoke_all_sessions(void **state)
 
         mark = ait_outbox_mark();
         json_decref(ait_ok("Logout", "{}", t3));
-        whoami_fails(t3);
+        ait_wait_unauthenticated(t3);
         assert_int_equal(ait_revoked_has(mark, t3, reason), 1);
         assert_string_equal(reason, "logout");
         /* A second logout of the same session succeeds (idempotent) and publishes nothing. */
         mark = ait_outbox_mark();
         json_decref(ait_ok("Logout", "{}", t3));
-        whoami_fails(t3);
+        ait_wait_unauthenticated(t3);
         assert_int_equal(ait_events(mark, "auth.context_revoked", NULL), 0);
 
         mark = ait_outbox_mark();
         j = ait_ok("RevokeAllSessions", "{\"keepCurrent\":true}", u.token);
         assert_int_equal(json_integer_value(json_object_get(j, "revokedSessions")), 1);
         json_decref(j);
-        whoami_fails(t2);
+        ait_wait_unauthenticated(t2);
         json_decref(ait_ok("WhoAmI", "{}", u.token));
         assert_int_equal(ait_revoked_has(mark, t2, reason), 1);
         assert_string_equal(reason, "sessions_revoked");
@@ -510,7 +471,7 @@ static void test_logout_and_revoke_all_sessions(void **state)
         j = ait_ok("RevokeAllSessions", "{}", u.token);
         assert_int_equal(json_integer_value(json_object_get(j, "revokedSessions")), 1);
         json_decref(j);
-        whoami_fails(u.token);
+        ait_wait_unauthenticated(u.token);
 }
 
 /* ---- ListAudit ------------------------------------------------------------------ */
@@ -522,8 +483,7 @@ static void test_audit_newest_first(void **state)
         json_t *j, *e;
 
         (void)state;
-        ait_signup("it-ten-audit", "Audit Tenant", &owner);
-        ait_new_member(&owner, "it-ten-audit-m", "member", &m);
+        ait_tenant_of_two("it-ten-audit", "Audit Tenant", "member", &owner, &m);
         AIT_BODY(body, "{s:s}", "userId", m.user_id);
         json_decref(ait_ok("RemoveMember", body, owner.token));
 
@@ -550,11 +510,8 @@ static void test_audit_newest_first(void **state)
 
 static int restore_audit_grant(void **state)
 {
-        PGconn *pg = ait_pg();
-
         (void)state;
-        PQclear(ait_sql(pg, "GRANT INSERT ON auth.audit_log TO keelson_auth_rt", 0, NULL));
-        PQfinish(pg);
+        ait_exec("GRANT INSERT ON auth.audit_log TO keelson_auth_rt", 0, NULL);
         return 0;
 }
 
@@ -562,22 +519,17 @@ static void test_rolled_back_write_publishes_nothing(void **state)
 {
         ait_user owner, m;
         char body[512];
-        const char *params[2];
         long mark;
-        PGconn *pg;
 
         (void)state;
-        ait_signup("it-ten-rollback", "Rollback Tenant", &owner);
-        ait_new_member(&owner, "it-ten-rollback-m", "member", &m);
+        ait_tenant_of_two("it-ten-rollback", "Rollback Tenant", "member", &owner, &m);
         /*
          * Fault injection: the audit insert, the last statement of RemoveMember
          * before its users.admin_summary, fails. The membership delete, the
          * session revocation and the auth.context_revoked outbox row that came
          * before it must all roll back.
          */
-        pg = ait_pg();
-        PQclear(ait_sql(pg, "REVOKE INSERT ON auth.audit_log FROM keelson_auth_rt", 0, NULL));
-        PQfinish(pg);
+        ait_exec("REVOKE INSERT ON auth.audit_log FROM keelson_auth_rt", 0, NULL);
         mark = ait_outbox_mark();
         AIT_BODY(body, "{s:s}", "userId", m.user_id);
         ait_fails("RemoveMember", body, owner.token, "internal");
@@ -585,12 +537,7 @@ static void test_rolled_back_write_publishes_nothing(void **state)
 
         assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
         assert_int_equal(ait_events(mark, "auth.context_revoked", NULL), 0);
-        params[0] = owner.tenant_id;
-        params[1] = m.user_id;
-        assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.memberships WHERE tenant_id ="
-                                      " $1::uuid AND user_id = $2::uuid",
-                                      2, params),
-                         1);
+        assert_int_equal(ait_memberships(owner.tenant_id, m.user_id, ""), 1);
         json_decref(ait_ok("WhoAmI", "{}", m.token));
         /* The same call, with the database well again, goes through once. */
         json_decref(ait_ok("RemoveMember", body, owner.token));
@@ -612,13 +559,13 @@ static void test_housekeeping_deletes_only_stale_sessions(void **state)
         ait_login(&u, NULL, old);
         params[0] = old;
         pg = ait_pg();
-        PQclear(ait_sql(pg,
-                        "UPDATE auth.sessions SET created_at = now() - interval '10 days',"
-                        " expires_at = now() - interval '9 days'"
-                        " WHERE token_sha256 = sha256(convert_to($1, 'UTF8'))",
-                        1, params));
-        PQclear(ait_sql(pg, "SET ROLE keelson_auth_rt", 0, NULL));
-        PQclear(ait_sql(pg, "SELECT auth.housekeeping(86400, 86400, 1000)", 0, NULL));
+        PQclear(it_sql(pg,
+                       "UPDATE auth.sessions SET created_at = now() - interval '10 days',"
+                       " expires_at = now() - interval '9 days'"
+                       " WHERE token_sha256 = sha256(convert_to($1, 'UTF8'))",
+                       1, params));
+        PQclear(it_sql(pg, "SET ROLE keelson_auth_rt", 0, NULL));
+        PQclear(it_sql(pg, "SELECT auth.housekeeping(86400, 86400, 1000)", 0, NULL));
         PQfinish(pg);
         assert_int_equal(ait_sql_long("SELECT count(*) FROM auth.sessions"
                                       " WHERE token_sha256 = sha256(convert_to($1, 'UTF8'))",
@@ -633,12 +580,11 @@ static ks_subscriber *subscribe(const char *prefix)
 {
         const char *bases[1] = {ait_stack.broker_url};
         const char *prefixes[1] = {prefix};
-        struct timespec settle = {0, 300 * 1000 * 1000};
         ks_subscriber *sub = NULL;
 
         assert_int_equal(ks_subscriber_new(&sub, bases, 1, prefixes, 1), KS_OK);
         /* A subscriber hears only what is published after its dial completed. */
-        nanosleep(&settle, NULL);
+        it_sleep_ms(300);
         return sub;
 }
 
@@ -692,10 +638,10 @@ static void test_relay_publishes_rows_left_behind(void **state)
         (void)state;
         assert_int_equal(ks_uuid_v4(event_id), 0);
         assert_int_equal(ks_uuid_v4(tenant_id), 0);
-        PQclear(ait_sql(pg,
-                        "INSERT INTO auth.outbox (event_id, topic, tenant_id, payload)"
-                        " VALUES ($1::uuid, 'users.admin_summary', $2::uuid, '\\x')",
-                        2, params));
+        PQclear(it_sql(pg,
+                       "INSERT INTO auth.outbox (event_id, topic, tenant_id, payload)"
+                       " VALUES ($1::uuid, 'users.admin_summary', $2::uuid, '\\x')",
+                       2, params));
         PQfinish(pg);
         expect_event(sub, "users.admin_summary", tenant_id, event_id);
         ks_subscriber_free(sub);
@@ -705,8 +651,7 @@ static void test_relay_publishes_rows_left_behind(void **state)
                                  1, params) == 1) {
                         return;
                 }
-                struct timespec pause = {0, 50 * 1000 * 1000};
-                nanosleep(&pause, NULL);
+                it_sleep_ms(50);
         }
         fail_msg("the published row was not marked");
 }

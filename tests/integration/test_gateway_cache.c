@@ -27,48 +27,33 @@
 #include <time.h>
 
 #include <cmocka.h>
-#include <jansson.h>
 
-#include "it_support.h"
+#include "auth_it.h"
 #include "keelson/auth/v1/events.pb-c.h"
 #include "ks_code.h"
 #include "ks_crypto.h"
 #include "ks_events.h"
 
-#define TOKEN_MAX        512
-#define ID_MAX           64
 #define EVENT_WAIT_MS    10000 /* well inside the 30 s session TTL */
 #define PUBLISH_EVERY_MS 200
-#define PASSWORD         "correct horse battery staple"
 #define REVOKED_TOPIC    "auth.context_revoked"
 #define LEDGER_WRITE     "/keelson.ledger.v1.LedgerService/CreateAccounts"
 #define ACCOUNT_BODY     "{\"accounts\":[{\"id\":\"1\",\"ledger\":840,\"code\":1}]}"
 
-static it_stack g_stack;
 static ks_publisher *g_pub;
 static ks_subscriber *g_sub;
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static void sleep_ms(long ms)
-{
-        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-}
-
 static long whoami(const char *url, const char *token)
 {
-        it_http_response r;
-        assert_int_equal(it_auth_call(url, "WhoAmI", "{}", token, NULL, &r), 0);
-        long status = r.status;
-        it_http_response_free(&r);
-        return status;
+        return it_post_json_status(url, AIT_PATH "WhoAmI", "{}", token);
 }
 
 static void assert_both(const char *token, long want)
 {
         for (int i = 0; i < 2; i++) {
-                assert_int_equal(whoami(g_stack.gateway_urls[i], token), want);
+                assert_int_equal(whoami(ait_stack.gateway_urls[i], token), want);
         }
 }
 
@@ -77,14 +62,12 @@ static void revoke_in_db(const char *where_sql, const char *param)
 {
         char sql[256];
         const char *params[1] = {param};
-        PGconn *c = it_pg_connect(&g_stack);
-        assert_non_null(c);
+        PGconn *c = ait_pg();
         snprintf(sql, sizeof(sql), "UPDATE auth.sessions SET revoked_at = now() WHERE %s",
                  where_sql);
-        PGresult *res = PQexecParams(c, sql, 1, NULL, params, NULL, NULL, 0);
-        if (PQresultStatus(res) != PGRES_COMMAND_OK || atoi(PQcmdTuples(res)) < 1) {
-                fail_msg("revoking in the database: %s (%s rows)", PQerrorMessage(c),
-                         PQcmdTuples(res));
+        PGresult *res = it_sql(c, sql, 1, params);
+        if (atoi(PQcmdTuples(res)) < 1) {
+                fail_msg("revoking in the database: no session where %s", where_sql);
         }
         PQclear(res);
         PQfinish(c);
@@ -129,11 +112,11 @@ static void publish_until_refused(const uint8_t *sha, const char *user_id, const
 {
         for (int waited = 0; waited < EVENT_WAIT_MS; waited += PUBLISH_EVERY_MS) {
                 publish(sha, user_id, tenant_id);
-                sleep_ms(PUBLISH_EVERY_MS);
+                it_sleep_ms(PUBLISH_EVERY_MS);
                 bool all = true;
                 for (int t = 0; t < n_tokens && all; t++) {
                         for (int i = 0; i < 2 && all; i++) {
-                                all = whoami(g_stack.gateway_urls[i], tokens[t]) == 401;
+                                all = whoami(ait_stack.gateway_urls[i], tokens[t]) == 401;
                         }
                 }
                 if (all) {
@@ -143,105 +126,9 @@ static void publish_until_refused(const uint8_t *sha, const char *user_id, const
         fail_msg("the revocation did not reach both replicas within %d ms", EVENT_WAIT_MS);
 }
 
-static void login(const char *email, char token[TOKEN_MAX], char tenant[ID_MAX], char user[ID_MAX])
-{
-        char body[256];
-        it_http_response r;
-        snprintf(body, sizeof(body), "{\"email\":\"%s\",\"password\":\"" PASSWORD "\"}", email);
-        assert_int_equal(it_auth_call(g_stack.gateway_url, "Login", body, NULL, NULL, &r), 0);
-        assert_int_equal(r.status, 200);
-        json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
-        assert_non_null(j);
-        snprintf(token, TOKEN_MAX, "%s", json_string_value(json_object_get(j, "sessionToken")));
-        snprintf(tenant, ID_MAX, "%s", json_string_value(json_object_get(j, "tenantId")));
-        snprintf(user, ID_MAX, "%s", json_string_value(json_object_get(j, "userId")));
-        json_decref(j);
-        it_http_response_free(&r);
-}
-
-static void signup(char *email, size_t len)
-{
-        char body[256];
-        it_http_response r;
-        it_unique_email("cache", email, len);
-        snprintf(body, sizeof(body),
-                 "{\"email\":\"%s\",\"password\":\"" PASSWORD "\",\"tenantName\":\"cache\"}",
-                 email);
-        assert_int_equal(it_auth_call(g_stack.gateway_url, "SignUp", body, NULL, NULL, &r), 0);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
-}
-
-/* POSTs a JSON body with a bearer token; returns the status, body into *out when not NULL. */
-static long post_json(const char *url, const char *path, const char *body, const char *token,
-                      it_http_response *out)
-{
-        char auth[TOKEN_MAX + 32];
-        it_http_response r;
-        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
-        const char *headers[] = {auth, NULL};
-        assert_int_equal(
-            it_http_post(url, path, "application/json", body, strlen(body), headers, &r), 0);
-        long status = r.status;
-        if (out != NULL) {
-                *out = r;
-        } else {
-                it_http_response_free(&r);
-        }
-        return status;
-}
-
 static long ledger_write(const char *url, const char *token)
 {
-        return post_json(url, LEDGER_WRITE, ACCOUNT_BODY, token, NULL);
-}
-
-/* A string field of a 200 JSON reply of an AuthService method. */
-static void auth_ok(const char *method, const char *body, const char *token, const char *field,
-                    char *out, size_t out_len)
-{
-        it_http_response r;
-        assert_int_equal(it_auth_call(g_stack.gateway_url, method, body, token, NULL, &r), 0);
-        if (r.status != 200) {
-                fail_msg("%s: %ld %s", method, r.status, r.body);
-        }
-        json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
-        assert_non_null(j);
-        if (field != NULL) {
-                const char *v = json_string_value(json_object_get(j, field));
-                assert_non_null(v);
-                snprintf(out, out_len, "%s", v);
-        }
-        json_decref(j);
-        it_http_response_free(&r);
-}
-
-/* The invitation token auth mailed to "to", read from its outbox as a mail sender would. */
-static void invitation_token(const char *to, char token[TOKEN_MAX])
-{
-        PGconn *c = it_pg_connect(&g_stack);
-        assert_non_null(c);
-        PGresult *res = PQexec(c, "SELECT payload FROM auth.outbox WHERE topic = 'auth.email'"
-                                  " ORDER BY id DESC LIMIT 50");
-        assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
-        token[0] = '\0';
-        for (int i = 0; i < PQntuples(res) && token[0] == '\0'; i++) {
-                size_t len = 0;
-                uint8_t *b = PQunescapeBytea((const unsigned char *)PQgetvalue(res, i, 0), &len);
-                assert_non_null(b);
-                Keelson__Auth__V1__EmailRequested *m =
-                    keelson__auth__v1__email_requested__unpack(NULL, len, b);
-                if (m != NULL && strcmp(m->to, to) == 0 && strcmp(m->kind, "invitation") == 0) {
-                        snprintf(token, TOKEN_MAX, "%s", m->token);
-                }
-                if (m != NULL) {
-                        keelson__auth__v1__email_requested__free_unpacked(m, NULL);
-                }
-                PQfreemem(b);
-        }
-        PQclear(res);
-        PQfinish(c);
-        assert_true(token[0] != '\0');
+        return it_post_json_status(url, LEDGER_WRITE, ACCOUNT_BODY, token);
 }
 
 /* Waits until status_of(replica, token) is want on both replicas, at most EVENT_WAIT_MS. */
@@ -251,12 +138,12 @@ static void wait_both(long (*status_of)(const char *url, const char *token), con
         bool seen[2] = {false, false};
         for (int waited = 0; waited < EVENT_WAIT_MS; waited += 50) {
                 for (int i = 0; i < 2; i++) {
-                        seen[i] = seen[i] || status_of(g_stack.gateway_urls[i], token) == want;
+                        seen[i] = seen[i] || status_of(ait_stack.gateway_urls[i], token) == want;
                 }
                 if (seen[0] && seen[1]) {
                         return;
                 }
-                sleep_ms(50);
+                it_sleep_ms(50);
         }
         fail_msg("replicas answered %ld: %s, %s after %d ms", want, seen[0] ? "yes" : "no",
                  seen[1] ? "yes" : "no", EVENT_WAIT_MS);
@@ -264,11 +151,8 @@ static void wait_both(long (*status_of)(const char *url, const char *token), con
 
 static double hits_on(int replica)
 {
-        double v = 0;
-        assert_int_equal(it_metric(g_stack.gateway_urls[replica],
-                                   "keelson_gateway_context_cache_hits_total", &v),
-                         0);
-        return v;
+        return it_metric_of(ait_stack.gateway_urls[replica],
+                            "keelson_gateway_context_cache_hits_total");
 }
 
 /* Both replicas hold token's context: a second call on each is a cache hit. */
@@ -276,9 +160,9 @@ static void assert_cached_on_both(long (*status_of)(const char *url, const char 
                                   const char *token, long want)
 {
         for (int i = 0; i < 2; i++) {
-                assert_int_equal(status_of(g_stack.gateway_urls[i], token), want);
+                assert_int_equal(status_of(ait_stack.gateway_urls[i], token), want);
                 double before = hits_on(i);
-                assert_int_equal(status_of(g_stack.gateway_urls[i], token), want);
+                assert_int_equal(status_of(ait_stack.gateway_urls[i], token), want);
                 assert_true(hits_on(i) >= before + 1);
         }
 }
@@ -289,14 +173,14 @@ static int setup(void **state)
 {
         (void)state;
         const char *prefixes[] = {REVOKED_TOPIC};
-        if (it_stack_load(&g_stack) != 0) {
+        if (ait_setup(state) != 0) {
                 return -1;
         }
-        if (g_stack.n_gateways < 2) {
+        if (ait_stack.n_gateways < 2) {
                 fprintf(stderr, "these tests need two gateway replicas (--gateway-replicas 2)\n");
                 return -1;
         }
-        const char *bases[] = {g_stack.broker_url};
+        const char *bases[] = {ait_stack.broker_url};
         if (ks_publisher_new(&g_pub, bases, 1) != KS_OK ||
             ks_subscriber_new(&g_sub, bases, 1, prefixes, 1) != KS_OK) {
                 return -1;
@@ -318,21 +202,16 @@ static int teardown(void **state)
 static void test_event_evicts_token_on_every_replica(void **state)
 {
         (void)state;
-        char email[128], token[TOKEN_MAX], tenant[ID_MAX], user[ID_MAX], hex[65];
+        char hex[65];
         uint8_t sha[KS_SHA256_BYTES];
-        double hits_before = 0, hits_after = 0;
-        const char *tokens[1] = {token};
-        signup(email, sizeof(email));
-        login(email, token, tenant, user);
+        ait_user u;
+        const char *token = u.token;
+        const char *tokens[1] = {u.token};
+        ait_signup("cache", "cache", &u);
         assert_both(token, 200); /* each replica resolves it once and keeps it */
-        assert_int_equal(it_metric(g_stack.gateway_urls[1],
-                                   "keelson_gateway_context_cache_hits_total", &hits_before),
-                         0);
-        assert_int_equal(whoami(g_stack.gateway_urls[1], token), 200);
-        assert_int_equal(it_metric(g_stack.gateway_urls[1],
-                                   "keelson_gateway_context_cache_hits_total", &hits_after),
-                         0);
-        assert_true(hits_after >= hits_before + 1);
+        double hits_before = hits_on(1);
+        assert_int_equal(whoami(ait_stack.gateway_urls[1], token), 200);
+        assert_true(hits_on(1) >= hits_before + 1);
 
         token_hash(token, sha, hex);
         char param[70];
@@ -348,17 +227,17 @@ static void test_event_evicts_token_on_every_replica(void **state)
 static void test_event_evicts_user_in_tenant(void **state)
 {
         (void)state;
-        char email[128], t1[TOKEN_MAX], t2[TOKEN_MAX], tenant[ID_MAX], user[ID_MAX];
-        const char *tokens[2] = {t1, t2};
-        signup(email, sizeof(email));
-        login(email, t1, tenant, user);
-        login(email, t2, tenant, user);
-        assert_both(t1, 200);
+        char t2[AIT_TOKEN_MAX];
+        ait_user u;
+        const char *tokens[2] = {u.token, t2};
+        ait_signup("cache", "cache", &u);
+        ait_login(&u, NULL, t2);
+        assert_both(u.token, 200);
         assert_both(t2, 200);
-        revoke_in_db("user_id = $1::uuid", user);
-        assert_both(t1, 200);
+        revoke_in_db("user_id = $1::uuid", u.user_id);
+        assert_both(u.token, 200);
         assert_both(t2, 200);
-        publish_until_refused(NULL, user, tenant, tokens, 2);
+        publish_until_refused(NULL, u.user_id, u.tenant_id, tokens, 2);
 }
 
 /* Waits for one auth.context_revoked on the test's own subscription. */
@@ -381,29 +260,21 @@ static bool revoked_event_seen(int wait_ms)
 static void test_logout_refused_by_both_replicas(void **state)
 {
         (void)state;
-        char email[128], token[TOKEN_MAX], tenant[ID_MAX], user[ID_MAX];
-        it_http_response r;
+        ait_user u;
+        const char *token = u.token;
         Keelson__Events__V1__Event *ev = NULL;
-        signup(email, sizeof(email));
-        login(email, token, tenant, user);
+        ait_signup("cache", "cache", &u);
         assert_both(token, 200);
         while (ks_subscriber_next(g_sub, 10, &ev) == KS_OK) { /* what earlier tests published */
                 keelson__events__v1__event__free_unpacked(ev, NULL);
         }
-        assert_int_equal(it_auth_call(g_stack.gateway_urls[0], "Logout", "{}", token, NULL, &r), 0);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
+        assert_int_equal(
+            it_post_json_status(ait_stack.gateway_urls[0], AIT_PATH "Logout", "{}", token), 200);
         /* The replica that saw the logout drops the token at once. */
-        assert_int_equal(whoami(g_stack.gateway_urls[0], token), 401);
+        assert_int_equal(whoami(ait_stack.gateway_urls[0], token), 401);
         /* auth publishes auth.context_revoked through its outbox after the commit */
         assert_true(revoked_event_seen(EVENT_WAIT_MS));
-        for (int waited = 0; waited < EVENT_WAIT_MS; waited += 50) {
-                if (whoami(g_stack.gateway_urls[1], token) == 401) {
-                        return;
-                }
-                sleep_ms(50);
-        }
-        fail_msg("replica 2 still accepts a logged-out token after %d ms", EVENT_WAIT_MS);
+        wait_both(whoami, token, 401); /* fails after EVENT_WAIT_MS */
 }
 
 /*
@@ -414,28 +285,19 @@ static void test_logout_refused_by_both_replicas(void **state)
 static void test_role_change_reaches_both_replicas(void **state)
 {
         (void)state;
-        char owner_email[128], owner[TOKEN_MAX], tenant[ID_MAX], owner_id[ID_MAX];
-        char member_email[128], invite[TOKEN_MAX], member[TOKEN_MAX], member_id[ID_MAX];
-        char body[TOKEN_MAX + 256];
-        signup(owner_email, sizeof(owner_email));
-        login(owner_email, owner, tenant, owner_id);
-        it_unique_email("cache-member", member_email, sizeof(member_email));
-        snprintf(body, sizeof(body), "{\"emails\":[\"%s\"],\"role\":\"member\"}", member_email);
-        auth_ok("Invite", body, owner, NULL, NULL, 0);
-        invitation_token(member_email, invite);
-        snprintf(body, sizeof(body),
-                 "{\"token\":\"%s\",\"password\":\"" PASSWORD "\",\"displayName\":\"m\"}", invite);
-        auth_ok("AcceptInvitation", body, NULL, "sessionToken", member, sizeof(member));
-        auth_ok("WhoAmI", "{}", member, "userId", member_id, sizeof(member_id));
+        char body[512];
+        ait_user owner, m;
+        const char *member = m.token;
+        ait_tenant_of_two("cache", "cache", "member", &owner, &m);
         assert_cached_on_both(ledger_write, member, 200); /* a member may write */
 
-        snprintf(body, sizeof(body), "{\"userId\":\"%s\",\"role\":\"viewer\"}", member_id);
-        auth_ok("SetRole", body, owner, NULL, NULL, 0);
+        AIT_BODY(body, "{s:s, s:s}", "userId", m.user_id, "role", "viewer");
+        json_decref(ait_ok("SetRole", body, owner.token));
         wait_both(ledger_write, member, 403); /* fails after EVENT_WAIT_MS */
         /* The session itself lives on, with its new role. */
         for (int i = 0; i < 2; i++) {
-                assert_int_equal(whoami(g_stack.gateway_urls[i], member), 200);
-                assert_int_equal(ledger_write(g_stack.gateway_urls[i], member), 403);
+                assert_int_equal(whoami(ait_stack.gateway_urls[i], member), 200);
+                assert_int_equal(ledger_write(ait_stack.gateway_urls[i], member), 403);
         }
 }
 
@@ -443,49 +305,38 @@ static void test_role_change_reaches_both_replicas(void **state)
 static void test_api_key_revocation_reaches_both_replicas(void **state)
 {
         (void)state;
-        char email[128], owner[TOKEN_MAX], tenant[ID_MAX], user[ID_MAX], body[256];
-        char key[TOKEN_MAX], key_id[ID_MAX];
-        it_http_response r;
-        signup(email, sizeof(email));
-        login(email, owner, tenant, user);
-        assert_int_equal(it_auth_call(g_stack.gateway_url, "CreateApiKey",
-                                      "{\"name\":\"cache\",\"role\":\"member\"}", owner, NULL, &r),
-                         0);
-        assert_int_equal(r.status, 200);
-        json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
-        assert_non_null(j);
-        snprintf(key, sizeof(key), "%s", json_string_value(json_object_get(j, "key")));
-        snprintf(key_id, sizeof(key_id), "%s",
-                 json_string_value(json_object_get(json_object_get(j, "apiKey"), "id")));
-        json_decref(j);
-        it_http_response_free(&r);
+        char body[256], key[AIT_TOKEN_MAX], key_id[AIT_ID_MAX];
+        ait_user owner;
+        ait_signup("cache", "cache", &owner);
+        ait_create_key(owner.token, "cache", "member", key, key_id);
         assert_cached_on_both(ledger_write, key, 200);
 
-        snprintf(body, sizeof(body), "{\"apiKeyId\":\"%s\"}", key_id);
-        auth_ok("RevokeApiKey", body, owner, NULL, NULL, 0);
+        AIT_BODY(body, "{s:s}", "apiKeyId", key_id);
+        json_decref(ait_ok("RevokeApiKey", body, owner.token));
         wait_both(ledger_write, key, 401); /* fails after EVENT_WAIT_MS */
-        assert_int_equal(ledger_write(g_stack.gateway_urls[0], key), 401);
-        assert_int_equal(ledger_write(g_stack.gateway_urls[1], key), 401);
+        assert_int_equal(ledger_write(ait_stack.gateway_urls[0], key), 401);
+        assert_int_equal(ledger_write(ait_stack.gateway_urls[1], key), 401);
 }
 
 /* Without any event, the TTL ends a cached context (here 1 s). */
 static void test_ttl_is_the_floor(void **state)
 {
         (void)state;
-        char email[128], token[TOKEN_MAX], tenant[ID_MAX], user[ID_MAX], hex[65], param[70];
+        char hex[65], param[70];
         uint8_t sha[KS_SHA256_BYTES];
         it_gateway gw;
+        ait_user u;
+        const char *token = u.token;
         const char *env[] = {"KEELSON_GATEWAY_CACHE_SESSION_TTL_S=1", NULL};
-        assert_int_equal(it_gateway_start(&g_stack, env, 1, &gw), 0);
-        signup(email, sizeof(email));
-        login(email, token, tenant, user);
+        assert_int_equal(it_gateway_start(&ait_stack, env, 1, &gw), 0);
+        ait_signup("cache", "cache", &u);
         assert_int_equal(whoami(gw.url, token), 200);
         token_hash(token, sha, hex);
         snprintf(param, sizeof(param), "\\x%s", hex);
         revoke_in_db("token_sha256 = $1::bytea", param);
         long status = 200;
         for (int waited = 0; waited < EVENT_WAIT_MS && status == 200; waited += 100) {
-                sleep_ms(100);
+                it_sleep_ms(100);
                 status = whoami(gw.url, token);
         }
         it_gateway_stop(&gw);

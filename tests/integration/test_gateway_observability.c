@@ -20,30 +20,19 @@
 
 #include "it_support.h"
 
-#define TOKEN_MAX    512
-#define ID_MAX       64
-#define WHOAMI_ROUTE "route=\"/keelson.auth.v1.AuthService/WhoAmI\""
-#define PASSWORD     "correct horse battery staple"
-#define LOG_WAIT_MS  5000
+#define TOKEN_MAX       512
+#define ID_MAX          64
+#define WHOAMI_ROUTE    "route=\"/keelson.auth.v1.AuthService/WhoAmI\""
+#define PASSWORD        "correct horse battery staple"
+#define LOG_WAIT_MS     5000
+#define AUTH_PATH       "/keelson.auth.v1.AuthService/"
+#define LEDGER_PATH     "/keelson.ledger.v1.LedgerService/"
+#define LOOKUP_ACCOUNTS LEDGER_PATH "LookupAccounts"
+#define CREATE_ACCOUNTS LEDGER_PATH "CreateAccounts"
 
 static it_stack g_stack;
 
 /* ---- helpers ------------------------------------------------------------------ */
-
-static void sleep_ms(long ms)
-{
-        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-}
-
-static double metric(const char *url, const char *series)
-{
-        double v = 0;
-        if (it_metric(url, series, &v) != 0) {
-                fail_msg("%s has no series %s", url, series);
-        }
-        return v;
-}
 
 /* A unique, well-formed X-Request-Id. */
 static void request_id(const char *prefix, char *out, size_t len)
@@ -52,35 +41,6 @@ static void request_id(const char *prefix, char *out, size_t len)
         it_unique_email(prefix, email, sizeof(email)); /* "<prefix>-<hex>@example.test" */
         *strchr(email, '@') = '\0';
         snprintf(out, len, "%.60s", email);
-}
-
-/* Reads a whole file (a log) into a malloc'd string. */
-static char *read_file(const char *path)
-{
-        FILE *f = fopen(path, "r");
-        assert_non_null(f);
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        char *s = malloc((size_t)n + 1);
-        assert_non_null(s);
-        assert_int_equal(fread(s, 1, (size_t)n, f), (size_t)n);
-        s[n] = '\0';
-        fclose(f);
-        return s;
-}
-
-static bool file_contains(const char *path, const char *needle)
-{
-        FILE *f = fopen(path, "r");
-        if (f == NULL) {
-                return false;
-        }
-        fclose(f);
-        char *s = read_file(path);
-        bool found = strstr(s, needle) != NULL;
-        free(s);
-        return found;
 }
 
 static int setup(void **state)
@@ -111,10 +71,10 @@ static void test_request_id_end_to_end(void **state)
         for (int waited = 0; waited < LOG_WAIT_MS && !found; waited += 100) {
                 for (int i = 0; i < g_stack.n_auth && !found; i++) {
                         snprintf(path, sizeof(path), "%s/logs/auth-%d.log", g_stack.dir, i + 1);
-                        found = file_contains(path, rid);
+                        found = it_file_contains(path, rid);
                 }
                 if (!found) {
-                        sleep_ms(100);
+                        it_sleep_ms(100);
                 }
         }
         assert_true(found);
@@ -134,11 +94,11 @@ static bool ledger_logged(const char *needle)
         for (int waited = 0; waited < LOG_WAIT_MS; waited += 100) {
                 for (int i = 1; i <= IT_REPLICAS_MAX; i++) {
                         snprintf(path, sizeof(path), "%s/logs/ledger-%d.log", g_stack.dir, i);
-                        if (file_contains(path, needle)) {
+                        if (it_file_contains(path, needle)) {
                                 return true;
                         }
                 }
-                sleep_ms(100);
+                it_sleep_ms(100);
         }
         return false;
 }
@@ -146,17 +106,11 @@ static bool ledger_logged(const char *needle)
 static void ledger_privilege(const char *verb)
 {
         char sql[128];
-        PGconn *c = it_pg_connect(&g_stack);
-        assert_non_null(c);
+
         /* keelson_ledger_rt: the role the ledger's transactions run as (row-level security) */
         snprintf(sql, sizeof(sql), "%s SELECT ON ledger.accounts %s keelson_ledger_rt", verb,
                  strcmp(verb, "GRANT") == 0 ? "TO" : "FROM");
-        PGresult *res = PQexec(c, sql);
-        if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-                fail_msg("%s: %s", sql, PQerrorMessage(c));
-        }
-        PQclear(res);
-        PQfinish(c);
+        it_sql_run(&g_stack, sql, 0, NULL);
 }
 
 /*
@@ -168,18 +122,14 @@ static void ledger_privilege(const char *verb)
 static void test_request_id_reaches_the_ledger(void **state)
 {
         (void)state;
-        char token[TOKEN_MAX], rid[96], header[128], auth[TOKEN_MAX + 32], got[96];
+        char token[TOKEN_MAX], rid[96], got[96];
         it_http_response r;
         assert_int_equal(it_new_session(g_stack.gateway_url, "obs-ledger", token, NULL, NULL), 0);
         request_id("it-ledger-rid", rid, sizeof(rid));
-        snprintf(header, sizeof(header), "X-Request-Id: %s", rid);
-        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
-        const char *headers[] = {header, auth, NULL};
+        it_request req = {.token = token, .request_id = rid};
         static const char body[] = "{\"ids\":[\"1\"]}";
         ledger_privilege("REVOKE");
-        int rc =
-            it_http_post(g_stack.gateway_url, "/keelson.ledger.v1.LedgerService/LookupAccounts",
-                         "application/json", body, sizeof(body) - 1, headers, &r);
+        int rc = it_connect(g_stack.gateway_url, LOOKUP_ACCOUNTS, body, sizeof(body) - 1, &req, &r);
         ledger_privilege("GRANT"); /* before any assertion: later tests need the ledger */
         assert_int_equal(rc, 0);
         assert_int_equal(r.status, 500);
@@ -191,13 +141,8 @@ static void test_request_id_reaches_the_ledger(void **state)
         snprintf(needle, sizeof(needle), "\"request_id\":\"%s\"", rid);
         assert_true(ledger_logged(needle));
         /* and the ledger answers again */
-        const char *auth_only[] = {auth, NULL};
-        assert_int_equal(it_http_post(g_stack.gateway_url,
-                                      "/keelson.ledger.v1.LedgerService/LookupAccounts",
-                                      "application/json", body, sizeof(body) - 1, auth_only, &r),
-                         0);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
+        assert_int_equal(it_post_json_status(g_stack.gateway_url, LOOKUP_ACCOUNTS, body, token),
+                         200);
 }
 
 /* ---- metrics ------------------------------------------------------------------------ */
@@ -211,27 +156,28 @@ static void test_metrics_by_route_code_scope_and_cache(void **state)
         double ok = 0, count = 0, allowed = 0, hits = 0, misses = 0;
         it_metric(gw, "keelson_gateway_requests_total{" WHOAMI_ROUTE ",code=\"ok\"}", &ok);
         it_metric(gw, "keelson_gateway_request_duration_seconds_count{" WHOAMI_ROUTE "}", &count);
-        allowed = metric(gw, "keelson_gateway_ratelimit_decisions_total{scope=\"api\","
-                             "decision=\"allowed\",backend=\"redis\"}");
-        hits = metric(gw, "keelson_gateway_context_cache_hits_total");
-        misses = metric(gw, "keelson_gateway_context_cache_misses_total");
+        allowed = it_metric_of(gw, "keelson_gateway_ratelimit_decisions_total{scope=\"api\","
+                                   "decision=\"allowed\",backend=\"redis\"}");
+        hits = it_metric_of(gw, "keelson_gateway_context_cache_hits_total");
+        misses = it_metric_of(gw, "keelson_gateway_context_cache_misses_total");
         for (int i = 0; i < 3; i++) {
                 it_http_response r;
                 assert_int_equal(it_auth_call(gw, "WhoAmI", "{}", token, NULL, &r), 0);
                 assert_int_equal(r.status, 200);
                 it_http_response_free(&r);
         }
-        assert_true(metric(gw, "keelson_gateway_requests_total{" WHOAMI_ROUTE ",code=\"ok\"}") >=
-                    ok + 3);
-        assert_true(metric(gw, "keelson_gateway_request_duration_seconds_count{" WHOAMI_ROUTE
-                               "}") >= count + 3);
-        assert_true(metric(gw, "keelson_gateway_ratelimit_decisions_total{scope=\"api\","
-                               "decision=\"allowed\",backend=\"redis\"}") >= allowed + 3);
+        assert_true(it_metric_of(gw, "keelson_gateway_requests_total{" WHOAMI_ROUTE
+                                     ",code=\"ok\"}") >= ok + 3);
+        assert_true(it_metric_of(gw, "keelson_gateway_request_duration_seconds_count{" WHOAMI_ROUTE
+                                     "}") >= count + 3);
+        assert_true(it_metric_of(gw, "keelson_gateway_ratelimit_decisions_total{scope=\"api\","
+                                     "decision=\"allowed\",backend=\"redis\"}") >= allowed + 3);
         /* One resolution, then the cache: at least one miss and two hits. */
-        assert_true(metric(gw, "keelson_gateway_context_cache_misses_total") >= misses + 1);
-        assert_true(metric(gw, "keelson_gateway_context_cache_hits_total") >= hits + 2);
-        metric(gw, "keelson_gateway_redis_up");
-        metric(gw, "keelson_gateway_context_cache_entries");
+        assert_true(it_metric_of(gw, "keelson_gateway_context_cache_misses_total") >= misses + 1);
+        assert_true(it_metric_of(gw, "keelson_gateway_context_cache_hits_total") >= hits + 2);
+        /* The decisions above were Redis's; the token's context is held. */
+        assert_true(it_metric_of(gw, "keelson_gateway_redis_up") == 1);
+        assert_true(it_metric_of(gw, "keelson_gateway_context_cache_entries") >= 1);
 }
 
 /* A gateway that reaches no broker counts the failures per service. */
@@ -283,7 +229,8 @@ static void test_slow_log_holds_no_secret(void **state)
         it_http_response_free(&r);
         it_gateway_stop(&gw); /* every line is written */
 
-        char *log = read_file(gw.log_path);
+        char *log = it_read_file(gw.log_path);
+        assert_non_null(log);
         size_t slow = 0;
         for (char *line = strtok(log, "\n"); line != NULL; line = strtok(NULL, "\n")) {
                 if (strstr(line, "\"slow request\"") == NULL) {
@@ -298,10 +245,10 @@ static void test_slow_log_holds_no_secret(void **state)
         free(log);
         assert_true(slow >= 3); /* SignUp, Login, WhoAmI */
         /* Nowhere in the whole log: the token, its request id, the query, the password. */
-        assert_false(file_contains(gw.log_path, token));
-        assert_false(file_contains(gw.log_path, rid));
-        assert_false(file_contains(gw.log_path, query));
-        assert_false(file_contains(gw.log_path, PASSWORD));
+        assert_false(it_file_contains(gw.log_path, token));
+        assert_false(it_file_contains(gw.log_path, rid));
+        assert_false(it_file_contains(gw.log_path, query));
+        assert_false(it_file_contains(gw.log_path, PASSWORD));
 }
 
 /* ---- gzip ------------------------------------------------------------------------------ */
@@ -309,7 +256,6 @@ static void test_slow_log_holds_no_secret(void **state)
 static void long_name_session(char token[TOKEN_MAX], char name[201])
 {
         char email[128], body[1024];
-        it_http_response r;
         memset(name, 'a', 200);
         name[200] = '\0';
         it_unique_email("gzip", email, sizeof(email));
@@ -317,11 +263,11 @@ static void long_name_session(char token[TOKEN_MAX], char name[201])
                  "{\"email\":\"%s\",\"password\":\"" PASSWORD "\",\"tenantName\":\"%s\","
                  "\"displayName\":\"%s\"}",
                  email, name, name);
-        assert_int_equal(it_auth_call(g_stack.gateway_url, "SignUp", body, NULL, NULL, &r), 0);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
+        assert_int_equal(it_post_json_status(g_stack.gateway_url, AUTH_PATH "SignUp", body, NULL),
+                         200);
         snprintf(body, sizeof(body), "{\"email\":\"%s\",\"password\":\"" PASSWORD "\"}", email);
-        assert_int_equal(it_auth_call(g_stack.gateway_url, "Login", body, NULL, NULL, &r), 0);
+        it_http_response r;
+        it_post_json(g_stack.gateway_url, AUTH_PATH "Login", body, NULL, &r);
         assert_int_equal(r.status, 200);
         json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
         snprintf(token, TOKEN_MAX, "%s", json_string_value(json_object_get(j, "sessionToken")));
@@ -331,14 +277,8 @@ static void long_name_session(char token[TOKEN_MAX], char name[201])
 
 static void whoami_gzip(const char *url, const char *token, int accept, it_http_response *r)
 {
-        char auth[TOKEN_MAX + 32];
-        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
-        const char *headers[] = {auth, NULL};
-        int rc = accept ? it_http_post_gzip(url, "/keelson.auth.v1.AuthService/WhoAmI",
-                                            "application/json", "{}", 2, headers, r)
-                        : it_http_post(url, "/keelson.auth.v1.AuthService/WhoAmI",
-                                       "application/json", "{}", 2, headers, r);
-        assert_int_equal(rc, 0);
+        it_request req = {.token = token, .gzip = accept};
+        assert_int_equal(it_connect(url, AUTH_PATH "WhoAmI", "{}", 2, &req, r), 0);
         assert_int_equal(r->status, 200);
 }
 
@@ -375,7 +315,7 @@ static void test_gzip_large_json_replies(void **state)
 /* The ledger's accounts 1..n of the caller's tenant, made through the stack's gateway. */
 static void create_accounts(const char *token, int n)
 {
-        char body[4096], auth[TOKEN_MAX + 32];
+        char body[4096];
         size_t len = (size_t)snprintf(body, sizeof(body), "{\"accounts\":[");
         for (int i = 1; i <= n; i++) {
                 len += (size_t)snprintf(body + len, sizeof(body) - len,
@@ -384,22 +324,15 @@ static void create_accounts(const char *token, int n)
         }
         len += (size_t)snprintf(body + len, sizeof(body) - len, "]}");
         assert_true(len < sizeof(body));
-        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
-        const char *headers[] = {auth, NULL};
-        it_http_response r;
-        assert_int_equal(it_http_post(g_stack.gateway_url,
-                                      "/keelson.ledger.v1.LedgerService/CreateAccounts",
-                                      "application/json", body, len, headers, &r),
-                         0);
-        assert_int_equal(r.status, 200);
-        it_http_response_free(&r);
+        assert_int_equal(it_post_json_status(g_stack.gateway_url, CREATE_ACCOUNTS, body, token),
+                         200);
 }
 
 /* With the default settings (1 KiB), a JSON reply over 1 KiB goes out gzipped. */
 static void test_gzip_default_threshold(void **state)
 {
         (void)state;
-        char token[TOKEN_MAX], auth[TOKEN_MAX + 32], body[512], enc[32], len_header[32];
+        char token[TOKEN_MAX], body[512], enc[32], len_header[32];
         const int n = 16; /* about 4 KiB of accounts as JSON */
         it_http_response r;
         assert_int_equal(it_new_session(g_stack.gateway_url, "gzip-default", token, NULL, NULL), 0);
@@ -410,12 +343,8 @@ static void test_gzip_default_threshold(void **state)
                                         i > 1 ? "," : "", i);
         }
         len += (size_t)snprintf(body + len, sizeof(body) - len, "]}");
-        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
-        const char *headers[] = {auth, NULL};
-        assert_int_equal(it_http_post_gzip(g_stack.gateway_url,
-                                           "/keelson.ledger.v1.LedgerService/LookupAccounts",
-                                           "application/json", body, len, headers, &r),
-                         0);
+        it_request req = {.token = token, .gzip = 1};
+        assert_int_equal(it_connect(g_stack.gateway_url, LOOKUP_ACCOUNTS, body, len, &req, &r), 0);
         assert_int_equal(r.status, 200);
         assert_true(r.body_len > 1024);
         assert_int_equal(it_http_header(&r, "Content-Encoding", enc, sizeof(enc)), 0);
@@ -433,10 +362,8 @@ static void test_gzip_default_threshold(void **state)
         size_t plain_len = r.body_len;
         it_http_response_free(&r);
         /* A client that does not ask for gzip gets the same JSON as it is. */
-        assert_int_equal(it_http_post(g_stack.gateway_url,
-                                      "/keelson.ledger.v1.LedgerService/LookupAccounts",
-                                      "application/json", body, len, headers, &r),
-                         0);
+        req.gzip = 0;
+        assert_int_equal(it_connect(g_stack.gateway_url, LOOKUP_ACCOUNTS, body, len, &req, &r), 0);
         assert_int_equal(r.status, 200);
         assert_int_not_equal(it_http_header(&r, "Content-Encoding", enc, sizeof(enc)), 0);
         assert_int_equal(r.body_len, plain_len);

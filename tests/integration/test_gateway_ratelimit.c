@@ -48,12 +48,6 @@ static char g_prefix[80];
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static void sleep_ms(long ms)
-{
-        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-}
-
 /* A call from client address ip (sent as X-Forwarded-For; NULL: none). */
 static long call_from(const it_gateway *gw, const char *method, const char *body, const char *token,
                       const char *ip, it_http_response *out)
@@ -99,22 +93,14 @@ static void wait_redis_up(const it_gateway *gw, double want)
                 if (it_metric(gw->url, "keelson_gateway_redis_up", &v) == 0 && v == want) {
                         return;
                 }
-                sleep_ms(50);
+                it_sleep_ms(50);
         }
         fail_msg("%s: keelson_gateway_redis_up stayed %g, expected %g", gw->url, v, want);
 }
 
 static size_t count_in_file(const char *path, const char *needle)
 {
-        char line[8192];
-        size_t n = 0;
-        FILE *f = fopen(path, "r");
-        assert_non_null(f);
-        while (fgets(line, sizeof(line), f) != NULL) {
-                n += strstr(line, needle) != NULL;
-        }
-        fclose(f);
-        return n;
+        return (size_t)it_file_lines_with(path, &needle, 1);
 }
 
 static void signup_body(char *out, size_t len)
@@ -291,7 +277,7 @@ static void test_refill_after_retry_after(void **state)
                 it_http_response_free(&r);
         }
         assert_true(retry >= 1 && retry <= 2); /* one token every 2 s */
-        sleep_ms(retry * 1000 + 50);
+        it_sleep_ms(retry * 1000 + 50);
         signup_body(body, sizeof(body));
         call_from(&g_b, "SignUp", body, NULL, ip, &r);
         assert_int_equal(r.status, 200);
@@ -402,11 +388,7 @@ static void test_redis_down_then_back(void **state)
 
 static double metric_of(const it_gateway *gw, const char *series)
 {
-        double v = -1;
-        if (it_metric(gw->url, series, &v) != 0) {
-                fail_msg("%s has no series %s", gw->url, series);
-        }
-        return v;
+        return it_metric_of(gw->url, series);
 }
 
 /*
@@ -452,17 +434,8 @@ static double auth_resolves(void)
 {
         double total = 0;
         for (int i = 0; i < g_stack.n_auth; i++) {
-                char url[64];
-                it_http_response r;
-                snprintf(url, sizeof(url), "http://127.0.0.1:%d", g_stack.auth_health_ports[i]);
-                assert_int_equal(it_http_get(url, "/metrics", &r), 0);
-                for (char *line = strtok(r.body, "\n"); line != NULL; line = strtok(NULL, "\n")) {
-                        if (strncmp(line, "keelson_rpc_requests_total{", 27) == 0 &&
-                            strstr(line, "/ResolveContext\"") != NULL) {
-                                total += strtod(strrchr(line, ' ') + 1, NULL);
-                        }
-                }
-                it_http_response_free(&r);
+                total += it_metric_sum_at(g_stack.auth_health_ports[i],
+                                          "keelson_rpc_requests_total", "/ResolveContext\"");
         }
         return total;
 }

@@ -11,7 +11,7 @@
  * 2216 (timeout is a u32 of seconds): the state machine's unit test
  * (services/ledger/tests) provokes it with a crafted clock.
  */
-#include "test_ledger_support.h"
+#include "ledger_it.h"
 
 #define N_TR 60 /* CreateTransfersResponse results 0..59 */
 #define N_AR 21 /* CreateAccountsResponse results 0..20 */
@@ -23,20 +23,32 @@ static bool g_seen_ar[N_AR];
 
 /* ---- helpers -------------------------------------------------------------------- */
 
-static void expect_transfers(lt_transfer_pb *x, size_t n, const int *expected)
+/* Each result as expected (named by name()); every result is marked in seen. */
+static void check_results(const char *what, const uint64_t *ids, const int *got,
+                          const int *expected, size_t n, const char *(*name)(int), bool *seen)
 {
-        int got[16];
-
-        assert_true(n <= 16);
-        lt_create_transfers(&g_t, x, n, got);
         for (size_t i = 0; i < n; i++) {
                 if (got[i] != expected[i]) {
-                        fail_msg("transfer %zu (id %llu): expected %s, got %s", i,
-                                 (unsigned long long)x[i].id, lt_tr_name(expected[i]),
-                                 lt_tr_name(got[i]));
+                        fail_msg("%s %zu (id %llu): expected %s, got %s", what, i,
+                                 (unsigned long long)ids[i], name(expected[i]), name(got[i]));
                 }
-                g_seen_tr[got[i]] = true;
+                seen[got[i]] = true;
         }
+}
+
+#define EXPECT_MAX 16
+
+static void expect_transfers(lt_transfer_pb *x, size_t n, const int *expected)
+{
+        int got[EXPECT_MAX];
+        uint64_t ids[EXPECT_MAX];
+
+        assert_true(n <= EXPECT_MAX);
+        for (size_t i = 0; i < n; i++) {
+                ids[i] = x[i].id;
+        }
+        lt_create_transfers(&g_t, x, n, got);
+        check_results("transfer", ids, got, expected, n, lt_tr_name, g_seen_tr);
 }
 
 static void expect_transfer(lt_transfer_pb *x, int expected)
@@ -46,18 +58,15 @@ static void expect_transfer(lt_transfer_pb *x, int expected)
 
 static void expect_accounts(lt_account_pb *a, size_t n, const int *expected)
 {
-        int got[16];
+        int got[EXPECT_MAX];
+        uint64_t ids[EXPECT_MAX];
 
-        assert_true(n <= 16);
-        lt_create_accounts(&g_t, a, n, got);
+        assert_true(n <= EXPECT_MAX);
         for (size_t i = 0; i < n; i++) {
-                if (got[i] != expected[i]) {
-                        fail_msg("account %zu (id %llu): expected %s, got %s", i,
-                                 (unsigned long long)a[i].id, lt_ar_name(expected[i]),
-                                 lt_ar_name(got[i]));
-                }
-                g_seen_ar[got[i]] = true;
+                ids[i] = a[i].id;
         }
+        lt_create_accounts(&g_t, a, n, got);
+        check_results("account", ids, got, expected, n, lt_ar_name, g_seen_ar);
 }
 
 static void expect_account(lt_account_pb *a, int expected)
@@ -133,11 +142,7 @@ static lt_transfer_pb resolve(u128 id, u128 pending, u128 amount, uint32_t flags
 static int group_setup(void **state)
 {
         (void)state;
-        if (it_stack_load(&g_stack) != 0) {
-                return -1;
-        }
-        lt_tenant_new(&g_stack, "it-ledger-codes", &g_t);
-        return 0;
+        return lt_setup(&g_stack, "it-ledger-codes", &g_t);
 }
 
 /* ---- accounts -------------------------------------------------------------------- */
@@ -335,32 +340,32 @@ static void test_taken_ids_rerun_exactly(void **state)
         (void)state;
 
         accounts((u128[]){140, 141}, 2, 1, 0);
-        double r0 = lt_ledger_metric(&g_stack, series);
+        double r0 = lt_ledger_metric(series);
         x[0] = xfer(150, 140, 141, 1, 0); /* new ids: the guess holds */
         x[1] = xfer(151, 141, 140, 1, 0);
         expect_transfers(x, 2, (int[]){TR(ok), TR(ok)});
-        assert_true(lt_ledger_metric(&g_stack, series) == r0);
+        assert_true(lt_ledger_metric(series) == r0);
 
         /* A taken id the guessing run would have created: its insert finds it. */
         x[0] = xfer(152, 140, 141, 1, 0);
         x[1] = xfer(100, 1, 2, 11, 0); /* 100 is 1 -> 2, amount 10 */
         expect_transfers(x, 2, (int[]){TR(ok), TR(exists_with_different_amount)});
-        assert_true(lt_ledger_metric(&g_stack, series) == r0 + 1);
+        assert_true(lt_ledger_metric(series) == r0 + 1);
         assert_balances(140, 0, 2, 0, 1); /* 150 and 152 debited it, 151 credited it */
 
         /* A taken id the guessing run would have failed: the write's check finds it. */
         x[0] = xfer(100, 1, 99, 10, 0);
         expect_transfer(x, TR(exists_with_different_credit_account_id));
-        assert_true(lt_ledger_metric(&g_stack, series) == r0 + 2);
+        assert_true(lt_ledger_metric(series) == r0 + 2);
         x[0] = xfer(100, 1, 2, 10, 0);
         expect_transfer(x, TR(exists));
-        assert_true(lt_ledger_metric(&g_stack, series) == r0 + 3);
+        assert_true(lt_ledger_metric(series) == r0 + 3);
 
         /* An id taken earlier in the same batch needs no rerun. */
         x[0] = xfer(153, 140, 141, 1, 0);
         x[1] = xfer(153, 140, 141, 1, 0);
         expect_transfers(x, 2, (int[]){TR(ok), TR(exists)});
-        assert_true(lt_ledger_metric(&g_stack, series) == r0 + 3);
+        assert_true(lt_ledger_metric(series) == r0 + 3);
         assert_balances(140, 0, 3, 0, 1);
 }
 

@@ -11,7 +11,7 @@
  *     every account's balances equal the sums of its transfers; every
  *     pending transfer is resolved at most once; timestamps are unique.
  */
-#include "test_ledger_support.h"
+#include "ledger_it.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -150,33 +150,18 @@ static void *hammer(void *arg)
 
 static int64_t deadlocks(PGconn *c)
 {
-        return lt_sql_long(c, "SELECT deadlocks FROM pg_stat_database WHERE datname = 'keelson'");
+        return it_sql_long(c, "SELECT deadlocks FROM pg_stat_database WHERE datname = 'keelson'", 0,
+                           NULL);
 }
 
 /* Transfers served by the replica whose health port is port (from its metrics). */
 static long served_by(int port)
 {
-        char base[64];
-        it_http_response r;
-        long n = -1;
-
-        snprintf(base, sizeof(base), "http://127.0.0.1:%d", port);
-        if (it_http_get(base, "/metrics", &r) != 0) {
-                return -1;
-        }
-        const char *key = "keelson_ledger_events_total{kind=\"transfer\",result=\"ok\"} ";
-        const char *at = strstr(r.body, key);
-        if (at != NULL) {
-                n = strtol(at + strlen(key), NULL, 10);
-        }
-        it_http_response_free(&r);
-        return n;
+        return (long)it_metric_sum_at(port, "keelson_ledger_events_total",
+                                      "{kind=\"transfer\",result=\"ok\"}");
 }
 
 /* ---- the invariants, in SQL ---------------------------------------------------------------- */
-
-static const char sql_ledger_sums[] = LT_SQL_LEDGER_SUMS;
-static const char sql_account_sums[] = LT_SQL_ACCOUNT_SUMS;
 
 static const char sql_resolved_twice[] =
     "SELECT count(*) FROM (SELECT pending_id FROM ledger.transfers"
@@ -197,18 +182,18 @@ static void assert_invariants(PGconn *c)
 {
         char sql[4096];
 
-        assert_int_equal(lt_sql_long(c, sql_ledger_sums), 0);
-        snprintf(sql, sizeof(sql), sql_account_sums, g_t.tenant_id);
-        assert_int_equal(lt_sql_long(c, sql), 0);
+        assert_int_equal(it_sql_long(c, lt_sql_ledger_sums, 0, NULL), 0);
+        snprintf(sql, sizeof(sql), lt_sql_account_sums, g_t.tenant_id);
+        assert_int_equal(it_sql_long(c, sql, 0, NULL), 0);
         snprintf(sql, sizeof(sql), sql_resolved_twice, g_t.tenant_id);
-        assert_int_equal(lt_sql_long(c, sql), 0);
+        assert_int_equal(it_sql_long(c, sql, 0, NULL), 0);
         snprintf(sql, sizeof(sql), sql_pending_states, g_t.tenant_id);
-        assert_int_equal(lt_sql_long(c, sql), 0);
+        assert_int_equal(it_sql_long(c, sql, 0, NULL), 0);
         snprintf(sql, sizeof(sql), sql_timestamps, g_t.tenant_id, g_t.tenant_id);
-        assert_int_equal(lt_sql_long(c, sql), 0);
+        assert_int_equal(it_sql_long(c, sql, 0, NULL), 0);
         snprintf(sql, sizeof(sql), "SELECT count(*) FROM ledger.transfers WHERE tenant_id = '%s'",
                  g_t.tenant_id);
-        assert_true(lt_sql_long(c, sql) > THREADS * BATCHES); /* the hammering did write */
+        assert_true(it_sql_long(c, sql, 0, NULL) > THREADS * BATCHES); /* the hammering did write */
 }
 
 static void test_hammer_hot_accounts(void **state)
@@ -226,7 +211,7 @@ static void test_hammer_hot_accounts(void **state)
                                 i == 0 ? AF_DEBITS_MUST_NOT_EXCEED_CREDITS : 0);
         }
         lt_create_accounts(&g_t, a, HOT_ACCOUNTS, results);
-        int n_ports = lt_ledger_ports(&g_stack, ports, IT_REPLICAS_MAX);
+        int n_ports = lt_ledger_ports(ports, IT_REPLICAS_MAX);
         assert_true(n_ports >= 2);
         for (int i = 0; i < n_ports; i++) {
                 before[i] = served_by(ports[i]);
@@ -439,13 +424,13 @@ static void test_grouped_small_batches(void **state)
         for (int i = 0; i < n_pend; i++) {
                 assert_int_equal(pend_results[i], TR(ok));
         }
-        double grouped_before = lt_ledger_metric(&g_stack, "keelson_ledger_grouped_batches_total");
+        double grouped_before = lt_ledger_metric("keelson_ledger_grouped_batches_total");
         PGconn *c = it_pg_connect(&g_stack);
         assert_non_null(c);
         char sql[256];
         snprintf(sql, sizeof(sql), "SELECT count(*) FROM ledger.transfers WHERE tenant_id = '%s'",
                  g_t.tenant_id);
-        long stored_before = lt_sql_long(c, sql);
+        long stored_before = it_sql_long(c, sql, 0, NULL);
 
         for (int i = 0; i < SMALL_THREADS; i++) {
                 workers[i] = (small_worker){.index = i};
@@ -481,7 +466,7 @@ static void test_grouped_small_batches(void **state)
                 }
         }
         /* The replicas did run batches together: what this test is about. */
-        double grouped = lt_ledger_metric(&g_stack, "keelson_ledger_grouped_batches_total");
+        double grouped = lt_ledger_metric("keelson_ledger_grouped_batches_total");
         if (grouped <= grouped_before) {
                 fail_msg("no batch ran grouped with another (%.0f before, %.0f after)",
                          grouped_before, grouped);
@@ -491,7 +476,7 @@ static void test_grouped_small_batches(void **state)
          * Exactly the transfers that said ok are stored: per pair and round
          * the shared one and one post or void, and two per chain.
          */
-        assert_int_equal(lt_sql_long(c, sql) - stored_before,
+        assert_int_equal(it_sql_long(c, sql, 0, NULL) - stored_before,
                          (SMALL_THREADS / 2) * SMALL_ROUNDS * 2 + SMALL_THREADS * SMALL_ROUNDS * 2);
         PQfinish(c);
 }
@@ -499,11 +484,7 @@ static void test_grouped_small_batches(void **state)
 static int group_setup(void **state)
 {
         (void)state;
-        if (it_stack_load(&g_stack) != 0) {
-                return -1;
-        }
-        lt_tenant_new(&g_stack, "it-ledger-hammer", &g_t);
-        return 0;
+        return lt_setup(&g_stack, "it-ledger-hammer", &g_t);
 }
 
 int main(void)

@@ -13,12 +13,12 @@
  * and counts the batch's rows.
  * Afterwards the tenant's balances are the sums of its stored transfers.
  */
-#include "test_ledger_support.h"
+#include "ledger_it.h"
 
 #include <pthread.h>
 #include <signal.h>
-#include <sys/wait.h>
 
+#include "ks_crypto.h"
 #include "ks_rpc.h"
 #include "ks_topology.h"
 
@@ -32,29 +32,10 @@
 #define RPC_PATH   "keelson.ledger.v1.LedgerService/"
 
 static it_stack g_stack;
-static pid_t g_broker;
+static int g_broker;
 static it_service g_ledger;
-static char g_base[64], g_front[KS_URL_MAX], g_env_broker[128], g_env_login[900];
+static char g_base[64], g_env_broker[128], g_env_login[900];
 static char g_tenant[40], g_user[40];
-
-static void sleep_ms(int ms)
-{
-        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-}
-
-static void random_uuid(char out[40])
-{
-        unsigned char b[16];
-        for (int i = 0; i < 16; i++) {
-                b[i] = (unsigned char)(rand() & 0xff);
-        }
-        b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
-        b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-        snprintf(out, 40, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-                 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-                 b[13], b[14], b[15]);
-}
 
 static void start_ledger(void)
 {
@@ -66,11 +47,7 @@ static void start_ledger(void)
 
 static void kill_ledger(void)
 {
-        if (g_ledger.pid > 0) {
-                kill(g_ledger.pid, SIGKILL);
-                waitpid(g_ledger.pid, NULL, 0);
-                g_ledger.pid = 0;
-        }
+        it_pid_stop(&g_ledger.pid, SIGKILL);
 }
 
 /* ---- calls ------------------------------------------------------------------------ */
@@ -129,53 +106,45 @@ static void call_until_answered(call_job *j)
                 if (j->code == KS_OK) {
                         return;
                 }
-                sleep_ms(100);
+                it_sleep_ms(100);
         } while (ks_now_ms() < until);
         fail_msg("%s: %s after %d ms", j->method, ks_code_name(j->code), START_WAIT);
 }
 
-static size_t pack_accounts(uint8_t **out)
+/*
+ * The CreateAccounts of accounts 1..ACCOUNTS (r < 0), or round r's
+ * CreateTransfers batch: new ids, code r + 1, between the tenant's
+ * accounts, amounts 1 to 100. Packed into *out (the caller frees it).
+ */
+static size_t pack_batch(int r, uint8_t **out)
 {
-        static lt_account_pb a[ACCOUNTS];
-        static lt_account_pb *ptrs[ACCOUNTS];
-        Keelson__Ledger__V1__CreateAccountsRequest req =
+        static lt_account_pb a[ACCOUNTS], *a_ptrs[ACCOUNTS];
+        static lt_transfer_pb t[BATCH], *t_ptrs[BATCH];
+        Keelson__Ledger__V1__CreateAccountsRequest accounts =
             KEELSON__LEDGER__V1__CREATE_ACCOUNTS_REQUEST__INIT;
-
-        for (int i = 0; i < ACCOUNTS; i++) {
-                lt_account_init(&a[i], (u128)i + 1, 1, 1, 0);
-                ptrs[i] = &a[i];
-        }
-        req.n_accounts = ACCOUNTS;
-        req.accounts = ptrs;
-        size_t len = protobuf_c_message_get_packed_size(&req.base);
-        *out = malloc(len);
-        assert_non_null(*out);
-        return protobuf_c_message_pack(&req.base, *out);
-}
-
-/* Round r's batch: new ids, code r + 1, between the tenant's accounts, amounts 1 to 100. */
-static size_t pack_transfers(int r, uint8_t **out)
-{
-        static lt_transfer_pb t[BATCH];
-        static lt_transfer_pb *ptrs[BATCH];
-        Keelson__Ledger__V1__CreateTransfersRequest req =
+        Keelson__Ledger__V1__CreateTransfersRequest transfers =
             KEELSON__LEDGER__V1__CREATE_TRANSFERS_REQUEST__INIT;
+        size_t len;
 
-        for (int i = 0; i < BATCH; i++) {
+        for (int i = 0; r < 0 && i < ACCOUNTS; i++) {
+                lt_account_init(&a[i], (u128)i + 1, 1, 1, 0);
+                a_ptrs[i] = &a[i];
+        }
+        for (int i = 0; r >= 0 && i < BATCH; i++) {
                 u128 dr = 1 + (u128)(rand() % ACCOUNTS), cr = 1 + (u128)(rand() % ACCOUNTS);
                 if (cr == dr) {
                         cr = 1 + dr % ACCOUNTS;
                 }
                 lt_transfer_init(&t[i], lt_u128((uint64_t)r + 1, (uint64_t)i + 1), dr, cr,
                                  1 + (u128)(rand() % 100), 1, (uint32_t)r + 1, 0);
-                ptrs[i] = &t[i];
+                t_ptrs[i] = &t[i];
         }
-        req.n_transfers = BATCH;
-        req.transfers = ptrs;
-        size_t len = protobuf_c_message_get_packed_size(&req.base);
-        *out = malloc(len);
-        assert_non_null(*out);
-        return protobuf_c_message_pack(&req.base, *out);
+        accounts.n_accounts = ACCOUNTS;
+        accounts.accounts = a_ptrs;
+        transfers.n_transfers = BATCH;
+        transfers.transfers = t_ptrs;
+        *out = it_pack(r < 0 ? &accounts.base : &transfers.base, &len);
+        return len;
 }
 
 /* ---- the database's side ---------------------------------------------------------- */
@@ -205,16 +174,16 @@ static long stored(PGconn *c, int r)
         snprintf(sql, sizeof(sql),
                  "SELECT count(*) FROM ledger.transfers WHERE tenant_id = '%s' AND code = %d",
                  g_tenant, r + 1);
-        return lt_sql_long(c, sql);
+        return it_sql_long(c, sql, 0, NULL);
 }
 
 static void wait_quiet(PGconn *c)
 {
         for (int waited = 0; waited < WAIT_MS; waited += 20) {
-                if (lt_sql_long(c, sql_busy) == 0) {
+                if (it_sql_long(c, sql_busy, 0, NULL) == 0) {
                         return;
                 }
-                sleep_ms(20);
+                it_sleep_ms(20);
         }
         fail_msg("PostgreSQL still runs the dead replica's statements after %d ms", WAIT_MS);
 }
@@ -232,8 +201,8 @@ static void assert_balances(PGconn *c)
                  " AND (a.debits_posted <> coalesce(d.s, 0) OR a.credits_posted <> coalesce(c.s, 0)"
                  " OR a.debits_pending <> 0 OR a.credits_pending <> 0)",
                  g_tenant, g_tenant, g_tenant);
-        assert_int_equal(lt_sql_long(c, sql), 0);
-        assert_int_equal(lt_sql_long(c, LT_SQL_LEDGER_SUMS), 0);
+        assert_int_equal(it_sql_long(c, sql, 0, NULL), 0);
+        assert_int_equal(it_sql_long(c, lt_sql_ledger_sums, 0, NULL), 0);
 }
 
 /* ---- the test ---------------------------------------------------------------------- */
@@ -241,11 +210,8 @@ static void assert_balances(PGconn *c)
 static void test_killed_mid_batch(void **state)
 {
         (void)state;
-        const char *urls[] = {g_front};
-        ks_rpc_client_options co = {
-            .dial_urls = urls, .n_dial_urls = 1, .max_inflight = 4, .default_timeout_ms = CALL_MS};
         ks_rpc_client *client = NULL;
-        assert_int_equal(ks_rpc_client_new(&client, &co), KS_OK);
+        assert_int_equal(it_rpc_client(&client, g_base, KS_SVC_LEDGER, CALL_MS, 0), 0);
         PGconn *pg = it_pg_connect(&g_stack);
         assert_non_null(pg);
 
@@ -253,7 +219,7 @@ static void test_killed_mid_batch(void **state)
         start_ledger();
         accounts = (call_job){
             .client = client, .method = RPC_PATH "CreateAccounts", .timeout_ms = CALL_MS};
-        accounts.len = pack_accounts(&accounts.body);
+        accounts.len = pack_batch(-1, &accounts.body);
         call_until_answered(&accounts);
 
         int whole = 0, absent = 0;
@@ -261,15 +227,15 @@ static void test_killed_mid_batch(void **state)
                 batch = (call_job){.client = client,
                                    .method = RPC_PATH "CreateTransfers",
                                    .timeout_ms = KILLED_MS};
-                batch.len = pack_transfers(r, &batch.body);
+                batch.len = pack_batch(r, &batch.body);
                 pthread_t th;
                 assert_int_equal(pthread_create(&th, NULL, run_call, &batch), 0);
                 /* Inside the batch's transaction, after its first write. */
                 bool inside = false;
                 for (int waited = 0; waited < WAIT_MS && !inside; waited++) {
-                        inside = lt_sql_long(pg, sql_kill_point[r % 2]) > 0;
+                        inside = it_sql_long(pg, sql_kill_point[r % 2], 0, NULL) > 0;
                         if (!inside) {
-                                sleep_ms(1);
+                                it_sleep_ms(1);
                         }
                 }
                 kill_ledger();
@@ -321,25 +287,23 @@ static int setup(void **state)
                 return -1;
         }
         srand((unsigned)getpid() ^ (unsigned)time(NULL));
-        random_uuid(g_tenant);
-        random_uuid(g_user);
+        if (ks_uuid_v4(g_tenant) != 0 || ks_uuid_v4(g_user) != 0) {
+                return -1;
+        }
         snprintf(g_env_login, sizeof(g_env_login), "KEELSON_LEDGER_PG_LOGIN_DSN=%s", login);
         if ((g_broker = it_broker_start(&g_stack, g_base, sizeof(g_base))) <= 0) {
                 g_broker = 0;
                 return -1;
         }
         snprintf(g_env_broker, sizeof(g_env_broker), "KEELSON_BROKER_URL=%s", g_base);
-        return ks_broker_url(g_front, sizeof(g_front), g_base, KS_SVC_LEDGER, KS_SIDE_FRONT);
+        return 0;
 }
 
 static int teardown(void **state)
 {
         (void)state;
         kill_ledger();
-        if (g_broker > 0) {
-                kill(g_broker, SIGTERM);
-                waitpid(g_broker, NULL, 0);
-        }
+        it_pid_stop(&g_broker, SIGTERM);
         return 0;
 }
 

@@ -13,7 +13,7 @@
  * per run; KEELSON_LEDGER_SEED=<n> runs only seed n, which replays the same
  * batches (the generator depends on nothing but the seed and the model).
  */
-#include "test_ledger_support.h"
+#include "ledger_it.h"
 
 #include <inttypes.h>
 #include <time.h>

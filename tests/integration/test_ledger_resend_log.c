@@ -10,7 +10,7 @@
  * stack's logs/ledger-*.log) are read from where they stood before the
  * resend.
  */
-#include "test_ledger_support.h"
+#include "ledger_it.h"
 
 #include <glob.h>
 #include <sys/stat.h>
@@ -91,7 +91,7 @@ static void test_resend_of_a_committed_batch_logs_no_error(void **state)
         }
 
         /* The resend, as after a 504: the batch had committed. */
-        double reruns = lt_ledger_metric(&g_stack, "keelson_ledger_exact_reruns_total");
+        double reruns = lt_ledger_metric("keelson_ledger_exact_reruns_total");
         mark_logs(&marks);
         lt_create_transfers(&t, transfers, BATCH, results);
         for (int i = 0; i < BATCH; i++) {
@@ -100,7 +100,7 @@ static void test_resend_of_a_committed_batch_logs_no_error(void **state)
                 }
         }
         /* The path under test ran: the guess met the stored ids, the batch ran again exactly. */
-        assert_true(lt_ledger_metric(&g_stack, "keelson_ledger_exact_reruns_total") > reruns);
+        assert_true(lt_ledger_metric("keelson_ledger_exact_reruns_total") > reruns);
         assert_int_equal(errors_since(&marks), 0);
 }
 

@@ -28,52 +28,23 @@
 #include "ks_rpc.h"
 #include "ks_topology.h"
 
-static void sleep_ms(int ms)
-{
-        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
-}
-
-static pid_t spawn(const char *bin, char *const envp[])
-{
-        pid_t pid = fork();
-        assert_true(pid >= 0);
-        if (pid == 0) {
-                char *argv[] = {(char *)bin, NULL};
-                execve(bin, argv, envp);
-                _exit(127);
-        }
-        return pid;
-}
-
 /* The processes this test started; the teardown stops what a failure left. */
-static pid_t broker_pid, auth_pid;
-
-static void stop(pid_t *pid, int sig)
-{
-        if (*pid > 0) {
-                kill(*pid, sig);
-                waitpid(*pid, NULL, 0);
-                *pid = 0;
-        }
-}
+static int broker_pid;
+static it_service auth;
 
 static int teardown(void **state)
 {
         (void)state;
-        stop(&auth_pid, SIGKILL);
-        stop(&broker_pid, SIGKILL);
+        it_pid_stop(&auth.pid, SIGKILL);
+        it_pid_stop(&broker_pid, SIGKILL);
         return 0;
 }
 
 /* SignUp through our own broker, retried until our replica answers. */
-static void signup(const char *front, const char *email, char tenant_id[64])
+static void signup(const char *base, const char *email, char tenant_id[64])
 {
-        const char *urls[] = {front};
-        ks_rpc_client_options co = {
-            .dial_urls = urls, .n_dial_urls = 1, .max_inflight = 4, .default_timeout_ms = 5000};
         ks_rpc_client *c = NULL;
-        assert_int_equal(ks_rpc_client_new(&c, &co), KS_OK);
+        assert_int_equal(it_rpc_client(&c, base, KS_SVC_AUTH, 5000, 0), 0);
         Keelson__Auth__V1__SignUpRequest req = KEELSON__AUTH__V1__SIGN_UP_REQUEST__INIT;
         req.email = (char *)email;
         req.password = "correct horse battery";
@@ -92,7 +63,7 @@ static void signup(const char *front, const char *email, char tenant_id[64])
                 code = ks_rpc_call(c, &a, &res);
                 if (code != KS_OK) {
                         ks_rpc_result_clear(&res);
-                        sleep_ms(100);
+                        it_sleep_ms(100);
                 }
         }
         assert_int_equal(code, KS_OK);
@@ -110,10 +81,6 @@ static void test_another_replica_publishes_what_a_killed_one_committed(void **st
         (void)state;
         it_stack s;
         assert_int_equal(it_stack_load(&s), 0);
-        const char *bin_dir = getenv("KEELSON_IT_BIN_DIR");
-        assert_non_null(bin_dir);
-        char auth_bin[600];
-        snprintf(auth_bin, sizeof(auth_bin), "%s/keelson-auth", bin_dir);
 
         /* the stack's event bus, where the stack's relays publish */
         const char *bases[] = {s.broker_url};
@@ -122,26 +89,20 @@ static void test_another_replica_publishes_what_a_killed_one_committed(void **st
         assert_int_equal(ks_subscriber_new(&sub, bases, 1, prefixes, 1), KS_OK);
 
         /* our own broker and relay-less auth replica, on the stack's database */
-        char base[64], env_broker[128], env_dsn[700], front[KS_URL_MAX];
-        snprintf(env_dsn, sizeof(env_dsn), "KEELSON_PG_DSN=%s", s.service_pg_dsn);
+        char base[64], env_broker[128];
         srand((unsigned)getpid() ^ (unsigned)time(NULL));
         broker_pid = it_broker_start(&s, base, sizeof(base));
         assert_true(broker_pid > 0);
         snprintf(env_broker, sizeof(env_broker), "KEELSON_BROKER_URL=%s", base);
-        assert_int_equal(ks_broker_url(front, sizeof(front), base, KS_SVC_AUTH, KS_SIDE_FRONT), 0);
-        char *auth_env[] = {env_broker,
-                            env_dsn,
-                            "KEELSON_AUTH_HTTP_PORT=0",
-                            "KEELSON_AUTH_OUTBOX_RELAY=false",
-                            "KEELSON_AUTH_HASH_WORKERS=1",
-                            NULL};
-        auth_pid = spawn(auth_bin, auth_env);
+        const char *auth_env[] = {env_broker, "KEELSON_AUTH_OUTBOX_RELAY=false",
+                                  "KEELSON_AUTH_HASH_WORKERS=1", NULL};
+        assert_int_equal(it_service_start(&s, "keelson-auth", "KEELSON_AUTH", auth_env, &auth), 0);
 
         char email[128], tenant_id[64];
         it_unique_email("outbox-recovery", email, sizeof(email));
-        signup(front, email, tenant_id);
-        stop(&auth_pid, SIGKILL); /* committed; never published by its writer */
-        stop(&broker_pid, SIGTERM);
+        signup(base, email, tenant_id);
+        it_pid_stop(&auth.pid, SIGKILL); /* committed; never published by its writer */
+        it_pid_stop(&broker_pid, SIGTERM);
 
         bool seen = false;
         int64_t until = ks_now_ms() + 20000;
@@ -158,12 +119,11 @@ static void test_another_replica_publishes_what_a_killed_one_committed(void **st
         PGconn *pg = it_pg_connect(&s);
         assert_non_null(pg);
         const char *params[] = {tenant_id};
-        PGresult *r = PQexecParams(pg,
-                                   "SELECT count(*) FILTER (WHERE published_at IS NOT NULL), "
-                                   "count(*) FROM auth.outbox WHERE topic = 'users.admin_summary' "
-                                   "AND tenant_id = $1::uuid",
-                                   1, NULL, params, NULL, NULL, 0);
-        assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+        PGresult *r = it_sql(pg,
+                             "SELECT count(*) FILTER (WHERE published_at IS NOT NULL), "
+                             "count(*) FROM auth.outbox WHERE topic = 'users.admin_summary' "
+                             "AND tenant_id = $1::uuid",
+                             1, params);
         assert_string_equal(PQgetvalue(r, 0, 1), "1"); /* exactly one event for the sign-up */
         assert_string_equal(PQgetvalue(r, 0, 0), "1"); /* and it is marked published */
         PQclear(r);

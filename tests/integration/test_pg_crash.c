@@ -21,7 +21,7 @@
  * event must answer exists, not ok (ok would mean the batch was written
  * anew, so it had been lost).
  */
-#include "test_ledger_support.h"
+#include "ledger_it.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -338,8 +338,10 @@ static int stack_sh(const char *cmd, const char *args)
 /* The server's settings that make a commit survive a crash: all three on. */
 static long durable_settings(PGconn *pg)
 {
-        return lt_sql_long(pg, "SELECT count(*) FROM pg_settings WHERE setting = 'on' AND name IN"
-                               " ('fsync', 'synchronous_commit', 'full_page_writes')");
+        return it_sql_long(pg,
+                           "SELECT count(*) FROM pg_settings WHERE setting = 'on' AND name IN"
+                           " ('fsync', 'synchronous_commit', 'full_page_writes')",
+                           0, NULL);
 }
 
 static void wait_answering(ks_rpc_client *c, const char *method, const ProtobufCMessage *req,
@@ -390,7 +392,10 @@ static int batch_missing(ks_rpc_client *c, const acked_batch *b)
         ks_caller caller;
         int missing = 0;
 
-        lt_ids(b->ids, BATCH, lo, hi);
+        for (size_t i = 0; i < BATCH; i++) {
+                lo[i] = lt_lo(b->ids[i]);
+                hi[i] = lt_hi(b->ids[i]);
+        }
         req.n_ids = req.n_ids_hi = BATCH;
         req.ids = lo;
         req.ids_hi = hi;

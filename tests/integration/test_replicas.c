@@ -21,7 +21,6 @@
 
 #include "it_support.h"
 
-#define PASSWORD         "correct horse battery staple"
 #define TOKEN_MAX        512
 #define SPREAD_CALLS     40
 #define AFTER_KILL_CALLS 20
@@ -30,97 +29,24 @@
 
 static it_stack g_stack;
 
-/* Sums every series of METRIC in a Prometheus text exposition. */
-static uint64_t sum_metric(const char *text)
-{
-        size_t name_len = strlen(METRIC), len;
-        const char *line = text, *eol, *v;
-        uint64_t sum = 0;
-
-        while (line != NULL && *line != '\0') {
-                eol = strchr(line, '\n');
-                len = eol != NULL ? (size_t)(eol - line) : strlen(line);
-                if (len > name_len && strncmp(line, METRIC, name_len) == 0 &&
-                    (line[name_len] == '{' || line[name_len] == ' ')) {
-                        /* The value is the last field of the line. */
-                        for (v = line + len; v > line && v[-1] != ' '; v--) {
-                        }
-                        sum += strtoull(v, NULL, 10);
-                }
-                line = eol != NULL ? eol + 1 : NULL;
-        }
-        return sum;
-}
-
 static uint64_t replica_requests(int i)
 {
-        char base[64];
-        it_http_response r;
-        uint64_t v;
-
-        snprintf(base, sizeof(base), "http://127.0.0.1:%d", g_stack.auth_health_ports[i]);
-        assert_int_equal(it_http_get(base, "/metrics", &r), 0);
-        assert_int_equal(r.status, 200);
-        v = sum_metric(r.body);
-        it_http_response_free(&r);
-        return v;
+        return (uint64_t)it_metric_sum_at(g_stack.auth_health_ports[i], METRIC, NULL);
 }
 
-static void post_json(const char *method, const char *json, const char *token,
-                      it_http_response *out)
-{
-        char path[128], auth[TOKEN_MAX + 32];
-        const char *headers[2] = {NULL, NULL};
-
-        snprintf(path, sizeof(path), "/keelson.auth.v1.AuthService/%s", method);
-        if (token != NULL) {
-                snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
-                headers[0] = auth;
-        }
-        assert_int_equal(it_http_post(g_stack.gateway_url, path, "application/json", json,
-                                      strlen(json), headers, out),
-                         0);
-}
-
-static void expect_ok(const it_http_response *r, const char *what, int i)
-{
-        if (r->status != 200) {
-                fail_msg("%s #%d: expected HTTP 200, got %ld: %.300s", what, i, r->status, r->body);
-        }
-}
-
-/* Signs a fresh user up and logs in; the token goes to token. */
 static void new_session(char token[TOKEN_MAX])
 {
-        char email[128], body[512];
-        it_http_response r;
-        json_error_t err;
-        json_t *j;
-
-        it_unique_email("it-replicas", email, sizeof(email));
-        snprintf(body, sizeof(body),
-                 "{\"email\":\"%s\",\"password\":\"" PASSWORD "\",\"tenantName\":\"Replicas\"}",
-                 email);
-        post_json("SignUp", body, NULL, &r);
-        expect_ok(&r, "SignUp", 0);
-        it_http_response_free(&r);
-        snprintf(body, sizeof(body), "{\"email\":\"%s\",\"password\":\"" PASSWORD "\"}", email);
-        post_json("Login", body, NULL, &r);
-        expect_ok(&r, "Login", 0);
-        j = json_loadb(r.body, r.body_len, 0, &err);
-        assert_non_null(j);
-        assert_true(json_is_string(json_object_get(j, "sessionToken")));
-        snprintf(token, TOKEN_MAX, "%s", json_string_value(json_object_get(j, "sessionToken")));
-        json_decref(j);
-        it_http_response_free(&r);
+        assert_int_equal(it_new_session(g_stack.gateway_url, "it-replicas", token, NULL, NULL), 0);
 }
 
 static void whoami_ok(const char *token, int i)
 {
         it_http_response r;
 
-        post_json("WhoAmI", "{}", token, &r);
-        expect_ok(&r, "WhoAmI", i);
+        it_post_json(g_stack.gateway_url, "/keelson.auth.v1.AuthService/WhoAmI", "{}", token, &r);
+        if (r.status != 200) {
+                fail_msg("WhoAmI #%d: expected HTTP 200, got %ld: %.300s", i, r.status, r.body);
+        }
         it_http_response_free(&r);
 }
 
@@ -148,13 +74,12 @@ static int process_dead(int pid)
 
 static void kill_replica(int pid)
 {
-        struct timespec tick = {0, 10 * 1000 * 1000};
         int waited_ms = 0;
 
         assert_false(process_dead(pid));
         assert_int_equal(kill(pid, SIGKILL), 0);
         while (!process_dead(pid) && waited_ms < DEATH_WAIT_MS) {
-                nanosleep(&tick, NULL);
+                it_sleep_ms(10);
                 waited_ms += 10;
         }
         assert_true(process_dead(pid));

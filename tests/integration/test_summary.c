@@ -27,46 +27,18 @@
 static int g_ports[REPLICA_MAX];
 static int g_n;
 
-/* KEELSON_IT_SUMMARY_HEALTH_PORTS from the stack's env file. */
-static int load_ports(void)
-{
-        char path[600], line[1024];
-        const char *key = "KEELSON_IT_SUMMARY_HEALTH_PORTS=";
-        FILE *f;
-
-        snprintf(path, sizeof(path), "%s/env", ait_stack.dir);
-        if ((f = fopen(path, "r")) == NULL) {
-                return -1;
-        }
-        while (fgets(line, sizeof(line), f) != NULL) {
-                if (strncmp(line, key, strlen(key)) == 0) {
-                        char *p = line + strlen(key), *end;
-                        while (g_n < REPLICA_MAX && (g_ports[g_n] = (int)strtol(p, &end, 10)) > 0) {
-                                g_n++;
-                                p = *end == ',' ? end + 1 : end;
-                        }
-                }
-        }
-        fclose(f);
-        return g_n >= 2 ? 0 : -1;
-}
-
 static int setup(void **state)
 {
         if (ait_setup(state) != 0) {
                 return -1;
         }
-        return load_ports();
+        g_n = it_stack_ports("KEELSON_IT_SUMMARY_HEALTH_PORTS", g_ports, REPLICA_MAX);
+        return g_n >= 2 ? 0 : -1;
 }
 
 static double metric(int replica, const char *series)
 {
-        char url[64];
-        double v = 0;
-
-        snprintf(url, sizeof(url), "http://127.0.0.1:%d", g_ports[replica]);
-        assert_int_equal(it_metric(url, series, &v), 0);
-        return v;
+        return it_metric_at(g_ports[replica], series);
 }
 
 static double metric_sum(const char *series)
@@ -86,17 +58,10 @@ static double metric_sum(const char *series)
 /* GetSummary as token's caller, with X-Request-Id rid unless NULL; the whole response. */
 static void summary_call(const char *token, const char *body, const char *rid, it_http_response *r)
 {
-        char auth[AIT_TOKEN_MAX + 32], rid_header[160];
-        const char *headers[3] = {auth, NULL, NULL};
+        it_request req = {.token = token, .request_id = rid};
 
-        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
-        if (rid != NULL) {
-                snprintf(rid_header, sizeof(rid_header), "X-Request-Id: %s", rid);
-                headers[1] = rid_header;
-        }
-        assert_int_equal(it_http_post(ait_stack.gateway_url, SUMMARY_PATH, "application/json", body,
-                                      strlen(body), headers, r),
-                         0);
+        assert_int_equal(
+            it_connect(ait_stack.gateway_url, SUMMARY_PATH, body, strlen(body), &req, r), 0);
 }
 
 /* GetSummary as token's caller; the reply as JSON (NULL unless HTTP 200). */
@@ -177,13 +142,6 @@ static bool figures_equal(const figures *a, const figures *b)
                a->keys == b->keys;
 }
 
-static void sleep_ms(int ms)
-{
-        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-        nanosleep(&ts, NULL);
-}
-
 /*
  * Reads until every replica has answered at least twice since the call
  * began, asserting each answer: both replicas are warm (or checked) after.
@@ -224,7 +182,7 @@ static void wait_figures(const char *token, const figures *want, const char *ten
                         read_on_every_replica(token, want, tenant);
                         return;
                 }
-                sleep_ms(50);
+                it_sleep_ms(50);
         }
         fail_msg("summary unchanged %d ms after the write (active %ld, locked %ld, pending %ld,"
                  " keys %ld)",
@@ -274,13 +232,31 @@ static long settle(const char *tenant)
                 if ((gen = generation(tenant)) >= events * g_n) {
                         return gen;
                 }
-                sleep_ms(50);
+                it_sleep_ms(50);
         }
         fail_msg("generation %ld after %ld events on %d replicas", gen, events, g_n);
         return -1;
 }
 
 static const figures fresh_tenant = {.active = 1, .owner = 1};
+
+/*
+ * A tenant of an owner and a member, its summary settled and read on every
+ * replica; want gets its figures. Returns its generation.
+ */
+static long tenant_with_member(const char *prefix, const char *name, ait_user *owner, ait_user *m,
+                               figures *want)
+{
+        long gen;
+
+        ait_tenant_of_two(prefix, name, "member", owner, m);
+        *want = fresh_tenant;
+        want->active = 2;
+        want->member = 1;
+        gen = settle(owner->tenant_id);
+        read_on_every_replica(owner->token, want, owner->tenant_id);
+        return gen;
+}
 
 /* ---- tests ----------------------------------------------------------------------- */
 
@@ -326,8 +302,7 @@ static void test_every_admin_write_changes_the_next_summary(void **state)
         want.invited = want.pending = 1;
         wait_figures(owner.token, &want, owner.tenant_id);
 
-        AIT_BODY(body, "{s:s, s:s}", "token", token, "password", AIT_PASSWORD);
-        j = ait_ok("AcceptInvitation", body, NULL);
+        j = ait_accept(token, AIT_PASSWORD);
         snprintf(user_id, sizeof(user_id), "%s", ait_str(j, "userId"));
         json_decref(j);
         want.invited = want.pending = 0;
@@ -378,27 +353,18 @@ static void test_login_lockout_and_refused_writes_leave_the_cache(void **state)
         figures want = fresh_tenant;
         char body[1024], token[AIT_TOKEN_MAX], email[AIT_EMAIL_MAX];
         const char *params[1];
-        it_http_response r;
         PGconn *pg;
         long gen0, mark;
         double sql0;
 
         (void)state;
-        ait_signup("it-sum-l", "Summary Lockout", &owner);
-        ait_new_member(&owner, "it-sum-l-m", "member", &m);
-        want.active = 2;
-        want.member = 1;
-        gen0 = settle(owner.tenant_id);
-        read_on_every_replica(owner.token, &want, owner.tenant_id);
+        gen0 = tenant_with_member("it-sum-l", "Summary Lockout", &owner, &m, &want);
         sql0 = metric_sum(SQL);
         mark = ait_outbox_mark();
 
         ait_login(&owner, owner.tenant_id, token);
         for (int i = 0; i < 5; i++) { /* KEELSON_AUTH_LOCKOUT_MAX_FAILURES default: locks */
-                AIT_BODY(body, "{s:s, s:s}", "email", m.email, "password", "definitely not it");
-                ait_call("Login", body, NULL, &r);
-                assert_int_equal(r.status, 401);
-                it_http_response_free(&r);
+                assert_int_equal(ait_login_status(m.email, "definitely not it"), 401);
         }
         /* Locked now: the right password is refused too (the stack's lock lasts 2 s). */
         AIT_BODY(body, "{s:s, s:s}", "email", m.email, "password", AIT_PASSWORD);
@@ -422,10 +388,10 @@ static void test_login_lockout_and_refused_writes_leave_the_cache(void **state)
          */
         params[0] = m.user_id;
         pg = ait_pg();
-        PQclear(ait_sql(pg,
-                        "UPDATE auth.users SET locked_until = now() + interval '1 hour'"
-                        " WHERE id = $1::uuid",
-                        1, params));
+        PQclear(it_sql(pg,
+                       "UPDATE auth.users SET locked_until = now() + interval '1 hour'"
+                       " WHERE id = $1::uuid",
+                       1, params));
         it_unique_email("it-sum-l-i", email, sizeof(email));
         ait_invite(&owner, email, "viewer", token);
         want.active = 1;
@@ -463,8 +429,8 @@ static void refuse_commits(const char *tenant)
                  " WHEN (NEW.topic = 'users.admin_summary' AND NEW.tenant_id = '%s'::uuid)"
                  " EXECUTE FUNCTION public.it_summary_refuse_commit()",
                  tenant);
-        PQclear(ait_sql(pg, sql_refuse_fn, 0, NULL));
-        PQclear(ait_sql(pg, sql, 0, NULL));
+        PQclear(it_sql(pg, sql_refuse_fn, 0, NULL));
+        PQclear(it_sql(pg, sql, 0, NULL));
         PQfinish(pg);
 }
 
@@ -505,12 +471,7 @@ static void test_rolled_back_writes_leave_the_cache(void **state)
         double sql0;
 
         (void)state;
-        ait_signup("it-sum-rb", "Summary Rollback", &owner);
-        ait_new_member(&owner, "it-sum-rb-m", "member", &m);
-        want.active = 2;
-        want.member = 1;
-        gen0 = settle(owner.tenant_id);
-        read_on_every_replica(owner.token, &want, owner.tenant_id);
+        gen0 = tenant_with_member("it-sum-rb", "Summary Rollback", &owner, &m, &want);
         sql0 = metric_sum(SQL);
         mark = ait_outbox_mark();
         it_unique_email("it-sum-rb-new", fresh, sizeof(fresh));
@@ -567,8 +528,7 @@ static void test_assignable_roles_follow_the_callers_role(void **state)
         ait_user owner, admin, member, viewer;
 
         (void)state;
-        ait_signup("it-sum-roles", "Summary Roles", &owner);
-        ait_new_member(&owner, "it-sum-roles-a", "admin", &admin);
+        ait_tenant_of_two("it-sum-roles", "Summary Roles", "admin", &owner, &admin);
         ait_new_member(&owner, "it-sum-roles-m", "member", &member);
         ait_new_member(&owner, "it-sum-roles-v", "viewer", &viewer);
         settle(owner.tenant_id);
@@ -588,10 +548,7 @@ static void test_assignable_roles_follow_the_callers_role(void **state)
 
 static void reader_contract(bool granted)
 {
-        PGconn *pg = ait_pg();
-
-        PQclear(ait_sql(pg, granted ? CONTRACT_GRANT : CONTRACT_REVOKE, 0, NULL));
-        PQfinish(pg);
+        ait_exec(granted ? CONTRACT_GRANT : CONTRACT_REVOKE, 0, NULL);
 }
 
 static int grant_reader_contract(void **state)
@@ -609,23 +566,12 @@ static int grant_reader_contract(void **state)
 /* How many lines of the summary replicas' logs hold every one of the needles. */
 static int log_lines_with(const char *const *needles, int n)
 {
-        char path[600], line[8192];
+        char path[600];
         int found = 0;
 
         for (int i = 0; i < g_n; i++) {
-                FILE *f;
                 snprintf(path, sizeof(path), "%s/logs/summary-%d.log", ait_stack.dir, i + 1);
-                if ((f = fopen(path, "r")) == NULL) {
-                        continue;
-                }
-                while (fgets(line, sizeof(line), f) != NULL) {
-                        bool all = true;
-                        for (int k = 0; k < n && all; k++) {
-                                all = strstr(line, needles[k]) != NULL;
-                        }
-                        found += all;
-                }
-                fclose(f);
+                found += it_file_lines_with(path, needles, n);
         }
         return found;
 }
@@ -708,7 +654,7 @@ static void test_a_lost_generation_does_not_keep_the_local_level_away(void **sta
                 for (int i = 0; i < g_n; i++) {
                         back = back && metric(i, LOCAL_HITS) > hits0[i];
                 }
-                sleep_ms(250);
+                it_sleep_ms(250);
         }
         assert_true(back);
 }
@@ -744,7 +690,7 @@ static void test_fill_racing_an_invalidation_is_not_served(void **state)
         assert_int_equal(pthread_create(&t, NULL, race_read, &rc), 0);
         for (int waited = 0; waited <= WAIT_MS && !paused; waited += 20) {
                 paused = metric_sum("keelson_summary_test_fills_paused") >= 1;
-                sleep_ms(20);
+                it_sleep_ms(20);
         }
         /* The fill has read the counts and holds them: now the write commits. */
         it_unique_email("it-sum-race-a", email, sizeof(email));
@@ -841,7 +787,7 @@ static void test_redis_down_serves_from_postgres_then_caching_resumes(void **sta
                 json_t *j = summary(owner.token);
                 cached = strcmp(ait_str(j, "source"), "database") != 0;
                 json_decref(j);
-                sleep_ms(100);
+                it_sleep_ms(100);
         }
         assert_true(cached);
         read_on_every_replica(owner.token, &want, owner.tenant_id);

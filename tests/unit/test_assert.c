@@ -19,37 +19,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "ks_assert.h"
 
 #define LOG_MAX 4096
-
-/* Runs child() in a forked process with stderr captured; returns its wait status. */
-static int run_child(void (*child)(void), char *log, size_t log_size)
-{
-        int fds[2];
-        assert_int_equal(pipe(fds), 0);
-        pid_t pid = fork();
-        assert_true(pid >= 0);
-        if (pid == 0) {
-                dup2(fds[1], STDERR_FILENO);
-                close(fds[0]);
-                close(fds[1]);
-                signal(SIGABRT, SIG_DFL);
-                child();
-                _exit(0);
-        }
-        close(fds[1]);
-        size_t used = 0;
-        ssize_t n;
-        while (used + 1 < log_size && (n = read(fds[0], log + used, log_size - 1 - used)) > 0) {
-                used += (size_t)n;
-        }
-        log[used] = '\0';
-        close(fds[0]);
-        int status = 0;
-        assert_int_equal(waitpid(pid, &status, 0), pid);
-        return status;
-}
 
 enum { FAILS_LINE = __LINE__ + 4 }; /* the KS_ASSERT line of fails() */
 static void fails(void)
@@ -67,7 +40,8 @@ static void test_false_aborts_with_expression_and_line(void **state)
 {
         (void)state;
         char log[LOG_MAX], want[64];
-        int status = run_child(fails, log, sizeof(log));
+        int status = 0;
+        assert_int_equal(run_child(fails, log, sizeof(log), &status), 0);
         assert_true(WIFSIGNALED(status));
         assert_int_equal(WTERMSIG(status), SIGABRT);
         assert_non_null(strstr(log, "\"msg\":\"assertion failed\""));
@@ -83,7 +57,8 @@ static void test_true_continues(void **state)
 {
         (void)state;
         char log[LOG_MAX];
-        int status = run_child(holds, log, sizeof(log));
+        int status = 0;
+        assert_int_equal(run_child(holds, log, sizeof(log), &status), 0);
         assert_true(WIFEXITED(status));
         assert_int_equal(WEXITSTATUS(status), 0);
         assert_string_equal(log, "");

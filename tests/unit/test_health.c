@@ -4,7 +4,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,15 +202,66 @@ static void test_start_rejections(void **state)
         ks_health_stop(NULL);
 }
 
+/* Whether a TCP connection to 127.0.0.1:port is refused (nothing listens there). */
+static bool refused(int port)
+{
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        int rc;
+
+        assert_true(fd >= 0);
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+        close(fd);
+        return rc != 0 && errno == ECONNREFUSED;
+}
+
+/*
+ * Stop may land before the loop thread runs; it must still return, and the
+ * port is closed once it has, whether the listener had answered or not.
+ */
 static void test_stop_right_after_start(void **state)
 {
         (void)state;
-        /* Stop may land before the loop thread runs; it must still return. */
+        static response r;
+
         for (int i = 0; i < 20; i++) {
                 ks_health *h = NULL;
                 assert_int_equal(ks_health_start(&h, "127.0.0.1", 0), 0);
+                int port = ks_health_port(h);
+                assert_true(port > 0);
+                if (i % 2 == 1) { /* every other one serves a request first */
+                        http_request(port, "GET", "/healthz", &r);
+                        assert_int_equal(r.status, 200);
+                }
                 ks_health_stop(h);
+                assert_true(refused(port));
         }
+}
+
+/* Readiness follows its check from one request to the next, and the listener keeps answering. */
+static void test_readiness_flips_with_its_check(void **state)
+{
+        (void)state;
+        ks_health *h = NULL;
+        static response r;
+
+        assert_int_equal(ks_health_start(&h, "127.0.0.1", 0), 0);
+        int port = ks_health_port(h);
+        assert_int_equal(ks_health_add_check(h, "postgres", check_db, NULL), 0);
+        for (int i = 0; i < 6; i++) {
+                bool up = i % 2 == 0;
+                atomic_store(&db_ok, up ? 1 : 0);
+                http_request(port, "GET", "/readyz", &r);
+                assert_int_equal(r.status, up ? 200 : 503);
+                assert_string_equal(r.body, up ? "ok\n" : "not ready: postgres\n");
+                /* Liveness is not readiness: /healthz answers either way. */
+                http_request(port, "GET", "/healthz", &r);
+                assert_int_equal(r.status, 200);
+        }
+        atomic_store(&db_ok, 1);
+        ks_health_stop(h);
+        assert_true(refused(port));
 }
 
 int main(void)
@@ -219,6 +272,7 @@ int main(void)
             cmocka_unit_test(test_metrics_and_errors),
             cmocka_unit_test(test_start_rejections),
             cmocka_unit_test(test_stop_right_after_start),
+            cmocka_unit_test(test_readiness_flips_with_its_check),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

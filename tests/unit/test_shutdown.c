@@ -17,35 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "ks_log.h"
 #include "ks_shutdown.h"
-
-/* Runs child() in a forked process with stderr captured; returns its wait status. */
-static int run_child(void (*child)(void), char *log, size_t log_size)
-{
-        int fds[2];
-        assert_int_equal(pipe(fds), 0);
-        pid_t pid = fork();
-        assert_true(pid >= 0);
-        if (pid == 0) {
-                dup2(fds[1], STDERR_FILENO);
-                close(fds[0]);
-                close(fds[1]);
-                child();
-                _exit(0);
-        }
-        close(fds[1]);
-        size_t used = 0;
-        ssize_t n;
-        while (used + 1 < log_size && (n = read(fds[0], log + used, log_size - 1 - used)) > 0) {
-                used += (size_t)n;
-        }
-        log[used] = '\0';
-        close(fds[0]);
-        int status = 0;
-        assert_int_equal(waitpid(pid, &status, 0), pid);
-        return status;
-}
 
 static void hangs(void)
 {
@@ -67,7 +41,8 @@ static void test_a_hung_stop_is_ended(void **state)
 {
         (void)state;
         char log[4096];
-        int status = run_child(hangs, log, sizeof(log));
+        int status = 0;
+        assert_int_equal(run_child(hangs, log, sizeof(log), &status), 0);
         assert_true(WIFEXITED(status));
         assert_int_equal(WEXITSTATUS(status), 1);
         assert_non_null(strstr(log, "\"msg\":\"stop did not finish in time: exiting\""));
@@ -78,7 +53,8 @@ static void test_a_finished_stop_keeps_its_status(void **state)
 {
         (void)state;
         char log[4096];
-        int status = run_child(finishes, log, sizeof(log));
+        int status = 0;
+        assert_int_equal(run_child(finishes, log, sizeof(log), &status), 0);
         assert_true(WIFEXITED(status));
         assert_int_equal(WEXITSTATUS(status), 7);
         assert_null(strstr(log, "stop did not finish"));

@@ -51,17 +51,26 @@ static ks_ticker_next step(void *arg)
         return again ? KS_TICKER_AGAIN : KS_TICKER_REST;
 }
 
-static void probe_init(probe *p)
+/* Each test's probe, fresh: *state. */
+static int probe_setup(void **state)
 {
-        *p = (probe){.steps = 0};
-        pthread_mutex_init(&p->mu, NULL);
-        assert_int_equal(ks_cond_init_monotonic(&p->cv), 0);
+        static probe p;
+
+        p = (probe){.steps = 0};
+        if (pthread_mutex_init(&p.mu, NULL) != 0 || ks_cond_init_monotonic(&p.cv) != 0) {
+                return -1;
+        }
+        *state = &p;
+        return 0;
 }
 
-static void probe_fini(probe *p)
+static int probe_teardown(void **state)
 {
+        probe *p = *state;
+
         pthread_cond_destroy(&p->cv);
         pthread_mutex_destroy(&p->mu);
+        return 0;
 }
 
 /* Steps once at least n ran, or within ms; returns the count. */
@@ -110,11 +119,9 @@ static ks_ticker *start(probe *p, int64_t interval_ms, bool at_start)
 
 static void test_rejects_bad_options(void **state)
 {
-        (void)state;
-        probe p;
-        probe_init(&p);
-        ks_ticker *t = (ks_ticker *)&p;
-        ks_ticker_options o = {.interval_ms = 0, .step = step, .arg = &p};
+        probe *p = *state;
+        ks_ticker *t = (ks_ticker *)p;
+        ks_ticker_options o = {.interval_ms = 0, .step = step, .arg = p};
         assert_int_equal(ks_ticker_start(&t, &o), KS_INVALID_ARGUMENT);
         assert_null(t);
         o.interval_ms = KS_TICKER_INTERVAL_MAX_MS + 1;
@@ -126,92 +133,73 @@ static void test_rejects_bad_options(void **state)
         assert_int_equal(ks_ticker_start(&t, &o), KS_INVALID_ARGUMENT);
         assert_int_equal(ks_ticker_start(&t, NULL), KS_INVALID_ARGUMENT);
         ks_ticker_stop(NULL);
-        probe_fini(&p);
 }
 
 static void test_step_at_start_then_rests(void **state)
 {
-        (void)state;
-        probe p;
-        probe_init(&p);
-        ks_ticker *t = start(&p, HOUR_MS, true);
-        assert_int_equal(wait_steps(&p, 1, WAIT_MS), 1);
+        probe *p = *state;
+        ks_ticker *t = start(p, HOUR_MS, true);
+        assert_int_equal(wait_steps(p, 1, WAIT_MS), 1);
         /* The next one is an hour away. */
-        assert_int_equal(wait_steps(&p, 2, QUIET_MS), 1);
+        assert_int_equal(wait_steps(p, 2, QUIET_MS), 1);
         int64_t t0 = ks_mono_ms();
         ks_ticker_stop(t);
         assert_true(ks_mono_ms() - t0 < WAIT_MS); /* the rest ended at once, not in an hour */
-        assert_int_equal(p.steps, 1);
-        probe_fini(&p);
+        assert_int_equal(p->steps, 1);
 }
 
 static void test_first_step_after_an_interval(void **state)
 {
-        (void)state;
-        probe p;
-        probe_init(&p);
-        ks_ticker *t = start(&p, HOUR_MS, false);
-        assert_int_equal(wait_steps(&p, 1, QUIET_MS), 0);
+        probe *p = *state;
+        ks_ticker *t = start(p, HOUR_MS, false);
+        assert_int_equal(wait_steps(p, 1, QUIET_MS), 0);
         ks_ticker_stop(t);
-        assert_int_equal(p.steps, 0); /* stopped during the first rest: no step at all */
-        probe_fini(&p);
+        assert_int_equal(p->steps, 0); /* stopped during the first rest: no step at all */
 }
 
 static void test_steps_every_interval(void **state)
 {
-        (void)state;
-        probe p;
-        probe_init(&p);
-        ks_ticker *t = start(&p, 5, false);
-        assert_true(wait_steps(&p, 3, WAIT_MS) >= 3);
+        probe *p = *state;
+        ks_ticker *t = start(p, 5, false);
+        assert_true(wait_steps(p, 3, WAIT_MS) >= 3);
         ks_ticker_stop(t);
-        int after_stop = p.steps;
-        assert_int_equal(wait_steps(&p, after_stop + 1, QUIET_MS), after_stop);
-        probe_fini(&p);
+        int after_stop = p->steps;
+        assert_int_equal(wait_steps(p, after_stop + 1, QUIET_MS), after_stop);
 }
 
 static void test_again_runs_at_once(void **state)
 {
-        (void)state;
-        probe p;
-        probe_init(&p);
-        p.again_first = 5; /* steps 1..5 say more is due; step 6 rests an hour */
-        ks_ticker *t = start(&p, HOUR_MS, true);
-        assert_int_equal(wait_steps(&p, 6, WAIT_MS), 6);
-        assert_int_equal(wait_steps(&p, 7, QUIET_MS), 6);
+        probe *p = *state;
+        p->again_first = 5; /* steps 1..5 say more is due; step 6 rests an hour */
+        ks_ticker *t = start(p, HOUR_MS, true);
+        assert_int_equal(wait_steps(p, 6, WAIT_MS), 6);
+        assert_int_equal(wait_steps(p, 7, QUIET_MS), 6);
         assert_int_equal(ks_ticker_steps(t), 6);
         ks_ticker_stop(t);
-        probe_fini(&p);
 }
 
 static void test_wake_cuts_the_rest_short(void **state)
 {
-        (void)state;
-        probe p;
-        probe_init(&p);
-        ks_ticker *t = start(&p, HOUR_MS, false);
+        probe *p = *state;
+        ks_ticker *t = start(p, HOUR_MS, false);
         for (int i = 1; i <= 3; i++) {
                 ks_ticker_wake(t);
-                assert_int_equal(wait_steps(&p, i, WAIT_MS), i);
+                assert_int_equal(wait_steps(p, i, WAIT_MS), i);
         }
-        assert_int_equal(wait_steps(&p, 4, QUIET_MS), 3); /* a wake is one step, not a stream */
+        assert_int_equal(wait_steps(p, 4, QUIET_MS), 3); /* a wake is one step, not a stream */
         ks_ticker_stop(t);
-        probe_fini(&p);
 }
 
 static void test_wake_during_a_step_is_kept(void **state)
 {
-        (void)state;
-        probe p;
-        probe_init(&p);
-        p.hold = true;
-        ks_ticker *t = start(&p, HOUR_MS, true);
-        wait_in_step(&p);
+        probe *p = *state;
+        p->hold = true;
+        ks_ticker *t = start(p, HOUR_MS, true);
+        wait_in_step(p);
         ks_ticker_wake(t); /* while the first step runs */
-        set_hold(&p, false);
-        assert_int_equal(wait_steps(&p, 2, WAIT_MS), 2);
+        set_hold(p, false);
+        assert_int_equal(wait_steps(p, 2, WAIT_MS), 2);
         ks_ticker_stop(t);
-        probe_fini(&p);
 }
 
 typedef struct stopper {
@@ -232,38 +220,40 @@ static void *stop_main(void *arg)
 
 static void test_stop_waits_for_a_running_step(void **state)
 {
-        (void)state;
-        probe p;
-        probe_init(&p);
-        p.hold = true;
-        ks_ticker *t = start(&p, HOUR_MS, true);
-        wait_in_step(&p);
-        stopper s = {.t = t, .mu = &p.mu};
+        probe *p = *state;
+        p->hold = true;
+        ks_ticker *t = start(p, HOUR_MS, true);
+        wait_in_step(p);
+        stopper s = {.t = t, .mu = &p->mu};
         pthread_t th;
         assert_int_equal(pthread_create(&th, NULL, stop_main, &s), 0);
-        assert_int_equal(wait_steps(&p, 1, QUIET_MS), 0);
-        pthread_mutex_lock(&p.mu);
+        assert_int_equal(wait_steps(p, 1, QUIET_MS), 0);
+        pthread_mutex_lock(&p->mu);
         bool done_early = s.done;
-        pthread_mutex_unlock(&p.mu);
+        pthread_mutex_unlock(&p->mu);
         assert_false(done_early); /* the step still runs: stop has not returned */
-        set_hold(&p, false);
+        set_hold(p, false);
         assert_int_equal(pthread_join(th, NULL), 0);
         assert_true(s.done);
-        assert_int_equal(p.steps, 1); /* the step finished; none came after */
-        probe_fini(&p);
+        assert_int_equal(p->steps, 1); /* the step finished; none came after */
 }
 
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_rejects_bad_options),
-            cmocka_unit_test(test_step_at_start_then_rests),
-            cmocka_unit_test(test_first_step_after_an_interval),
-            cmocka_unit_test(test_steps_every_interval),
-            cmocka_unit_test(test_again_runs_at_once),
-            cmocka_unit_test(test_wake_cuts_the_rest_short),
-            cmocka_unit_test(test_wake_during_a_step_is_kept),
-            cmocka_unit_test(test_stop_waits_for_a_running_step),
+            cmocka_unit_test_setup_teardown(test_rejects_bad_options, probe_setup, probe_teardown),
+            cmocka_unit_test_setup_teardown(test_step_at_start_then_rests, probe_setup,
+                                            probe_teardown),
+            cmocka_unit_test_setup_teardown(test_first_step_after_an_interval, probe_setup,
+                                            probe_teardown),
+            cmocka_unit_test_setup_teardown(test_steps_every_interval, probe_setup, probe_teardown),
+            cmocka_unit_test_setup_teardown(test_again_runs_at_once, probe_setup, probe_teardown),
+            cmocka_unit_test_setup_teardown(test_wake_cuts_the_rest_short, probe_setup,
+                                            probe_teardown),
+            cmocka_unit_test_setup_teardown(test_wake_during_a_step_is_kept, probe_setup,
+                                            probe_teardown),
+            cmocka_unit_test_setup_teardown(test_stop_waits_for_a_running_step, probe_setup,
+                                            probe_teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
