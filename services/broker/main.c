@@ -7,6 +7,7 @@
 #include "ks_broker.h"
 #include "ks_health.h"
 #include "ks_log.h"
+#include "ks_outlier.h"
 #include "ks_process.h"
 
 typedef struct broker_config {
@@ -14,7 +15,12 @@ typedef struct broker_config {
         char *http_host;
         int64_t http_port;
         char *log_level;
+        int64_t eject_after_ms;
+        int64_t eject_check_ms;
 } broker_config;
+
+#define STR_(x) #x
+#define STR(x)  STR_(x)
 
 static const ks_config_var config_vars[] = {
     KS_CFG_STR("KEELSON_BROKER_URL", broker_config, url, "tcp://127.0.0.1:7400", KS_CFG_NONEMPTY,
@@ -25,6 +31,15 @@ static const ks_config_var config_vars[] = {
     KS_CFG_INT("KEELSON_BROKER_HTTP_PORT", broker_config, http_port, "7480", 0, 65535,
                "port of the /healthz, /readyz and /metrics listener (0 = any free port)"),
     KS_CFG_LOG_LEVEL(broker_config, log_level),
+    KS_CFG_INT("KEELSON_BROKER_EJECT_AFTER_MS", broker_config, eject_after_ms,
+               STR(KS_BROKER_EJECT_AFTER_MS_DEFAULT), 0, KS_OUTLIER_AFTER_MAX_MS,
+               "a replica that holds calls and answers none for this long leaves the rotation "
+               "until it dials back; never the last replica that answers (0 = off; else at "
+               "least KEELSON_BROKER_EJECT_CHECK_MS)"),
+    KS_CFG_INT("KEELSON_BROKER_EJECT_CHECK_MS", broker_config, eject_check_ms,
+               STR(KS_BROKER_EJECT_CHECK_MS_DEFAULT), KS_BROKER_EJECT_CHECK_MS_MIN,
+               KS_BROKER_EJECT_CHECK_MS_MAX,
+               "how often the broker looks for replicas that hold calls and answer none"),
 };
 
 static int ready_check(void *arg)
@@ -45,7 +60,17 @@ int main(int argc, char **argv)
         ks_process_config("broker", argc, argv,
                           "keelson-broker: forwards RPCs and events between services", config_vars,
                           n_vars, &cfg);
-        if (ks_broker_start(&broker, cfg.url) != 0) {
+        if (cfg.eject_after_ms != 0 && cfg.eject_after_ms < cfg.eject_check_ms) {
+                ks_log_error(NULL,
+                             "KEELSON_BROKER_EJECT_AFTER_MS must be 0 or at least "
+                             "KEELSON_BROKER_EJECT_CHECK_MS",
+                             NULL);
+                status = 2;
+                goto out;
+        }
+        const ks_broker_options opts = {.eject_after_ms = cfg.eject_after_ms,
+                                        .eject_check_ms = cfg.eject_check_ms};
+        if (ks_broker_start_with(&broker, cfg.url, &opts) != 0) {
                 goto out;
         }
         if (ks_health_start(&health, cfg.http_host, (int)cfg.http_port) != 0 ||

@@ -6,6 +6,11 @@
  * the "wrong" socket first hangs shutdown. Here each direction is one aio
  * looping recv -> send, which we can cancel with nng_aio_stop before closing
  * anything, and which counts what it forwards.
+ *
+ * The watch (ks_broker.h, "Hung replicas") runs on a ticker thread of its
+ * own: it reads nng's statistics snapshot (each pipe's socket and message
+ * counts), feeds each back's pipes to its ks_outlier and closes the pipes it
+ * names. Only that thread touches the outliers.
  */
 #include "ks_broker.h"
 
@@ -14,14 +19,20 @@
 #include <nng/protocol/pubsub0/sub.h>
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <arpa/inet.h>
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "ks_clock.h"
 #include "ks_code.h"
 #include "ks_log.h"
 #include "ks_metrics.h"
+#include "ks_outlier.h"
 #include "ks_rpc.h"
+#include "ks_ticker.h"
 #include "ks_topology.h"
 
 #define RECV_MAX_BYTES ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
@@ -42,8 +53,22 @@ typedef struct device {
         ks_gauge *pipes;
 } device;
 
+/* The watch of one service's back. */
+typedef struct watch {
+        ks_outlier *outlier;
+        ks_outlier_pipe pipes[KS_OUTLIER_PIPES_MAX]; /* the look being gathered */
+        size_t n_pipes;
+        ks_counter *ejections, *readmissions, *held;
+        ks_gauge *ejected;
+} watch;
+
 struct ks_broker {
         device devices[N_DEVICES];
+        ks_broker_options opts;
+        watch watches[KS_SVC_COUNT]; /* one per service device, same index */
+        ks_outlier_event events[KS_OUTLIER_EVENTS_MAX];
+        ks_ticker *ticker;
+        bool stats_failed; /* logged once */
 };
 
 static void path_recv(path *p)
@@ -169,11 +194,188 @@ static int open_events(device *d, const char *base)
         return open_path(d, 0, d->a, d->b, "event");
 }
 
+/* ---- the watch of the backs ---------------------------------------------- */
+
+static uint64_t stat_u64(nng_stat *node, const char *name)
+{
+        nng_stat *s = nng_stat_find(node, name);
+        return s != NULL ? nng_stat_value(s) : 0;
+}
+
+/* "127.0.0.1" into host, and "127.0.0.1:41234" into peer (either may be NULL). */
+static void pipe_peer(uint32_t id, char *host, size_t host_len, char *peer, size_t peer_len)
+{
+        nng_pipe p = {.id = id};
+        nng_sockaddr sa;
+        char ip[INET6_ADDRSTRLEN] = "unknown";
+        unsigned port = 0;
+
+        if (nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) == 0) {
+                if (sa.s_family == NNG_AF_INET) {
+                        inet_ntop(AF_INET, &sa.s_in.sa_addr, ip, sizeof(ip));
+                        port = ntohs(sa.s_in.sa_port);
+                } else if (sa.s_family == NNG_AF_INET6) {
+                        inet_ntop(AF_INET6, sa.s_in6.sa_addr, ip, sizeof(ip));
+                        port = ntohs(sa.s_in6.sa_port);
+                }
+        }
+        if (host != NULL) {
+                snprintf(host, host_len, "%s", ip);
+        }
+        if (peer != NULL) {
+                snprintf(peer, peer_len, "%s:%u", ip, port);
+        }
+}
+
+/* One pipe of the snapshot: kept when it is a pipe of a service's back. */
+static void gather_pipe(ks_broker *b, nng_stat *node)
+{
+        uint64_t sock = stat_u64(node, "socket");
+
+        for (int i = 0; i < KS_SVC_COUNT; i++) {
+                watch *w = &b->watches[i];
+                if ((uint64_t)nng_socket_id(b->devices[i].b) != sock) {
+                        continue;
+                }
+                if (w->n_pipes == KS_OUTLIER_PIPES_MAX) {
+                        return; /* beyond the bound: left alone (ks_outlier.h) */
+                }
+                ks_outlier_pipe *p = &w->pipes[w->n_pipes++];
+                p->id = (uint32_t)stat_u64(node, "id");
+                p->sent = stat_u64(node, "tx_msgs");
+                p->answered = stat_u64(node, "rx_msgs");
+                pipe_peer(p->id, p->host, sizeof(p->host), NULL, 0);
+                return;
+        }
+}
+
+static void gather(ks_broker *b, nng_stat *node, int depth)
+{
+        for (nng_stat *c = nng_stat_child(node); c != NULL; c = nng_stat_next(c)) {
+                if (strcmp(nng_stat_name(c), "pipe") == 0) {
+                        gather_pipe(b, c);
+                } else if (depth < 4) {
+                        gather(b, c, depth + 1);
+                }
+        }
+}
+
+static void act(ks_broker *b, int svc, const ks_outlier_event *e)
+{
+        watch *w = &b->watches[svc];
+        const char *name = b->devices[svc].name;
+        char peer[INET6_ADDRSTRLEN + 8];
+
+        pipe_peer(e->pipe, NULL, 0, peer, sizeof(peer));
+        if (e->kind == KS_OUTLIER_EJECT) {
+                nng_pipe p = {.id = e->pipe};
+                nng_pipe_close(p); /* gone already: nothing to do */
+                ks_counter_inc(w->ejections);
+                ks_log_warn(NULL, "replica ejected: it holds calls and answers none",
+                            "{s:s,s:I,s:s,s:I,s:I}", "device", name, "pipe", (json_int_t)e->pipe,
+                            "peer", peer, "outstanding", (json_int_t)e->outstanding, "silent_ms",
+                            (json_int_t)e->elapsed_ms);
+        } else if (e->kind == KS_OUTLIER_HELD) {
+                ks_counter_inc(w->held);
+                ks_log_warn(NULL,
+                            "replica holds calls and answers none, kept: no other replica answers",
+                            "{s:s,s:I,s:s,s:I,s:I}", "device", name, "pipe", (json_int_t)e->pipe,
+                            "peer", peer, "outstanding", (json_int_t)e->outstanding, "silent_ms",
+                            (json_int_t)e->elapsed_ms);
+        } else {
+                ks_counter_inc(w->readmissions);
+                ks_log_info(NULL, "replica readmitted: it dialled back after an ejection",
+                            "{s:s,s:I,s:s,s:I}", "device", name, "pipe", (json_int_t)e->pipe,
+                            "peer", peer, "ejected_ms", (json_int_t)e->elapsed_ms);
+        }
+}
+
+static ks_ticker_next watch_step(void *arg)
+{
+        ks_broker *b = arg;
+        nng_stat *st = NULL;
+        int rv = nng_stats_get(&st);
+
+        if (rv != 0) {
+                if (!b->stats_failed) {
+                        ks_log_error(NULL, "cannot read nng statistics: no replica is ejected",
+                                     "{s:s}", "error", nng_strerror(rv));
+                        b->stats_failed = true;
+                }
+                return KS_TICKER_REST;
+        }
+        for (int i = 0; i < KS_SVC_COUNT; i++) {
+                b->watches[i].n_pipes = 0;
+        }
+        gather(b, st, 0);
+        nng_stats_free(st);
+        int64_t now = ks_mono_ms();
+        for (int i = 0; i < KS_SVC_COUNT; i++) {
+                watch *w = &b->watches[i];
+                size_t n = ks_outlier_step(w->outlier, w->pipes, w->n_pipes, now, b->events);
+                for (size_t j = 0; j < n; j++) {
+                        act(b, i, &b->events[j]);
+                }
+                ks_gauge_set(w->ejected, ks_outlier_pending(w->outlier));
+        }
+        return KS_TICKER_REST;
+}
+
+static int watch_init(watch *w, const char *service, int64_t after_ms)
+{
+        ks_metrics *reg = ks_metrics_default();
+        char labels[128];
+
+        snprintf(labels, sizeof(labels), "device=\"%s\"", service);
+        w->ejections = ks_counter_get(reg, "keelson_broker_ejections_total",
+                                      "Replicas taken out of the rotation: they held calls and "
+                                      "answered none for KEELSON_BROKER_EJECT_AFTER_MS.",
+                                      labels);
+        w->readmissions = ks_counter_get(
+            reg, "keelson_broker_readmissions_total",
+            "Connections to a back taken as an ejected replica dialling back.", labels);
+        w->held = ks_counter_get(reg, "keelson_broker_ejections_held_total",
+                                 "Replicas that held calls and answered none, kept in the "
+                                 "rotation because no other replica of the service answered.",
+                                 labels);
+        w->ejected = ks_gauge_get(reg, "keelson_broker_ejected_replicas",
+                                  "Ejected replicas that have not dialled back.", labels);
+        return ks_outlier_new(&w->outlier, after_ms);
+}
+
+static int watch_start(ks_broker *b)
+{
+        int rc;
+
+        for (int i = 0; i < KS_SVC_COUNT; i++) {
+                if ((rc = watch_init(&b->watches[i], b->devices[i].name, b->opts.eject_after_ms)) !=
+                    KS_OK) {
+                        return rc;
+                }
+        }
+        ks_ticker_options t = {.name = "broker-eject",
+                               .interval_ms = b->opts.eject_check_ms,
+                               .step = watch_step,
+                               .arg = b};
+        return ks_ticker_start(&b->ticker, &t);
+}
+
+static bool options_ok(const ks_broker_options *o)
+{
+        if (o->eject_check_ms < KS_BROKER_EJECT_CHECK_MS_MIN ||
+            o->eject_check_ms > KS_BROKER_EJECT_CHECK_MS_MAX) {
+                return false;
+        }
+        return o->eject_after_ms == 0 || (o->eject_after_ms >= o->eject_check_ms &&
+                                          o->eject_after_ms <= KS_OUTLIER_AFTER_MAX_MS);
+}
+
 void ks_broker_stop(ks_broker *b)
 {
         if (b == NULL) {
                 return;
         }
+        ks_ticker_stop(b->ticker); /* first: it closes pipes of the sockets closed below */
         for (int i = 0; i < N_DEVICES; i++) {
                 for (int j = 0; j < b->devices[i].n_paths; j++) {
                         nng_aio_stop(b->devices[i].paths[j].aio);
@@ -191,16 +393,30 @@ void ks_broker_stop(ks_broker *b)
                         nng_aio_free(d->paths[j].aio);
                 }
         }
+        for (int i = 0; i < KS_SVC_COUNT; i++) {
+                ks_outlier_free(b->watches[i].outlier);
+        }
         free(b);
 }
 
 int ks_broker_start(ks_broker **out, const char *base)
 {
+        const ks_broker_options o = {.eject_after_ms = KS_BROKER_EJECT_AFTER_MS_DEFAULT,
+                                     .eject_check_ms = KS_BROKER_EJECT_CHECK_MS_DEFAULT};
+        return ks_broker_start_with(out, base, &o);
+}
+
+int ks_broker_start_with(ks_broker **out, const char *base, const ks_broker_options *o)
+{
         *out = NULL;
+        if (!options_ok(o)) {
+                return KS_INVALID_ARGUMENT;
+        }
         ks_broker *b = calloc(1, sizeof(*b));
         if (b == NULL) {
                 return KS_INTERNAL;
         }
+        b->opts = *o;
         for (int i = 0; i < N_DEVICES; i++) {
                 b->devices[i].a = (nng_socket)NNG_SOCKET_INITIALIZER;
                 b->devices[i].b = (nng_socket)NNG_SOCKET_INITIALIZER;
@@ -215,6 +431,10 @@ int ks_broker_start(ks_broker **out, const char *base)
         if (rv != 0) {
                 ks_broker_stop(b);
                 return KS_UNAVAILABLE;
+        }
+        if (o->eject_after_ms > 0 && (rv = watch_start(b)) != KS_OK) {
+                ks_broker_stop(b);
+                return rv;
         }
         for (int i = 0; i < N_DEVICES; i++) {
                 for (int j = 0; j < b->devices[i].n_paths; j++) {

@@ -6,6 +6,17 @@
  * blocks: it decodes the envelope, rejects what can be rejected at once and
  * queues the rest. Workers are plain threads, so handlers may block on
  * PostgreSQL without starving nng's own task threads.
+ *
+ * Redialling. nng's dialer dials again when its connection closes, but the
+ * nng of Debian 12 (1.5.2) sometimes never does after a broker closed it
+ * (as a broker does to a replica it ejects, ks_broker.h): the replica then
+ * stays out of every rotation while it runs, its dialer still counting the
+ * closed pipe as its own. So the server counts each dialer's pipes itself,
+ * from the pipe events, and a ticker looks at the counts every
+ * REDIAL_CHECK_MS: after REDIAL_AFTER_CHECKS looks with none, the dialer
+ * is replaced with a new one. nng's own reconnect
+ * interval is at most 1 s (open_socket), so a dialer that still works has
+ * tried twice by then.
  */
 #include "ks_rpc.h"
 
@@ -21,10 +32,15 @@
 #include "ks_log.h"
 #include "ks_topology.h"
 #include "ks_metrics.h"
+#include "ks_ticker.h"
+#include "ks_topology.h"
 
-#define RPC_WORKERS_MAX    1024
-#define RPC_INFLIGHT_MAX   65536
-#define RPC_RECV_MAX_BYTES ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
+#define RPC_WORKERS_MAX     1024
+#define RPC_INFLIGHT_MAX    65536
+#define RPC_RECV_MAX_BYTES  ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
+#define REDIAL_CHECK_MS     1000
+#define REDIAL_AFTER_CHECKS 3
+#define LIVE_PIPES_MAX      (4 * KS_BROKERS_MAX) /* one per broker, and some closing */
 
 typedef enum slot_state { SLOT_RECV, SLOT_SEND } slot_state;
 
@@ -40,6 +56,12 @@ typedef struct slot {
         struct slot *next;        /* work queue link */
 } slot;
 
+/* A connected pipe and the dialer (index) it came from. */
+typedef struct live_pipe {
+        int pipe;
+        int dialer;
+} live_pipe;
+
 typedef struct method_metrics {
         _Atomic(ks_counter *) by_code[KS_CODE_COUNT];
         ks_histogram *duration;
@@ -48,6 +70,17 @@ typedef struct method_metrics {
 struct ks_rpc_server {
         ks_rpc_server_options opts;
         nng_socket sock;
+        /* Redialling: one dialer per dial URL, its pipes counted from the pipe
+         * events (nng's own count is what goes wrong); under pipes_mu. */
+        pthread_mutex_t pipes_mu;
+        nng_dialer dialers[KS_BROKERS_MAX];
+        int pipes_of[KS_BROKERS_MAX];
+        live_pipe live[LIVE_PIPES_MAX];
+        int n_live;
+        /* the ticker's own */
+        int idle_checks[KS_BROKERS_MAX];    /* looks in a row without a pipe */
+        bool redial_logged[KS_BROKERS_MAX]; /* once per outage */
+        ks_ticker *redial;
         atomic_int connected;
         atomic_int heavy; /* KS_M_HEAVY calls queued or running */
         atomic_bool stopping;
@@ -366,22 +399,79 @@ static void *worker_main(void *arg)
         return NULL;
 }
 
+/* Counts a pipe in or out of its dialer's count (pipes_mu held). */
+static void count_pipe(ks_rpc_server *srv, nng_pipe p, nng_pipe_ev ev)
+{
+        int id = nng_pipe_id(p);
+
+        if (ev == NNG_PIPE_EV_ADD_POST) {
+                int d = nng_dialer_id(nng_pipe_dialer(p));
+                for (int i = 0; i < srv->opts.n_dial_urls; i++) {
+                        if (nng_dialer_id(srv->dialers[i]) == d && srv->n_live < LIVE_PIPES_MAX) {
+                                srv->live[srv->n_live++] = (live_pipe){.pipe = id, .dialer = i};
+                                srv->pipes_of[i]++;
+                                return;
+                        }
+                }
+                return;
+        }
+        for (int j = 0; j < srv->n_live; j++) {
+                if (srv->live[j].pipe == id) {
+                        srv->pipes_of[srv->live[j].dialer]--;
+                        srv->live[j] = srv->live[--srv->n_live];
+                        return;
+                }
+        }
+}
+
 static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
-        (void)p;
         ks_rpc_server *srv = arg;
         if (ev == NNG_PIPE_EV_ADD_POST) {
                 atomic_fetch_add(&srv->connected, 1);
         } else if (ev == NNG_PIPE_EV_REM_POST) {
                 atomic_fetch_sub(&srv->connected, 1);
         }
+        pthread_mutex_lock(&srv->pipes_mu);
+        count_pipe(srv, p, ev);
+        pthread_mutex_unlock(&srv->pipes_mu);
+}
+
+/* Creates dialer i for its URL and starts it (non-blocking: a broker not up yet is dialled
+ * again). The old one, if any, is closed after. */
+static int dial(ks_rpc_server *srv, int i)
+{
+        const char *url = srv->opts.dial_urls[i];
+        nng_dialer d, old;
+        int rv;
+
+        if ((rv = nng_dialer_create(&d, srv->sock, url)) != 0) {
+                ks_log_error(NULL, "cannot dial broker", "{s:s,s:s}", "url", url, "error",
+                             nng_strerror(rv));
+                return rv;
+        }
+        /* known before it can connect, so that its first pipe is counted */
+        pthread_mutex_lock(&srv->pipes_mu);
+        old = srv->dialers[i];
+        srv->dialers[i] = d;
+        srv->pipes_of[i] = 0;
+        pthread_mutex_unlock(&srv->pipes_mu);
+        if ((rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK)) != 0) {
+                ks_log_error(NULL, "cannot dial broker", "{s:s,s:s}", "url", url, "error",
+                             nng_strerror(rv));
+        }
+        if (nng_dialer_id(old) > 0) {
+                nng_dialer_close(old);
+        }
+        return rv;
 }
 
 static int check_options(const ks_rpc_server_options *o)
 {
-        if (o->n_dial_urls < 1 || o->n_methods < 1 || o->workers < 1 || o->heavy_max < 0 ||
-            o->workers > RPC_WORKERS_MAX || o->queue_max < 1 ||
-            o->max_inflight <= o->workers + o->queue_max || o->max_inflight > RPC_INFLIGHT_MAX) {
+        if (o->n_dial_urls < 1 || o->n_dial_urls > KS_BROKERS_MAX || o->n_methods < 1 ||
+            o->workers < 1 || o->heavy_max < 0 || o->workers > RPC_WORKERS_MAX ||
+            o->queue_max < 1 || o->max_inflight <= o->workers + o->queue_max ||
+            o->max_inflight > RPC_INFLIGHT_MAX) {
                 ks_log_error(NULL, "rpc server options out of range", "{s:i,s:i,s:i,s:i}",
                              "workers", o->workers, "queue_max", o->queue_max, "max_inflight",
                              o->max_inflight, "dial_urls", o->n_dial_urls);
@@ -399,15 +489,43 @@ static int open_socket(ks_rpc_server *srv)
         nng_socket_set_size(srv->sock, NNG_OPT_RECVMAXSZ, RPC_RECV_MAX_BYTES);
         ks_broker_dialer(srv->sock, pipe_event, srv);
         for (int i = 0; i < srv->opts.n_dial_urls; i++) {
-                /* non-blocking: a broker that is not up yet is dialled again */
-                if ((rv = nng_dial(srv->sock, srv->opts.dial_urls[i], NULL, NNG_FLAG_NONBLOCK)) !=
-                    0) {
-                        ks_log_error(NULL, "cannot dial broker", "{s:s,s:s}", "url",
-                                     srv->opts.dial_urls[i], "error", nng_strerror(rv));
+                if ((rv = dial(srv, i)) != 0) {
                         return rv;
                 }
         }
         return 0;
+}
+
+static ks_ticker_next redial_step(void *arg)
+{
+        ks_rpc_server *srv = arg;
+        int pipes[KS_BROKERS_MAX];
+
+        if (atomic_load(&srv->stopping)) {
+                return KS_TICKER_REST;
+        }
+        pthread_mutex_lock(&srv->pipes_mu);
+        memcpy(pipes, srv->pipes_of, sizeof(pipes));
+        pthread_mutex_unlock(&srv->pipes_mu);
+        for (int i = 0; i < srv->opts.n_dial_urls; i++) {
+                if (pipes[i] > 0) {
+                        srv->idle_checks[i] = 0;
+                        srv->redial_logged[i] = false;
+                        continue;
+                }
+                if (++srv->idle_checks[i] < REDIAL_AFTER_CHECKS) {
+                        continue;
+                }
+                srv->idle_checks[i] = 0;
+                if (!srv->redial_logged[i]) {
+                        ks_log_warn(NULL, "no connection to a broker for a while: dialling it anew",
+                                    "{s:s,s:i}", "url", srv->opts.dial_urls[i], "after_ms",
+                                    REDIAL_CHECK_MS * REDIAL_AFTER_CHECKS);
+                        srv->redial_logged[i] = true;
+                }
+                (void)dial(srv, i); /* logged; the next look tries again */
+        }
+        return KS_TICKER_REST;
 }
 
 static int open_slots(ks_rpc_server *srv)
@@ -488,6 +606,7 @@ int ks_rpc_server_start(ks_rpc_server **out, const ks_rpc_server_options *opts)
         srv->opts = *opts;
         srv->sock = (nng_socket)NNG_SOCKET_INITIALIZER;
         pthread_mutex_init(&srv->mu, NULL);
+        pthread_mutex_init(&srv->pipes_mu, NULL);
         pthread_cond_init(&srv->cv, NULL);
         srv->mm = calloc(opts->n_methods, sizeof(method_metrics));
         if (srv->mm == NULL) {
@@ -508,6 +627,13 @@ int ks_rpc_server_start(ks_rpc_server **out, const ks_rpc_server_options *opts)
         for (int i = 0; i < srv->n_slots; i++) {
                 slot_recv(&srv->slots[i]);
         }
+        ks_ticker_options t = {
+            .name = "rpc-redial", .interval_ms = REDIAL_CHECK_MS, .step = redial_step, .arg = srv};
+        if (ks_ticker_start(&srv->redial, &t) != KS_OK) {
+                ks_log_error(NULL, "rpc server start failed", "{s:s}", "error", "threads");
+                ks_rpc_server_stop(srv);
+                return KS_INTERNAL;
+        }
         *out = srv;
         return KS_OK;
 }
@@ -522,6 +648,7 @@ void ks_rpc_server_stop(ks_rpc_server *srv)
         if (srv == NULL) {
                 return;
         }
+        ks_ticker_stop(srv->redial); /* before the socket it dials on closes */
         /* Workers finish the call they are in, then leave; queued calls are dropped
          * (their clients time out, as with any lost replica). */
         pthread_mutex_lock(&srv->mu);
@@ -548,6 +675,7 @@ void ks_rpc_server_stop(ks_rpc_server *srv)
         free(srv->threads);
         free(srv->mm);
         pthread_cond_destroy(&srv->cv);
+        pthread_mutex_destroy(&srv->pipes_mu);
         pthread_mutex_destroy(&srv->mu);
         free(srv);
 }

@@ -237,12 +237,51 @@ static void test_whoami_lists_the_table(void **state)
         }
 }
 
+/*
+ * WhoAmI with an API key of every role, on every gateway of the stack, each
+ * twice (the key resolved by auth, then from that gateway's context cache):
+ * always 403 "this method needs a user session", never the 401 of a token
+ * that does not resolve.
+ */
+static void test_whoami_with_a_key_of_every_role(void **state)
+{
+        static const char *const roles[] = {"owner", "admin", "member", "viewer"};
+        char body[128], key[AIT_TOKEN_MAX];
+        it_http_response r;
+
+        (void)state;
+        for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++) {
+                AIT_BODY(body, "{s:s, s:s}", "name", "whoami", "role", roles[i]);
+                json_t *j = ait_ok("CreateApiKey", body, g.users[OWNER].token);
+                snprintf(key, sizeof(key), "%s", ait_str(j, "key"));
+                json_decref(j);
+                for (int gw = 0; gw < ait_stack.n_gateways; gw++) {
+                        for (int again = 0; again < 2; again++) {
+                                assert_int_equal(it_auth_call(ait_stack.gateway_urls[gw], "WhoAmI",
+                                                              "{}", key, NULL, &r),
+                                                 0);
+                                j = ait_json(&r);
+                                if (r.status != 403 ||
+                                    strcmp(ait_str_or(j, "message"),
+                                           "this method needs a user session") != 0) {
+                                        fail_msg("WhoAmI with a %s key on gateway %d (call %d): "
+                                                 "HTTP %ld %.300s",
+                                                 roles[i], gw, again + 1, r.status, r.body);
+                                }
+                                json_decref(j);
+                                it_http_response_free(&r);
+                        }
+                }
+        }
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_user_methods),
             cmocka_unit_test(test_tenant_methods),
             cmocka_unit_test(test_whoami_lists_the_table),
+            cmocka_unit_test(test_whoami_with_a_key_of_every_role),
         };
 
         return cmocka_run_group_tests(tests, setup, NULL);
