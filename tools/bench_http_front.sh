@@ -12,8 +12,9 @@
 # It prints one markdown row per candidate and configuration: the median
 # requests/s, the ratio to the baseline at the same threads and connections
 # (HTTP/1.1: minimal_evhttp; h2c, which minimal_evhttp lacks: minimal_h2o),
-# the median CPU the server spent (100% = one core, from /proc) and each
-# round's figure. The load generator runs on the same machine with 2
+# the median CPU the server spent (100% = one core, from /proc), the median
+# server CPU time per request (the figure least moved by other load) and
+# each round's requests/s. The load generator runs on the same machine with 2
 # threads, so on a small machine server and client share the cores: compare
 # rows of one run, not runs of different machines.
 # Needs wrk and h2load (apt-get install wrk nghttp2-client).
@@ -77,7 +78,7 @@ cpu_ticks() { # utime + stime of the server, in clock ticks
 	awk '{ print $14 + $15 }' "/proc/$SERVER_PID/stat"
 }
 
-# Runs one load and prints "REQ_PER_S CPU_PERCENT".
+# Runs one load and prints "REQ_PER_S CPU_PERCENT CPU_US_PER_REQUEST".
 measure() { # PROTO CONNECTIONS URL
 	local before after rps
 	before=$(cpu_ticks)
@@ -88,7 +89,10 @@ measure() { # PROTO CONNECTIONS URL
 			awk '/^finished in/ { sub(/,/, "", $4); printf "%d", $4 }')
 	fi
 	after=$(cpu_ticks)
-	echo "${rps:-0} $(((after - before) * 100 / TICKS / DURATION))"
+	# CPU % of one core, and CPU microseconds per request
+	echo "${rps:-0} $(((after - before) * 100 / TICKS / DURATION))" \
+		"$(awk -v t=$((after - before)) -v hz="$TICKS" -v r="${rps:-0}" -v d="$DURATION" \
+			'BEGIN { if (r > 0) printf "%.1f", t / hz * 1e6 / (r * d); else print 0 }')"
 }
 
 median() { # numbers on stdin -> the median
@@ -98,18 +102,19 @@ median() { # numbers on stdin -> the median
 # One configuration: every candidate in turn, REPEAT rounds, so that a burst
 # of other load on the machine falls on all of them alike; medians printed.
 run_config() { # THREADS PROTO CONNECTIONS
-	local -A rps_of cpu_of
-	local name port rps cpu base ratio label
+	local -A rps_of cpu_of us_of
+	local name port rps cpu us base base_rps ratio label
 	for _ in $(seq 1 "$REPEAT"); do
 		for name in "${CANDIDATES[@]}"; do
 			[ -x "$BIN/$name" ] || continue
 			[ "$2" = h2c ] && [ "$name" = minimal_evhttp ] && continue
 			port=$(free_port)
 			start_server "$name" "$1" "$port"
-			read -r rps cpu < <(measure "$2" "$3" "http://127.0.0.1:$port/")
+			read -r rps cpu us < <(measure "$2" "$3" "http://127.0.0.1:$port/")
 			stop_server
 			rps_of[$name]+="$rps "
 			cpu_of[$name]+="$cpu "
+			us_of[$name]+="$us "
 		done
 	done
 	base=minimal_evhttp
@@ -120,17 +125,18 @@ run_config() { # THREADS PROTO CONNECTIONS
 		[ -n "${rps_of[$name]:-}" ] || continue
 		rps=$(tr ' ' '\n' <<<"${rps_of[$name]}" | grep . | median)
 		cpu=$(tr ' ' '\n' <<<"${cpu_of[$name]}" | grep . | median)
+		us=$(tr ' ' '\n' <<<"${us_of[$name]}" | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
 		base_rps=$(tr ' ' '\n' <<<"${rps_of[$base]:-}" | grep . | median || true)
 		ratio=$(awk -v a="$rps" -v b="${base_rps:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
-		echo "| $name | $1 | $label | $3 | $rps | $ratio | ${cpu}% | ${rps_of[$name]% } |"
+		echo "| $name | $1 | $label | $3 | $rps | $ratio | ${cpu}% | $us | ${rps_of[$name]% } |"
 	done
 }
 
 for name in "${CANDIDATES[@]}"; do
 	[ -x "$BIN/$name" ] || echo "(skipped $name: not built)" >&2
 done
-echo "| server | threads | protocol | connections | req/s (median) | ratio (h1: to minimal_evhttp, h2c: to minimal_h2o) | server CPU | req/s of each round |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| server | threads | protocol | connections | req/s (median) | ratio (h1: to minimal_evhttp, h2c: to minimal_h2o) | server CPU | server CPU µs/request | req/s of each round |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for threads in "${THREADS[@]}"; do
 	for proto in h1 h2c; do
 		for conns in "${CONNECTIONS[@]}"; do
