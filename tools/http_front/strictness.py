@@ -54,7 +54,7 @@ CASES = [
     ("obs-fold continuation line", "400+close (or fold to SP)",
      b"GET / HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n"),
     ("obs-fold on Transfer-Encoding", "400+close",
-     post(b"Transfer-Encoding:\r\n chunked\r\n", b"0\r\n\r\n" + SMUGGLED)),
+     post(b"Transfer-Encoding:\r\n chunked\r\n", b"0\r\n\r\n")),
     ("bare LF line ends", "400+close (or accept as CRLF)",
      b"GET / HTTP/1.1\nHost: x\n\n"),
     ("missing Host (HTTP/1.1)", "400+close",
