@@ -111,6 +111,12 @@ static bool trusted(const gw_proxies *p, const uint8_t a[16])
         return false;
 }
 
+bool gw_proxy_trusted(const gw_proxies *p, const char *addr)
+{
+        uint8_t a[16];
+        return p->n > 0 && parse_addr(addr, strlen(addr), a) == 0 && trusted(p, a);
+}
+
 /* One "addr" or "addr/bits" entry. */
 static int parse_cidr(const char *s, size_t len, gw_cidr *out)
 {

@@ -5,6 +5,7 @@
 #ifndef GW_CLIENTIP_H
 #define GW_CLIENTIP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,8 @@ typedef struct gw_proxies {
  * with a message in err.
  */
 int gw_proxies_parse(const char *list, gw_proxies *out, char *err, size_t err_len);
+/* True when addr (an IPv4 or IPv6 address in text) is one of the trusted proxies. */
+bool gw_proxy_trusted(const gw_proxies *p, const char *addr);
 /*
  * The client address: the socket peer, unless the peer is a trusted proxy;
  * then the right-most X-Forwarded-For entry that is not a trusted proxy

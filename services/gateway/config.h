@@ -50,11 +50,14 @@ typedef struct gw_config {
         char *log_level;
         int64_t body_max_bytes;
         int64_t headers_max_bytes;
-        int64_t timeout_ms;   /* default and maximum deadline of an upstream call */
-        int64_t max_inflight; /* per upstream service */
-        int64_t io_timeout_s; /* reading a request, writing a reply, idle keep-alive */
-        int64_t drain_ms;     /* after SIGTERM: how long in-flight calls may finish */
-        int64_t resend_ms;    /* resend an unanswered idempotent call after this; 0 = never */
+        int64_t timeout_ms;      /* default and maximum deadline of an upstream call */
+        int64_t max_inflight;    /* per upstream service */
+        int64_t io_timeout_s;    /* writing a reply, idle keep-alive */
+        int64_t read_timeout_ms; /* one request, head and body, from its first byte */
+        int64_t max_connections;
+        int64_t max_connections_per_address;
+        int64_t drain_ms;  /* after SIGTERM: how long in-flight calls may finish */
+        int64_t resend_ms; /* resend an unanswered idempotent call after this; 0 = never */
         /* rate limits (ratelimit.c) */
         char *redis_url; /* "" = no Redis: in-process buckets only */
         int64_t replicas;

@@ -14,9 +14,6 @@
  *   compression; 415 is what RFC 7231 §3.1.2.2 gives for a content coding
  *   the server does not accept), with "Accept-Encoding: identity".
  */
-#include <event2/buffer.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,10 +119,9 @@ bool gw_request_id_valid(const char *s)
         return i > 0;
 }
 
-void gw_connect_request_id(struct evhttp_request *req, char out[GW_REQUEST_ID_MAX + 1])
+void gw_connect_request_id(const gw_req *req, char out[GW_REQUEST_ID_MAX + 1])
 {
-        const char *given =
-            evhttp_find_header(evhttp_request_get_input_headers(req), "X-Request-Id");
+        const char *given = gw_req_header(req, "X-Request-Id");
         if (gw_request_id_valid(given)) {
                 snprintf(out, GW_REQUEST_ID_MAX + 1, "%s", given);
                 return;
@@ -201,34 +197,16 @@ int gw_error_json(int code, const char *message, char **out, size_t *len)
         return 0;
 }
 
-void gw_send(struct evhttp_request *req, int status, const char *content_type, const void *body,
-             size_t len, const char *request_id)
+void gw_send(gw_req *req, int status, const char *content_type, const void *body, size_t len,
+             const char *request_id)
 {
-        struct evkeyvalq *headers = evhttp_request_get_output_headers(req);
-        struct evbuffer *buf = evbuffer_new();
-
         if (request_id != NULL) {
-                evhttp_add_header(headers, "X-Request-Id", request_id);
+                gw_req_add_header(req, "X-Request-Id", request_id);
         }
-        if (content_type != NULL) {
-                evhttp_add_header(headers, "Content-Type", content_type);
-        }
-        if (buf != NULL && len > 0 && evbuffer_add(buf, body, len) != 0) {
-                /* Out of memory: a short body would be worse than none. */
-                evbuffer_free(buf);
-                buf = NULL;
-                status = 500;
-        }
-        /* NULL reason: evhttp writes the standard phrase of the status; it
-         * predates 429 (RFC 6585) and would write "Client Error". */
-        evhttp_send_reply(req, status, status == 429 ? "Too Many Requests" : NULL, buf);
-        if (buf != NULL) {
-                evbuffer_free(buf);
-        }
+        gw_req_reply(req, status, content_type, body, len);
 }
 
-void gw_send_error(struct evhttp_request *req, int status, int code, const char *message,
-                   const char *request_id)
+void gw_send_error(gw_req *req, int status, int code, const char *message, const char *request_id)
 {
         char *json = NULL;
         size_t len = 0;

@@ -1,15 +1,16 @@
 /*
  * connect.c: the Connect protocol's rules for unary RPCs over HTTP/1.1:
  * content types, headers, request ids, bearer tokens, the error JSON, and
- * the one way a reply is written.
+ * the one way a reply is written (through front.c).
  */
 #ifndef GW_CONNECT_H
 #define GW_CONNECT_H
 
-#include <event2/http.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "front.h"
 
 #define GW_REQUEST_ID_MAX     64  /* X-Request-Id: [A-Za-z0-9._-]{1,64} */
 #define GW_TOKEN_MAX          512 /* bearer tokens; longer ones are refused unread */
@@ -33,7 +34,7 @@ bool gw_identity_encoding(const char *value);
 /* True when s is [A-Za-z0-9._-]{1,64}. */
 bool gw_request_id_valid(const char *s);
 /* The client's X-Request-Id when valid, else a fresh uuid v4. */
-void gw_connect_request_id(struct evhttp_request *req, char out[GW_REQUEST_ID_MAX + 1]);
+void gw_connect_request_id(const gw_req *req, char out[GW_REQUEST_ID_MAX + 1]);
 /*
  * Finds the token of "Authorization: Bearer <token>" (RFC 6750 b64token, at
  * most GW_TOKEN_MAX bytes). Returns 0 with *tok pointing into value, or -1.
@@ -43,14 +44,12 @@ int gw_bearer_token(const char *value, const char **tok, size_t *len);
 int gw_error_json(int code, const char *message, char **out, size_t *len);
 
 /*
- * Writes a reply with X-Request-Id (request_id may be NULL) and hands the
- * request back to evhttp, which frees it once written: req must not be used
- * afterwards.
+ * Writes a reply with X-Request-Id (request_id may be NULL): req is gone
+ * afterwards (gw_req_reply).
  */
-void gw_send(struct evhttp_request *req, int status, const char *content_type, const void *body,
-             size_t len, const char *request_id);
+void gw_send(gw_req *req, int status, const char *content_type, const void *body, size_t len,
+             const char *request_id);
 /* A Connect error reply: JSON body, Content-Type application/json. */
-void gw_send_error(struct evhttp_request *req, int status, int code, const char *message,
-                   const char *request_id);
+void gw_send_error(gw_req *req, int status, int code, const char *message, const char *request_id);
 
 #endif

@@ -3,30 +3,21 @@
  * resolve the caller (ResolveContext on auth) unless the method is public,
  * call the method, translate the reply.
  *
- * Who owns what, and when (libevent 2.1.12, checked against its http.c):
+ * Who owns what, and when (front.h):
  *
- * 1. evhttp runs the request callback once the whole body is in, and reads
- *    nothing more from that connection until the request is answered. The
- *    evhttp_request stays valid until we call evhttp_send_reply, which frees
- *    it once the reply is written (or the write fails). So: every path calls
- *    gw_send at most once per request and sets g->req = NULL right after, and
- *    nothing touches g->req once it is NULL.
+ * 1. The front calls gw_handler_serve once a request is complete, and reads
+ *    no further request from that connection until this one is answered.
+ *    The gw_req stays valid until gw_send (gw_req_reply), which frees it. So:
+ *    every path calls gw_send at most once per request and sets g->req =
+ *    NULL right after, and nothing touches g->req once it is NULL.
  *
- * 2. While an upstream call is in flight the connection may still go away
- *    without our reply: evhttp_free at shutdown frees each connection and the
- *    requests queued on it; a failed read or write (EOF, timeout) makes evhttp
- *    drop the connection and, for a request the user has not answered yet,
- *    detach it (its connection becomes NULL) instead of freeing it. 2.1 does
- *    not read while a request is pending, so today that second case needs a
- *    later libevent; the code handles both. Either way evhttp runs the
- *    connection's close callback, which points at g while g waits upstream
- *    (set in start_upstream, reset to NULL in finish before replying, so it
- *    can never see a freed g). In it: a request still attached is about to
- *    be freed by evhttp, so we only forget it; a detached one is ours, so we
- *    free it. Either way g->req becomes NULL, and when the upstream answers,
- *    the reply is dropped (counted as canceled) and g is freed.
- *    evhttp_request_set_on_complete_cb does not help here: it runs only after
- *    a reply was written, too late to tell us that the client is gone.
+ * 2. While an upstream call is in flight the connection may go away
+ *    without our reply: the client closes it, a write fails, or the front is
+ *    freed at shutdown. The front then runs the request's cancel callback,
+ *    which points at g while g waits (set in wait_begin, cleared in finish
+ *    before replying, so it can never see a freed g), and frees the gw_req.
+ *    The callback sets g->req = NULL; when the upstream answers, the reply is
+ *    dropped (counted as canceled) and g is freed.
  *
  * 3. g is freed only on the libevent thread and never while an upstream call
  *    is in flight: from a successful gw_upstream_call until the upstream
@@ -34,7 +25,7 @@
  *    At shutdown the upstream hands back every call before it is freed.
  *
  * 4. The same holds while a rate-limit decision is in flight in Redis
- *    (GW_STAGE_LIMITING): g counts as in flight (inflight.c) with the close
+ *    (GW_STAGE_LIMITING): g counts as in flight (inflight.c) with the cancel
  *    callback set, and the decision's completion (on the loop) continues or
  *    frees it. At shutdown every decision in flight completes (locally)
  *    before the rate limiter is freed.
@@ -52,10 +43,6 @@
  * ResolveContext reply (directly or through the cache); the only other
  * field, client_ip, is the socket peer or what trusted proxies vouch for.
  */
-#include <event2/buffer.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
-#include <sys/queue.h>
 #include <jansson.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -69,6 +56,7 @@
 #include "compress.h"
 #include "config.h"
 #include "connect.h"
+#include "front.h"
 #include "handler.h"
 #include "inflight.h"
 #include "keelson/auth/v1/auth.pb-c.h"
@@ -105,12 +93,12 @@ typedef enum gw_stage {
 /*
  * Everything one request needs from intake to reply, in one allocation that
  * every path frees exactly once (finish, or request_free at shutdown). See
- * the top for how it outlives, or not, the evhttp_request.
+ * the top for how it outlives, or not, the gw_req.
  */
 typedef struct gw_request {
         gw_call call; /* the upstream call in flight */
         gw_handler *h;
-        struct evhttp_request *req; /* NULL once evhttp has let go of it */
+        gw_req *req; /* NULL once answered, or once the client is gone */
         gw_route *route;
         gw_stage stage;
         gw_codec codec;
@@ -135,35 +123,16 @@ _Static_assert(offsetof(gw_request, call) == 0, "gw_handler_complete casts a cal
 static const uint8_t empty_bytes[1] = {0}; /* unpack wants a pointer even for 0 bytes */
 
 /* The client address of a request: its peer, or X-Forwarded-For through trusted proxies. */
-static void request_client_ip(const gw_proxies *p, struct evhttp_request *req, char out[GW_IP_MAX])
+static void request_client_ip(const gw_proxies *p, const gw_req *req, char out[GW_IP_MAX])
 {
-        struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-        char *addr = NULL;
-        ev_uint16_t port = 0;
-        if (evcon != NULL) {
-                evhttp_connection_get_peer(evcon, &addr, &port);
-        }
         const char *xff[XFF_LINES_MAX];
-        int n = 0;
-        if (p->n > 0) {
-                struct evkeyval *kv;
-                TAILQ_FOREACH(kv, evhttp_request_get_input_headers(req), next)
-                {
-                        if (strcasecmp(kv->key, "X-Forwarded-For") != 0) {
-                                continue;
-                        }
-                        if (n == XFF_LINES_MAX) { /* keep the last ones: the right end counts */
-                                memmove(xff, xff + 1, sizeof(xff[0]) * (XFF_LINES_MAX - 1));
-                                n--;
-                        }
-                        xff[n++] = kv->value;
-                }
-        }
-        gw_client_ip(p, addr != NULL ? addr : "", xff, n, out);
+        /* the last ones: the right end counts */
+        size_t n = p->n > 0 ? gw_req_header_last(req, "X-Forwarded-For", xff, XFF_LINES_MAX) : 0;
+        gw_client_ip(p, gw_req_peer(req), xff, (int)n, out);
 }
 
-static gw_request *request_new(gw_handler *h, struct evhttp_request *req, gw_route *route,
-                               const char *request_id, int64_t start_ns)
+static gw_request *request_new(gw_handler *h, gw_req *req, gw_route *route, const char *request_id,
+                               int64_t start_ns)
 {
         gw_request *g = calloc(1, sizeof(*g));
         if (g == NULL) {
@@ -211,7 +180,7 @@ static void log_failure(const gw_request *g, int status, int code, int64_t durat
 static void add_header(gw_request *g, const char *name, const char *value)
 {
         if (g->req != NULL) {
-                evhttp_add_header(evhttp_request_get_output_headers(g->req), name, value);
+                gw_req_add_header(g->req, name, value);
         }
 }
 
@@ -241,8 +210,7 @@ static void maybe_gzip(gw_request *g, const char *content_type, const void **bod
                 return;
         }
         add_header(g, "Vary", "Accept-Encoding");
-        const char *ae =
-            evhttp_find_header(evhttp_request_get_input_headers(g->req), "Accept-Encoding");
+        const char *ae = gw_req_header(g->req, "Accept-Encoding");
         size_t gz_len = 0;
         if (!gw_accepts_gzip(ae) || gw_gzip(*body, *len, (int)cfg->gzip_level, gz, &gz_len) != 0) {
                 return;
@@ -262,14 +230,9 @@ static void finish(gw_request *g, int status, int code, const char *content_type
                    size_t len)
 {
         if (g->req != NULL) {
-                struct evhttp_connection *evcon = evhttp_request_get_connection(g->req);
-                if (evcon != NULL) {
-                        evhttp_connection_set_closecb(evcon, NULL, NULL);
-                }
-                if (gw_inflight_draining(g->h->env->inflight)) {
-                        /* Keep-alive clients move to another replica after this reply. */
-                        add_header(g, "Connection", "close");
-                }
+                /* While draining, the front closes the connection after this reply:
+                 * keep-alive clients move to another replica. */
+                gw_req_on_cancel(g->req, NULL, NULL);
                 uint8_t *gz = NULL;
                 maybe_gzip(g, content_type, &body, &len, &gz);
                 gw_send(g->req, status, content_type, body, len, g->request_id);
@@ -353,14 +316,10 @@ static const char *start_failure_message(int code)
         }
 }
 
-/* The close callback of a connection whose request waits upstream (see the top). */
-static void on_connection_close(struct evhttp_connection *evcon, void *arg)
+/* The client went away while its request waits upstream (see the top). */
+static void on_client_gone(void *arg)
 {
-        (void)evcon;
         gw_request *g = arg;
-        if (g->req != NULL && evhttp_request_get_connection(g->req) == NULL) {
-                evhttp_request_free(g->req); /* detached: evhttp no longer frees it */
-        }
         g->req = NULL;
 }
 
@@ -369,10 +328,7 @@ static void wait_begin(gw_request *g, gw_stage stage)
 {
         g->stage = stage;
         gw_inflight_begin(g->h->env->inflight);
-        struct evhttp_connection *evcon = evhttp_request_get_connection(g->req);
-        if (evcon != NULL) {
-                evhttp_connection_set_closecb(evcon, on_connection_close, g);
-        }
+        gw_req_on_cancel(g->req, on_client_gone, g);
 }
 
 static void start_upstream(gw_request *g, gw_stage stage)
@@ -406,7 +362,7 @@ static void start_upstream(gw_request *g, gw_stage stage)
 static void limit_headers(gw_request *g, const gw_decision *d)
 {
         if (g->req != NULL) {
-                gw_ratelimit_headers(d, evhttp_request_get_output_headers(g->req));
+                gw_ratelimit_headers(d, g->req);
         }
 }
 
@@ -447,7 +403,7 @@ static void on_limit_decided(gw_limit_wait *w)
         gw_inflight *inflight = g->h->env->inflight;
         gw_inflight_end(inflight);
         if (gw_inflight_closing(inflight)) {
-                request_free(g); /* evhttp is gone: see 4. at the top */
+                request_free(g); /* the front is gone: see 4. at the top */
                 return;
         }
         if (g->req == NULL) {
@@ -504,15 +460,10 @@ static const char *api_subject(const gw_request *g)
 /* Parses the body with the route's input type and packs it into g->payload. */
 static int decode_body(gw_request *g, char *err, size_t err_len)
 {
-        struct evbuffer *in = evhttp_request_get_input_buffer(g->req);
-        size_t len = evbuffer_get_length(in);
-        const uint8_t *data = len > 0 ? evbuffer_pullup(in, -1) : empty_bytes;
+        size_t len = 0;
+        const uint8_t *data = gw_req_body(g->req, &len);
         ProtobufCMessage *msg = NULL;
 
-        if (len > 0 && data == NULL) {
-                snprintf(err, err_len, "out of memory");
-                return KS_INTERNAL;
-        }
         if (g->codec == GW_CODEC_JSON) {
                 if (len == 0) { /* an empty JSON body is the empty message */
                         data = (const uint8_t *)"{}";
@@ -595,31 +546,36 @@ static int ctx_from_reply(gw_context *ctx, const Keelson__Auth__V1__ResolveConte
 /* Connect headers: returns 0, or replies with the error and returns -1. */
 static int check_headers(gw_request *g)
 {
-        struct evkeyvalq *in = evhttp_request_get_input_headers(g->req);
-        if (evhttp_request_get_command(g->req) != EVHTTP_REQ_POST) {
+        const gw_req *in = g->req;
+        if (strcmp(gw_req_method(in), "POST") != 0) {
                 add_header(g, "Allow", "POST");
                 request_fail(g, 405, KS_UNIMPLEMENTED, "method not allowed: use POST");
                 return -1;
         }
-        if (gw_connect_codec(evhttp_find_header(in, "Content-Type"), &g->codec) != 0) {
+        if (gw_connect_codec(gw_req_header(in, "Content-Type"), &g->codec) != 0) {
                 request_fail(g, 415, KS_UNIMPLEMENTED,
                              "unsupported content type: use application/json or "
                              "application/proto");
                 return -1;
         }
-        if (!gw_identity_encoding(evhttp_find_header(in, "Content-Encoding"))) {
+        if (!gw_identity_encoding(gw_req_header(in, "Content-Encoding"))) {
                 add_header(g, "Accept-Encoding", "identity");
                 request_fail(g, 415, KS_UNIMPLEMENTED,
                              "unsupported content-encoding: only identity is accepted");
                 return -1;
         }
-        if (!gw_connect_version_ok(evhttp_find_header(in, "Connect-Protocol-Version"))) {
+        if (!gw_connect_version_ok(gw_req_header(in, "Connect-Protocol-Version"))) {
                 request_fail(g, 400, KS_INVALID_ARGUMENT, "connect-protocol-version must be 1");
+                return -1;
+        }
+        if (gw_req_header_count(in, "Authorization") > 1) {
+                /* A proxy that reads another one than we do would disagree on the caller. */
+                request_fail(g, 400, KS_INVALID_ARGUMENT, "more than one Authorization header");
                 return -1;
         }
         int64_t timeout_ms = 0;
         bool has_timeout = false;
-        if (gw_connect_timeout(evhttp_find_header(in, "Connect-Timeout-Ms"), &timeout_ms,
+        if (gw_connect_timeout(gw_req_header(in, "Connect-Timeout-Ms"), &timeout_ms,
                                &has_timeout) != 0) {
                 request_fail(g, 400, KS_INVALID_ARGUMENT,
                              "connect-timeout-ms must be 1 to 10 digits");
@@ -638,14 +594,6 @@ static void rpc_begin(gw_request *g)
         if (check_headers(g) != 0) {
                 return;
         }
-        size_t body_len = evbuffer_get_length(evhttp_request_get_input_buffer(g->req));
-        if (body_len > (size_t)g->h->env->cfg->body_max_bytes) {
-                char msg[96];
-                snprintf(msg, sizeof(msg), "request body larger than %lld bytes",
-                         (long long)g->h->env->cfg->body_max_bytes);
-                request_fail(g, 413, KS_RESOURCE_EXHAUSTED, msg);
-                return;
-        }
         char err[JSON_ERR_MAX];
         int rc = decode_body(g, err, sizeof(err));
         if (rc != KS_OK) {
@@ -658,8 +606,7 @@ static void rpc_begin(gw_request *g)
         }
         const char *tok = NULL;
         size_t tok_len = 0;
-        const char *authz =
-            evhttp_find_header(evhttp_request_get_input_headers(g->req), "Authorization");
+        const char *authz = gw_req_header(g->req, "Authorization");
         if (gw_bearer_token(authz, &tok, &tok_len) != 0) {
                 fail_unauthenticated(g, "missing bearer token");
                 return;
@@ -792,7 +739,7 @@ void gw_handler_complete(gw_call *call, void *arg)
         gw_request *g = (gw_request *)(void *)call; /* call is g's first member */
         gw_inflight_end(inflight);
         if (gw_inflight_closing(inflight)) {
-                /* Shutting down: evhttp is gone, g->req must not be touched. */
+                /* Shutting down: the front is gone, g->req must not be touched. */
                 request_free(g);
                 return;
         }
@@ -809,8 +756,8 @@ void gw_handler_complete(gw_call *call, void *arg)
         gw_inflight_check(inflight);
 }
 
-void gw_handler_serve(gw_handler *h, struct evhttp_request *req, const char *path,
-                      const char *request_id, int64_t start_ns)
+void gw_handler_serve(gw_handler *h, gw_req *req, const char *path, const char *request_id,
+                      int64_t start_ns)
 {
         gw_route *route = gw_routes_find(h->env->routes, path);
         gw_request *g =

@@ -9,7 +9,7 @@
 #ifndef GW_HANDLER_H
 #define GW_HANDLER_H
 
-#include <event2/http.h>
+#include "front.h"
 #include <stdint.h>
 
 #include "cache.h"
@@ -45,7 +45,7 @@ void gw_handler_free(gw_handler *h); /* accepts NULL */
  * URI's path (NULL or unknown: 404 unimplemented). start_ns is its arrival
  * (CLOCK_MONOTONIC), request_id the one gw_connect_request_id chose.
  */
-void gw_handler_serve(gw_handler *h, struct evhttp_request *req, const char *path,
+void gw_handler_serve(gw_handler *h, gw_req *req, const char *path,
                       const char *request_id, int64_t start_ns);
 
 /* The upstream's completion function (gw_complete_fn), arg the handler: on the loop. */

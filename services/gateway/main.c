@@ -32,8 +32,18 @@ static const ks_config_var config_vars[] = {
     KS_CFG_INT("KEELSON_GATEWAY_MAX_INFLIGHT", gw_config, max_inflight, "1024", 1, 65536,
                "upstream calls in flight per service; more get resource_exhausted"),
     KS_CFG_INT("KEELSON_GATEWAY_IO_TIMEOUT_S", gw_config, io_timeout_s, "30", 1, 3600,
-               "seconds to read a request or write a reply, and to keep an idle "
-               "connection open"),
+               "seconds to write a reply, and to keep an idle connection open before its "
+               "next request"),
+    KS_CFG_INT("KEELSON_GATEWAY_READ_TIMEOUT_MS", gw_config, read_timeout_ms, "10000", 100, 600000,
+               "whole-request deadline: from a request's first byte to its last (head and "
+               "body); a request not complete by then gets 408 and the connection is closed"),
+    KS_CFG_INT("KEELSON_GATEWAY_MAX_CONNECTIONS", gw_config, max_connections, "10000", 1, 1000000,
+               "open client connections; more are refused at accept with 503 (the "
+               "descriptor limit is raised to fit, up to its hard limit)"),
+    KS_CFG_INT("KEELSON_GATEWAY_MAX_CONNECTIONS_PER_ADDRESS", gw_config,
+               max_connections_per_address, "256", 1, 1000000,
+               "open connections per client address (the socket peer; trusted proxies "
+               "are not counted); more are refused at accept with 503"),
     KS_CFG_INT("KEELSON_GATEWAY_DRAIN_MS", gw_config, drain_ms, "10000", 0, 600000,
                "after SIGTERM/SIGINT: how long calls in flight may finish"),
     KS_CFG_INT("KEELSON_GATEWAY_RESEND_MS", gw_config, resend_ms, "1000", 0, 600000,

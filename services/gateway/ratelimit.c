@@ -28,7 +28,6 @@
  * GW_LIMIT_KEY_MAX becomes "h:" and the hex SHA-256 of it, so replicas still
  * agree on it.
  */
-#include <event2/keyvalq_struct.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,19 +274,19 @@ static int64_t ceil_s(int64_t ms)
         return (ms + 999) / 1000;
 }
 
-void gw_ratelimit_headers(const gw_decision *d, struct evkeyvalq *headers)
+void gw_ratelimit_headers(const gw_decision *d, gw_req *req)
 {
         char v[24];
         snprintf(v, sizeof(v), "%lld", (long long)d->limit);
-        evhttp_add_header(headers, "RateLimit-Limit", v);
+        gw_req_add_header(req, "RateLimit-Limit", v);
         snprintf(v, sizeof(v), "%lld", (long long)d->remaining);
-        evhttp_add_header(headers, "RateLimit-Remaining", v);
+        gw_req_add_header(req, "RateLimit-Remaining", v);
         snprintf(v, sizeof(v), "%lld", (long long)ceil_s(d->reset_ms));
-        evhttp_add_header(headers, "RateLimit-Reset", v);
+        gw_req_add_header(req, "RateLimit-Reset", v);
         if (!d->allowed) {
                 int64_t s = ceil_s(d->retry_ms);
                 snprintf(v, sizeof(v), "%lld", (long long)(s > 0 ? s : 1));
-                evhttp_add_header(headers, "Retry-After", v);
+                gw_req_add_header(req, "Retry-After", v);
         }
 }
 

@@ -8,11 +8,11 @@
 #define GW_RATELIMIT_H
 
 #include <event2/event.h>
-#include <event2/http.h>
 #include <stdbool.h>
 #include <stddef.h>
 
 #include "bucket.h"
+#include "front.h"
 #include "routes.h"
 
 struct gw_config;
@@ -58,6 +58,6 @@ int gw_ratelimit_take(gw_ratelimit *rl, const gw_route *route, const char *subje
  */
 int gw_ratelimit_take_resolve(gw_ratelimit *rl, const char *client_ip, gw_limit_wait *w);
 /* RateLimit-Limit, -Remaining, -Reset, and Retry-After when refused. */
-void gw_ratelimit_headers(const gw_decision *d, struct evkeyvalq *headers);
+void gw_ratelimit_headers(const gw_decision *d, gw_req *req);
 
 #endif

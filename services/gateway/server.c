@@ -1,51 +1,35 @@
 /*
- * The HTTP side of the gateway: one evhttp server on one libevent thread,
+ * The HTTP side of the gateway: the front (front.c) on one libevent thread,
  * its limits, the gateway's own pages (/healthz, /readyz, /metrics) and
  * signals. RPC paths go to handler.c.
  *
- * Body limit. libevent 2.1 checks its own maximum body size before the
- * request callback runs and answers an oversized body itself, with an HTML
- * page, then closes the connection; 2.1 has no hook to see a request's
- * headers first (evhttp_set_newreqcb, which would allow one, came in 2.2).
- * So evhttp's limit is set to twice ours, and the request callback checks
- * ours: any body up to twice KEELSON_GATEWAY_BODY_MAX_BYTES gets a Connect
- * 413 resource_exhausted and the connection stays usable; a bigger one is
- * still refused before it is read (evhttp's 413, connection closed), so no
- * client can make the gateway buffer more than twice the limit. The server
- * keeps serving in both cases.
- *
- * Connection bound. evhttp_set_max_connections does not exist in libevent
- * 2.1.12 (it came with 2.2), so KEELSON_GATEWAY_MAX_CONNECTIONS is not
- * offered: the process's file descriptor limit is the bound for now, and the
- * I/O timeout closes idle keep-alive connections.
+ * Limits. The front (front.c) enforces the body and head limits, the
+ * whole-request deadline, the idle timeout and the connection caps, and
+ * answers what breaks them itself; only complete, well-framed requests
+ * reach on_request.
  *
  * Shutdown. The first SIGINT/SIGTERM stops accepting connections, turns
  * /readyz to 503 and lets calls in flight finish for up to
  * KEELSON_GATEWAY_DRAIN_MS; the second stops at once. gw_server_free then
- * tears down in the one order that is safe: evhttp first (its close callbacks
- * detach every waiting request from its connection), then the rate limiter
+ * tears down in the one order that is safe: the front first (its cancel
+ * callbacks detach every waiting request from its connection), then the rate limiter
  * (every decision in flight in Redis completes, freeing its request), then
  * the upstream (which hands back every call still in flight, freeing its
  * request), the event subscriber, the context cache, then the event base.
  */
-#include <arpa/inet.h>
-#include <event2/buffer.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <event2/thread.h>
 #include <jansson.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "cache.h"
 #include "config.h"
 #include "connect.h"
 #include "events.h"
+#include "front.h"
 #include "handler.h"
 #include "inflight.h"
 #include "ks_clock.h"
@@ -57,17 +41,13 @@
 #include "server.h"
 #include "upstream.h"
 
-#define ALL_METHODS                                                                                \
-        (EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | \
-         EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH)
 #define TEXT_PLAIN   "text/plain; charset=utf-8"
 #define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
 struct gw_server {
         const gw_config *cfg;
         struct event_base *base;
-        struct evhttp *http;
-        struct evhttp_bound_socket *bound;
+        gw_front *front;
         struct event *sigint_ev;
         struct event *sigterm_ev;
         struct event *drain_ev;
@@ -84,13 +64,13 @@ struct gw_server {
 
 /* ---- the gateway's own pages ------------------------------------------------ */
 
-static void page_healthz(gw_server *s, struct evhttp_request *req, const char *rid)
+static void page_healthz(gw_server *s, gw_req *req, const char *rid)
 {
         (void)s;
         gw_send(req, 200, TEXT_PLAIN, "ok\n", 3, rid);
 }
 
-static void page_readyz(gw_server *s, struct evhttp_request *req, const char *rid)
+static void page_readyz(gw_server *s, gw_req *req, const char *rid)
 {
         const char *why = NULL;
         if (gw_inflight_draining(s->inflight)) {
@@ -105,7 +85,7 @@ static void page_readyz(gw_server *s, struct evhttp_request *req, const char *ri
         gw_send(req, 200, TEXT_PLAIN, "ready\n", 6, rid);
 }
 
-static void page_metrics(gw_server *s, struct evhttp_request *req, const char *rid)
+static void page_metrics(gw_server *s, gw_req *req, const char *rid)
 {
         (void)s;
         char *text = NULL;
@@ -118,7 +98,7 @@ static void page_metrics(gw_server *s, struct evhttp_request *req, const char *r
         free(text);
 }
 
-typedef void (*page_fn)(gw_server *s, struct evhttp_request *req, const char *rid);
+typedef void (*page_fn)(gw_server *s, gw_req *req, const char *rid);
 
 static const struct {
         const char *path;
@@ -139,11 +119,11 @@ static page_fn page_of(const char *path)
         return NULL;
 }
 
-static void serve_page(gw_server *s, struct evhttp_request *req, page_fn fn, const char *rid)
+static void serve_page(gw_server *s, gw_req *req, page_fn fn, const char *rid)
 {
-        enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-        if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
-                evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
+        const char *method = gw_req_method(req);
+        if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+                gw_req_add_header(req, "Allow", "GET, HEAD");
                 gw_send_error(req, 405, KS_UNIMPLEMENTED, "method not allowed: use GET", rid);
                 return;
         }
@@ -152,20 +132,15 @@ static void serve_page(gw_server *s, struct evhttp_request *req, page_fn fn, con
 
 /* ---- requests --------------------------------------------------------------- */
 
-static void on_request(struct evhttp_request *req, void *arg)
+static void on_request(gw_req *req, void *arg)
 {
         gw_server *s = arg;
         int64_t start_ns = ks_mono_ns();
         char rid[GW_REQUEST_ID_MAX + 1];
         gw_connect_request_id(req, rid);
-        const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-        const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
+        const char *path = gw_req_path(req);
         page_fn page = page_of(path);
         if (page != NULL) {
-                if (gw_inflight_draining(s->inflight)) { /* as in handler.c's finish */
-                        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection",
-                                          "close");
-                }
                 serve_page(s, req, page, rid);
                 return;
         }
@@ -195,10 +170,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
         }
         ks_log_info(NULL, "draining", "{s:i,s:I}", "signal", (int)sig, "in_flight",
                     (json_int_t)gw_inflight_count(s->inflight));
-        if (s->bound != NULL) {
-                evhttp_del_accept_socket(s->http, s->bound);
-                s->bound = NULL;
-        }
+        gw_front_drain(s->front);             /* no new connections; idle ones closed */
         if (gw_inflight_drain(s->inflight)) { /* requests wait: for drain_ms at most */
                 struct timeval tv = {(time_t)(s->cfg->drain_ms / 1000),
                                      (suseconds_t)(s->cfg->drain_ms % 1000) * 1000};
@@ -208,42 +180,22 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 /* ---- setup and teardown ------------------------------------------------------- */
 
-static int bound_port(struct evhttp_bound_socket *bound)
-{
-        struct sockaddr_storage ss;
-        socklen_t len = sizeof(ss);
-        if (getsockname(evhttp_bound_socket_get_fd(bound), (struct sockaddr *)&ss, &len) != 0) {
-                return -1;
-        }
-        if (ss.ss_family == AF_INET) {
-                return ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        }
-        if (ss.ss_family == AF_INET6) {
-                return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-        }
-        return -1;
-}
-
 static int http_setup(gw_server *s)
 {
         const gw_config *cfg = s->cfg;
-        if ((s->http = evhttp_new(s->base)) == NULL) {
+        gw_front_limits lim = {
+            .head_max = (size_t)cfg->headers_max_bytes,
+            .body_max = (size_t)cfg->body_max_bytes,
+            .request_ms = cfg->read_timeout_ms,
+            .idle_ms = cfg->io_timeout_s * 1000,
+            .conns_max = cfg->max_connections,
+            .conns_per_ip_max = cfg->max_connections_per_address,
+            .proxies = &cfg->rate.proxies,
+        };
+        if (gw_front_new(&s->front, s->base, cfg->host, (int)cfg->port, &lim, on_request, s) != 0) {
                 return -1;
         }
-        /* Every method reaches on_request, which answers with Connect's JSON
-         * (405 and Allow) instead of evhttp's HTML page. */
-        evhttp_set_allowed_methods(s->http, ALL_METHODS);
-        evhttp_set_max_body_size(s->http, (ev_ssize_t)(2 * cfg->body_max_bytes));
-        evhttp_set_max_headers_size(s->http, (ev_ssize_t)cfg->headers_max_bytes);
-        evhttp_set_timeout(s->http, (int)cfg->io_timeout_s);
-        evhttp_set_gencb(s->http, on_request, s);
-        s->bound = evhttp_bind_socket_with_handle(s->http, cfg->host, (ev_uint16_t)cfg->port);
-        if (s->bound == NULL) {
-                ks_log_error(NULL, "cannot listen", "{s:s,s:I}", "host", cfg->host, "port",
-                             (json_int_t)cfg->port);
-                return -1;
-        }
-        s->port = bound_port(s->bound);
+        s->port = gw_front_port(s->front);
         return s->port > 0 ? 0 : -1;
 }
 
@@ -324,11 +276,8 @@ void gw_server_free(gw_server *s)
         if (s->inflight != NULL) {
                 gw_inflight_close(s->inflight);
         }
-        if (s->http != NULL) {
-                evhttp_free(s->http); /* runs the close callbacks: see handler.c */
-                s->http = NULL;
-                s->bound = NULL;
-        }
+        gw_front_free(s->front); /* runs the cancel callbacks: see handler.c */
+        s->front = NULL;
         gw_ratelimit_free(s->rl); /* completes every decision in flight */
         s->rl = NULL;
         gw_upstream_free(s->up); /* hands back every call in flight */

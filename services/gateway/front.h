@@ -1,0 +1,73 @@
+/*
+ * front.c: the gateway's HTTP/1.1 server on libevent bufferevents. It
+ * accepts connections (a global cap and one per client address, refused
+ * cheaply over them; accept paused while descriptors run out), reads each
+ * request with http1.c's strict framing under a whole-request deadline,
+ * hands complete requests to one callback, and writes the replies. One
+ * request per connection at a time; pipelined bytes wait in the buffer.
+ *
+ * Framing errors, bodies over the limit and expired request deadlines are
+ * answered here (Connect error JSON, Connection: close) and never reach the
+ * callback.
+ */
+#ifndef GW_FRONT_H
+#define GW_FRONT_H
+
+#include <event2/event.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "clientip.h"
+
+typedef struct gw_front gw_front;
+typedef struct gw_req gw_req;
+
+typedef struct gw_front_limits {
+        size_t head_max;           /* request line and fields: over it, 431 */
+        size_t body_max;           /* over it, 413 before the body is read */
+        int64_t request_ms;        /* from a request's first byte to its last */
+        int64_t idle_ms;           /* an idle keep-alive connection; writing a reply */
+        int64_t conns_max;         /* open connections in all */
+        int64_t conns_per_ip_max;  /* per peer address (trusted proxies are not counted) */
+        const gw_proxies *proxies; /* the trusted proxies, or NULL */
+} gw_front_limits;
+
+/* A complete request: the callback answers it now or later with gw_req_reply. */
+typedef void (*gw_front_fn)(gw_req *r, void *arg);
+
+/* Binds host:port (0: any free port) and accepts on base. Returns 0 or -1. */
+int gw_front_new(gw_front **out, struct event_base *base, const char *host, int port,
+                 const gw_front_limits *lim, gw_front_fn fn, void *arg);
+int gw_front_port(const gw_front *f);
+/* Stops accepting, closes idle connections, and every other after its reply. */
+void gw_front_drain(gw_front *f);
+/* Closes every connection: a request not answered yet gets its cancel callback. */
+void gw_front_free(gw_front *f);
+
+/* ---- a request: valid from the callback until gw_req_reply or its cancel ---- */
+
+const char *gw_req_method(const gw_req *r);
+/* The path of the request target, without the query. */
+const char *gw_req_path(const gw_req *r);
+/* The first value of a field (case-insensitive name), or NULL. */
+const char *gw_req_header(const gw_req *r, const char *name);
+size_t gw_req_header_count(const gw_req *r, const char *name);
+/* Up to max values of a field, the last ones, in arrival order; returns how many. */
+size_t gw_req_header_last(const gw_req *r, const char *name, const char **out, size_t max);
+/* The peer's address, canonical text. */
+const char *gw_req_peer(const gw_req *r);
+/* The body, contiguous (len 0: an empty body; never NULL). */
+const uint8_t *gw_req_body(gw_req *r, size_t *len);
+
+/* Adds a reply field (Content-Length, Date and Connection are the front's). */
+void gw_req_add_header(gw_req *r, const char *name, const char *value);
+/* Writes the reply (no body for HEAD); r is gone afterwards. */
+void gw_req_reply(gw_req *r, int status, const char *content_type, const void *body, size_t len);
+/*
+ * fn(arg) runs if the connection goes away before the reply (peer closed,
+ * an error, gw_front_free); r is gone afterwards. NULL fn: none.
+ */
+void gw_req_on_cancel(gw_req *r, void (*fn)(void *arg), void *arg);
+
+#endif
