@@ -119,9 +119,8 @@ bool gw_request_id_valid(const char *s)
         return i > 0;
 }
 
-void gw_connect_request_id(const gw_req *req, char out[GW_REQUEST_ID_MAX + 1])
+void gw_connect_request_id(const char *given, char out[GW_REQUEST_ID_MAX + 1])
 {
-        const char *given = gw_req_header(req, "X-Request-Id");
         if (gw_request_id_valid(given)) {
                 snprintf(out, GW_REQUEST_ID_MAX + 1, "%s", given);
                 return;

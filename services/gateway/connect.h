@@ -33,8 +33,8 @@ int gw_connect_timeout(const char *value, int64_t *ms, bool *has);
 bool gw_identity_encoding(const char *value);
 /* True when s is [A-Za-z0-9._-]{1,64}. */
 bool gw_request_id_valid(const char *s);
-/* The client's X-Request-Id when valid, else a fresh uuid v4. */
-void gw_connect_request_id(const gw_req *req, char out[GW_REQUEST_ID_MAX + 1]);
+/* given (the client's X-Request-Id, or NULL) when valid, else a fresh uuid v4. */
+void gw_connect_request_id(const char *given, char out[GW_REQUEST_ID_MAX + 1]);
 /*
  * Finds the token of "Authorization: Bearer <token>" (RFC 6750 b64token, at
  * most GW_TOKEN_MAX bytes). Returns 0 with *tok pointing into value, or -1.

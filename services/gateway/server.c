@@ -137,7 +137,7 @@ static void on_request(gw_req *req, void *arg)
         gw_server *s = arg;
         int64_t start_ns = ks_mono_ns();
         char rid[GW_REQUEST_ID_MAX + 1];
-        gw_connect_request_id(req, rid);
+        gw_connect_request_id(gw_req_header(req, "X-Request-Id"), rid);
         const char *path = gw_req_path(req);
         page_fn page = page_of(path);
         if (page != NULL) {

@@ -2,7 +2,7 @@
  * libFuzzer target: the gateway's Connect header rules (services/gateway/
  * connect.c) over one untrusted header value, the input up to its first
  * NUL: Content-Type, Connect-Protocol-Version, Connect-Timeout-Ms,
- * Content-Encoding, X-Request-Id (directly and through an evhttp request),
+ * Content-Encoding, X-Request-Id,
  * Authorization: Bearer, and the error body that may echo client text.
  *
  * Checks, aborting on a violation, what connect.h promises of each function
@@ -16,8 +16,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
 #include "connect.h"
@@ -93,22 +91,12 @@ static bool ref_request_id(const char *v)
 static void check_request_id_header(const char *v)
 {
         char out[GW_REQUEST_ID_MAX + 1];
-        struct evhttp_request *req = evhttp_request_new(NULL, NULL);
-
-        if (req == NULL)
-                abort();
-        /* evhttp refuses a value with a bare CR or LF; so does the wire. */
-        if (evhttp_add_header(evhttp_request_get_input_headers(req), "X-Request-Id", v) != 0) {
-                evhttp_request_free(req);
-                return;
-        }
         memset(out, 'x', sizeof(out));
-        gw_connect_request_id(req, out);
+        gw_connect_request_id(v, out);
         if (memchr(out, '\0', sizeof(out)) == NULL || !gw_request_id_valid(out))
                 die("gw_connect_request_id produced an invalid id");
         if (ref_request_id(v) ? strcmp(out, v) != 0 : strlen(out) != 36)
                 die("gw_connect_request_id neither kept a valid id nor made a uuid");
-        evhttp_request_free(req);
 }
 
 static bool is_token_char(char c)
