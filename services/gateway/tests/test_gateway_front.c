@@ -33,6 +33,7 @@
 #include "front.h"
 #include "http1.h"
 #include "ks_metrics.h"
+#include "raw_http.h"
 
 #define HEAD_MAX     4096
 #define BODY_MAX     65536
@@ -134,110 +135,14 @@ static int teardown(void **state)
 
 /* ---- a client ----------------------------------------------------------------------- */
 
-/* A connection to the front from source address src ("127.0.0.x"). */
 static int dial_from(const char *src)
 {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        if (fd < 0) {
-                return -1;
-        }
-        struct sockaddr_in a = {.sin_family = AF_INET};
-        if (src != NULL) {
-                inet_pton(AF_INET, src, &a.sin_addr);
-                if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-                        close(fd);
-                        return -1;
-                }
-        }
-        a.sin_port = htons((uint16_t)fx.port);
-        inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-        if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-                close(fd);
-                return -1;
-        }
-        return fd;
+        return raw_dial(src, fx.port);
 }
 
 static int dial(void)
 {
-        return dial_from(NULL);
-}
-
-static void send_all(int fd, const char *data, size_t len)
-{
-        while (len > 0) {
-                ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
-                if (n <= 0) {
-                        return; /* the front closed: what it answered is still readable */
-                }
-                data += n;
-                len -= (size_t)n;
-        }
-}
-
-typedef struct reply {
-        char text[REPLY_MAX];
-        size_t len;
-        bool closed; /* the front closed the connection */
-} reply;
-
-/* Final replies in text, walked by their Content-Length (100 Continue skipped). */
-static int status_lines(const char *text)
-{
-        int n = 0;
-        const char *p = text;
-        while (strncmp(p, "HTTP/1.1 ", 9) == 0) {
-                const char *end = strstr(p, "\r\n\r\n");
-                if (end == NULL) {
-                        break;
-                }
-                const char *cl = strstr(p, "Content-Length: ");
-                size_t body = cl != NULL && cl < end ? strtoul(cl + 16, NULL, 10) : 0;
-                n += strncmp(p + 9, "100 ", 4) != 0;
-                p = end + 4 + body;
-                if (p > text + strlen(text)) {
-                        break;
-                }
-        }
-        return n;
-}
-
-/*
- * Reads until the connection closes, or until want status lines have come
- * and nothing more follows for a moment; want 0: what comes within 200 ms.
- */
-static void read_reply(int fd, int want, reply *r)
-{
-        memset(r, 0, sizeof(*r));
-        for (;;) {
-                int wait_ms = want == 0 || status_lines(r->text) >= want ? 200 : READ_WAIT_MS;
-                struct pollfd pf = {.fd = fd, .events = POLLIN};
-                if (poll(&pf, 1, wait_ms) <= 0) {
-                        return;
-                }
-                ssize_t n = recv(fd, r->text + r->len, sizeof(r->text) - 1 - r->len, 0);
-                if (n <= 0) {
-                        r->closed = true;
-                        return;
-                }
-                r->len += (size_t)n;
-        }
-}
-
-/* Sends raw bytes on a new connection and reads what comes back. */
-static void exchange(const char *raw, int want, reply *r)
-{
-        int fd = dial();
-        assert_true(fd >= 0);
-        send_all(fd, raw, strlen(raw));
-        read_reply(fd, want, r);
-        close(fd);
-}
-
-static int status_of(const reply *r)
-{
-        int status = 0;
-        return sscanf(r->text, "HTTP/1.1 %d", &status) == 1 ? status : 0;
+        return raw_dial(NULL, fx.port);
 }
 
 static int count_of(const char *haystack, const char *needle)
@@ -257,18 +162,18 @@ static void test_valid_requests_keep_the_connection(void **state)
         int fd = dial();
         assert_true(fd >= 0);
         const char *get = "GET /a?q=1 HTTP/1.1\r\nHost: x\r\n\r\n";
-        reply r;
-        send_all(fd, get, strlen(get));
-        read_reply(fd, 1, &r);
-        assert_int_equal(status_of(&r), 200);
+        raw_reply r;
+        raw_send(fd, get, strlen(get));
+        raw_read(fd, 1, &r);
+        assert_int_equal(raw_status(&r), 200);
         assert_non_null(strstr(r.text, "GET /a body=0 auth=0"));
         assert_non_null(strstr(r.text, "X-Test: 1\r\n"));
         assert_non_null(strstr(r.text, "Date: "));
         assert_false(r.closed);
         const char *post = "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello";
-        send_all(fd, post, strlen(post));
-        read_reply(fd, 1, &r);
-        assert_int_equal(status_of(&r), 200);
+        raw_send(fd, post, strlen(post));
+        raw_read(fd, 1, &r);
+        assert_int_equal(raw_status(&r), 200);
         assert_non_null(strstr(r.text, "POST /b body=5"));
         assert_false(r.closed);
         close(fd);
@@ -277,12 +182,13 @@ static void test_valid_requests_keep_the_connection(void **state)
 static void test_chunked_body_and_pipelining(void **state)
 {
         (void)state;
-        reply r;
-        exchange("POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-                 "3;ext=1\r\nabc\r\n4\r\ndefg\r\n0\r\nTrailer-A: 1\r\n\r\n"
-                 "GET /second HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                 2, &r);
-        if (status_lines(r.text) != 2) {
+        raw_reply r;
+        raw_exchange(fx.port,
+                     "POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     "3;ext=1\r\nabc\r\n4\r\ndefg\r\n0\r\nTrailer-A: 1\r\n\r\n"
+                     "GET /second HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                     2, &r);
+        if (raw_replies(r.text) != 2) {
                 fail_msg("pipelined: %s", r.text);
         }
         assert_int_equal(count_of(r.text, "HTTP/1.1 200"), 2);
@@ -346,17 +252,17 @@ static void test_framing_errors_answer_and_close(void **state)
 {
         (void)state;
         for (size_t i = 0; i < sizeof(framing_cases) / sizeof(framing_cases[0]); i++) {
-                reply r;
-                exchange(framing_cases[i].raw, 1, &r);
-                int bad = (status_of(&r) != framing_cases[i].status) | (!r.closed) << 1 |
+                raw_reply r;
+                raw_exchange(fx.port, framing_cases[i].raw, 1, &r);
+                int bad = (raw_status(&r) != framing_cases[i].status) | (!r.closed) << 1 |
                           (strstr(r.text, "/smuggled") != NULL) << 2 |
-                          (status_lines(r.text) != 1) << 3 |
+                          (raw_replies(r.text) != 1) << 3 |
                           (strstr(r.text, "Connection: close\r\n") == NULL) << 4 |
                           (strstr(r.text, "{\"code\":\"") == NULL) << 5;
                 if (bad != 0) {
                         fail_msg("%s (%#x): expected %d and a close, got (%s, %d lines) %s",
                                  framing_cases[i].name, bad, framing_cases[i].status,
-                                 r.closed ? "closed" : "open", status_lines(r.text), r.text);
+                                 r.closed ? "closed" : "open", raw_replies(r.text), r.text);
                 }
         }
 }
@@ -369,10 +275,10 @@ static void test_head_limit(void **state)
         int n = snprintf(raw, 64, "GET / HTTP/1.1\r\nHost: x\r\nX-Big: ");
         memset(raw + n, 'a', HEAD_MAX);
         strcpy(raw + n + HEAD_MAX, "\r\n\r\n");
-        reply r;
-        exchange(raw, 1, &r);
+        raw_reply r;
+        raw_exchange(fx.port, raw, 1, &r);
         free(raw);
-        assert_int_equal(status_of(&r), 431);
+        assert_int_equal(raw_status(&r), 431);
         assert_true(r.closed);
 }
 
@@ -383,17 +289,17 @@ static void test_expect_continue_and_head(void **state)
         assert_true(fd >= 0);
         const char *head = "POST /e HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
                            "Content-Length: 3\r\n\r\n";
-        send_all(fd, head, strlen(head));
-        reply r;
-        read_reply(fd, 0, &r); /* only the interim reply can come before the body */
+        raw_send(fd, head, strlen(head));
+        raw_reply r;
+        raw_read(fd, 0, &r); /* only the interim reply can come before the body */
         assert_non_null(strstr(r.text, "HTTP/1.1 100 Continue\r\n\r\n"));
-        send_all(fd, "abc", 3);
-        read_reply(fd, 1, &r);
+        raw_send(fd, "abc", 3);
+        raw_read(fd, 1, &r);
         assert_non_null(strstr(r.text, "POST /e body=3"));
         const char *h = "HEAD /h HTTP/1.1\r\nHost: x\r\n\r\n";
-        send_all(fd, h, strlen(h));
-        read_reply(fd, 1, &r);
-        assert_int_equal(status_of(&r), 200);
+        raw_send(fd, h, strlen(h));
+        raw_read(fd, 1, &r);
+        assert_int_equal(raw_status(&r), 200);
         assert_non_null(strstr(r.text, "Content-Length: 21\r\n")); /* "HEAD /h body=0 auth=0" */
         assert_null(strstr(r.text, "HEAD /h body"));               /* but no body */
         close(fd);
@@ -402,10 +308,11 @@ static void test_expect_continue_and_head(void **state)
 static void test_duplicate_authorization_counted(void **state)
 {
         (void)state;
-        reply r;
-        exchange("GET /x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\n"
-                 "authorization: Bearer b\r\nConnection: close\r\n\r\n",
-                 1, &r);
+        raw_reply r;
+        raw_exchange(fx.port,
+                     "GET /x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\n"
+                     "authorization: Bearer b\r\nConnection: close\r\n\r\n",
+                     1, &r);
         assert_non_null(strstr(r.text, "auth=2"));
 }
 
@@ -415,18 +322,18 @@ static void test_slow_request_gets_408(void **state)
         (void)state;
         int fd = dial();
         assert_true(fd >= 0);
-        send_all(fd, "GET / HTTP/1.1\r\n", 16);
-        reply r = {0};
+        raw_send(fd, "GET / HTTP/1.1\r\n", 16);
+        raw_reply r = {0};
         for (int i = 0; i < 40 && !r.closed; i++) {
                 struct timespec ts = {0, 50 * 1000 * 1000};
                 nanosleep(&ts, NULL);
-                send_all(fd, "X-Slow: 1\r\n", 11); /* never silent for long */
+                raw_send(fd, "X-Slow: 1\r\n", 11); /* never silent for long */
                 struct pollfd pf = {.fd = fd, .events = POLLIN};
                 if (poll(&pf, 1, 0) > 0) {
-                        read_reply(fd, 1, &r);
+                        raw_read(fd, 1, &r);
                 }
         }
-        assert_int_equal(status_of(&r), 408);
+        assert_int_equal(raw_status(&r), 408);
         assert_true(r.closed);
         close(fd);
 }
@@ -457,16 +364,16 @@ static void test_connection_caps(void **state)
         /* each answers: all are open on the server's side */
         for (int i = 0; i < n; i++) {
                 const char *get = "GET /open HTTP/1.1\r\nHost: x\r\n\r\n";
-                send_all(fds[i], get, strlen(get));
-                reply r;
-                read_reply(fds[i], 1, &r);
-                assert_int_equal(status_of(&r), 200);
+                raw_send(fds[i], get, strlen(get));
+                raw_reply r;
+                raw_read(fds[i], 1, &r);
+                assert_int_equal(raw_status(&r), 200);
         }
-        reply r;
+        raw_reply r;
         int over = dial_from("127.0.0.5"); /* a new address, but the front is full */
         assert_true(over >= 0);
-        read_reply(over, 1, &r);
-        assert_int_equal(status_of(&r), 503);
+        raw_read(over, 1, &r);
+        assert_int_equal(raw_status(&r), 503);
         assert_true(r.closed);
         close(over);
         assert_true(counter("keelson_gateway_connections_refused_total", "reason=\"limit\"") ==
@@ -476,17 +383,17 @@ static void test_connection_caps(void **state)
         nanosleep(&ts, NULL);
         int again = dial_from("127.0.0.2"); /* at its cap already */
         assert_true(again >= 0);
-        read_reply(again, 1, &r);
-        assert_int_equal(status_of(&r), 503);
+        raw_read(again, 1, &r);
+        assert_int_equal(raw_status(&r), 503);
         close(again);
         assert_true(counter("keelson_gateway_connections_refused_total",
                             "reason=\"per_address\"") == per_address_before + 1);
         int ok = dial_from("127.0.0.6");
         assert_true(ok >= 0);
         const char *get = "GET /in HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-        send_all(ok, get, strlen(get));
-        read_reply(ok, 1, &r);
-        assert_int_equal(status_of(&r), 200);
+        raw_send(ok, get, strlen(get));
+        raw_read(ok, 1, &r);
+        assert_int_equal(raw_status(&r), 200);
         close(ok);
         while (n > 0) {
                 close(fds[--n]);
@@ -500,7 +407,7 @@ static void test_cancel_when_client_leaves(void **state)
         int fd = dial();
         assert_true(fd >= 0);
         const char *get = "GET /wait HTTP/1.1\r\nHost: x\r\n\r\n";
-        send_all(fd, get, strlen(get));
+        raw_send(fd, get, strlen(get));
         struct timespec ts = {0, 100 * 1000 * 1000};
         nanosleep(&ts, NULL);
         close(fd);
