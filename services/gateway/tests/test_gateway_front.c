@@ -9,6 +9,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <netinet/in.h>
@@ -417,6 +418,53 @@ static void test_cancel_when_client_leaves(void **state)
         assert_int_equal(atomic_load(&fx.canceled), 1);
 }
 
+/*
+ * Out of descriptors: the front stops accepting (one episode counted however
+ * often it tries again), and accepts the waiting connections once
+ * descriptors are free again.
+ */
+static void test_accept_pauses_when_descriptors_run_out(void **state)
+{
+        (void)state;
+        double paused_before = counter("keelson_gateway_accept_paused_total", NULL);
+        struct rlimit was;
+        assert_int_equal(getrlimit(RLIMIT_NOFILE, &was), 0);
+        int highest = 0;
+        for (int fd = 0; fd < 4096; fd++) {
+                if (fcntl(fd, F_GETFD) != -1) {
+                        highest = fd;
+                }
+        }
+        struct rlimit low = was;
+        low.rlim_cur = (rlim_t)highest + 1 + 8;
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+        int spare[256], n = 0;
+        while (n < 256 && (spare[n] = open("/dev/null", O_RDONLY)) >= 0) { /* all taken */
+                n++;
+        }
+        assert_true(n > 0 && n < 256);
+        close(spare[--n]);               /* but one, */
+        int fd = dial_from("127.0.0.7"); /* which the client takes: the front cannot accept */
+        assert_true(fd >= 0);
+        struct timespec ts = {0, 500 * 1000 * 1000};
+        nanosleep(&ts, NULL); /* the front has tried to accept, and again */
+        double paused = counter("keelson_gateway_accept_paused_total", NULL);
+        while (n > 0) {
+                close(spare[--n]); /* descriptors free again */
+        }
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &was), 0);
+        assert_true(paused == paused_before + 1);
+        const char *get = "GET /late HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        raw_send(fd, get, strlen(get));
+        raw_reply r;
+        raw_read(fd, 1, &r);
+        close(fd);
+        if (raw_status(&r) != 200) {
+                fail_msg("after the pause: %s", r.text);
+        }
+        assert_true(counter("keelson_gateway_accept_paused_total", NULL) == paused);
+}
+
 int main(void)
 {
         signal(SIGPIPE, SIG_IGN);
@@ -431,6 +479,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_slow_request_gets_408, setup, teardown),
             cmocka_unit_test_setup_teardown(test_connection_caps, setup, teardown),
             cmocka_unit_test_setup_teardown(test_cancel_when_client_leaves, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_accept_pauses_when_descriptors_run_out, setup,
+                                            teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
