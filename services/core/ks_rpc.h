@@ -32,6 +32,12 @@
 
 #define KS_MESSAGE_MAX     512       /* reply message bytes */
 #define KS_RPC_PAYLOAD_MAX (4 << 20) /* payload bytes, either way */
+/*
+ * Elements of any one repeated field of a request: the ledger's batch and
+ * lookup maximum (TigerBeetle's 8,190). The gateway refuses a request past
+ * it before decoding; a service may allow fewer (KEELSON_LEDGER_BATCH_MAX).
+ */
+#define KS_RPC_ITEMS_MAX 8190
 
 /* What a handler sees. */
 struct ks_call {

@@ -31,11 +31,15 @@
  *    before the rate limiter is freed.
  *
  * The path of a request (each step may end it with an error):
- *   checks and body -> public method: rate limit (auth scope) -> call
+ *   header checks -> public method: rate limit (auth scope) -> body -> call
  *                   -> else bearer token -> context cache hit, or
  *                      rate limit (resolve scope, per client address)
  *                      -> ResolveContext (and fill the cache)
- *                   -> rate limit (api scope) -> call -> reply (gzip)
+ *                   -> rate limit (api scope) -> body -> call -> reply (gzip)
+ *
+ * The body is decoded only at "body" (decode.c, within the messages'
+ * limits): a caller without a valid token, or over its rate limit, costs
+ * the gateway no decoding at all.
  *
  * Services never see a caller built from client input: the caller is either
  * unauthenticated (public methods, and a KS_M_CALLER_OPTIONAL method whose
@@ -56,6 +60,8 @@
 #include "compress.h"
 #include "config.h"
 #include "connect.h"
+#include "decode.h"
+#include "decodepool.h"
 #include "front.h"
 #include "handler.h"
 #include "inflight.h"
@@ -87,6 +93,7 @@ typedef enum gw_stage {
         GW_STAGE_INTAKE,    /* checking headers and body, on the libevent thread */
         GW_STAGE_RESOLVING, /* ResolveContext in flight */
         GW_STAGE_LIMITING,  /* a rate-limit decision in flight (Redis) */
+        GW_STAGE_DECODING,  /* the body on a decode thread (decodepool.c) */
         GW_STAGE_CALLING,   /* the method itself in flight */
 } gw_stage;
 
@@ -116,6 +123,7 @@ typedef struct gw_request {
         gw_context ctx;            /* the resolved caller; caller's strings point here */
         ks_caller caller;
         gw_limit_wait limit;
+        gw_decode_job decode; /* the body, while a decode thread has it */
 } gw_request;
 
 _Static_assert(offsetof(gw_request, call) == 0, "gw_handler_complete casts a call to its request");
@@ -331,9 +339,52 @@ static void wait_begin(gw_request *g, gw_stage stage)
         gw_req_on_cancel(g->req, on_client_gone, g);
 }
 
+/*
+ * The body into g->payload, once the caller is known and has its token:
+ * decode.c bounds what any body can cost, and a large one goes to a decode
+ * thread (the call then starts in gw_handler_decoded). 0 when the payload
+ * is ready; else -1: the request waits for its decode, or was answered.
+ */
+static int decode_body(gw_request *g)
+{
+        char err[JSON_ERR_MAX];
+        size_t len = 0;
+        const uint8_t *data = gw_req_body(g->req, &len);
+        if (len > GW_DECODE_INLINE_BYTES && g->h->env->decoder != NULL) {
+                gw_decode_job *j = &g->decode;
+                j->desc = g->route->input;
+                j->codec = g->codec;
+                j->body_len = len;
+                if ((j->body = malloc(len)) == NULL) {
+                        request_fail(g, 0, KS_RESOURCE_EXHAUSTED, "out of memory");
+                        return -1;
+                }
+                memcpy(j->body, data, len); /* the request may go while its body is decoded */
+                if (gw_decodepool_submit(g->h->env->decoder, j) != 0) {
+                        free(j->body);
+                        j->body = NULL;
+                        request_fail(g, 0, KS_RESOURCE_EXHAUSTED,
+                                     "too many requests being decoded");
+                        return -1;
+                }
+                wait_begin(g, GW_STAGE_DECODING);
+                return -1;
+        }
+        int rc = gw_decode(g->route->input, g->codec, data, len, &g->payload, &g->payload_len, err,
+                           sizeof(err));
+        if (rc != KS_OK) {
+                request_fail(g, rc == KS_RESOURCE_EXHAUSTED ? 413 : 0, rc, err);
+                return -1;
+        }
+        return 0;
+}
+
 static void start_upstream(gw_request *g, gw_stage stage)
 {
         bool resolving = stage == GW_STAGE_RESOLVING;
+        if (!resolving && g->req != NULL && g->payload == NULL && decode_body(g) != 0) {
+                return;
+        }
         const gw_route *route = resolving ? gw_routes_resolver(g->h->env->routes) : g->route;
         ks_rpc_call_args args = {
             .method = route->method,
@@ -457,42 +508,6 @@ static const char *api_subject(const gw_request *g)
         return g->ctx.api_key_id[0] != '\0' ? g->ctx.api_key_id : g->client_ip;
 }
 
-/* Parses the body with the route's input type and packs it into g->payload. */
-static int decode_body(gw_request *g, char *err, size_t err_len)
-{
-        size_t len = 0;
-        const uint8_t *data = gw_req_body(g->req, &len);
-        ProtobufCMessage *msg = NULL;
-
-        if (g->codec == GW_CODEC_JSON) {
-                if (len == 0) { /* an empty JSON body is the empty message */
-                        data = (const uint8_t *)"{}";
-                        len = 2;
-                }
-                int rc = ks_json_to_message(g->route->input, (const char *)data, len, &msg, err,
-                                            err_len);
-                if (rc != KS_OK) {
-                        return rc;
-                }
-        } else if ((msg = protobuf_c_message_unpack(g->route->input, NULL, len, data)) == NULL) {
-                snprintf(err, err_len, "invalid protobuf body");
-                return KS_INVALID_ARGUMENT;
-        }
-        /* Re-packed, not forwarded: the service gets only fields it knows. */
-        size_t n = protobuf_c_message_get_packed_size(msg);
-        g->payload = n <= KS_RPC_PAYLOAD_MAX ? malloc(n > 0 ? n : 1) : NULL;
-        if (g->payload != NULL) {
-                g->payload_len = protobuf_c_message_pack(msg, g->payload);
-        }
-        protobuf_c_message_free_unpacked(msg, NULL);
-        if (g->payload == NULL) {
-                snprintf(err, err_len,
-                         n > KS_RPC_PAYLOAD_MAX ? "request message too large" : "out of memory");
-                return n > KS_RPC_PAYLOAD_MAX ? KS_RESOURCE_EXHAUSTED : KS_INTERNAL;
-        }
-        return KS_OK;
-}
-
 /* Packs ResolveContextRequest{token} into g->auth_payload. */
 static int pack_resolve(gw_request *g, const char *tok, size_t tok_len)
 {
@@ -594,12 +609,7 @@ static void rpc_begin(gw_request *g)
         if (check_headers(g) != 0) {
                 return;
         }
-        char err[JSON_ERR_MAX];
-        int rc = decode_body(g, err, sizeof(err));
-        if (rc != KS_OK) {
-                request_fail(g, rc == KS_RESOURCE_EXHAUSTED ? 413 : 0, rc, err);
-                return;
-        }
+        /* The body waits: nothing is decoded before the caller is known and limited. */
         if ((g->route->flags & KS_M_PUBLIC) != 0) {
                 limit_then_call(g, g->client_ip); /* caller: unauthenticated + client_ip */
                 return;
@@ -730,6 +740,30 @@ static void on_replied(gw_request *g)
                 return;
         }
         reply_json(g, res);
+}
+
+void gw_handler_decoded(gw_decode_job *job, void *arg)
+{
+        gw_handler *h = arg;
+        gw_inflight *inflight = h->env->inflight;
+        gw_request *g = (gw_request *)(void *)((char *)job - offsetof(gw_request, decode));
+        gw_inflight_end(inflight);
+        g->payload = job->payload; /* freed with g */
+        g->payload_len = job->payload_len;
+        job->payload = NULL;
+        if (gw_inflight_closing(inflight)) {
+                request_free(g);
+                return;
+        }
+        if (g->req == NULL) {
+                finish(g, 0, KS_CANCELED, NULL, NULL, 0);
+        } else if (job->rc != KS_OK) {
+                request_fail(g, job->rc == KS_RESOURCE_EXHAUSTED ? 413 : 0, job->rc, job->err);
+        } else {
+                gw_req_on_cancel(g->req, NULL, NULL);
+                start_upstream(g, GW_STAGE_CALLING);
+        }
+        gw_inflight_check(inflight);
 }
 
 void gw_handler_complete(gw_call *call, void *arg)

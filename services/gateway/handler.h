@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "cache.h"
+#include "decodepool.h"
 #include "inflight.h"
 #include "ratelimit.h"
 #include "routes.h"
@@ -32,6 +33,7 @@ typedef struct gw_handler_env {
         gw_ratelimit *rl;
         gw_cache *cache; /* NULL when KEELSON_GATEWAY_CACHE_ENTRIES is 0 */
         gw_inflight *inflight;
+        gw_decodepool *decoder; /* set once made (it hands jobs back to the handler) */
 } gw_handler_env;
 
 typedef struct gw_handler gw_handler;
@@ -45,8 +47,11 @@ void gw_handler_free(gw_handler *h); /* accepts NULL */
  * URI's path (NULL or unknown: 404 unimplemented). start_ns is its arrival
  * (CLOCK_MONOTONIC), request_id the one gw_connect_request_id chose.
  */
-void gw_handler_serve(gw_handler *h, gw_req *req, const char *path,
-                      const char *request_id, int64_t start_ns);
+void gw_handler_serve(gw_handler *h, gw_req *req, const char *path, const char *request_id,
+                      int64_t start_ns);
+
+/* The decode pool's completion function (gw_decoded_fn), arg the handler: on the loop. */
+void gw_handler_decoded(gw_decode_job *job, void *arg);
 
 /* The upstream's completion function (gw_complete_fn), arg the handler: on the loop. */
 void gw_handler_complete(gw_call *call, void *arg);

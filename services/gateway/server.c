@@ -12,8 +12,9 @@
  * /readyz to 503 and lets calls in flight finish for up to
  * KEELSON_GATEWAY_DRAIN_MS; the second stops at once. gw_server_free then
  * tears down in the one order that is safe: the front first (its cancel
- * callbacks detach every waiting request from its connection), then the rate limiter
- * (every decision in flight in Redis completes, freeing its request), then
+ * callbacks detach every waiting request from its connection), then the
+ * decode pool (it hands back every body, freeing its request), the rate
+ * limiter (every decision in flight in Redis completes, freeing its request), then
  * the upstream (which hands back every call still in flight, freeing its
  * request), the event subscriber, the context cache, then the event base.
  */
@@ -28,6 +29,7 @@
 #include "cache.h"
 #include "config.h"
 #include "connect.h"
+#include "decodepool.h"
 #include "events.h"
 #include "front.h"
 #include "handler.h"
@@ -48,6 +50,7 @@ struct gw_server {
         const gw_config *cfg;
         struct event_base *base;
         gw_front *front;
+        gw_decodepool *decoder;
         struct event *sigint_ev;
         struct event *sigterm_ev;
         struct event *drain_ev;
@@ -227,6 +230,12 @@ static int handler_setup(gw_server *s)
                 return -1;
         }
         s->env.up = s->up;
+        if (gw_decodepool_new(&s->decoder, s->base, (int)s->cfg->decode_threads,
+                              (size_t)s->cfg->decode_queue_max, gw_handler_decoded,
+                              s->handler) != 0) {
+                return -1;
+        }
+        s->env.decoder = s->decoder;
         return 0;
 }
 
@@ -278,6 +287,8 @@ void gw_server_free(gw_server *s)
         }
         gw_front_free(s->front); /* runs the cancel callbacks: see handler.c */
         s->front = NULL;
+        gw_decodepool_free(s->decoder); /* hands back every body it has */
+        s->decoder = NULL;
         gw_ratelimit_free(s->rl); /* completes every decision in flight */
         s->rl = NULL;
         gw_upstream_free(s->up); /* hands back every call in flight */
