@@ -68,6 +68,8 @@ LEDGER_HEALTH_BASE=7491
 LEDGER_HEALTH_PORTS=()
 SUMMARY_HEALTH_BASE=7501
 SUMMARY_HEALTH_PORTS=()
+GATEWAY_ADMIN_BASE=7470 # /healthz, /readyz, /metrics of each gateway replica
+GATEWAY_ADMIN_PORTS=()
 USED_PORTS=()
 STARTED=0 # set once start began launching things: a failure then cleans up
 
@@ -221,6 +223,9 @@ choose_ports() {
                 for ((i = 1; i < GATEWAY_REPLICAS; i++)); do
                         pick_ports 1; GATEWAY_PORTS+=("$REPLY")
                 done
+                for ((i = 0; i < GATEWAY_REPLICAS; i++)); do
+                        pick_ports 1; GATEWAY_ADMIN_PORTS+=("$REPLY")
+                done
                 return
         fi
         GATEWAY_PORT=${GATEWAY_PORT:-8080}
@@ -245,6 +250,10 @@ choose_ports() {
         for ((i = 1; i < GATEWAY_REPLICAS; i++)); do
                 claim_port $((GATEWAY_PORT + i)) "gateway $((i + 1))"
                 GATEWAY_PORTS+=($((GATEWAY_PORT + i)))
+        done
+        for ((i = 0; i < GATEWAY_REPLICAS; i++)); do
+                claim_port $((GATEWAY_ADMIN_BASE + i)) "gateway admin"
+                GATEWAY_ADMIN_PORTS+=($((GATEWAY_ADMIN_BASE + i)))
         done
 }
 
@@ -566,6 +575,8 @@ start_services() {
         for ((i = 0; i < GATEWAY_REPLICAS; i++)); do
                 spawn "$(gateway_name $i)" env KEELSON_GATEWAY_HOST=127.0.0.1 \
                         KEELSON_GATEWAY_PORT="${GATEWAY_PORTS[$i]}" \
+                        KEELSON_GATEWAY_ADMIN_HOST=127.0.0.1 \
+                        KEELSON_GATEWAY_ADMIN_PORT="${GATEWAY_ADMIN_PORTS[$i]}" \
                         KEELSON_GATEWAY_REPLICAS="$GATEWAY_REPLICAS" \
                         KEELSON_BROKER_URL="$(broker_url)" KEELSON_REDIS_URL="$(redis_url)" \
                         "$BIN/keelson-gateway"
@@ -591,7 +602,7 @@ ready_targets() {
                 echo "summary-$((i + 1)) ${SUMMARY_HEALTH_PORTS[$i]}"
         done
         for ((i = 0; i < GATEWAY_REPLICAS; i++)); do
-                echo "$(gateway_name $i) ${GATEWAY_PORTS[$i]}"
+                echo "$(gateway_name $i) ${GATEWAY_ADMIN_PORTS[$i]}"
         done
 }
 
@@ -672,6 +683,7 @@ KEELSON_IT_SUMMARY_PIDS=$(join_by_comma "${summary_pids[@]}")
 KEELSON_IT_GATEWAY_PID=$(cat "$DIR/pids/gateway.pid")
 KEELSON_IT_GATEWAY_URLS=$(join_by_comma "${gw_urls[@]}")
 KEELSON_IT_GATEWAY_PIDS=$(join_by_comma "${gw_pids[@]}")
+KEELSON_IT_GATEWAY_ADMIN_PORTS=$(join_by_comma "${GATEWAY_ADMIN_PORTS[@]}")
 KEELSON_IT_BIN=$BIN
 KEELSON_IT_STACK_SH=$SCRIPT_DIR/stack.sh
 EOT
@@ -708,7 +720,7 @@ do_start() {
         wait_ready
         write_env
         trap - EXIT
-        log "ready: gateway http://127.0.0.1:$GATEWAY_PORT, logs in $DIR/logs, env in $DIR/env"
+        log "ready: gateway http://127.0.0.1:$GATEWAY_PORT (health and metrics: http://127.0.0.1:${GATEWAY_ADMIN_PORTS[0]}), logs in $DIR/logs, env in $DIR/env"
 }
 
 # ---- stop --------------------------------------------------------------------

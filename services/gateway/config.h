@@ -46,6 +46,8 @@ typedef struct gw_rate_config {
 typedef struct gw_config {
         char *host;
         int64_t port;
+        char *admin_host; /* /healthz, /readyz, /metrics */
+        int64_t admin_port;
         char *broker_url;
         char *log_level;
         int64_t body_max_bytes;

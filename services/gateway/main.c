@@ -19,6 +19,12 @@ static const ks_config_var config_vars[] = {
                "address to listen on for HTTP"),
     KS_CFG_INT("KEELSON_GATEWAY_PORT", gw_config, port, "8080", 0, 65535,
                "port to listen on (0 = any free port; the port bound is logged)"),
+    KS_CFG_STR("KEELSON_GATEWAY_ADMIN_HOST", gw_config, admin_host, "127.0.0.1", KS_CFG_NONEMPTY,
+               "address of the /healthz, /readyz and /metrics listener (loopback: only this "
+               "machine; 0.0.0.0 in a pod, for probes and scraping)"),
+    KS_CFG_INT("KEELSON_GATEWAY_ADMIN_PORT", gw_config, admin_port, "7470", 0, 65535,
+               "port of the /healthz, /readyz and /metrics listener (0 = any free port; the port "
+               "bound is logged as admin_port)"),
     KS_CFG_STR("KEELSON_BROKER_URL", gw_config, broker_url, "tcp://127.0.0.1:7400", KS_CFG_NONEMPTY,
                "base address of every broker, tcp://host:port, comma-separated"),
     KS_CFG_LOG_LEVEL(gw_config, log_level),

@@ -1,7 +1,7 @@
 /*
  * The HTTP side of the gateway: the front (front.c) on one libevent thread,
- * its limits, the gateway's own pages (/healthz, /readyz, /metrics) and
- * signals. RPC paths go to handler.c.
+ * the admin listener (/healthz, /readyz, /metrics: ks_health, on a port of
+ * its own) and signals. RPC paths go to handler.c.
  *
  * Limits. The front (front.c) enforces the body and head limits, the
  * whole-request deadline, the idle timeout and the connection caps, and
@@ -21,6 +21,7 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <jansson.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@
 #include "handler.h"
 #include "inflight.h"
 #include "ks_clock.h"
+#include "ks_health.h"
 #include "ks_log.h"
 #include "ks_metrics.h"
 #include "ks_topology.h"
@@ -42,9 +44,6 @@
 #include "routes.h"
 #include "server.h"
 #include "upstream.h"
-
-#define TEXT_PLAIN   "text/plain; charset=utf-8"
-#define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
 struct gw_server {
         const gw_config *cfg;
@@ -62,75 +61,42 @@ struct gw_server {
         gw_inflight *inflight; /* requests waiting; draining and closing */
         gw_handler_env env;    /* what the handler sees of all this */
         gw_handler *handler;
+        ks_health *admin;     /* /healthz, /readyz, /metrics */
+        atomic_bool draining; /* read by the admin listener's thread */
         int port;
 };
 
-/* ---- the gateway's own pages ------------------------------------------------ */
+/* ---- the admin listener --------------------------------------------------------- */
 
-static void page_healthz(gw_server *s, gw_req *req, const char *rid)
+/*
+ * /healthz, /readyz and /metrics are not on the public port: they are
+ * ks_health's (as on every service), on KEELSON_GATEWAY_ADMIN_HOST:PORT,
+ * loopback by default. Its checks run on its own thread: they read only
+ * atomics (the draining flag here, the rpc client's connection state).
+ */
+static int check_not_draining(void *arg)
 {
-        (void)s;
-        gw_send(req, 200, TEXT_PLAIN, "ok\n", 3, rid);
+        gw_server *s = arg;
+        return atomic_load(&s->draining) ? -1 : 0;
 }
 
-static void page_readyz(gw_server *s, gw_req *req, const char *rid)
+static int check_auth_connected(void *arg)
 {
-        const char *why = NULL;
-        if (gw_inflight_draining(s->inflight)) {
-                why = "not ready: shutting down\n";
-        } else if (gw_upstream_connected(s->up, KS_SVC_AUTH) < 1) {
-                why = "not ready: no broker connection for auth\n";
-        }
-        if (why != NULL) {
-                gw_send(req, 503, TEXT_PLAIN, why, strlen(why), rid);
-                return;
-        }
-        gw_send(req, 200, TEXT_PLAIN, "ready\n", 6, rid);
+        const gw_server *s = arg;
+        return gw_upstream_connected(s->up, KS_SVC_AUTH) > 0 ? 0 : -1;
 }
 
-static void page_metrics(gw_server *s, gw_req *req, const char *rid)
+static int admin_setup(gw_server *s)
 {
-        (void)s;
-        char *text = NULL;
-        size_t len = 0;
-        if (ks_metrics_render(ks_metrics_default(), &text, &len) != 0) {
-                gw_send_error(req, 500, KS_INTERNAL, "cannot render metrics", rid);
-                return;
+        if (ks_health_start(&s->admin, s->cfg->admin_host, (int)s->cfg->admin_port) != 0 ||
+            ks_health_add_check(s->admin, "not shutting down", check_not_draining, s) != 0 ||
+            ks_health_add_check(s->admin, "broker connection for auth", check_auth_connected, s) !=
+                0) {
+                ks_log_error(NULL, "cannot start the admin listener", "{s:s,s:I}", "host",
+                             s->cfg->admin_host, "port", (json_int_t)s->cfg->admin_port);
+                return -1;
         }
-        gw_send(req, 200, METRICS_TYPE, text, len, rid);
-        free(text);
-}
-
-typedef void (*page_fn)(gw_server *s, gw_req *req, const char *rid);
-
-static const struct {
-        const char *path;
-        page_fn fn;
-} pages[] = {
-    {"/healthz", page_healthz},
-    {"/readyz", page_readyz},
-    {"/metrics", page_metrics},
-};
-
-static page_fn page_of(const char *path)
-{
-        for (size_t i = 0; path != NULL && i < sizeof(pages) / sizeof(pages[0]); i++) {
-                if (strcmp(pages[i].path, path) == 0) {
-                        return pages[i].fn;
-                }
-        }
-        return NULL;
-}
-
-static void serve_page(gw_server *s, gw_req *req, page_fn fn, const char *rid)
-{
-        const char *method = gw_req_method(req);
-        if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
-                gw_req_add_header(req, "Allow", "GET, HEAD");
-                gw_send_error(req, 405, KS_UNIMPLEMENTED, "method not allowed: use GET", rid);
-                return;
-        }
-        fn(s, req, rid);
+        return 0;
 }
 
 /* ---- requests --------------------------------------------------------------- */
@@ -141,13 +107,7 @@ static void on_request(gw_req *req, void *arg)
         int64_t start_ns = ks_mono_ns();
         char rid[GW_REQUEST_ID_MAX + 1];
         gw_connect_request_id(gw_req_header(req, "X-Request-Id"), rid);
-        const char *path = gw_req_path(req);
-        page_fn page = page_of(path);
-        if (page != NULL) {
-                serve_page(s, req, page, rid);
-                return;
-        }
-        gw_handler_serve(s->handler, req, path, rid, start_ns);
+        gw_handler_serve(s->handler, req, gw_req_path(req), rid, start_ns);
 }
 
 /* ---- signals and drain ---------------------------------------------------------- */
@@ -173,6 +133,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
         }
         ks_log_info(NULL, "draining", "{s:i,s:I}", "signal", (int)sig, "in_flight",
                     (json_int_t)gw_inflight_count(s->inflight));
+        atomic_store(&s->draining, true);     /* /readyz: 503 */
         gw_front_drain(s->front);             /* no new connections; idle ones closed */
         if (gw_inflight_drain(s->inflight)) { /* requests wait: for drain_ms at most */
                 struct timeval tv = {(time_t)(s->cfg->drain_ms / 1000),
@@ -257,7 +218,8 @@ int gw_server_new(gw_server **out, const gw_config *cfg)
             gw_cache_new(&s->cache, (size_t)cfg->cache_entries, cfg->cache_session_ttl_s * 1000,
                          cfg->cache_api_key_ttl_s * 1000) != 0 ||
             gw_events_new(&s->events, s->base, cfg->broker_url, s->cache) != 0 ||
-            handler_setup(s) != 0 || events_setup(s) != 0 || http_setup(s) != 0) {
+            handler_setup(s) != 0 || events_setup(s) != 0 || http_setup(s) != 0 ||
+            admin_setup(s) != 0) {
                 gw_server_free(s);
                 return -1;
         }
@@ -272,8 +234,9 @@ int gw_server_port(const gw_server *s)
 
 int gw_server_run(gw_server *s)
 {
-        ks_log_info(NULL, "gateway listening", "{s:s,s:i,s:I}", "host", s->cfg->host, "port",
-                    s->port, "routes", (json_int_t)gw_routes_count(s->routes));
+        ks_log_info(NULL, "gateway listening", "{s:s,s:i,s:s,s:i,s:I}", "host", s->cfg->host,
+                    "port", s->port, "admin_host", s->cfg->admin_host, "admin_port",
+                    ks_health_port(s->admin), "routes", (json_int_t)gw_routes_count(s->routes));
         return event_base_dispatch(s->base) < 0 ? -1 : 0;
 }
 
@@ -282,6 +245,8 @@ void gw_server_free(gw_server *s)
         if (s == NULL) {
                 return;
         }
+        ks_health_stop(s->admin); /* its checks read the upstream */
+        s->admin = NULL;
         if (s->inflight != NULL) {
                 gw_inflight_close(s->inflight);
         }

@@ -162,6 +162,14 @@ static int apply_env_line(it_stack *s, const char *key, const char *val)
                 return auth_list(s, val, s->auth_pids);
         } else if (strcmp(key, "KEELSON_IT_GATEWAY_URLS") == 0) {
                 return parse_url_list(s, val);
+        } else if (strcmp(key, "KEELSON_IT_GATEWAY_ADMIN_PORTS") == 0) {
+                int ports[IT_REPLICAS_MAX];
+                int n = parse_list(val, ports, IT_REPLICAS_MAX, parse_port);
+                for (int i = 0; i < n; i++) {
+                        snprintf(s->gateway_admin_urls[i], sizeof(s->gateway_admin_urls[i]),
+                                 "http://127.0.0.1:%d", ports[i]);
+                }
+                return n < 1 ? -1 : 0;
         } else if (strcmp(key, "KEELSON_IT_GATEWAY_PIDS") == 0) {
                 return parse_list(val, s->gateway_pids, IT_REPLICAS_MAX, parse_pid) < 1 ? -1 : 0;
         }
@@ -196,7 +204,7 @@ static int stack_complete(const it_stack *s)
 {
         return s->pg_dsn[0] != '\0' && s->redis_url[0] != '\0' && s->broker_url[0] != '\0' &&
                s->gateway_url[0] != '\0' && s->broker_health_port > 0 && s->n_auth > 0 &&
-               s->gateway_pid > 0;
+               s->gateway_pid > 0 && s->gateway_admin_urls[0][0] != '\0';
 }
 
 int it_stack_load(it_stack *s)
@@ -529,8 +537,8 @@ static void child_exec(const char *const *env, const char *bin_dir, const char *
         _exit(127);
 }
 
-/* The port of the first line of a log that holds msg_field and a "port", or -1. */
-static int logged_port(const char *log_path, const char *msg_field)
+/* The value of field (an integer) in the first log line that holds msg_field, or -1. */
+static int logged_int(const char *log_path, const char *msg_field, const char *field)
 {
         char line[IT_ENV_LINE_MAX * 8];
         const char *p;
@@ -538,8 +546,8 @@ static int logged_port(const char *log_path, const char *msg_field)
         int port = -1;
 
         while (f != NULL && port < 0 && fgets(line, sizeof(line), f) != NULL) {
-                if (strstr(line, msg_field) != NULL && (p = strstr(line, "\"port\":")) != NULL) {
-                        port = atoi(p + 7);
+                if (strstr(line, msg_field) != NULL && (p = strstr(line, field)) != NULL) {
+                        port = atoi(p + strlen(field));
                 }
         }
         if (f != NULL) {
@@ -554,6 +562,8 @@ static void exec_gateway(const it_stack *s, const char *const *env, const char *
         child_log_to(log_path);
         setenv("KEELSON_GATEWAY_HOST", "127.0.0.1", 1);
         setenv("KEELSON_GATEWAY_PORT", "0", 1);
+        setenv("KEELSON_GATEWAY_ADMIN_HOST", "127.0.0.1", 1);
+        setenv("KEELSON_GATEWAY_ADMIN_PORT", "0", 1);
         setenv("KEELSON_BROKER_URL", s->broker_url, 1);
         setenv("KEELSON_REDIS_URL", s->redis_url, 1);
         /* Rate-limit buckets of its own (our pid is unique) unless env says otherwise. */
@@ -568,9 +578,12 @@ static int wait_listening(it_gateway *g)
         int status;
 
         for (int waited = 0; waited < IT_GATEWAY_START_MS; waited += 20) {
-                int port = logged_port(g->log_path, "\"msg\":\"gateway listening\"");
-                if (port > 0) {
+                const char *msg = "\"msg\":\"gateway listening\"";
+                int port = logged_int(g->log_path, msg, "\"port\":");
+                int admin = logged_int(g->log_path, msg, "\"admin_port\":");
+                if (port > 0 && admin > 0) {
                         snprintf(g->url, sizeof(g->url), "http://127.0.0.1:%d", port);
+                        snprintf(g->admin_url, sizeof(g->admin_url), "http://127.0.0.1:%d", admin);
                         return 0;
                 }
                 if (waitpid(g->pid, &status, WNOHANG) == g->pid) {
@@ -602,12 +615,12 @@ static int is_ready(const char *base_url)
 static int wait_ready(const it_gateway *g)
 {
         for (int waited = 0; waited < IT_GATEWAY_START_MS; waited += 50) {
-                if (is_ready(g->url)) {
+                if (is_ready(g->admin_url)) {
                         return 0;
                 }
                 it_sleep_ms(50);
         }
-        fprintf(stderr, "it_support: %s never became ready\n", g->url);
+        fprintf(stderr, "it_support: %s never became ready\n", g->admin_url);
         return -1;
 }
 
@@ -900,7 +913,7 @@ static int service_wait_ready(it_service *p)
                 }
                 if (p->health_port <= 0) {
                         p->health_port =
-                            logged_port(p->log_path, "\"msg\":\"health listener started\"");
+                            logged_int(p->log_path, "\"msg\":\"health listener started\"", "\"port\":");
                 }
                 if (p->health_port > 0) {
                         snprintf(url, sizeof(url), "http://127.0.0.1:%d", p->health_port);

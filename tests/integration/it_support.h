@@ -38,6 +38,8 @@ typedef struct it_stack {
         /* every gateway replica (stack.sh --gateway-replicas); [0] is gateway_url */
         int n_gateways;
         char gateway_urls[IT_REPLICAS_MAX][256];
+        /* their /healthz, /readyz and /metrics: http://127.0.0.1:port; [0] is the first's */
+        char gateway_admin_urls[IT_REPLICAS_MAX][256];
         int gateway_pids[IT_REPLICAS_MAX];
         char bin_dir[512];        /* the build folder the stack runs from */
         char stack_sh[512];       /* deploy/local/stack.sh */
@@ -129,15 +131,17 @@ int it_stack_redis(const it_stack *s, int up);
 /* One more gateway next to the stack's, with its own settings. */
 typedef struct it_gateway {
         int pid;
-        char url[256];      /* http://127.0.0.1:port */
-        char log_path[600]; /* its stderr: JSON log lines */
+        char url[256];       /* http://127.0.0.1:port */
+        char admin_url[256]; /* its /healthz, /readyz and /metrics */
+        char log_path[600];  /* its stderr: JSON log lines */
 } it_gateway;
 
 /*
  * Starts keelson-gateway from the stack's build folder on a free port of
  * 127.0.0.1, with the stack's broker and Redis, plus env: "NAME=value"
  * entries (NULL-terminated, may be NULL) that also override those. Waits for
- * its "gateway listening" line, then (wait_ready) for /readyz to say 200.
+ * its "gateway listening" line, then (wait_ready) for /readyz (on its admin
+ * listener, also on a free port) to say 200.
  * Returns 0, or -1 (the process, if any, is stopped).
  */
 int it_gateway_start(const it_stack *s, const char *const *env, int wait_ready, it_gateway *out);

@@ -445,7 +445,7 @@ static double gateway_metric(const char *series)
 {
         double v = 0;
 
-        return it_metric(ait_stack.gateway_url, series, &v) == 0 ? v : 0;
+        return it_metric(ait_stack.gateway_admin_urls[0], series, &v) == 0 ? v : 0;
 }
 
 /*

@@ -151,7 +151,7 @@ static void wait_both(long (*status_of)(const char *url, const char *token), con
 
 static double hits_on(int replica)
 {
-        return it_metric_of(ait_stack.gateway_urls[replica],
+        return it_metric_of(ait_stack.gateway_admin_urls[replica],
                             "keelson_gateway_context_cache_hits_total");
 }
 

@@ -152,32 +152,64 @@ static void test_metrics_by_route_code_scope_and_cache(void **state)
         (void)state;
         char token[TOKEN_MAX];
         const char *gw = g_stack.gateway_url;
+        const char *admin = g_stack.gateway_admin_urls[0]; /* /metrics is not on the public port */
         assert_int_equal(it_new_session(gw, "obs", token, NULL, NULL), 0);
         double ok = 0, count = 0, allowed = 0, hits = 0, misses = 0;
-        it_metric(gw, "keelson_gateway_requests_total{" WHOAMI_ROUTE ",code=\"ok\"}", &ok);
-        it_metric(gw, "keelson_gateway_request_duration_seconds_count{" WHOAMI_ROUTE "}", &count);
-        allowed = it_metric_of(gw, "keelson_gateway_ratelimit_decisions_total{scope=\"api\","
-                                   "decision=\"allowed\",backend=\"redis\"}");
-        hits = it_metric_of(gw, "keelson_gateway_context_cache_hits_total");
-        misses = it_metric_of(gw, "keelson_gateway_context_cache_misses_total");
+        it_metric(admin, "keelson_gateway_requests_total{" WHOAMI_ROUTE ",code=\"ok\"}", &ok);
+        it_metric(admin, "keelson_gateway_request_duration_seconds_count{" WHOAMI_ROUTE "}",
+                  &count);
+        allowed = it_metric_of(admin, "keelson_gateway_ratelimit_decisions_total{scope=\"api\","
+                                      "decision=\"allowed\",backend=\"redis\"}");
+        hits = it_metric_of(admin, "keelson_gateway_context_cache_hits_total");
+        misses = it_metric_of(admin, "keelson_gateway_context_cache_misses_total");
         for (int i = 0; i < 3; i++) {
                 it_http_response r;
                 assert_int_equal(it_auth_call(gw, "WhoAmI", "{}", token, NULL, &r), 0);
                 assert_int_equal(r.status, 200);
                 it_http_response_free(&r);
         }
-        assert_true(it_metric_of(gw, "keelson_gateway_requests_total{" WHOAMI_ROUTE
-                                     ",code=\"ok\"}") >= ok + 3);
-        assert_true(it_metric_of(gw, "keelson_gateway_request_duration_seconds_count{" WHOAMI_ROUTE
-                                     "}") >= count + 3);
-        assert_true(it_metric_of(gw, "keelson_gateway_ratelimit_decisions_total{scope=\"api\","
-                                     "decision=\"allowed\",backend=\"redis\"}") >= allowed + 3);
+        assert_true(it_metric_of(admin, "keelson_gateway_requests_total{" WHOAMI_ROUTE
+                                        ",code=\"ok\"}") >= ok + 3);
+        assert_true(it_metric_of(admin,
+                                 "keelson_gateway_request_duration_seconds_count{" WHOAMI_ROUTE
+                                 "}") >= count + 3);
+        assert_true(it_metric_of(admin, "keelson_gateway_ratelimit_decisions_total{scope=\"api\","
+                                        "decision=\"allowed\",backend=\"redis\"}") >= allowed + 3);
         /* One resolution, then the cache: at least one miss and two hits. */
-        assert_true(it_metric_of(gw, "keelson_gateway_context_cache_misses_total") >= misses + 1);
-        assert_true(it_metric_of(gw, "keelson_gateway_context_cache_hits_total") >= hits + 2);
+        assert_true(it_metric_of(admin, "keelson_gateway_context_cache_misses_total") >=
+                    misses + 1);
+        assert_true(it_metric_of(admin, "keelson_gateway_context_cache_hits_total") >= hits + 2);
         /* The decisions above were Redis's; the token's context is held. */
-        assert_true(it_metric_of(gw, "keelson_gateway_redis_up") == 1);
-        assert_true(it_metric_of(gw, "keelson_gateway_context_cache_entries") >= 1);
+        assert_true(it_metric_of(admin, "keelson_gateway_redis_up") == 1);
+        assert_true(it_metric_of(admin, "keelson_gateway_context_cache_entries") >= 1);
+}
+
+/*
+ * The gateway's own pages are on its admin listener only: on the public
+ * port they are unknown paths like any other.
+ */
+static void test_pages_only_on_the_admin_listener(void **state)
+{
+        (void)state;
+        static const char *const pages[] = {"/metrics", "/healthz", "/readyz"};
+        for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
+                it_http_response r;
+                assert_int_equal(it_http_get(g_stack.gateway_url, pages[i], &r), 0);
+                assert_int_equal(r.status, 404); /* not a page: an unknown method */
+                it_http_response_free(&r);
+                assert_int_equal(it_http_get(g_stack.gateway_admin_urls[0], pages[i], &r), 0);
+                assert_int_equal(r.status, 200);
+                if (strcmp(pages[i], "/metrics") == 0) {
+                        assert_non_null(strstr(r.body, "keelson_gateway_connections "));
+                        assert_non_null(strstr(r.body, "keelson_gateway_requests_total"));
+                }
+                it_http_response_free(&r);
+        }
+        it_http_response r;
+        assert_int_equal(it_connect(g_stack.gateway_url, "/metrics", "{}", 2, NULL, &r), 0);
+        assert_int_equal(r.status, 404);
+        assert_non_null(strstr(r.body, "\"code\":\"unimplemented\""));
+        it_http_response_free(&r);
 }
 
 /* A gateway that reaches no broker counts the failures per service. */
@@ -189,16 +221,20 @@ static void test_metrics_upstream_errors(void **state)
         const char *env[] = {"KEELSON_BROKER_URL=tcp://127.0.0.1:9",
                              "KEELSON_GATEWAY_TIMEOUT_MS=300", NULL};
         assert_int_equal(it_gateway_start(&g_stack, env, 0, &gw), 0);
+        assert_int_equal(it_http_get(gw.admin_url, "/readyz", &r), 0);
+        assert_int_equal(r.status, 503); /* no broker: not ready, and it says why */
+        assert_non_null(strstr(r.body, "broker connection for auth"));
+        it_http_response_free(&r);
         int rc = it_auth_call(gw.url, "WhoAmI", "{}", "some-token", NULL, &r);
         long status = r.status;
         if (rc == 0) {
                 it_http_response_free(&r);
         }
         double unavailable = 0, deadline = 0;
-        it_metric(gw.url,
+        it_metric(gw.admin_url,
                   "keelson_gateway_upstream_errors_total{service=\"auth\",code=\"unavailable\"}",
                   &unavailable);
-        it_metric(gw.url,
+        it_metric(gw.admin_url,
                   "keelson_gateway_upstream_errors_total{service=\"auth\",code=\"deadline_"
                   "exceeded\"}",
                   &deadline);
@@ -376,6 +412,7 @@ int main(void)
             cmocka_unit_test(test_request_id_end_to_end),
             cmocka_unit_test(test_request_id_reaches_the_ledger),
             cmocka_unit_test(test_metrics_by_route_code_scope_and_cache),
+            cmocka_unit_test(test_pages_only_on_the_admin_listener),
             cmocka_unit_test(test_metrics_upstream_errors),
             cmocka_unit_test(test_slow_log_holds_no_secret),
             cmocka_unit_test(test_gzip_large_json_replies),

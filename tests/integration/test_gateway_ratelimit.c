@@ -90,7 +90,7 @@ static void wait_redis_up(const it_gateway *gw, double want)
 {
         double v = -1;
         for (int waited = 0; waited < WAIT_MS; waited += 50) {
-                if (it_metric(gw->url, "keelson_gateway_redis_up", &v) == 0 && v == want) {
+                if (it_metric(gw->admin_url, "keelson_gateway_redis_up", &v) == 0 && v == want) {
                         return;
                 }
                 it_sleep_ms(50);
@@ -334,14 +334,14 @@ static void test_script_reloaded_after_flush(void **state)
         freeReplyObject(rep);
         redisFree(c);
         assert_int_equal(
-            it_metric(g_a.url, "keelson_gateway_redis_script_loads_total", &loads_before), 0);
+            it_metric(g_a.admin_url, "keelson_gateway_redis_script_loads_total", &loads_before), 0);
         it_http_response r;
         call_from(&g_a, "WhoAmI", "{}", token, NULL, &r);
         assert_int_equal(r.status, 200);
         assert_int_equal(it_header_long(&r, "RateLimit-Limit"), API_CAPACITY); /* from Redis */
         it_http_response_free(&r);
         assert_int_equal(
-            it_metric(g_a.url, "keelson_gateway_redis_script_loads_total", &loads_after), 0);
+            it_metric(g_a.admin_url, "keelson_gateway_redis_script_loads_total", &loads_after), 0);
         assert_true(loads_after == loads_before + 1);
         assert_int_equal(status_of(&g_b, "WhoAmI", "{}", token, NULL), 200);
 }
@@ -370,7 +370,7 @@ static void test_redis_down_then_back(void **state)
                 it_http_response_free(&r);
         }
         assert_int_equal(
-            it_metric(g_a.url, "keelson_gateway_ratelimit_fallbacks_total", &fallbacks), 0);
+            it_metric(g_a.admin_url, "keelson_gateway_ratelimit_fallbacks_total", &fallbacks), 0);
         assert_true(fallbacks >= 1);
         /* The switch is logged once, however many requests were decided locally. */
         assert_int_equal(count_in_file(g_a.log_path, "redis unavailable"), 1);
@@ -392,7 +392,7 @@ static void test_redis_down_then_back(void **state)
 
 static double metric_of(const it_gateway *gw, const char *series)
 {
-        return it_metric_of(gw->url, series);
+        return it_metric_of(gw->admin_url, series);
 }
 
 /*
@@ -494,7 +494,7 @@ static void test_bogus_token_flood_is_refused(void **state)
         /* Another address has a bucket of its own. */
         assert_int_equal(status_of(&gw, "WhoAmI", "{}", "made-up-elsewhere", other_ip), 401);
         double limited = -1;
-        assert_int_equal(it_metric(gw.url,
+        assert_int_equal(it_metric(gw.admin_url,
                                    "keelson_gateway_ratelimit_decisions_total{scope=\"resolve\","
                                    "decision=\"limited\",backend=\"redis\"}",
                                    &limited),
