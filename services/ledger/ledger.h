@@ -78,7 +78,7 @@ bool lg_tenant_valid(const char *s);
 /* ---- limits ------------------------------------------------------------- */
 
 #define LG_BATCH_MAX          KS_RPC_ITEMS_MAX /* events per request (ks_rpc.h) */
-#define LG_ACCOUNTS_PER_EVENT 4    /* a post may name 2 accounts and its pending 2 others */
+#define LG_ACCOUNTS_PER_EVENT 4 /* a post may name 2 accounts and its pending 2 others */
 #define LG_TX_RETRIES_MAX     20
 #define LG_TIMEOUT_NS_PER_S   1000000000ull
 

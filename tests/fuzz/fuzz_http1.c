@@ -53,9 +53,9 @@ static void check_field(const gw_h1_field *f, const char *buf, size_t len)
                 if ((c < 0x20 && c != '\t') || c == 0x7f)
                         die("a field value with a CTL");
         }
-        if (f->value_len > 0 && (f->value[0] == ' ' || f->value[0] == '\t' ||
-                                 f->value[f->value_len - 1] == ' ' ||
-                                 f->value[f->value_len - 1] == '\t'))
+        if (f->value_len > 0 &&
+            (f->value[0] == ' ' || f->value[0] == '\t' || f->value[f->value_len - 1] == ' ' ||
+             f->value[f->value_len - 1] == '\t'))
                 die("a field value with whitespace at an end");
 }
 

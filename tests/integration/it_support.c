@@ -912,8 +912,8 @@ static int service_wait_ready(it_service *p)
                         return -1;
                 }
                 if (p->health_port <= 0) {
-                        p->health_port =
-                            logged_int(p->log_path, "\"msg\":\"health listener started\"", "\"port\":");
+                        p->health_port = logged_int(
+                            p->log_path, "\"msg\":\"health listener started\"", "\"port\":");
                 }
                 if (p->health_port > 0) {
                         snprintf(url, sizeof(url), "http://127.0.0.1:%d", p->health_port);
