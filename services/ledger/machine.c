@@ -308,7 +308,8 @@ static int account_exists(const lg_account *a, const lg_account *e)
         return LG_AR(exists);
 }
 
-static int account_validate(const lg_account *a)
+/* The checks before the existing-id check (TigerBeetle's order since 0.16.4). */
+static int account_validate_id(const lg_account *a)
 {
         if (a->timestamp != 0) {
                 return LG_AR(timestamp_must_be_zero);
@@ -322,6 +323,12 @@ static int account_validate(const lg_account *a)
         if (a->id == U128_MAX) {
                 return LG_AR(id_must_not_be_int_max);
         }
+        return LG_AR(ok);
+}
+
+/* The checks of a new account, after the existing-id check. */
+static int account_validate(const lg_account *a)
+{
         if ((a->flags & LG_AF_DEBITS_MUST_NOT_EXCEED_CREDITS) &&
             (a->flags & LG_AF_CREDITS_MUST_NOT_EXCEED_DEBITS)) {
                 return LG_AR(flags_are_mutually_exclusive);
@@ -351,13 +358,16 @@ static int create_account(lg_batch *b, const void *events, int i, uint64_t ts)
 {
         const lg_account *a = &((const lg_account *)events)[i];
         const lg_account *e;
-        int r = account_validate(a);
+        int r = account_validate_id(a);
 
         if (r != LG_AR(ok)) {
                 return r;
         }
         if ((e = account_get(b, a->id)) != NULL) {
-                return account_exists(a, e);
+                return account_exists(a, e); /* balances are not compared */
+        }
+        if ((r = account_validate(a)) != LG_AR(ok)) {
+                return r;
         }
         KS_ASSERT(b->n_accounts < b->accounts_max);
         int k = b->n_accounts++;
@@ -384,10 +394,18 @@ void lg_create_accounts(lg_batch *b, const lg_account *events, int n, uint64_t b
 
 /* ---- transfers: checks ---------------------------------------------------- */
 
-/* For a post or void, 0 means "the pending transfer's": no difference. */
-static bool differs(u128 asked, u128 stored, bool inherits)
+/*
+ * For a post or void, a field asked as 0 means the pending transfer's value
+ * (pending, when known): it differs when that value is not the stored one.
+ * A post of user_data_128 5 over a pending transfer's 0, resent without it,
+ * asks for 0 and differs from the 5 stored (as in TigerBeetle).
+ */
+static bool differs(u128 asked, u128 stored, const lg_transfer *pending, u128 pending_value)
 {
-        return !(inherits && asked == 0) && asked != stored;
+        if (pending != NULL && asked == 0) {
+                asked = pending_value;
+        }
+        return asked != stored;
 }
 
 static int exists_amount(const lg_transfer *t, const lg_xfer *e)
@@ -399,22 +417,23 @@ static int exists_amount(const lg_transfer *t, const lg_xfer *e)
                 return t->amount < s->amount;
         }
         if (s->flags & LG_TF_POST) {
-                /* A partial post is matched exactly, a full one by any amount >= it. */
-                if (s->amount < e->pending_amount) {
-                        return t->amount != s->amount;
-                }
-                return t->amount < e->pending_amount;
+                /* Exactly, as TigerBeetle's code does (its test T105): U128_MAX asks for
+                 * the pending amount, and a full post resent with more differs. */
+                return (t->amount == U128_MAX ? e->pending_amount : t->amount) != s->amount;
         }
-        if (s->flags & LG_TF_VOID) {
+        if (s->flags & LG_TF_VOID) { /* a void stores the pending amount; 0 asks for it */
                 return t->amount != 0 && t->amount != s->amount;
         }
         return t->amount != s->amount;
 }
 
-static int transfer_exists(const lg_transfer *t, const lg_xfer *e)
+static int transfer_exists(lg_batch *b, const lg_transfer *t, const lg_xfer *e)
 {
         const lg_transfer *s = &e->t;
         bool pv = (s->flags & (LG_TF_POST | LG_TF_VOID)) != 0;
+        const lg_xfer *px = pv ? xfer_get(b, s->pending_id) : NULL;
+        /* Without its pending transfer (not loaded), 0 stands for the stored value. */
+        const lg_transfer *p = px != NULL ? &px->t : (pv ? s : NULL);
 
         if (t->flags != s->flags) {
                 return LG_TR(exists_with_different_flags);
@@ -425,28 +444,30 @@ static int transfer_exists(const lg_transfer *t, const lg_xfer *e)
         if (t->timeout != s->timeout) {
                 return LG_TR(exists_with_different_timeout);
         }
-        if (differs(t->debit_account_id, s->debit_account_id, pv)) {
+        if (differs(t->debit_account_id, s->debit_account_id, p,
+                    p != NULL ? p->debit_account_id : 0)) {
                 return LG_TR(exists_with_different_debit_account_id);
         }
-        if (differs(t->credit_account_id, s->credit_account_id, pv)) {
+        if (differs(t->credit_account_id, s->credit_account_id, p,
+                    p != NULL ? p->credit_account_id : 0)) {
                 return LG_TR(exists_with_different_credit_account_id);
         }
         if (exists_amount(t, e)) {
                 return LG_TR(exists_with_different_amount);
         }
-        if (differs(t->user_data_128, s->user_data_128, pv)) {
+        if (differs(t->user_data_128, s->user_data_128, p, p != NULL ? p->user_data_128 : 0)) {
                 return LG_TR(exists_with_different_user_data_128);
         }
-        if (differs(t->user_data_64, s->user_data_64, pv)) {
+        if (differs(t->user_data_64, s->user_data_64, p, p != NULL ? p->user_data_64 : 0)) {
                 return LG_TR(exists_with_different_user_data_64);
         }
-        if (differs(t->user_data_32, s->user_data_32, pv)) {
+        if (differs(t->user_data_32, s->user_data_32, p, p != NULL ? p->user_data_32 : 0)) {
                 return LG_TR(exists_with_different_user_data_32);
         }
-        if (differs(t->ledger, s->ledger, pv)) {
+        if (differs(t->ledger, s->ledger, p, p != NULL ? p->ledger : 0)) {
                 return LG_TR(exists_with_different_ledger);
         }
-        if (differs(t->code, s->code, pv)) {
+        if (differs(t->code, s->code, p, p != NULL ? p->code : 0)) {
                 return LG_TR(exists_with_different_code);
         }
         return LG_TR(exists);
@@ -472,16 +493,18 @@ static int transfer_validate(const lg_transfer *t)
         if (!pv && t->debit_account_id == 0) {
                 return LG_TR(debit_account_id_must_not_be_zero);
         }
-        if (t->debit_account_id == U128_MAX) {
+        if (!pv && t->debit_account_id == U128_MAX) {
                 return LG_TR(debit_account_id_must_not_be_int_max);
         }
         if (!pv && t->credit_account_id == 0) {
                 return LG_TR(credit_account_id_must_not_be_zero);
         }
-        if (t->credit_account_id == U128_MAX) {
+        if (!pv && t->credit_account_id == U128_MAX) {
                 return LG_TR(credit_account_id_must_not_be_int_max);
         }
-        if (t->debit_account_id != 0 && t->debit_account_id == t->credit_account_id) {
+        /* A post or void names no accounts of its own: a mismatch with its pending
+         * transfer is pending_transfer_has_different_* (check_pending). */
+        if (!pv && t->debit_account_id == t->credit_account_id) {
                 return LG_TR(accounts_must_be_different);
         }
         if (!pv && t->pending_id != 0) {
@@ -714,7 +737,9 @@ static int check_pending(const lg_transfer *t, const lg_xfer *p, u128 *amount)
                         return LG_TR(exceeds_pending_transfer_amount);
                 }
                 *amount = t->amount == U128_MAX ? pt->amount : t->amount;
-        } else if (t->amount != 0 && t->amount != pt->amount) {
+        } else if (t->amount != 0 && t->amount > pt->amount) {
+                return LG_TR(exceeds_pending_transfer_amount);
+        } else if (t->amount != 0 && t->amount < pt->amount) {
                 return LG_TR(pending_transfer_has_different_amount);
         }
         if (p->status == LG_PENDING_POSTED) {
@@ -731,13 +756,17 @@ static int check_pending(const lg_transfer *t, const lg_xfer *p, u128 *amount)
         return LG_TR(ok);
 }
 
-/* A post may not touch a closed account, unless the pending transfer closed it. */
-static int check_post(const lg_transfer *pt, const lg_account *dr, const lg_account *cr, u128 a)
+/*
+ * A post may not touch a closed account, not even one its own pending
+ * transfer closed: only a void reopens it (TigerBeetle's rule, and why a
+ * closing transfer must be pending).
+ */
+static int check_post(const lg_account *dr, const lg_account *cr, u128 a)
 {
-        if ((dr->flags & LG_AF_CLOSED) && !(pt->flags & LG_TF_CLOSING_DEBIT)) {
+        if (dr->flags & LG_AF_CLOSED) {
                 return LG_TR(debit_account_already_closed);
         }
-        if ((cr->flags & LG_AF_CLOSED) && !(pt->flags & LG_TF_CLOSING_CREDIT)) {
+        if (cr->flags & LG_AF_CLOSED) {
                 return LG_TR(credit_account_already_closed);
         }
         if (add_overflows(dr->debits_posted, a)) {
@@ -792,7 +821,7 @@ static int post_or_void(lg_batch *b, lg_transfer *t)
         lg_account *cr = account_get(b, pt.credit_account_id);
         KS_ASSERT(dr != NULL && cr != NULL); /* accounts are never deleted, and were locked */
         bool post = (t->flags & LG_TF_POST) != 0;
-        if (post && (r = check_post(&pt, dr, cr, amount)) != LG_TR(ok)) {
+        if (post && (r = check_post(dr, cr, amount)) != LG_TR(ok)) {
                 return r;
         }
         undo_account(b, dr);
@@ -830,7 +859,7 @@ static int create_transfer(lg_batch *b, const void *events, int i, uint64_t ts)
                 return LG_TR(id_must_not_be_int_max);
         }
         if ((e = xfer_get(b, t.id)) != NULL) {
-                return transfer_exists(&t, e);
+                return transfer_exists(b, &t, e);
         }
         if (lg_map_get(&b->failed_ix, t.id) >= 0) {
                 return LG_TR(id_already_failed);

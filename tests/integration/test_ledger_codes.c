@@ -557,6 +557,80 @@ static void test_closed_accounts(void **state)
         assert_balances(42, 0, 1, 0, 0);
 }
 
+/*
+ * Where keelson followed TigerBeetle's wording and not its code (0.17):
+ * each case is a TigerBeetle answer, with the state it must leave.
+ */
+static void test_matches_tigerbeetle_0_17(void **state)
+{
+        lt_transfer_pb x[2];
+        lt_account_pb a[1];
+        (void)state;
+
+        /* 1. A closing transfer cannot be posted: only a void touches the closed account. */
+        accounts((u128[]){170, 171}, 2, 1, 0);
+        x[0] = xfer(1700, 170, 171, 4, TF_PENDING | TF_CLOSING_DEBIT);
+        expect_transfer(x, TR(ok));
+        x[0] = resolve(1701, 1700, U128_MAX, TF_POST);
+        expect_transfer(x, TR(debit_account_already_closed));
+        assert_true((balances_of(170).flags & AF_CLOSED) != 0);
+        assert_balances(170, 4, 0, 0, 0); /* still pending */
+        x[0] = resolve(1702, 1700, 0, TF_VOID);
+        expect_transfer(x, TR(ok));
+        assert_true((balances_of(170).flags & AF_CLOSED) == 0);
+        assert_balances(170, 0, 0, 0, 0);
+
+        /* 2. An existing id is judged before the fields a new account is checked for. */
+        lt_account_init(&a[0], 170, 0, 7, 0);
+        expect_account(a, AR(exists_with_different_ledger));
+        lt_account_init(&a[0], 170, 1, 0, 0);
+        expect_account(a, AR(exists_with_different_code));
+        lt_account_init(&a[0], 170, 1, 7,
+                        AF_DEBITS_MUST_NOT_EXCEED_CREDITS | AF_CREDITS_MUST_NOT_EXCEED_DEBITS);
+        expect_account(a, AR(exists_with_different_flags));
+        lt_account_init(&a[0], 170, 1, 7, 0);
+        a[0].credits_posted = 1; /* balances are not compared */
+        expect_account(a, AR(exists));
+
+        /* 3. Voiding more than is pending. */
+        x[0] = xfer(1710, 170, 171, 6, TF_PENDING);
+        expect_transfer(x, TR(ok));
+        x[0] = resolve(1711, 1710, 7, TF_VOID);
+        expect_transfer(x, TR(exceeds_pending_transfer_amount));
+        x[0] = resolve(1711, 1710, 5, TF_VOID);
+        expect_transfer(x, TR(pending_transfer_has_different_amount));
+
+        /* 4. A post's accounts are compared with its pending transfer's, not checked
+         * as an ordinary transfer's. */
+        x[0] = resolve(1712, 1710, U128_MAX, TF_POST);
+        x[0].debit_account_id = 170;
+        x[0].credit_account_id = 170;
+        expect_transfer(x, TR(pending_transfer_has_different_credit_account_id));
+        x[0] = resolve(1712, 1710, U128_MAX, TF_POST);
+        x[0].debit_account_id = lt_lo(U128_MAX);
+        x[0].debit_account_id_hi = lt_hi(U128_MAX);
+        expect_transfer(x, TR(pending_transfer_has_different_debit_account_id));
+
+        /* 5. A resent post that leaves user data out asks for the pending's (0 here). */
+        x[0] = resolve(1712, 1710, U128_MAX, TF_POST);
+        x[0].user_data_128 = 5;
+        expect_transfer(x, TR(ok));
+        assert_balances(170, 0, 6, 0, 0);
+        x[0] = resolve(1712, 1710, U128_MAX, TF_POST);
+        expect_transfer(x, TR(exists_with_different_user_data_128));
+        x[0].user_data_128 = 5;
+        expect_transfer(x, TR(exists));
+
+        /* 6. A full post resent with more than the pending amount differs. */
+        x[0] = resolve(1712, 1710, 7, TF_POST);
+        x[0].user_data_128 = 5;
+        expect_transfer(x, TR(exists_with_different_amount));
+        x[0] = resolve(1712, 1710, 6, TF_POST);
+        x[0].user_data_128 = 5;
+        expect_transfer(x, TR(exists));
+        assert_balances(170, 0, 6, 0, 0);
+}
+
 static void test_overflows(void **state)
 {
         lt_transfer_pb x[1];
@@ -859,6 +933,7 @@ int main(void)
             cmocka_unit_test(test_two_phase),
             cmocka_unit_test(test_expiry),
             cmocka_unit_test(test_closed_accounts),
+            cmocka_unit_test(test_matches_tigerbeetle_0_17),
             cmocka_unit_test(test_overflows),
             cmocka_unit_test(test_balancing),
             cmocka_unit_test(test_queries),

@@ -112,20 +112,8 @@ static int m_account(model *m, const req *r, const lt_account_pb *in)
                 return AR(id_must_not_be_zero);
         if (n.id == U128_MAX)
                 return AR(id_must_not_be_int_max);
-        if ((n.flags & 2) && (n.flags & 4))
-                return AR(flags_are_mutually_exclusive);
-        if (in->debits_pending || in->debits_pending_hi)
-                return AR(debits_pending_must_be_zero);
-        if (in->debits_posted || in->debits_posted_hi)
-                return AR(debits_posted_must_be_zero);
-        if (in->credits_pending || in->credits_pending_hi)
-                return AR(credits_pending_must_be_zero);
-        if (in->credits_posted || in->credits_posted_hi)
-                return AR(credits_posted_must_be_zero);
-        if (n.ledger == 0)
-                return AR(ledger_must_not_be_zero);
-        if (n.code == 0)
-                return AR(code_must_not_be_zero);
+        /* TigerBeetle since 0.16.4: an existing id is judged before the fields, and
+         * its balances are not compared. */
         m_acct *e = m_acct_get(m, n.id);
         if (e != NULL) {
                 if ((e->flags & ~32u) != (n.flags & ~32u))
@@ -142,30 +130,49 @@ static int m_account(model *m, const req *r, const lt_account_pb *in)
                         return AR(exists_with_different_code);
                 return AR(exists);
         }
+        if ((n.flags & 2) && (n.flags & 4))
+                return AR(flags_are_mutually_exclusive);
+        if (in->debits_pending || in->debits_pending_hi)
+                return AR(debits_pending_must_be_zero);
+        if (in->debits_posted || in->debits_posted_hi)
+                return AR(debits_posted_must_be_zero);
+        if (in->credits_pending || in->credits_pending_hi)
+                return AR(credits_pending_must_be_zero);
+        if (in->credits_posted || in->credits_posted_hi)
+                return AR(credits_posted_must_be_zero);
+        if (n.ledger == 0)
+                return AR(ledger_must_not_be_zero);
+        if (n.code == 0)
+                return AR(code_must_not_be_zero);
         assert_true(m->na < ACCOUNTS_MAX);
         m->a[m->na++] = n;
         return AR(ok);
 }
 
-/* Whether a field of a retried post/void differs: 0 means "inherited". */
-static bool m_diff(u128 asked, u128 stored, bool pv)
+/*
+ * Whether a field of a retried transfer differs. For a post or void, 0 asks
+ * for the pending transfer's value (pv is its value then), which must equal
+ * the stored one.
+ */
+static bool m_diff(u128 asked, u128 stored, bool is_pv, u128 pv)
 {
-        return pv ? asked != 0 && asked != stored : asked != stored;
+        return (is_pv && asked == 0 ? pv : asked) != stored;
 }
 
-static int m_exists(const m_xfer *e, const req *t)
+static int m_exists(const model *m, const m_xfer *e, const req *t)
 {
         const req *s = &e->t;
         bool pv = (s->flags & (TF_POST | TF_VOID)) != 0;
+        const m_xfer *px = pv ? m_xfer_get((model *)m, s->pending_id) : NULL;
+        req p = px != NULL ? px->t : *s;
         bool amount_differs;
 
         if (s->flags & (TF_BALANCING_DEBIT | TF_BALANCING_CREDIT)) {
                 amount_differs = t->amount < s->amount;
-        } else if (s->flags & TF_POST) {
-                amount_differs =
-                    s->amount < e->p_amount ? t->amount != s->amount : t->amount < e->p_amount;
-        } else if (s->flags & TF_VOID) {
-                amount_differs = t->amount != 0 && t->amount != s->amount;
+        } else if (s->flags & TF_POST) { /* exactly: U128_MAX is the pending amount */
+                amount_differs = (t->amount == U128_MAX ? e->p_amount : t->amount) != s->amount;
+        } else if (s->flags & TF_VOID) { /* exactly: 0 is the pending amount */
+                amount_differs = (t->amount == 0 ? e->p_amount : t->amount) != s->amount;
         } else {
                 amount_differs = t->amount != s->amount;
         }
@@ -175,21 +182,21 @@ static int m_exists(const m_xfer *e, const req *t)
                 return TR(exists_with_different_pending_id);
         if (t->timeout != s->timeout)
                 return TR(exists_with_different_timeout);
-        if (m_diff(t->dr, s->dr, pv))
+        if (m_diff(t->dr, s->dr, pv, p.dr))
                 return TR(exists_with_different_debit_account_id);
-        if (m_diff(t->cr, s->cr, pv))
+        if (m_diff(t->cr, s->cr, pv, p.cr))
                 return TR(exists_with_different_credit_account_id);
         if (amount_differs)
                 return TR(exists_with_different_amount);
-        if (m_diff(t->ud128, s->ud128, pv))
+        if (m_diff(t->ud128, s->ud128, pv, p.ud128))
                 return TR(exists_with_different_user_data_128);
-        if (m_diff(t->ud64, s->ud64, pv))
+        if (m_diff(t->ud64, s->ud64, pv, p.ud64))
                 return TR(exists_with_different_user_data_64);
-        if (m_diff(t->ud32, s->ud32, pv))
+        if (m_diff(t->ud32, s->ud32, pv, p.ud32))
                 return TR(exists_with_different_user_data_32);
-        if (m_diff(t->ledger, s->ledger, pv))
+        if (m_diff(t->ledger, s->ledger, pv, p.ledger))
                 return TR(exists_with_different_ledger);
-        if (m_diff(t->code, s->code, pv))
+        if (m_diff(t->code, s->code, pv, p.code))
                 return TR(exists_with_different_code);
         return TR(exists);
 }
@@ -205,13 +212,13 @@ static int m_static_checks(const req *t)
                 return TR(flags_are_mutually_exclusive);
         if (!pv && t->dr == 0)
                 return TR(debit_account_id_must_not_be_zero);
-        if (t->dr == U128_MAX)
+        if (!pv && t->dr == U128_MAX)
                 return TR(debit_account_id_must_not_be_int_max);
         if (!pv && t->cr == 0)
                 return TR(credit_account_id_must_not_be_zero);
-        if (t->cr == U128_MAX)
+        if (!pv && t->cr == U128_MAX)
                 return TR(credit_account_id_must_not_be_int_max);
-        if (t->dr != 0 && t->dr == t->cr)
+        if (!pv && t->dr == t->cr)
                 return TR(accounts_must_be_different);
         if (!pv && t->pending_id != 0)
                 return TR(pending_id_must_be_zero);
@@ -329,7 +336,9 @@ static int m_post_void(model *m, req t)
                 return TR(exceeds_pending_transfer_amount);
         if (post && t.amount != U128_MAX)
                 amt = t.amount;
-        if (!post && t.amount != 0 && t.amount != p.amount)
+        if (!post && t.amount != 0 && t.amount > p.amount)
+                return TR(exceeds_pending_transfer_amount);
+        if (!post && t.amount != 0 && t.amount < p.amount)
                 return TR(pending_transfer_has_different_amount);
         if (px->status == 2)
                 return TR(pending_transfer_already_posted);
@@ -338,9 +347,10 @@ static int m_post_void(model *m, req t)
         if (px->status == 4)
                 return TR(pending_transfer_expired);
         m_acct *dr = m_acct_get(m, p.dr), *cr = m_acct_get(m, p.cr);
-        if (post && (dr->flags & AF_CLOSED) && !(p.flags & TF_CLOSING_DEBIT))
+        /* Only a void may touch a closed account, even one its pending closed. */
+        if (post && (dr->flags & AF_CLOSED))
                 return TR(debit_account_already_closed);
-        if (post && (cr->flags & AF_CLOSED) && !(p.flags & TF_CLOSING_CREDIT))
+        if (post && (cr->flags & AF_CLOSED))
                 return TR(credit_account_already_closed);
         if (post && ovf(dr->dpo, amt))
                 return TR(overflows_debits_posted);
@@ -384,7 +394,7 @@ static int m_transfer(model *m, const req *t)
                 return TR(id_must_not_be_int_max);
         m_xfer *e = m_xfer_get(m, t->id);
         if (e != NULL)
-                return m_exists(e, t);
+                return m_exists(m, e, t);
         if (m_failed(m, t->id))
                 return TR(id_already_failed);
         int r = m_static_checks(t);
@@ -576,7 +586,23 @@ static req gen_resolve(gen *g, const model *m, bool post)
                            : a < 90 ? p->t.amount + 1
                                     : 0;
         } else {
-                t.amount = a < 70 ? 0 : a < 90 ? p->t.amount : p->t.amount + 1;
+                t.amount = a < 60   ? 0
+                           : a < 80 ? p->t.amount
+                           : a < 90 ? p->t.amount + 1
+                                    : (p->t.amount > 1 ? p->t.amount - 1 : U128_MAX);
+        }
+        if (chance(g, 30)) { /* user data of its own, which a resend may leave out */
+                t.ud128 = 1 + below(g, 5);
+                t.ud64 = chance(g, 50) ? 1 + below(g, 5) : 0;
+                t.ud32 = chance(g, 50) ? 1 + (uint32_t)below(g, 5) : 0;
+        }
+        int odd = (int)below(g, 100); /* what only ordinary transfers are checked for */
+        if (odd < 3) {
+                t.dr = t.cr = p->t.dr;
+        } else if (odd < 5) {
+                t.dr = U128_MAX;
+        } else if (odd < 6) {
+                t.cr = U128_MAX;
         }
         return t;
 }
@@ -649,7 +675,21 @@ static req gen_retry(gen *g, const model *m, bool change)
         if (!change) {
                 return t;
         }
-        switch (below(g, 11)) {
+        /* posts and voids: mostly a resend that leaves fields out */
+        bool pv = (t.flags & (TF_POST | TF_VOID)) != 0;
+        switch (pv && chance(g, 60) ? 11 + below(g, 3) : below(g, 14)) {
+        case 11: /* a resend that leaves fields out: 0 means the pending's for a post */
+                t.ud128 = 0;
+                t.ud64 = 0;
+                break;
+        case 12:
+                t.ud32 = 0;
+                t.dr = 0;
+                t.cr = 0;
+                break;
+        case 13:
+                t.amount = (t.flags & TF_POST) ? U128_MAX : 0;
+                break;
         case 0:
                 t.flags ^= TF_LINKED;
                 break;
@@ -766,7 +806,7 @@ static void gen_account(gen *g, const model *m, lt_account_pb *a, req *r)
                 const m_acct *e = pick_acct(g, m);
                 lt_account_init(a, e->id, e->ledger, e->code, e->flags & ~(uint32_t)AF_CLOSED);
                 a->user_data_32 = e->ud32;
-                switch (below(g, 4)) {
+                switch (below(g, 8)) {
                 case 0:
                         a->code += 1;
                         break;
@@ -775,6 +815,19 @@ static void gen_account(gen *g, const model *m, lt_account_pb *a, req *r)
                         break;
                 case 2:
                         a->ledger += 1;
+                        break;
+                /* fields a new account could not have: the existing id wins */
+                case 3:
+                        a->ledger = 0;
+                        break;
+                case 4:
+                        a->code = 0;
+                        break;
+                case 5:
+                        a->credits_posted = 1;
+                        break;
+                case 6:
+                        a->flags = 2 | 4;
                         break;
                 default:
                         break;
