@@ -21,6 +21,11 @@
  * watermark: a client cannot make one connection buffer more than the
  * request it is allowed.
  *
+ * Writing. A client that pipelines requests and does not read the replies
+ * is not served past OUTPUT_HIGH_BYTES of replies waiting: the next request
+ * is read once they drain to half of that, so no client grows the output
+ * without bound.
+ *
  * Closing. After an error reply, or a reply to a request that asked to
  * close, the connection writes what it has, shuts its sending side and
  * reads (and drops) what the client still sends for up to KEEP_CLOSING_MS:
@@ -60,8 +65,9 @@
 #define KEEP_CLOSING_MS   2000
 #define ACCEPT_PAUSE_MS   100
 #define CHUNK_LINE_MAX    (32 + GW_H1_CHUNK_EXT_MAX) /* hex digits, BWS, extensions, CRLF */
-#define INPUT_SLACK_BYTES 65536 /* socket input buffered beyond the head limit */
-#define FD_RESERVE        128   /* descriptors kept for everything but client connections */
+#define INPUT_SLACK_BYTES 65536  /* socket input buffered beyond the head limit */
+#define OUTPUT_HIGH_BYTES 262144 /* replies not yet read: no next request past this */
+#define FD_RESERVE        128    /* descriptors kept for everything but client connections */
 #define XFF_NAME_MAX      64
 #define STATUS_KINDS      7
 
@@ -688,6 +694,11 @@ static bool step(conn *c, struct evbuffer *in)
                 if (n == 0) {
                         return false;
                 }
+                if (evbuffer_get_length(bufferevent_get_output(c->bev)) > OUTPUT_HIGH_BYTES) {
+                        /* A client that pipelines requests without reading the replies
+                         * waits here: on_write goes on once they drain. */
+                        return false;
+                }
                 read_head(c, in);
                 return c->state != before || evbuffer_get_length(in) < n;
         case C_BODY:
@@ -790,11 +801,18 @@ static void on_read(struct bufferevent *bev, void *arg)
         process(arg);
 }
 
+/* The output drained to its low watermark (or emptied). */
 static void on_write(struct bufferevent *bev, void *arg)
 {
         conn *c = arg;
         if (c->state == C_CLOSING) {
-                shutdown(bufferevent_getfd(bev), SHUT_WR); /* all written */
+                if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+                        shutdown(bufferevent_getfd(bev), SHUT_WR); /* all written */
+                }
+                return;
+        }
+        if (c->state == C_HEAD && !c->processing) {
+                process(c); /* pipelined requests held back while replies waited */
         }
 }
 
@@ -880,6 +898,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         ms_timeval(f->lim.idle_ms, &wt);
         bufferevent_set_timeouts(c->bev, NULL, &wt);
         bufferevent_setwatermark(c->bev, EV_READ, 0, f->lim.head_max + INPUT_SLACK_BYTES);
+        bufferevent_setwatermark(c->bev, EV_WRITE, OUTPUT_HIGH_BYTES / 2, 0);
         bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
         bufferevent_enable(c->bev, EV_READ | EV_WRITE);
         timer_set(c, f->lim.idle_ms);

@@ -317,6 +317,72 @@ static void test_duplicate_authorization_counted(void **state)
         assert_non_null(strstr(r.text, "auth=2"));
 }
 
+#define PIPELINED 20000
+
+typedef struct pipeline {
+        int fd;
+        char *bytes;
+        size_t len;
+} pipeline;
+
+static void *send_pipeline(void *arg)
+{
+        pipeline *p = arg;
+        raw_send(p->fd, p->bytes, p->len);
+        return NULL;
+}
+
+/*
+ * A client that pipelines thousands of requests and reads nothing for a
+ * while: the front holds the next ones back while replies wait (it does not
+ * buffer them all), and every reply comes, in order, once it reads.
+ */
+static void test_pipelining_without_reading(void **state)
+{
+        (void)state;
+        static const char get[] = "GET /p HTTP/1.1\r\nHost: x\r\n\r\n";
+        static const char last[] = "GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        pipeline p = {.fd = socket(AF_INET, SOCK_STREAM, 0),
+                      .len = PIPELINED * (sizeof(get) - 1) + sizeof(last) - 1};
+        int small = 4096; /* a slow reader: the replies pile up on the front's side */
+        setsockopt(p.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)fx.port)};
+        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+        assert_int_equal(connect(p.fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        p.bytes = malloc(p.len);
+        for (int i = 0; i < PIPELINED; i++) {
+                memcpy(p.bytes + (size_t)i * (sizeof(get) - 1), get, sizeof(get) - 1);
+        }
+        memcpy(p.bytes + (size_t)PIPELINED * (sizeof(get) - 1), last, sizeof(last) - 1);
+        pthread_t sender;
+        assert_int_equal(pthread_create(&sender, NULL, send_pipeline, &p), 0);
+        struct timespec ts = {0, 300 * 1000 * 1000};
+        nanosleep(&ts, NULL);            /* nothing read meanwhile */
+        size_t cap = 16u << 20, len = 0; /* every reply, kept: about 2.5 MB */
+        char *all = malloc(cap + 1);
+        for (;;) {
+                struct pollfd pf = {.fd = p.fd, .events = POLLIN};
+                if (len == cap || poll(&pf, 1, 5000) <= 0) {
+                        break;
+                }
+                ssize_t n = recv(p.fd, all + len, cap - len, 0);
+                if (n <= 0) {
+                        break; /* closed after the last reply */
+                }
+                len += (size_t)n;
+        }
+        all[len] = '\0';
+        int replies = raw_replies(all);
+        const char *tail = strstr(all, "GET /last body=0");
+        bool last_is_last = tail != NULL && strstr(tail, "HTTP/1.1 ") == NULL;
+        free(all);
+        pthread_join(sender, NULL);
+        close(p.fd);
+        free(p.bytes);
+        assert_int_equal(replies, PIPELINED + 1);
+        assert_true(last_is_last); /* in order: the last request's reply comes last */
+}
+
 /* A request trickled a line at a time never outlives the whole-request deadline. */
 static void test_slow_request_gets_408(void **state)
 {
@@ -476,6 +542,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_head_limit, setup, teardown),
             cmocka_unit_test_setup_teardown(test_expect_continue_and_head, setup, teardown),
             cmocka_unit_test_setup_teardown(test_duplicate_authorization_counted, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_pipelining_without_reading, setup, teardown),
             cmocka_unit_test_setup_teardown(test_slow_request_gets_408, setup, teardown),
             cmocka_unit_test_setup_teardown(test_connection_caps, setup, teardown),
             cmocka_unit_test_setup_teardown(test_cancel_when_client_leaves, setup, teardown),
