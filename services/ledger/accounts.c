@@ -60,16 +60,18 @@ static int accounts_tx(lg_tx *tx, void *arg)
         if ((rc = load_existing(tx, b, j->w->account_events, j->n)) != KS_OK) {
                 return rc;
         }
-        lg_create_accounts(b, j->w->account_events, j->n, tx->base_ts, j->w->results);
+        lg_create_accounts(b, j->w->account_events, j->n, tx->base_ts, j->w->results,
+                           j->w->result_ts);
         return lg_write_batch(tx, b);
 }
 
-static int reply(ks_call *call, const uint8_t *results, int n)
+static int reply(ks_call *call, const lg_worker *w, int n)
 {
         accounts_resp resp = KEELSON__LEDGER__V1__CREATE_ACCOUNTS_RESPONSE__INIT;
+        lg_results_reply out = {&resp.base, &resp.n_results, (int **)&resp.results,
+                                &resp.n_timestamps, &resp.timestamps};
 
-        return lg_reply_results(call, 0, results, n, LG_AR(ok), &resp.base, &resp.n_results,
-                                (int **)&resp.results);
+        return lg_reply_results(call, 0, w->results, w->result_ts, n, LG_AR(ok), &out);
 }
 
 int lg_create_accounts_handler(ks_call *call)
@@ -96,5 +98,5 @@ int lg_create_accounts_handler(ks_call *call)
                 return lg_db_fail(call, rc);
         }
         ks_histogram_observe(svc->batch_seconds, (double)(ks_mono_ms() - t0) / 1000.0);
-        return reply(call, w->results, j.n);
+        return reply(call, w, j.n);
 }

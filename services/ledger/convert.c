@@ -107,8 +107,8 @@ _Static_assert(sizeof(Keelson__Ledger__V1__CreateAccountsResponse__Result) == si
                    sizeof(Keelson__Ledger__V1__CreateTransfersResponse__Result) == sizeof(int),
                "lg_reply_results fills a result field as an int array");
 
-int lg_reply_results(ks_call *call, int kind, const uint8_t *results, int n, uint8_t ok,
-                     ProtobufCMessage *resp, size_t *n_field, int **field)
+int lg_reply_results(ks_call *call, int kind, const uint8_t *results, const uint64_t *timestamps,
+                     int n, uint8_t ok, const lg_results_reply *out)
 {
         lg_service *svc = call->service;
         int *r = calloc((size_t)n, sizeof(*r));
@@ -124,9 +124,11 @@ int lg_reply_results(ks_call *call, int kind, const uint8_t *results, int n, uin
         }
         ks_counter_add(svc->events_ok[kind], n_ok);
         ks_counter_add(svc->events_failed[kind], (uint64_t)n - n_ok);
-        *n_field = (size_t)n;
-        *field = r;
-        rc = ks_call_reply(call, resp);
+        *out->n_results = (size_t)n;
+        *out->results = r;
+        *out->n_timestamps = (size_t)n;
+        *out->timestamps = (uint64_t *)timestamps; /* read only, by the packing */
+        rc = ks_call_reply(call, out->resp);
         free(r);
         return rc;
 }

@@ -264,6 +264,7 @@ typedef struct lg_batch {
         int n_hist, hist_max;
         lg_undo *undo;
         int n_undo, undo_max;
+        uint64_t exists_ts; /* the existing object's, after an event answered exists */
 } lg_batch;
 
 int lg_batch_new(lg_batch **out, int events_max);
@@ -279,12 +280,14 @@ int lg_batch_load_failed(lg_batch *b, u128 id, int result);
 
 /*
  * Runs the events in order; event i gets timestamp base_ts + i. results[i]
- * receives a CreateAccountsResponse/CreateTransfersResponse result code.
+ * receives a CreateAccountsResponse/CreateTransfersResponse result code and
+ * timestamps[i] (when not NULL) the result's timestamp: the existing
+ * object's for exists, else base_ts + i.
  */
 void lg_create_accounts(lg_batch *b, const lg_account *events, int n, uint64_t base_ts,
-                        uint8_t *results);
+                        uint8_t *results, uint64_t *timestamps);
 void lg_create_transfers(lg_batch *b, const lg_transfer *events, int n, uint64_t base_ts,
-                         uint8_t *results);
+                         uint8_t *results, uint64_t *timestamps);
 /*
  * Expires the pending transfers ids (those still pending; others are
  * skipped): releases their pending amounts and reopens accounts they
@@ -366,13 +369,22 @@ int lg_transfer_from_pb(const Keelson__Ledger__V1__Transfer *in, lg_transfer *ou
 /* Struct -> reply message (no allocation: every field is a number). */
 void lg_account_to_pb(const lg_account *in, Keelson__Ledger__V1__Account *out);
 void lg_transfer_to_pb(const lg_transfer *in, Keelson__Ledger__V1__Transfer *out);
+/* The repeated fields of a create batch's reply. */
+typedef struct lg_results_reply {
+        ProtobufCMessage *resp;
+        size_t *n_results;
+        int **results; /* protobuf-c enums are int-sized */
+        size_t *n_timestamps;
+        uint64_t **timestamps;
+} lg_results_reply;
+
 /*
- * Replies to a create batch: results[0..n) into the reply's repeated result
- * field (*n_field, *field: protobuf-c enums are int-sized), counted in the
- * events metrics of kind (0 accounts, 1 transfers) as ok or failed.
+ * Replies to a create batch: results[0..n) and timestamps[0..n) into the
+ * reply's repeated fields, counted in the events metrics of kind (0
+ * accounts, 1 transfers) as ok or failed.
  */
-int lg_reply_results(ks_call *call, int kind, const uint8_t *results, int n, uint8_t ok,
-                     ProtobufCMessage *resp, size_t *n_field, int **field) KS_MUST_CHECK;
+int lg_reply_results(ks_call *call, int kind, const uint8_t *results, const uint64_t *timestamps,
+                     int n, uint8_t ok, const lg_results_reply *out) KS_MUST_CHECK;
 /*
  * A create batch's request: a caller who may write (lg_require_caller), and
  * 1 to batch_max events in its list named what ("transfers"). KS_OK, or the
@@ -510,7 +522,8 @@ typedef struct lg_worker {
         lg_account *account_events;
         lg_transfer *transfer_events;
         uint8_t *results;
-        u128 *ids; /* lookups */
+        uint64_t *result_ts; /* one per event: the results' timestamps */
+        u128 *ids;           /* lookups */
         lg_args args;
 } lg_worker;
 

@@ -244,10 +244,16 @@ typedef int (*event_fn)(lg_batch *b, const void *events, int i, uint64_t ts);
  * (linked_event_chain_open). Once a chain fails, its earlier events are
  * undone and answer linked_event_failed, and so do its later ones.
  */
+/* The codes a run needs that differ between accounts and transfers. */
+typedef struct run_codes {
+        int chain_open, event_failed, exists;
+} run_codes;
+
 static void run_events(lg_batch *b, const void *events, int n, uint64_t base_ts,
-                       bool (*linked)(const void *, int), event_fn fn, int chain_open,
-                       int event_failed, uint8_t *results)
+                       bool (*linked)(const void *, int), event_fn fn, const run_codes *codes,
+                       uint8_t *results, uint64_t *timestamps)
 {
+        int chain_open = codes->chain_open, event_failed = codes->event_failed;
         save_point sp = {0};
         int chain = -1;
         bool broken = false;
@@ -265,9 +271,15 @@ static void run_events(lg_batch *b, const void *events, int n, uint64_t base_ts,
                 } else if (broken) {
                         r = event_failed;
                 } else {
+                        b->exists_ts = 0;
                         r = fn(b, events, i, base_ts + (uint64_t)i);
                 }
                 results[i] = (uint8_t)r;
+                if (timestamps != NULL) { /* a chain's rollback keeps these: base_ts + j */
+                        timestamps[i] = r == codes->exists && b->exists_ts != 0
+                                            ? b->exists_ts
+                                            : base_ts + (uint64_t)i;
+                }
                 if (r != 0 && chain >= 0 && !broken) {
                         broken = true;
                         rollback(b, &sp);
@@ -364,6 +376,7 @@ static int create_account(lg_batch *b, const void *events, int i, uint64_t ts)
                 return r;
         }
         if ((e = account_get(b, a->id)) != NULL) {
+                b->exists_ts = e->timestamp;
                 return account_exists(a, e); /* balances are not compared */
         }
         if ((r = account_validate(a)) != LG_AR(ok)) {
@@ -385,11 +398,13 @@ static bool account_linked(const void *events, int i)
 }
 
 void lg_create_accounts(lg_batch *b, const lg_account *events, int n, uint64_t base_ts,
-                        uint8_t *results)
+                        uint8_t *results, uint64_t *timestamps)
 {
+        static const run_codes codes = {LG_AR(linked_event_chain_open), LG_AR(linked_event_failed),
+                                        LG_AR(exists)};
         KS_ASSERT(n >= 0 && n <= b->events_max);
-        run_events(b, events, n, base_ts, account_linked, create_account,
-                   LG_AR(linked_event_chain_open), LG_AR(linked_event_failed), results);
+        run_events(b, events, n, base_ts, account_linked, create_account, &codes, results,
+                   timestamps);
 }
 
 /* ---- transfers: checks ---------------------------------------------------- */
@@ -859,6 +874,7 @@ static int create_transfer(lg_batch *b, const void *events, int i, uint64_t ts)
                 return LG_TR(id_must_not_be_int_max);
         }
         if ((e = xfer_get(b, t.id)) != NULL) {
+                b->exists_ts = e->t.timestamp;
                 return transfer_exists(b, &t, e);
         }
         if (lg_map_get(&b->failed_ix, t.id) >= 0) {
@@ -879,11 +895,13 @@ static bool transfer_linked(const void *events, int i)
 }
 
 void lg_create_transfers(lg_batch *b, const lg_transfer *events, int n, uint64_t base_ts,
-                         uint8_t *results)
+                         uint8_t *results, uint64_t *timestamps)
 {
+        static const run_codes codes = {LG_TR(linked_event_chain_open), LG_TR(linked_event_failed),
+                                        LG_TR(exists)};
         KS_ASSERT(n >= 0 && n <= b->events_max);
-        run_events(b, events, n, base_ts, transfer_linked, create_transfer,
-                   LG_TR(linked_event_chain_open), LG_TR(linked_event_failed), results);
+        run_events(b, events, n, base_ts, transfer_linked, create_transfer, &codes, results,
+                   timestamps);
 }
 
 /* ---- expiry --------------------------------------------------------------- */

@@ -232,12 +232,12 @@ static int transfers_tx(lg_tx *tx, void *arg)
         }
         int64_t t1 = lg_now_us();
         if (j->n_parts == 0) {
-                lg_create_transfers(b, ev, j->n, tx->base_ts, j->w->results);
+                lg_create_transfers(b, ev, j->n, tx->base_ts, j->w->results, j->w->result_ts);
         }
         /* A group: each batch on the state the ones before it left, its chains its own. */
         for (int p = 0, off = 0; p < j->n_parts; off += j->part_len[p], p++) {
                 lg_create_transfers(b, ev + off, j->part_len[p], tx->base_ts + (uint64_t)off,
-                                    j->w->results + off);
+                                    j->w->results + off, j->w->result_ts + off);
         }
         int64_t t2 = lg_now_us();
         int n_check = tx->exact ? 0 : uncreated_ids(ev, j->w->results, j->n, j->w->ids);
@@ -256,12 +256,13 @@ static int transfers_tx(lg_tx *tx, void *arg)
         return rc;
 }
 
-static int reply(ks_call *call, const uint8_t *results, int n)
+static int reply(ks_call *call, const lg_worker *w, int n)
 {
         transfers_resp resp = KEELSON__LEDGER__V1__CREATE_TRANSFERS_RESPONSE__INIT;
+        lg_results_reply out = {&resp.base, &resp.n_results, (int **)&resp.results,
+                                &resp.n_timestamps, &resp.timestamps};
 
-        return lg_reply_results(call, 1, results, n, LG_TR(ok), &resp.base, &resp.n_results,
-                                (int **)&resp.results);
+        return lg_reply_results(call, 1, w->results, w->result_ts, n, LG_TR(ok), &out);
 }
 
 static int run_job(lg_service *svc, const char *tenant, const char *request_id, job *j)
@@ -300,6 +301,8 @@ static void run_group(lg_service *svc, const char *tenant, lg_member *const *m, 
                 for (int i = 0, off = 0; i < k; off += m[i]->n, i++) {
                         if (i > 0 && rc == KS_OK) {
                                 memcpy(m[i]->w->results, lw->results + off, (size_t)m[i]->n);
+                                memcpy(m[i]->w->result_ts, lw->result_ts + off,
+                                       (size_t)m[i]->n * sizeof(*lw->result_ts));
                         }
                         m[i]->rc = rc;
                 }
@@ -344,5 +347,5 @@ int lg_create_transfers_handler(ks_call *call)
         if (rc != KS_OK) {
                 return lg_db_fail(call, rc);
         }
-        return reply(call, w->results, me.n);
+        return reply(call, w, me.n);
 }

@@ -19,6 +19,7 @@ void lg_worker_fini(void *service, void *state)
         free(w->account_events);
         free(w->transfer_events);
         free(w->results);
+        free(w->result_ts);
         free(w->ids);
         lg_args_fini(&w->args);
         free(w);
@@ -38,9 +39,11 @@ int lg_worker_init(void *service, int index, void **state)
         w->account_events = calloc(n, sizeof(*w->account_events));
         w->transfer_events = calloc(n, sizeof(*w->transfer_events));
         w->results = calloc(n, sizeof(*w->results));
+        w->result_ts = calloc(n, sizeof(*w->result_ts));
         w->ids = calloc(n, sizeof(*w->ids));
         if (w->account_events == NULL || w->transfer_events == NULL || w->results == NULL ||
-            w->ids == NULL || lg_batch_new(&w->batch, svc->batch_max) != 0) {
+            w->result_ts == NULL || w->ids == NULL ||
+            lg_batch_new(&w->batch, svc->batch_max) != 0) {
                 lg_worker_fini(service, w);
                 return -1;
         }

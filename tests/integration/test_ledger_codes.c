@@ -631,6 +631,91 @@ static void test_matches_tigerbeetle_0_17(void **state)
         assert_balances(170, 0, 6, 0, 0);
 }
 
+/* CreateAccounts of n accounts: the reply, which the caller frees. */
+static Keelson__Ledger__V1__CreateAccountsResponse *create_accounts_reply(lt_account_pb *a,
+                                                                          size_t n)
+{
+        Keelson__Ledger__V1__CreateAccountsRequest req =
+            KEELSON__LEDGER__V1__CREATE_ACCOUNTS_REQUEST__INIT;
+        lt_account_pb *p[EXPECT_MAX];
+        for (size_t i = 0; i < n; i++) {
+                p[i] = &a[i];
+        }
+        req.n_accounts = n;
+        req.accounts = p;
+        return lt_call(&g_t, "CreateAccounts", &req.base,
+                       &keelson__ledger__v1__create_accounts_response__descriptor);
+}
+
+static Keelson__Ledger__V1__CreateTransfersResponse *create_transfers_reply(lt_transfer_pb *x,
+                                                                            size_t n)
+{
+        Keelson__Ledger__V1__CreateTransfersRequest req =
+            KEELSON__LEDGER__V1__CREATE_TRANSFERS_REQUEST__INIT;
+        lt_transfer_pb *p[EXPECT_MAX];
+        for (size_t i = 0; i < n; i++) {
+                p[i] = &x[i];
+        }
+        req.n_transfers = n;
+        req.transfers = p;
+        return lt_call(&g_t, "CreateTransfers", &req.base,
+                       &keelson__ledger__v1__create_transfers_response__descriptor);
+}
+
+/*
+ * Every result carries a timestamp (TigerBeetle 0.17): a created object's
+ * own, an existing one's for exists, and the time it was judged for any
+ * other result.
+ */
+static void test_result_timestamps(void **state)
+{
+        lt_account_pb a[3];
+        lt_transfer_pb x[3];
+        (void)state;
+
+        lt_account_init(&a[0], 180, 1, 7, 0);
+        lt_account_init(&a[1], 181, 1, 7, 0);
+        Keelson__Ledger__V1__CreateAccountsResponse *ar = create_accounts_reply(a, 2);
+        assert_int_equal(ar->n_timestamps, 2);
+        uint64_t t180 = ar->timestamps[0], t181 = ar->timestamps[1];
+        assert_true(t180 != 0 && t181 > t180);
+        protobuf_c_message_free_unpacked(&ar->base, NULL);
+        Keelson__Ledger__V1__LookupAccountsResponse *la =
+            lt_lookup_accounts(&g_t, (u128[]){180}, 1);
+        assert_int_equal(la->accounts[0]->timestamp, t180); /* the account's own */
+        protobuf_c_message_free_unpacked(&la->base, NULL);
+
+        lt_account_init(&a[0], 180, 1, 7, 0); /* exists: the existing account's */
+        lt_account_init(&a[1], 182, 0, 7, 0); /* refused: when it was judged */
+        lt_account_init(&a[2], 181, 1, 8, 0); /* exists_with_different_code: likewise */
+        ar = create_accounts_reply(a, 3);
+        assert_int_equal(ar->n_results, 3);
+        assert_int_equal(ar->results[0], AR(exists));
+        assert_int_equal(ar->results[1], AR(ledger_must_not_be_zero));
+        assert_int_equal(ar->results[2], AR(exists_with_different_code));
+        assert_int_equal(ar->timestamps[0], t180);
+        assert_true(ar->timestamps[1] > t181 && ar->timestamps[2] == ar->timestamps[1] + 1);
+        protobuf_c_message_free_unpacked(&ar->base, NULL);
+
+        x[0] = xfer(1800, 180, 181, 3, 0);
+        x[1] = xfer(1801, 180, 999, 3, 0); /* credit_account_not_found */
+        Keelson__Ledger__V1__CreateTransfersResponse *tr = create_transfers_reply(x, 2);
+        assert_int_equal(tr->n_timestamps, 2);
+        assert_int_equal(tr->results[0], TR(ok));
+        assert_int_equal(tr->results[1], TR(credit_account_not_found));
+        uint64_t t1800 = tr->timestamps[0];
+        assert_true(tr->timestamps[1] == t1800 + 1);
+        protobuf_c_message_free_unpacked(&tr->base, NULL);
+        Keelson__Ledger__V1__LookupTransfersResponse *lx =
+            lt_lookup_transfers(&g_t, (u128[]){1800}, 1);
+        assert_int_equal(lx->transfers[0]->timestamp, t1800);
+        protobuf_c_message_free_unpacked(&lx->base, NULL);
+        tr = create_transfers_reply(x, 1); /* resent: exists, the transfer's timestamp */
+        assert_int_equal(tr->results[0], TR(exists));
+        assert_int_equal(tr->timestamps[0], t1800);
+        protobuf_c_message_free_unpacked(&tr->base, NULL);
+}
+
 static void test_overflows(void **state)
 {
         lt_transfer_pb x[1];
@@ -934,6 +1019,7 @@ int main(void)
             cmocka_unit_test(test_expiry),
             cmocka_unit_test(test_closed_accounts),
             cmocka_unit_test(test_matches_tigerbeetle_0_17),
+            cmocka_unit_test(test_result_timestamps),
             cmocka_unit_test(test_overflows),
             cmocka_unit_test(test_balancing),
             cmocka_unit_test(test_queries),

@@ -71,9 +71,9 @@ static void test_overflows_timeout(void **state)
 
         t.timeout = 10;
         /* 2^63 - 5 s: the expiry would pass 2^63 ns. */
-        lg_create_transfers(g_b, &t, 1, (uint64_t)INT64_MAX - 5000000000ull, r);
+        lg_create_transfers(g_b, &t, 1, (uint64_t)INT64_MAX - 5000000000ull, r, NULL);
         assert_int_equal(r[0], LG_TR(overflows_timeout));
-        lg_create_transfers(g_b, &t, 1, TS, r);
+        lg_create_transfers(g_b, &t, 1, TS, r, NULL);
         assert_int_equal(r[0], LG_TR(ok));
         assert_true(acct(1)->debits_pending == 5);
 }
@@ -85,7 +85,7 @@ static void test_chain_rollback_restores_everything(void **state)
         (void)state;
 
         ev[0] = transfer(20, 1, 2, 7, LG_TF_PENDING);
-        lg_create_transfers(g_b, ev, 1, TS, r);
+        lg_create_transfers(g_b, ev, 1, TS, r, NULL);
         assert_int_equal(r[0], LG_TR(ok));
         /* A chain that posts 20, moves 3, then fails on an unknown account. */
         ev[0] = (lg_transfer){
@@ -93,7 +93,7 @@ static void test_chain_rollback_restores_everything(void **state)
         ev[1] = transfer(22, 3, 4, 3, LG_TF_LINKED);
         ev[2] = transfer(23, 3, 99, 3, 0);
         ev[3] = transfer(24, 3, 4, 1, 0);
-        lg_create_transfers(g_b, ev, 4, TS + 10, r);
+        lg_create_transfers(g_b, ev, 4, TS + 10, r, NULL);
         assert_int_equal(r[0], LG_TR(linked_event_failed));
         assert_int_equal(r[1], LG_TR(linked_event_failed));
         assert_int_equal(r[2], LG_TR(credit_account_not_found));
@@ -107,7 +107,7 @@ static void test_chain_rollback_restores_everything(void **state)
         assert_true(lg_map_get(&g_b->failed_ix, 23) >= 0);
         /* The rolled-back post can be made again. */
         ev[0].flags = LG_TF_POST;
-        lg_create_transfers(g_b, ev, 1, TS + 20, r);
+        lg_create_transfers(g_b, ev, 1, TS + 20, r, NULL);
         assert_int_equal(r[0], LG_TR(ok));
         assert_true(acct(1)->debits_pending == 0 && acct(1)->debits_posted == 7);
 }
@@ -120,16 +120,16 @@ static void test_exists_of_posts(void **state)
 
         ev[0] = transfer(30, 1, 2, 10, LG_TF_PENDING);
         ev[1] = (lg_transfer){.id = 31, .pending_id = 30, .amount = 4, .flags = LG_TF_POST};
-        lg_create_transfers(g_b, ev, 2, TS, r);
+        lg_create_transfers(g_b, ev, 2, TS, r, NULL);
         assert_int_equal(r[1], LG_TR(ok));
-        lg_create_transfers(g_b, &ev[1], 1, TS + 5, r);
+        lg_create_transfers(g_b, &ev[1], 1, TS + 5, r, NULL);
         assert_int_equal(r[0], LG_TR(exists)); /* a partial post: the same amount */
         ev[1].amount = U128_MAX;
-        lg_create_transfers(g_b, &ev[1], 1, TS + 6, r);
+        lg_create_transfers(g_b, &ev[1], 1, TS + 6, r, NULL);
         assert_int_equal(r[0], LG_TR(exists_with_different_amount));
         ev[1].amount = 4;
         ev[1].debit_account_id = 1; /* named explicitly: the same as inherited */
-        lg_create_transfers(g_b, &ev[1], 1, TS + 7, r);
+        lg_create_transfers(g_b, &ev[1], 1, TS + 7, r, NULL);
         assert_int_equal(r[0], LG_TR(exists));
 }
 
@@ -141,7 +141,7 @@ static void test_expire_reopens(void **state)
         (void)state;
 
         t.timeout = 1;
-        lg_create_transfers(g_b, &t, 1, TS, r);
+        lg_create_transfers(g_b, &t, 1, TS, r, NULL);
         assert_int_equal(r[0], LG_TR(ok));
         assert_true(acct(4)->flags & LG_AF_CLOSED);
         assert_int_equal(lg_expire(g_b, &id, 1, TS + 2000000000ull), 1);
@@ -149,7 +149,7 @@ static void test_expire_reopens(void **state)
         assert_true(acct(3)->debits_pending == 0 && acct(4)->credits_pending == 0);
         assert_int_equal(lg_expire(g_b, &id, 1, TS + 3000000000ull), 0); /* once */
         t = (lg_transfer){.id = 41, .pending_id = 40, .flags = LG_TF_VOID};
-        lg_create_transfers(g_b, &t, 1, TS + 4000000000ull, r);
+        lg_create_transfers(g_b, &t, 1, TS + 4000000000ull, r, NULL);
         assert_int_equal(r[0], LG_TR(pending_transfer_expired));
 }
 
@@ -160,12 +160,12 @@ static void test_expired_before_the_sweep(void **state)
         (void)state;
 
         t.timeout = 1;
-        lg_create_transfers(g_b, &t, 1, TS, r);
+        lg_create_transfers(g_b, &t, 1, TS, r, NULL);
         /* Exactly at the expiry time, the sweeper not run yet: already expired. */
         t = (lg_transfer){.id = 51, .pending_id = 50, .amount = U128_MAX, .flags = LG_TF_POST};
-        lg_create_transfers(g_b, &t, 1, TS + 1000000000ull, r);
+        lg_create_transfers(g_b, &t, 1, TS + 1000000000ull, r, NULL);
         assert_int_equal(r[0], LG_TR(pending_transfer_expired));
-        lg_create_transfers(g_b, &t, 1, TS + 999999999ull, r);
+        lg_create_transfers(g_b, &t, 1, TS + 999999999ull, r, NULL);
         assert_int_equal(r[0], LG_TR(ok));
 }
 
