@@ -60,6 +60,10 @@ static int accounts_tx(lg_tx *tx, void *arg)
         if ((rc = load_existing(tx, b, j->w->account_events, j->n)) != KS_OK) {
                 return rc;
         }
+        if (lg_batch_imports(j->w->account_events, j->n, false) &&
+            (rc = lg_load_import(tx, b, false, j->w->account_events, j->n)) != KS_OK) {
+                return rc;
+        }
         lg_create_accounts(b, j->w->account_events, j->n, tx->base_ts, j->w->results,
                            j->w->result_ts);
         return lg_write_batch(tx, b);

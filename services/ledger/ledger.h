@@ -21,7 +21,8 @@
  * map.c (u128 -> index hash map), u128.c (128-bit text conversions),
  * convert.c (protobuf <-> structs), db.c (transactions on ks_pg_pipeline, arrays,
  * retries), rows.c (row readers, the write statement), accounts.c,
- * transfers.c, queries.c (handlers), group.c (a tenant's concurrent batches in one
+ * transfers.c, queries.c (handlers), imported.c (what an imported batch is checked
+ * against), group.c (a tenant's concurrent batches in one
  * transaction), expiry.c (the sweeper thread), main.c
  * (configuration and wiring); tests/ (the machine's unit tests).
  */
@@ -81,6 +82,9 @@ bool lg_tenant_valid(const char *s);
 #define LG_ACCOUNTS_PER_EVENT 4 /* a post may name 2 accounts and its pending 2 others */
 #define LG_TX_RETRIES_MAX     20
 #define LG_TIMEOUT_NS_PER_S   1000000000ull
+/* The timestamps an imported event may carry: TigerBeetle's range (its top bit is a tombstone). */
+#define LG_TIMESTAMP_MIN 1ull
+#define LG_TIMESTAMP_MAX ((uint64_t)INT64_MAX)
 
 /* ---- flags (TigerBeetle's bits; see ledger.proto) ------------------------ */
 
@@ -89,9 +93,11 @@ enum {
         LG_AF_DEBITS_MUST_NOT_EXCEED_CREDITS = 1u << 1,
         LG_AF_CREDITS_MUST_NOT_EXCEED_DEBITS = 1u << 2,
         LG_AF_HISTORY = 1u << 3,
+        LG_AF_IMPORTED = 1u << 4,
         LG_AF_CLOSED = 1u << 5,
         LG_AF_KNOWN = LG_AF_LINKED | LG_AF_DEBITS_MUST_NOT_EXCEED_CREDITS |
-                      LG_AF_CREDITS_MUST_NOT_EXCEED_DEBITS | LG_AF_HISTORY | LG_AF_CLOSED,
+                      LG_AF_CREDITS_MUST_NOT_EXCEED_DEBITS | LG_AF_HISTORY | LG_AF_IMPORTED |
+                      LG_AF_CLOSED,
 };
 
 enum {
@@ -103,7 +109,12 @@ enum {
         LG_TF_BALANCING_CREDIT = 1u << 5,
         LG_TF_CLOSING_DEBIT = 1u << 6,
         LG_TF_CLOSING_CREDIT = 1u << 7,
-        LG_TF_KNOWN = (1u << 8) - 1,
+        LG_TF_IMPORTED = 1u << 8,
+        LG_TF_KNOWN = (1u << 9) - 1,
+};
+
+enum {
+        LG_QUERY_REVERSED = 1u << 0, /* QueryFilter.flags */
 };
 
 enum {
@@ -265,6 +276,15 @@ typedef struct lg_batch {
         lg_undo *undo;
         int n_undo, undo_max;
         uint64_t exists_ts; /* the existing object's, after an event answered exists */
+        /*
+         * An imported batch's context (lg_batch_load_import): the latest
+         * timestamp of the batch's kind of object (an imported event must be
+         * later), and the timestamps that other objects already hold among
+         * those the events carry (sorted; an imported event may not take one).
+         */
+        uint64_t import_ts_max;
+        uint64_t *taken_ts;
+        int n_taken_ts;
 } lg_batch;
 
 int lg_batch_new(lg_batch **out, int events_max);
@@ -277,12 +297,19 @@ int lg_batch_load_account(lg_batch *b, const lg_account *a);
 int lg_batch_load_transfer(lg_batch *b, const lg_transfer *t, uint8_t status,
                            uint64_t expires_at_ns, u128 pending_amount);
 int lg_batch_load_failed(lg_batch *b, u128 id, int result);
+/*
+ * An imported batch's context: ts_max, the latest timestamp of an object of
+ * the batch's kind (0: none), and n timestamps already held by others.
+ * 0 or -1 (more than the batch's size).
+ */
+int lg_batch_load_import(lg_batch *b, uint64_t ts_max, const uint64_t *taken, int n);
 
 /*
- * Runs the events in order; event i gets timestamp base_ts + i. results[i]
- * receives a CreateAccountsResponse/CreateTransfersResponse result code and
- * timestamps[i] (when not NULL) the result's timestamp: the existing
- * object's for exists, else base_ts + i.
+ * Runs the events in order; event i gets timestamp base_ts + i, or its own
+ * when imported (which must be before base_ts + n - 1, the batch's time).
+ * results[i] receives a CreateAccountsResponse/CreateTransfersResponse
+ * result code and timestamps[i] (when not NULL) the result's timestamp: the
+ * existing object's for exists, an imported event's own, else base_ts + i.
  */
 void lg_create_accounts(lg_batch *b, const lg_account *events, int n, uint64_t base_ts,
                         uint8_t *results, uint64_t *timestamps);
@@ -358,6 +385,8 @@ int lg_lookup_transfers_handler(ks_call *call);
 int lg_get_account_transfers_handler(ks_call *call);
 int lg_get_account_balances_handler(ks_call *call);
 int lg_get_trial_balance_handler(ks_call *call);
+int lg_query_accounts_handler(ks_call *call);
+int lg_query_transfers_handler(ks_call *call);
 
 /* ---- convert.c ---------------------------------------------------------- */
 
@@ -614,6 +643,18 @@ int lg_write_batch_unless(lg_tx *tx, const lg_batch *b, const u128 *absent, int 
  * that none of them exists and checks the guess when it writes.
  */
 int lg_load_for_transfers(lg_tx *tx, lg_batch *b, const lg_transfer *ev, int n, bool exact);
+
+/* ---- imported.c: an imported batch's context ------------------------------ */
+
+/* Whether a batch of n events (lg_transfer or lg_account) imports: its first event decides. */
+bool lg_batch_imports(const void *ev, int n, bool transfers);
+/*
+ * Reads what an imported batch's timestamps are checked against into b
+ * (lg_batch_load_import), after the batch's rows: the tenant's latest
+ * timestamp of the events' kind and the events' timestamps that other
+ * objects hold. KS_OK or a database failure's code.
+ */
+int lg_load_import(lg_tx *tx, lg_batch *b, bool transfers, const void *ev, int n);
 
 /* ---- expiry.c ----------------------------------------------------------- */
 

@@ -32,6 +32,7 @@ struct lg_undo {
 /* Where a chain started: everything after it is undone if the chain fails. */
 typedef struct save_point {
         int n_accounts, n_xfers, n_hist, n_undo;
+        uint64_t import_ts_max;
 } save_point;
 
 bool lg_transfer_result_transient(int r)
@@ -56,6 +57,7 @@ void lg_batch_free(lg_batch *b)
         free(b->failed_results);
         free(b->hist);
         free(b->undo);
+        free(b->taken_ts);
         lg_map_fini(&b->account_ix);
         lg_map_fini(&b->xfer_ix);
         lg_map_fini(&b->failed_ix);
@@ -85,9 +87,11 @@ int lg_batch_new(lg_batch **out, int events_max)
         b->failed_results = calloc((size_t)b->failed_max, sizeof(*b->failed_results));
         b->hist = calloc((size_t)b->hist_max, sizeof(*b->hist));
         b->undo = calloc((size_t)b->undo_max, sizeof(*b->undo));
-        if (b->accounts == NULL || b->accounts_orig == NULL || b->xfers == NULL ||
-            b->failed_ids == NULL || b->failed_results == NULL || b->hist == NULL ||
-            b->undo == NULL || lg_map_init(&b->account_ix, (uint32_t)b->accounts_max) != 0 ||
+        b->taken_ts = calloc((size_t)events_max, sizeof(*b->taken_ts));
+        if (b->taken_ts == NULL || b->accounts == NULL || b->accounts_orig == NULL ||
+            b->xfers == NULL || b->failed_ids == NULL || b->failed_results == NULL ||
+            b->hist == NULL || b->undo == NULL ||
+            lg_map_init(&b->account_ix, (uint32_t)b->accounts_max) != 0 ||
             lg_map_init(&b->xfer_ix, (uint32_t)b->xfers_max) != 0 ||
             lg_map_init(&b->failed_ix, (uint32_t)b->failed_max) != 0) {
                 lg_batch_free(b);
@@ -104,6 +108,8 @@ void lg_batch_reset(lg_batch *b)
         b->n_failed = b->n_failed_loaded = 0;
         b->n_hist = 0;
         b->n_undo = 0;
+        b->import_ts_max = 0;
+        b->n_taken_ts = 0;
         lg_map_clear(&b->account_ix);
         lg_map_clear(&b->xfer_ix);
         lg_map_clear(&b->failed_ix);
@@ -161,6 +167,37 @@ int lg_batch_load_failed(lg_batch *b, u128 id, int result)
         return 0;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+        return (x > y) - (x < y);
+}
+
+int lg_batch_load_import(lg_batch *b, uint64_t ts_max, const uint64_t *taken, int n)
+{
+        if (n < 0 || n > b->events_max) {
+                return -1;
+        }
+        b->import_ts_max = ts_max;
+        memcpy(b->taken_ts, taken, (size_t)n * sizeof(*taken));
+        qsort(b->taken_ts, (size_t)n, sizeof(*b->taken_ts), cmp_u64);
+        b->n_taken_ts = n;
+        return 0;
+}
+
+/* Whether an object other than the batch's kind already holds timestamp ts. */
+static bool ts_taken(const lg_batch *b, uint64_t ts)
+{
+        return bsearch(&ts, b->taken_ts, (size_t)b->n_taken_ts, sizeof(ts), cmp_u64) != NULL;
+}
+
+/* TigerBeetle's rule for an imported event's timestamp: after its kind's latest, and free. */
+static bool import_regresses(const lg_batch *b, uint64_t ts)
+{
+        return ts <= b->import_ts_max || ts_taken(b, ts);
+}
+
 bool lg_batch_account_changed(const lg_batch *b, int i)
 {
         const lg_account *a = &b->accounts[i], *o = &b->accounts_orig[i];
@@ -212,6 +249,7 @@ static void save(const lg_batch *b, save_point *sp)
         sp->n_xfers = b->n_xfers;
         sp->n_hist = b->n_hist;
         sp->n_undo = b->n_undo;
+        sp->import_ts_max = b->import_ts_max;
 }
 
 /* Undoes everything since sp, newest first (TigerBeetle rolls back in LIFO order). */
@@ -234,9 +272,44 @@ static void rollback(lg_batch *b, const save_point *sp)
                 (void)lg_map_put(&b->account_ix, b->accounts[b->n_accounts].id, -1);
         }
         b->n_hist = sp->n_hist;
+        b->import_ts_max = sp->import_ts_max;
 }
 
 typedef int (*event_fn)(lg_batch *b, const void *events, int i, uint64_t ts);
+
+/* What a run needs that differs between accounts and transfers: codes and accessors. */
+typedef struct run_kind {
+        uint32_t linked, imported; /* the flags' bits */
+        uint32_t (*flags)(const void *events, int i);
+        uint64_t (*timestamp)(const void *events, int i);
+        event_fn create;
+        int chain_open, event_failed, exists;
+        int imported_expected, imported_not_expected, ts_out_of_range, ts_must_not_advance;
+        int ts_must_be_zero;
+} run_kind;
+
+/*
+ * The checks of TigerBeetle's execute loop on an event's timestamp: the
+ * first event decides whether the batch imports; an imported event brings a
+ * timestamp in range and before now (the batch's last timestamp), any other
+ * brings 0.
+ */
+static int check_timestamp(const run_kind *k, uint32_t flags, uint64_t ts, bool batch_imports,
+                           uint64_t now)
+{
+        bool imported = (flags & k->imported) != 0;
+
+        if (imported != batch_imports) {
+                return imported ? k->imported_not_expected : k->imported_expected;
+        }
+        if (!imported) {
+                return ts != 0 ? k->ts_must_be_zero : 0;
+        }
+        if (ts < LG_TIMESTAMP_MIN || ts > LG_TIMESTAMP_MAX) {
+                return k->ts_out_of_range;
+        }
+        return ts >= now ? k->ts_must_not_advance : 0;
+}
 
 /*
  * TigerBeetle's execute loop: a chain starts at the first linked event and
@@ -244,47 +317,43 @@ typedef int (*event_fn)(lg_batch *b, const void *events, int i, uint64_t ts);
  * (linked_event_chain_open). Once a chain fails, its earlier events are
  * undone and answer linked_event_failed, and so do its later ones.
  */
-/* The codes a run needs that differ between accounts and transfers. */
-typedef struct run_codes {
-        int chain_open, event_failed, exists;
-} run_codes;
-
-static void run_events(lg_batch *b, const void *events, int n, uint64_t base_ts,
-                       bool (*linked)(const void *, int), event_fn fn, const run_codes *codes,
+static void run_events(lg_batch *b, const void *events, int n, uint64_t base_ts, const run_kind *k,
                        uint8_t *results, uint64_t *timestamps)
 {
-        int chain_open = codes->chain_open, event_failed = codes->event_failed;
+        bool batch_imports = n > 0 && (k->flags(events, 0) & k->imported) != 0;
+        uint64_t now = base_ts + (uint64_t)n - 1;
         save_point sp = {0};
         int chain = -1;
         bool broken = false;
 
         for (int i = 0; i < n; i++) {
-                bool is_linked = linked(events, i);
+                uint32_t flags = k->flags(events, i);
+                bool is_linked = (flags & k->linked) != 0;
+                uint64_t asked = k->timestamp(events, i);
+                uint64_t ts = (flags & k->imported) ? asked : base_ts + (uint64_t)i;
                 int r;
 
                 if (is_linked && chain < 0) {
                         chain = i;
                         save(b, &sp);
                 }
+                b->exists_ts = 0;
                 if (is_linked && i == n - 1) {
-                        r = chain_open;
+                        r = k->chain_open;
                 } else if (broken) {
-                        r = event_failed;
-                } else {
-                        b->exists_ts = 0;
-                        r = fn(b, events, i, base_ts + (uint64_t)i);
+                        r = k->event_failed;
+                } else if ((r = check_timestamp(k, flags, asked, batch_imports, now)) == 0) {
+                        r = k->create(b, events, i, ts);
                 }
                 results[i] = (uint8_t)r;
-                if (timestamps != NULL) { /* a chain's rollback keeps these: base_ts + j */
-                        timestamps[i] = r == codes->exists && b->exists_ts != 0
-                                            ? b->exists_ts
-                                            : base_ts + (uint64_t)i;
+                if (timestamps != NULL) { /* a chain's rollback keeps these */
+                        timestamps[i] = r == k->exists && b->exists_ts != 0 ? b->exists_ts : ts;
                 }
                 if (r != 0 && chain >= 0 && !broken) {
                         broken = true;
                         rollback(b, &sp);
                         for (int j = chain; j < i; j++) {
-                                results[j] = (uint8_t)event_failed;
+                                results[j] = (uint8_t)k->event_failed;
                         }
                 }
                 if (!is_linked) {
@@ -323,9 +392,6 @@ static int account_exists(const lg_account *a, const lg_account *e)
 /* The checks before the existing-id check (TigerBeetle's order since 0.16.4). */
 static int account_validate_id(const lg_account *a)
 {
-        if (a->timestamp != 0) {
-                return LG_AR(timestamp_must_be_zero);
-        }
         if ((a->flags & ~(uint32_t)LG_AF_KNOWN) != 0) {
                 return LG_AR(reserved_flag);
         }
@@ -382,6 +448,14 @@ static int create_account(lg_batch *b, const void *events, int i, uint64_t ts)
         if ((r = account_validate(a)) != LG_AR(ok)) {
                 return r;
         }
+        /* After the existing-id check, so that a resent import still answers exists. */
+        bool imported = (a->flags & LG_AF_IMPORTED) != 0;
+        if (imported && import_regresses(b, ts)) {
+                return LG_AR(imported_event_timestamp_must_not_regress);
+        }
+        if (imported) {
+                b->import_ts_max = ts;
+        }
         KS_ASSERT(b->n_accounts < b->accounts_max);
         int k = b->n_accounts++;
         b->accounts[k] = *a;
@@ -392,19 +466,36 @@ static int create_account(lg_batch *b, const void *events, int i, uint64_t ts)
         return LG_AR(ok);
 }
 
-static bool account_linked(const void *events, int i)
+static uint32_t account_flags(const void *events, int i)
 {
-        return (((const lg_account *)events)[i].flags & LG_AF_LINKED) != 0;
+        return ((const lg_account *)events)[i].flags;
+}
+
+static uint64_t account_timestamp(const void *events, int i)
+{
+        return ((const lg_account *)events)[i].timestamp;
 }
 
 void lg_create_accounts(lg_batch *b, const lg_account *events, int n, uint64_t base_ts,
                         uint8_t *results, uint64_t *timestamps)
 {
-        static const run_codes codes = {LG_AR(linked_event_chain_open), LG_AR(linked_event_failed),
-                                        LG_AR(exists)};
+        static const run_kind kind = {
+            .linked = LG_AF_LINKED,
+            .imported = LG_AF_IMPORTED,
+            .flags = account_flags,
+            .timestamp = account_timestamp,
+            .create = create_account,
+            .chain_open = LG_AR(linked_event_chain_open),
+            .event_failed = LG_AR(linked_event_failed),
+            .exists = LG_AR(exists),
+            .imported_expected = LG_AR(imported_event_expected),
+            .imported_not_expected = LG_AR(imported_event_not_expected),
+            .ts_out_of_range = LG_AR(imported_event_timestamp_out_of_range),
+            .ts_must_not_advance = LG_AR(imported_event_timestamp_must_not_advance),
+            .ts_must_be_zero = LG_AR(timestamp_must_be_zero),
+        };
         KS_ASSERT(n >= 0 && n <= b->events_max);
-        run_events(b, events, n, base_ts, account_linked, create_account, &codes, results,
-                   timestamps);
+        run_events(b, events, n, base_ts, &kind, results, timestamps);
 }
 
 /* ---- transfers: checks ---------------------------------------------------- */
@@ -677,6 +768,25 @@ static u128 balanced_amount(const lg_transfer *t, const lg_account *dr, const lg
         return amount;
 }
 
+/* An imported single-phase or pending transfer's timestamp and timeout. */
+static int check_import(const lg_batch *b, const lg_transfer *t, const lg_account *dr,
+                        const lg_account *cr)
+{
+        if (import_regresses(b, t->timestamp)) {
+                return LG_TR(imported_event_timestamp_must_not_regress);
+        }
+        if (t->timestamp <= dr->timestamp) {
+                return LG_TR(imported_event_timestamp_must_postdate_debit_account);
+        }
+        if (t->timestamp <= cr->timestamp) {
+                return LG_TR(imported_event_timestamp_must_postdate_credit_account);
+        }
+        if (t->timeout != 0) { /* no clock drives an imported transfer's expiry */
+                return LG_TR(imported_event_timeout_must_be_zero);
+        }
+        return LG_TR(ok);
+}
+
 static int single_or_pending(lg_batch *b, lg_transfer *t)
 {
         lg_account *dr = account_get(b, t->debit_account_id);
@@ -694,6 +804,9 @@ static int single_or_pending(lg_batch *b, lg_transfer *t)
         }
         if (t->ledger != dr->ledger) {
                 return LG_TR(transfer_must_have_the_same_ledger_as_accounts);
+        }
+        if ((t->flags & LG_TF_IMPORTED) && (r = check_import(b, t, dr, cr)) != LG_TR(ok)) {
+                return r;
         }
         if (dr->flags & LG_AF_CLOSED) {
                 return LG_TR(debit_account_already_closed);
@@ -836,6 +949,9 @@ static int post_or_void(lg_batch *b, lg_transfer *t)
         lg_account *cr = account_get(b, pt.credit_account_id);
         KS_ASSERT(dr != NULL && cr != NULL); /* accounts are never deleted, and were locked */
         bool post = (t->flags & LG_TF_POST) != 0;
+        if ((t->flags & LG_TF_IMPORTED) && import_regresses(b, t->timestamp)) {
+                return LG_TR(imported_event_timestamp_must_not_regress);
+        }
         if (post && (r = check_post(dr, cr, amount)) != LG_TR(ok)) {
                 return r;
         }
@@ -861,9 +977,6 @@ static int create_transfer(lg_batch *b, const void *events, int i, uint64_t ts)
         const lg_xfer *e;
         int r;
 
-        if (t.timestamp != 0) {
-                return LG_TR(timestamp_must_be_zero);
-        }
         if ((t.flags & ~(uint32_t)LG_TF_KNOWN) != 0) {
                 return LG_TR(reserved_flag);
         }
@@ -886,22 +999,42 @@ static int create_transfer(lg_batch *b, const void *events, int i, uint64_t ts)
         t.timestamp = ts;
         r = (t.flags & (LG_TF_POST | LG_TF_VOID)) ? post_or_void(b, &t) : single_or_pending(b, &t);
         record_failed(b, t.id, r);
+        if (r == LG_TR(ok) && (t.flags & LG_TF_IMPORTED)) {
+                b->import_ts_max = ts;
+        }
         return r;
 }
 
-static bool transfer_linked(const void *events, int i)
+static uint32_t transfer_flags(const void *events, int i)
 {
-        return (((const lg_transfer *)events)[i].flags & LG_TF_LINKED) != 0;
+        return ((const lg_transfer *)events)[i].flags;
+}
+
+static uint64_t transfer_timestamp(const void *events, int i)
+{
+        return ((const lg_transfer *)events)[i].timestamp;
 }
 
 void lg_create_transfers(lg_batch *b, const lg_transfer *events, int n, uint64_t base_ts,
                          uint8_t *results, uint64_t *timestamps)
 {
-        static const run_codes codes = {LG_TR(linked_event_chain_open), LG_TR(linked_event_failed),
-                                        LG_TR(exists)};
+        static const run_kind kind = {
+            .linked = LG_TF_LINKED,
+            .imported = LG_TF_IMPORTED,
+            .flags = transfer_flags,
+            .timestamp = transfer_timestamp,
+            .create = create_transfer,
+            .chain_open = LG_TR(linked_event_chain_open),
+            .event_failed = LG_TR(linked_event_failed),
+            .exists = LG_TR(exists),
+            .imported_expected = LG_TR(imported_event_expected),
+            .imported_not_expected = LG_TR(imported_event_not_expected),
+            .ts_out_of_range = LG_TR(imported_event_timestamp_out_of_range),
+            .ts_must_not_advance = LG_TR(imported_event_timestamp_must_not_advance),
+            .ts_must_be_zero = LG_TR(timestamp_must_be_zero),
+        };
         KS_ASSERT(n >= 0 && n <= b->events_max);
-        run_events(b, events, n, base_ts, transfer_linked, create_transfer, &codes, results,
-                   timestamps);
+        run_events(b, events, n, base_ts, &kind, results, timestamps);
 }
 
 /* ---- expiry --------------------------------------------------------------- */

@@ -1,6 +1,6 @@
 /*
  * The reads: LookupAccounts, LookupTransfers, GetAccountTransfers,
- * GetAccountBalances and GetTrialBalance. Each runs in one read-only
+ * GetAccountBalances, GetTrialBalance, QueryAccounts and QueryTransfers. Each runs in one read-only
  * REPEATABLE READ transaction as the tenant (one snapshot: a trial
  * balance's page and totals agree), with every statement bounded by a
  * limit of at most the batch size.
@@ -456,6 +456,162 @@ int lg_get_account_balances_handler(ks_call *call)
                         balance_item};
 
         return filter_reply(call, sql_account_balances_asc, sql_account_balances_desc, &r);
+}
+
+/* ---- query filters ------------------------------------------------------------ */
+
+typedef Keelson__Ledger__V1__QueryFilter pb_query;
+
+#define QUERY_SQL_MAX 1024
+#define ZERO_UUID     "'00000000-0000-0000-0000-000000000000'::uuid"
+
+/* A query's statement, built for the fields it filters by, and its parameters. */
+typedef struct query_job {
+        char sql[QUERY_SQL_MAX];
+        char tenant[LG_TENANT_LEN + 1], ts_min[SCALAR_MAX], ts_max[SCALAR_MAX], limit[SCALAR_MAX];
+        char ud128[LG_UUID_LEN + 1], ud64[SCALAR_MAX], ud32[SCALAR_MAX], ledger[SCALAR_MAX];
+        char code[SCALAR_MAX];
+        const char *p[9];
+        int n_params;
+        PGresult *res; /* kept for the reply; the caller clears it */
+} query_job;
+
+static int query_check(ks_call *call, const pb_query *q, int batch_max)
+{
+        if (q->limit == 0 || q->limit > (uint32_t)batch_max) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "limit: expected 1 to %d",
+                                    batch_max);
+        }
+        if ((q->flags & ~(uint32_t)LG_QUERY_REVERSED) != 0) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT,
+                                    "flags: only reversed (1) is defined");
+        }
+        if (q->timestamp_min > (uint64_t)INT64_MAX || q->timestamp_max > (uint64_t)INT64_MAX ||
+            (q->timestamp_max != 0 && q->timestamp_min > q->timestamp_max)) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT,
+                                    "timestamp_min and timestamp_max: expected 0 <= min <= max"
+                                    " < 2^63 (0 = unbounded)");
+        }
+        if (q->code > 65535) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "code must be at most 65535");
+        }
+        return KS_OK;
+}
+
+/* Appends " AND <cond>" with parameter value v as the next $n; cond has one %d for n. */
+static void query_cond(query_job *j, size_t *len, const char *cond, const char *v)
+{
+        j->p[j->n_params++] = v;
+        *len += (size_t)snprintf(j->sql + *len, sizeof(j->sql) - *len, " AND ");
+        *len += (size_t)snprintf(j->sql + *len, sizeof(j->sql) - *len, cond, j->n_params);
+}
+
+/*
+ * The statement: one condition per non-zero field, each served by its
+ * index (field, tenant_id, timestamp), the user_data ones repeating their
+ * index's predicate (migrations/003_query_indexes.sql); with no field, the
+ * tenant as text, served by (tenant_id::text, timestamp). Either way an
+ * index range in timestamp order that stops at the limit.
+ */
+static void query_build(query_job *j, const char *tenant, const pb_query *q, bool transfers)
+{
+        u128 ud128 = lg_u128(q->user_data_128_hi, q->user_data_128);
+        bool fields = ud128 != 0 || q->user_data_64 != 0 || q->user_data_32 != 0 ||
+                      q->ledger != 0 || q->code != 0;
+        size_t len;
+
+        snprintf(j->tenant, sizeof(j->tenant), "%s", tenant);
+        snprintf(j->ts_min, sizeof(j->ts_min), "%llu", (unsigned long long)q->timestamp_min);
+        snprintf(
+            j->ts_max, sizeof(j->ts_max), "%llu",
+            (unsigned long long)(q->timestamp_max != 0 ? q->timestamp_max : (uint64_t)INT64_MAX));
+        snprintf(j->limit, sizeof(j->limit), "%u", q->limit);
+        j->p[0] = j->tenant;
+        j->p[1] = j->ts_min;
+        j->p[2] = j->ts_max;
+        j->p[3] = j->limit;
+        j->n_params = 4;
+        len = (size_t)snprintf(j->sql, sizeof(j->sql),
+                               "SELECT %s FROM %s WHERE %s"
+                               " AND timestamp BETWEEN $2::int8 AND $3::int8",
+                               transfers ? LG_TRANSFER_COLS : LG_ACCOUNT_COLS,
+                               transfers ? "ledger.transfers" : "ledger.accounts",
+                               fields ? "tenant_id = $1::uuid" : "tenant_id::text = $1::text");
+        if (ud128 != 0) {
+                lg_u128_to_uuid(ud128, j->ud128);
+                query_cond(j, &len, "user_data_128 = $%d::uuid AND user_data_128 <> " ZERO_UUID,
+                           j->ud128);
+        }
+        if (q->user_data_64 != 0) {
+                snprintf(j->ud64, sizeof(j->ud64), "%lld", (long long)(int64_t)q->user_data_64);
+                query_cond(j, &len, "user_data_64 = $%d::int8 AND user_data_64 <> 0", j->ud64);
+        }
+        if (q->user_data_32 != 0) {
+                snprintf(j->ud32, sizeof(j->ud32), "%u", q->user_data_32);
+                query_cond(j, &len, "user_data_32 = $%d::int8 AND user_data_32 <> 0", j->ud32);
+        }
+        if (q->ledger != 0) {
+                snprintf(j->ledger, sizeof(j->ledger), "%u", q->ledger);
+                query_cond(j, &len, "ledger = $%d::int8", j->ledger);
+        }
+        if (q->code != 0) {
+                snprintf(j->code, sizeof(j->code), "%u", q->code);
+                query_cond(j, &len, "code = $%d::int4", j->code);
+        }
+        snprintf(j->sql + len, sizeof(j->sql) - len, " ORDER BY timestamp %s LIMIT $4::int8",
+                 (q->flags & LG_QUERY_REVERSED) ? "DESC" : "ASC");
+}
+
+static int query_tx(lg_tx *tx, void *arg)
+{
+        query_job *j = arg;
+
+        PQclear(j->res); /* a retry's leftover */
+        j->res = NULL;
+        lg_stmt s = {.sql = j->sql, .n_params = j->n_params, .params = j->p, .out = &j->res};
+        return lg_run(tx, &s, 1, true);
+}
+
+static int query_reply(ks_call *call, bool transfers, const rows_reply *r)
+{
+        const pb_query *q = (const pb_query *)call->in;
+        lg_service *svc = call->service;
+        query_job *j = calloc(1, sizeof(*j));
+        int rc;
+
+        if (j == NULL) {
+                return ks_call_oom(call);
+        }
+        if ((rc = lg_require_caller(call, false)) == KS_OK &&
+            (rc = query_check(call, q, svc->batch_max)) == KS_OK) {
+                query_build(j, call->caller->tenant_id, q, transfers);
+                if ((rc = run_read(call, query_tx, j)) == KS_OK) {
+                        rc = reply_rows(call, j->res, r);
+                }
+        }
+        PQclear(j->res);
+        free(j);
+        return rc;
+}
+
+int lg_query_accounts_handler(ks_call *call)
+{
+        Keelson__Ledger__V1__QueryAccountsResponse resp =
+            KEELSON__LEDGER__V1__QUERY_ACCOUNTS_RESPONSE__INIT;
+        rows_reply r = {&resp.base, &resp.n_accounts, (void ***)&resp.accounts, sizeof(pb_account),
+                        account_item};
+
+        return query_reply(call, false, &r);
+}
+
+int lg_query_transfers_handler(ks_call *call)
+{
+        Keelson__Ledger__V1__QueryTransfersResponse resp =
+            KEELSON__LEDGER__V1__QUERY_TRANSFERS_RESPONSE__INIT;
+        rows_reply r = {&resp.base, &resp.n_transfers, (void ***)&resp.transfers,
+                        sizeof(pb_transfer), transfer_item};
+
+        return query_reply(call, true, &r);
 }
 
 /* ---- trial balance ------------------------------------------------------------ */

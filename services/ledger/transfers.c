@@ -230,6 +230,10 @@ static int transfers_tx(lg_tx *tx, void *arg)
         if ((rc = lg_load_for_transfers(tx, b, ev, j->n, tx->exact)) != KS_OK) {
                 return rc;
         }
+        if (j->n_parts == 0 && lg_batch_imports(ev, j->n, true) &&
+            (rc = lg_load_import(tx, b, true, ev, j->n)) != KS_OK) {
+                return rc;
+        }
         int64_t t1 = lg_now_us();
         if (j->n_parts == 0) {
                 lg_create_transfers(b, ev, j->n, tx->base_ts, j->w->results, j->w->result_ts);
@@ -338,7 +342,8 @@ int lg_create_transfers_handler(ks_call *call)
                 }
         }
         lg_member me = {.w = w, .n = (int)req->n_transfers, .request_id = call->request_id};
-        if (svc->groups != NULL) {
+        /* An imported batch runs alone: its checks read the tenant's state for it alone. */
+        if (svc->groups != NULL && !lg_batch_imports(w->transfer_events, me.n, true)) {
                 rc = lg_group_run(svc, call->caller->tenant_id, &me, run_group);
         } else {
                 run_group(svc, call->caller->tenant_id, (lg_member *const[]){&me}, 1);

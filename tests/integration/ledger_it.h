@@ -45,6 +45,7 @@ enum {
         AF_DEBITS_MUST_NOT_EXCEED_CREDITS = 2,
         AF_CREDITS_MUST_NOT_EXCEED_DEBITS = 4,
         AF_HISTORY = 8,
+        AF_IMPORTED = 16,
         AF_CLOSED = 32,
         TF_LINKED = 1,
         TF_PENDING = 2,
@@ -54,6 +55,7 @@ enum {
         TF_BALANCING_CREDIT = 32,
         TF_CLOSING_DEBIT = 64,
         TF_CLOSING_CREDIT = 128,
+        TF_IMPORTED = 256,
 };
 
 typedef Keelson__Ledger__V1__Account lt_account_pb;

@@ -4,8 +4,8 @@
  * and CreateTransfers is provoked on purpose and checked (the last test
  * asserts that none was missed), with the balances each scenario must
  * leave; then the reads (lookups, account transfers and balances, trial
- * balance), the request-level errors and tenant isolation, in the API and
- * in the database's row-level security.
+ * balance, query filters), imported events, the request-level errors and
+ * tenant isolation, in the API and in the database's row-level security.
  *
  * overflows_timeout is the one code no request can reach before the year
  * 2216 (timeout is a u32 of seconds): the state machine's unit test
@@ -13,8 +13,10 @@
  */
 #include "ledger_it.h"
 
-#define N_TR 60 /* CreateTransfersResponse results 0..59 */
-#define N_AR 21 /* CreateAccountsResponse results 0..20 */
+#include <time.h>
+
+#define N_TR 68 /* CreateTransfersResponse results 0..67 */
+#define N_AR 26 /* CreateAccountsResponse results 0..25 */
 
 static it_stack g_stack;
 static lt_tenant g_t;
@@ -91,9 +93,9 @@ typedef struct balances {
         uint32_t flags;
 } balances;
 
-static balances balances_of(u128 id)
+static balances balances_of(const lt_tenant *t, u128 id)
 {
-        Keelson__Ledger__V1__LookupAccountsResponse *r = lt_lookup_accounts(&g_t, &id, 1);
+        Keelson__Ledger__V1__LookupAccountsResponse *r = lt_lookup_accounts(t, &id, 1);
         balances b;
 
         assert_int_equal(r->n_accounts, 1);
@@ -107,9 +109,16 @@ static balances balances_of(u128 id)
         return b;
 }
 
+static void assert_balances_of(const lt_tenant *t, u128 id, u128 dp, u128 dpo, u128 cp, u128 cpo);
+
 static void assert_balances(u128 id, u128 dp, u128 dpo, u128 cp, u128 cpo)
 {
-        balances b = balances_of(id);
+        assert_balances_of(&g_t, id, dp, dpo, cp, cpo);
+}
+
+static void assert_balances_of(const lt_tenant *t, u128 id, u128 dp, u128 dpo, u128 cp, u128 cpo)
+{
+        balances b = balances_of(t, id);
 
         if (b.dp != dp || b.dpo != dpo || b.cp != cp || b.cpo != cpo) {
                 fail_msg("account %llu: balances %llu/%llu/%llu/%llu, expected %llu/%llu/%llu/%llu",
@@ -174,7 +183,7 @@ static void test_account_codes(void **state)
         lt_account_init(&a[0], 1001, 1, 7, 0);
         a[0].timestamp = 1;
         expect_account(a, AR(timestamp_must_be_zero));
-        lt_account_init(&a[0], 1001, 1, 7, 16); /* imported: not supported */
+        lt_account_init(&a[0], 1001, 1, 7, 64); /* a bit TigerBeetle does not define */
         expect_account(a, AR(reserved_flag));
         lt_account_init(&a[0], 0, 1, 7, 0);
         expect_account(a, AR(id_must_not_be_zero));
@@ -377,7 +386,7 @@ static void test_transfer_validation(void **state)
         x[0] = xfer(110, 1, 2, 1, 0);
         x[0].timestamp = 1;
         expect_transfer(x, TR(timestamp_must_be_zero));
-        x[0] = xfer(110, 1, 2, 1, 256); /* imported: not supported */
+        x[0] = xfer(110, 1, 2, 1, 512); /* a bit TigerBeetle does not define */
         expect_transfer(x, TR(reserved_flag));
         x[0] = xfer(0, 1, 2, 1, 0);
         expect_transfer(x, TR(id_must_not_be_zero));
@@ -427,7 +436,7 @@ static void test_transfer_linked(void **state)
         lt_transfer_pb x[4];
         (void)state;
 
-        balances b1 = balances_of(1), b2 = balances_of(2);
+        balances b1 = balances_of(&g_t, 1), b2 = balances_of(&g_t, 2);
         /* The chain 120, 121 fails at 121; 122 stands alone and succeeds. */
         x[0] = xfer(120, 1, 2, 5, TF_LINKED);
         x[1] = xfer(121, 3, 2, 1000, 0);
@@ -450,7 +459,7 @@ static void test_transfer_linked(void **state)
 
 static int pending_released(void *arg)
 {
-        return balances_of(*(u128 *)arg).dp == 0;
+        return balances_of(&g_t, *(u128 *)arg).dp == 0;
 }
 
 static void test_two_phase(void **state)
@@ -547,13 +556,13 @@ static void test_closed_accounts(void **state)
         /* A closing pending transfer closes 42; voiding it reopens it. */
         x[0] = xfer(402, 42, 41, 3, TF_PENDING | TF_CLOSING_DEBIT);
         expect_transfer(x, TR(ok));
-        assert_true((balances_of(42).flags & AF_CLOSED) != 0);
+        assert_true((balances_of(&g_t, 42).flags & AF_CLOSED) != 0);
         x[0] = xfer(403, 42, 41, 1, 0);
         expect_transfer(x, TR(debit_account_already_closed));
         x[0] = resolve(404, 402, 0, TF_VOID);
         x[1] = xfer(405, 42, 41, 1, 0);
         expect_transfers(x, 2, (int[]){TR(ok), TR(ok)});
-        assert_true((balances_of(42).flags & AF_CLOSED) == 0);
+        assert_true((balances_of(&g_t, 42).flags & AF_CLOSED) == 0);
         assert_balances(42, 0, 1, 0, 0);
 }
 
@@ -573,11 +582,11 @@ static void test_matches_tigerbeetle_0_17(void **state)
         expect_transfer(x, TR(ok));
         x[0] = resolve(1701, 1700, U128_MAX, TF_POST);
         expect_transfer(x, TR(debit_account_already_closed));
-        assert_true((balances_of(170).flags & AF_CLOSED) != 0);
+        assert_true((balances_of(&g_t, 170).flags & AF_CLOSED) != 0);
         assert_balances(170, 4, 0, 0, 0); /* still pending */
         x[0] = resolve(1702, 1700, 0, TF_VOID);
         expect_transfer(x, TR(ok));
-        assert_true((balances_of(170).flags & AF_CLOSED) == 0);
+        assert_true((balances_of(&g_t, 170).flags & AF_CLOSED) == 0);
         assert_balances(170, 0, 0, 0, 0);
 
         /* 2. An existing id is judged before the fields a new account is checked for. */
@@ -632,8 +641,8 @@ static void test_matches_tigerbeetle_0_17(void **state)
 }
 
 /* CreateAccounts of n accounts: the reply, which the caller frees. */
-static Keelson__Ledger__V1__CreateAccountsResponse *create_accounts_reply(lt_account_pb *a,
-                                                                          size_t n)
+static Keelson__Ledger__V1__CreateAccountsResponse *
+create_accounts_reply_of(const lt_tenant *t, lt_account_pb *a, size_t n)
 {
         Keelson__Ledger__V1__CreateAccountsRequest req =
             KEELSON__LEDGER__V1__CREATE_ACCOUNTS_REQUEST__INIT;
@@ -643,12 +652,12 @@ static Keelson__Ledger__V1__CreateAccountsResponse *create_accounts_reply(lt_acc
         }
         req.n_accounts = n;
         req.accounts = p;
-        return lt_call(&g_t, "CreateAccounts", &req.base,
+        return lt_call(t, "CreateAccounts", &req.base,
                        &keelson__ledger__v1__create_accounts_response__descriptor);
 }
 
-static Keelson__Ledger__V1__CreateTransfersResponse *create_transfers_reply(lt_transfer_pb *x,
-                                                                            size_t n)
+static Keelson__Ledger__V1__CreateTransfersResponse *
+create_transfers_reply_of(const lt_tenant *t, lt_transfer_pb *x, size_t n)
 {
         Keelson__Ledger__V1__CreateTransfersRequest req =
             KEELSON__LEDGER__V1__CREATE_TRANSFERS_REQUEST__INIT;
@@ -658,8 +667,20 @@ static Keelson__Ledger__V1__CreateTransfersResponse *create_transfers_reply(lt_t
         }
         req.n_transfers = n;
         req.transfers = p;
-        return lt_call(&g_t, "CreateTransfers", &req.base,
+        return lt_call(t, "CreateTransfers", &req.base,
                        &keelson__ledger__v1__create_transfers_response__descriptor);
+}
+
+static Keelson__Ledger__V1__CreateAccountsResponse *create_accounts_reply(lt_account_pb *a,
+                                                                          size_t n)
+{
+        return create_accounts_reply_of(&g_t, a, n);
+}
+
+static Keelson__Ledger__V1__CreateTransfersResponse *create_transfers_reply(lt_transfer_pb *x,
+                                                                            size_t n)
+{
+        return create_transfers_reply_of(&g_t, x, n);
 }
 
 /*
@@ -714,6 +735,419 @@ static void test_result_timestamps(void **state)
         assert_int_equal(tr->results[0], TR(exists));
         assert_int_equal(tr->timestamps[0], t1800);
         protobuf_c_message_free_unpacked(&tr->base, NULL);
+}
+
+/* ---- imported events -------------------------------------------------------------- */
+
+static lt_tenant g_imp; /* a tenant of its own: its history starts near the epoch */
+
+static lt_account_pb imp_account(u128 id, uint64_t ts, uint32_t flags)
+{
+        lt_account_pb a;
+
+        lt_account_init(&a, id, 1, 7, flags | AF_IMPORTED);
+        a.timestamp = ts;
+        return a;
+}
+
+static lt_transfer_pb imp_xfer(u128 id, u128 dr, u128 cr, u128 amount, uint32_t flags, uint64_t ts)
+{
+        lt_transfer_pb t = xfer(id, dr, cr, amount, flags | TF_IMPORTED);
+
+        t.timestamp = ts;
+        return t;
+}
+
+static lt_transfer_pb imp_resolve(u128 id, u128 pending, u128 amount, uint32_t flags, uint64_t ts)
+{
+        lt_transfer_pb t = resolve(id, pending, amount, flags | TF_IMPORTED);
+
+        t.timestamp = ts;
+        return t;
+}
+
+/* Now, and an hour ahead: a time no import may claim yet. */
+static uint64_t ns_from_now(int64_t seconds)
+{
+        return ((uint64_t)time(NULL) + (uint64_t)seconds) * 1000000000ull;
+}
+
+/*
+ * Imports into t: each result as expected, and each created one answered
+ * with its own timestamp (an imported event's result timestamp is the one
+ * it carries, whatever its result, but for exists: the existing one's).
+ */
+static void import_accounts(const lt_tenant *t, lt_account_pb *a, size_t n, const int *expected)
+{
+        Keelson__Ledger__V1__CreateAccountsResponse *r = create_accounts_reply_of(t, a, n);
+
+        assert_int_equal(r->n_results, n);
+        assert_int_equal(r->n_timestamps, n);
+        for (size_t i = 0; i < n; i++) {
+                if ((int)r->results[i] != expected[i]) {
+                        fail_msg("account %zu (id %llu): expected %s, got %s", i,
+                                 (unsigned long long)a[i].id, lt_ar_name(expected[i]),
+                                 lt_ar_name((int)r->results[i]));
+                }
+                g_seen_ar[r->results[i]] = true;
+                if ((a[i].flags & AF_IMPORTED) && r->results[i] != AR(exists)) {
+                        assert_int_equal(r->timestamps[i], a[i].timestamp);
+                }
+        }
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+}
+
+/* The same for transfers; returns the result timestamp of the last one. */
+static uint64_t import_transfers(const lt_tenant *t, lt_transfer_pb *x, size_t n,
+                                 const int *expected)
+{
+        Keelson__Ledger__V1__CreateTransfersResponse *r = create_transfers_reply_of(t, x, n);
+        uint64_t last;
+
+        assert_int_equal(r->n_results, n);
+        assert_int_equal(r->n_timestamps, n);
+        for (size_t i = 0; i < n; i++) {
+                if ((int)r->results[i] != expected[i]) {
+                        fail_msg("transfer %zu (id %llu): expected %s, got %s", i,
+                                 (unsigned long long)x[i].id, lt_tr_name(expected[i]),
+                                 lt_tr_name((int)r->results[i]));
+                }
+                g_seen_tr[r->results[i]] = true;
+                if ((x[i].flags & TF_IMPORTED) && r->results[i] != TR(exists)) {
+                        assert_int_equal(r->timestamps[i], x[i].timestamp);
+                }
+        }
+        last = r->timestamps[n - 1];
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+        return last;
+}
+
+static uint64_t stored_timestamp(const lt_tenant *t, u128 id, bool transfer, uint32_t *flags)
+{
+        uint64_t ts;
+
+        if (transfer) {
+                Keelson__Ledger__V1__LookupTransfersResponse *r = lt_lookup_transfers(t, &id, 1);
+                assert_int_equal(r->n_transfers, 1);
+                ts = r->transfers[0]->timestamp;
+                *flags = r->transfers[0]->flags;
+                protobuf_c_message_free_unpacked(&r->base, NULL);
+        } else {
+                Keelson__Ledger__V1__LookupAccountsResponse *r = lt_lookup_accounts(t, &id, 1);
+                assert_int_equal(r->n_accounts, 1);
+                ts = r->accounts[0]->timestamp;
+                *flags = r->accounts[0]->flags;
+                protobuf_c_message_free_unpacked(&r->base, NULL);
+        }
+        return ts;
+}
+
+static void test_imported_accounts(void **state)
+{
+        lt_account_pb a[3];
+        uint32_t flags;
+        (void)state;
+
+        lt_tenant_new(&g_stack, "it-ledger-import", &g_imp);
+        /* Accounts with their original timestamps, in order. */
+        a[0] = imp_account(1, 1000, 0);
+        a[1] = imp_account(2, 2000, 0);
+        a[2] = imp_account(3, 3000, AF_HISTORY);
+        import_accounts(&g_imp, a, 3, (int[]){AR(ok), AR(ok), AR(ok)});
+        assert_int_equal(stored_timestamp(&g_imp, 3, false, &flags), 3000);
+        assert_int_equal(flags, AF_HISTORY | AF_IMPORTED);
+
+        /* A resent import answers exists (before any rule on its timestamp). */
+        a[0] = imp_account(1, 1, 0);
+        a[1] = imp_account(4, 2500, 0); /* before account 3 */
+        a[2] = imp_account(4, 3000, 0); /* account 3's own */
+        import_accounts(&g_imp, a, 3,
+                        (int[]){AR(exists), AR(imported_event_timestamp_must_not_regress),
+                                AR(imported_event_timestamp_must_not_regress)});
+        a[0] = imp_account(4, 0, 0);
+        a[1] = imp_account(4, (uint64_t)INT64_MAX + 1, 0);
+        a[2] = imp_account(4, ns_from_now(3600), 0);
+        import_accounts(&g_imp, a, 3,
+                        (int[]){AR(imported_event_timestamp_out_of_range),
+                                AR(imported_event_timestamp_out_of_range),
+                                AR(imported_event_timestamp_must_not_advance)});
+
+        /* The first event decides whether a batch imports. */
+        a[0] = imp_account(4, 4000, 0);
+        lt_account_init(&a[1], 5, 1, 7, 0);
+        import_accounts(&g_imp, a, 2, (int[]){AR(ok), AR(imported_event_expected)});
+        lt_account_init(&a[0], 5, 0, 7, 0); /* refused: it creates nothing */
+        a[1] = imp_account(6, 5000, 0);
+        import_accounts(&g_imp, a, 2,
+                        (int[]){AR(ledger_must_not_be_zero), AR(imported_event_not_expected)});
+        lt_account_init(&a[0], 5, 1, 7, AF_IMPORTED); /* imported with no timestamp */
+        import_accounts(&g_imp, a, 1, (int[]){AR(imported_event_timestamp_out_of_range)});
+}
+
+static void test_imported_transfers(void **state)
+{
+        lt_transfer_pb x[4];
+        uint32_t flags;
+        (void)state;
+
+        /* After every transfer, on no account's timestamp, after both accounts, no timeout. */
+        x[0] = imp_xfer(10, 1, 2, 10, 0, 4000); /* account 4's timestamp */
+        x[1] = imp_xfer(10, 3, 1, 10, 0, 2500); /* before account 3, the debit */
+        x[2] = imp_xfer(10, 1, 3, 10, 0, 2500); /* before account 3, the credit */
+        x[3] = imp_xfer(10, 1, 2, 10, TF_PENDING, 4500);
+        x[3].timeout = 60;
+        import_transfers(&g_imp, x, 4,
+                         (int[]){TR(imported_event_timestamp_must_not_regress),
+                                 TR(imported_event_timestamp_must_postdate_debit_account),
+                                 TR(imported_event_timestamp_must_postdate_credit_account),
+                                 TR(imported_event_timeout_must_be_zero)});
+
+        x[0] = imp_xfer(11, 1, 2, 10, 0, 5000);
+        x[0].user_data_128 = 77;
+        x[0].user_data_64 = 5;
+        x[1] = imp_xfer(12, 1, 3, 5, TF_PENDING, 6000);
+        x[1].code = 2;
+        x[2] = imp_resolve(13, 12, U128_MAX, TF_POST, 7000);
+        import_transfers(&g_imp, x, 3, (int[]){TR(ok), TR(ok), TR(ok)});
+        assert_int_equal(stored_timestamp(&g_imp, 13, true, &flags), 7000);
+        assert_int_equal(flags, TF_POST | TF_IMPORTED);
+
+        /* The history of account 3 carries the imported times. */
+        Keelson__Ledger__V1__AccountFilter f = KEELSON__LEDGER__V1__ACCOUNT_FILTER__INIT;
+        f.account_id = 3;
+        f.limit = 10;
+        f.flags = 1 | 2;
+        Keelson__Ledger__V1__GetAccountBalancesResponse *gb =
+            lt_call(&g_imp, "GetAccountBalances", &f.base,
+                    &keelson__ledger__v1__get_account_balances_response__descriptor);
+        assert_int_equal(gb->n_balances, 2);
+        assert_int_equal(gb->balances[0]->timestamp, 6000);
+        assert_int_equal(gb->balances[0]->credits_pending, 5);
+        assert_int_equal(gb->balances[1]->timestamp, 7000);
+        assert_int_equal(gb->balances[1]->credits_posted, 5);
+        protobuf_c_message_free_unpacked(&gb->base, NULL);
+
+        x[0] = imp_xfer(14, 2, 1, 1, 0, 6500); /* before transfer 13 */
+        x[1] = imp_xfer(11, 1, 2, 10, 0, 1);   /* resent: exists, whatever its timestamp */
+        x[1].user_data_128 = 77;
+        x[1].user_data_64 = 5;
+        Keelson__Ledger__V1__CreateTransfersResponse *tr = create_transfers_reply_of(&g_imp, x, 2);
+        assert_int_equal(tr->results[0], TR(imported_event_timestamp_must_not_regress));
+        assert_int_equal(tr->results[1], TR(exists));
+        assert_int_equal(tr->timestamps[1], 5000);
+        protobuf_c_message_free_unpacked(&tr->base, NULL);
+
+        /* A chain that fails leaves nothing behind, not even its timestamps. */
+        x[0] = imp_xfer(15, 1, 2, 1, TF_LINKED, 8100);
+        x[1] = imp_xfer(16, 2, 2, 1, 0, 8200);
+        import_transfers(&g_imp, x, 2,
+                         (int[]){TR(linked_event_failed), TR(accounts_must_be_different)});
+        x[0] = imp_xfer(17, 1, 2, 1, 0, 8050);
+        x[0].user_data_32 = 9;
+        x[1] = xfer(18, 1, 2, 1, 0);
+        import_transfers(&g_imp, x, 2, (int[]){TR(ok), TR(imported_event_expected)});
+        x[0] = xfer(0, 1, 2, 1, 0);
+        x[1] = imp_xfer(19, 1, 2, 1, 0, 9000);
+        import_transfers(&g_imp, x, 2,
+                         (int[]){TR(id_must_not_be_zero), TR(imported_event_not_expected)});
+        x[0] = imp_xfer(19, 1, 2, 1, 0, 0);
+        x[1] = imp_xfer(19, 1, 2, 1, 0, ns_from_now(3600));
+        import_transfers(&g_imp, x, 2,
+                         (int[]){TR(imported_event_timestamp_out_of_range),
+                                 TR(imported_event_timestamp_must_not_advance)});
+
+        /* After the import the service's clock takes over, and imports must follow it. */
+        x[0] = xfer(20, 1, 2, 1, 0);
+        uint64_t t20 = import_transfers(&g_imp, x, 1, (int[]){TR(ok)});
+        assert_true(t20 >= ns_from_now(-3600));
+        x[0] = imp_xfer(21, 1, 2, 1, 0, 9000);
+        import_transfers(&g_imp, x, 1, (int[]){TR(imported_event_timestamp_must_not_regress)});
+
+        assert_balances_of(&g_imp, 1, 0, 17, 0, 0); /* 10 + 5 posted + 1 + 1 */
+        assert_balances_of(&g_imp, 2, 0, 0, 0, 12);
+        assert_balances_of(&g_imp, 3, 0, 0, 0, 5);
+}
+
+/* The balance rows of an account's last event, expiries included: its newest timestamp. */
+static uint64_t last_balance_ts(const lt_tenant *t, u128 account)
+{
+        Keelson__Ledger__V1__AccountFilter f = KEELSON__LEDGER__V1__ACCOUNT_FILTER__INIT;
+        f.account_id = lt_lo(account);
+        f.limit = 1;
+        f.flags = 1 | 2 | 4;
+        Keelson__Ledger__V1__GetAccountBalancesResponse *gb =
+            lt_call(t, "GetAccountBalances", &f.base,
+                    &keelson__ledger__v1__get_account_balances_response__descriptor);
+        uint64_t ts = gb->n_balances == 1 && gb->balances[0]->debits_pending == 0
+                          ? gb->balances[0]->timestamp
+                          : 0;
+        protobuf_c_message_free_unpacked(&gb->base, NULL);
+        return ts;
+}
+
+typedef struct expiry_wait {
+        const lt_tenant *t;
+        uint64_t ts;
+} expiry_wait;
+
+static int expired_in(void *arg)
+{
+        expiry_wait *w = arg;
+
+        w->ts = last_balance_ts(w->t, 41);
+        return w->ts != 0;
+}
+
+/*
+ * An expiry writes balance rows at its own timestamp, which no transfer
+ * holds: an import at that very timestamp is refused as a regression,
+ * never left to fail on the balance rows' key.
+ */
+static void test_imported_at_an_expiry(void **state)
+{
+        lt_tenant t;
+        lt_account_pb a[2];
+        lt_transfer_pb x[1];
+        (void)state;
+
+        lt_tenant_new(&g_stack, "it-ledger-import-expiry", &t);
+        lt_account_init(&a[0], 41, 1, 7, AF_HISTORY);
+        lt_account_init(&a[1], 42, 1, 7, 0);
+        import_accounts(&t, a, 2, (int[]){AR(ok), AR(ok)});
+        x[0] = xfer(400, 41, 42, 3, TF_PENDING);
+        x[0].timeout = 1;
+        import_transfers(&t, x, 1, (int[]){TR(ok)});
+        expiry_wait w = {.t = &t};
+        assert_true(lt_wait_until(expired_in, &w, 30000));
+        x[0] = imp_xfer(401, 41, 42, 1, 0, w.ts);
+        import_transfers(&t, x, 1, (int[]){TR(imported_event_timestamp_must_not_regress)});
+        x[0] = imp_xfer(401, 41, 42, 1, 0, w.ts + 1);
+        import_transfers(&t, x, 1, (int[]){TR(ok)});
+}
+
+/* ---- query filters ---------------------------------------------------------------- */
+
+typedef Keelson__Ledger__V1__QueryFilter query_filter;
+
+/* QueryTransfers in g_imp: the ids found, in order, into ids (at most max). */
+static size_t query_transfers(const query_filter *q, uint64_t *ids, size_t max)
+{
+        Keelson__Ledger__V1__QueryTransfersResponse *r =
+            lt_call(&g_imp, "QueryTransfers", &q->base,
+                    &keelson__ledger__v1__query_transfers_response__descriptor);
+        size_t n = r->n_transfers;
+
+        assert_true(n <= max);
+        for (size_t i = 0; i < n; i++) {
+                ids[i] = r->transfers[i]->id;
+                if (i > 0) {
+                        bool rev = (q->flags & 1) != 0;
+                        assert_true(
+                            rev ? r->transfers[i]->timestamp < r->transfers[i - 1]->timestamp
+                                : r->transfers[i]->timestamp > r->transfers[i - 1]->timestamp);
+                }
+        }
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+        return n;
+}
+
+static void expect_ids(const query_filter *q, const uint64_t *expected, size_t n)
+{
+        uint64_t got[16];
+        size_t k = query_transfers(q, got, 16);
+
+        if (k != n) {
+                fail_msg("query: %zu transfers, expected %zu", k, n);
+        }
+        for (size_t i = 0; i < n; i++) {
+                if (got[i] != expected[i]) {
+                        fail_msg("query: transfer %zu is %llu, expected %llu", i,
+                                 (unsigned long long)got[i], (unsigned long long)expected[i]);
+                }
+        }
+}
+
+/* In g_imp (test_imported_transfers): 11 at 5000, 12 at 6000, 13 at 7000, 17 at 8050, 20 now. */
+static void test_query_filters(void **state)
+{
+        query_filter q = KEELSON__LEDGER__V1__QUERY_FILTER__INIT;
+        (void)state;
+
+        q.limit = 100;
+        expect_ids(&q, (uint64_t[]){11, 12, 13, 17, 20}, 5);
+        q.ledger = 1;
+        expect_ids(&q, (uint64_t[]){11, 12, 13, 17, 20}, 5);
+        q.ledger = 2;
+        expect_ids(&q, NULL, 0);
+        q.ledger = 0;
+        q.code = 2; /* 12, and its post, which takes its code */
+        expect_ids(&q, (uint64_t[]){12, 13}, 2);
+        q.code = 0;
+        q.user_data_128 = 77;
+        expect_ids(&q, (uint64_t[]){11}, 1);
+        q.user_data_64 = 5;
+        q.code = 1;
+        expect_ids(&q, (uint64_t[]){11}, 1);
+        q.code = 2;
+        expect_ids(&q, NULL, 0);
+        q = (query_filter)KEELSON__LEDGER__V1__QUERY_FILTER__INIT;
+        q.limit = 100;
+        q.user_data_32 = 9;
+        expect_ids(&q, (uint64_t[]){17}, 1);
+        q.user_data_32 = 0;
+        q.timestamp_min = 6000;
+        q.timestamp_max = 8050; /* inclusive both ways */
+        expect_ids(&q, (uint64_t[]){12, 13, 17}, 3);
+        q.flags = 1; /* newest first */
+        expect_ids(&q, (uint64_t[]){17, 13, 12}, 3);
+        q.timestamp_min = q.timestamp_max = 0;
+        q.limit = 2;
+        expect_ids(&q, (uint64_t[]){20, 17}, 2);
+        q.flags = 0;
+        q.timestamp_min = 6001; /* the next page after 12 */
+        expect_ids(&q, (uint64_t[]){13, 17}, 2);
+
+        query_filter qa = KEELSON__LEDGER__V1__QUERY_FILTER__INIT;
+        qa.limit = 10;
+        qa.code = 7;
+        Keelson__Ledger__V1__QueryAccountsResponse *ra =
+            lt_call(&g_imp, "QueryAccounts", &qa.base,
+                    &keelson__ledger__v1__query_accounts_response__descriptor);
+        assert_int_equal(ra->n_accounts, 4); /* 1, 2, 3, 4 at 1000..4000 */
+        for (size_t i = 0; i < ra->n_accounts; i++) {
+                assert_int_equal(ra->accounts[i]->id, i + 1);
+                assert_int_equal(ra->accounts[i]->timestamp, 1000 * (i + 1));
+        }
+        protobuf_c_message_free_unpacked(&ra->base, NULL);
+        qa.code = 0;
+        qa.flags = 1;
+        qa.limit = 1;
+        qa.timestamp_max = 3500;
+        ra = lt_call(&g_imp, "QueryAccounts", &qa.base,
+                     &keelson__ledger__v1__query_accounts_response__descriptor);
+        assert_int_equal(ra->n_accounts, 1);
+        assert_int_equal(ra->accounts[0]->id, 3);
+        protobuf_c_message_free_unpacked(&ra->base, NULL);
+
+        /* Bad filters are the request's error, as for AccountFilter. */
+        ProtobufCMessage *out = NULL;
+        char err[64];
+        query_filter bad = KEELSON__LEDGER__V1__QUERY_FILTER__INIT; /* limit 0 */
+        const query_filter *bads[3] = {&bad, NULL, NULL};
+        query_filter flags = bad, range = bad;
+        flags.limit = range.limit = 1;
+        flags.flags = 2;
+        range.timestamp_min = 10;
+        range.timestamp_max = 9;
+        bads[1] = &flags;
+        bads[2] = &range;
+        for (int i = 0; i < 3; i++) {
+                long st = lt_call_status(&g_imp, "QueryTransfers", &bads[i]->base,
+                                         &keelson__ledger__v1__query_transfers_response__descriptor,
+                                         &out, err, sizeof(err));
+                assert_int_equal(st, 400);
+                assert_string_equal(err, "invalid_argument");
+        }
 }
 
 static void test_overflows(void **state)
@@ -1020,6 +1454,10 @@ int main(void)
             cmocka_unit_test(test_closed_accounts),
             cmocka_unit_test(test_matches_tigerbeetle_0_17),
             cmocka_unit_test(test_result_timestamps),
+            cmocka_unit_test(test_imported_accounts),
+            cmocka_unit_test(test_imported_transfers),
+            cmocka_unit_test(test_imported_at_an_expiry),
+            cmocka_unit_test(test_query_filters),
             cmocka_unit_test(test_overflows),
             cmocka_unit_test(test_balancing),
             cmocka_unit_test(test_queries),
