@@ -3,11 +3,14 @@
  * kind (valid transfers, duplicates, conflicting retries, retries of failed
  * ids, invalid fields, linked chains with a failure inside or left open,
  * balance-limit violations, balancing transfers, pending/post/void, closing
- * transfers, huge amounts that overflow, expiry), sends each batch through
+ * transfers, huge amounts that overflow, expiry, imported batches with
+ * their own timestamps, good and bad), sends each batch through
  * the gateway to the service and applies it to a small reference model
  * written here from TigerBeetle's documentation, then compares every result
- * code and every account's balances and flags after each batch, and every
- * stored transfer at the end.
+ * code and result timestamp and every account's balances and flags after
+ * each batch, and every stored transfer at the end. The model learns the
+ * timestamps the service assigns from its replies (they are the service's
+ * to choose); an imported event's own it must predict.
  *
  * Each seed prints itself. CI runs the fixed seeds below and one fresh seed
  * per run; KEELSON_LEDGER_SEED=<n> runs only seed n, which replays the same
@@ -41,7 +44,7 @@ typedef struct req {
 
 typedef struct m_acct {
         u128 id, dp, dpo, cp, cpo, ud128;
-        uint64_t ud64;
+        uint64_t ud64, ts;
         uint32_t ud32, ledger, code, flags;
 } m_acct;
 
@@ -58,7 +61,56 @@ typedef struct model {
         int nx;
         u128 failed[FAILED_MAX];
         int nf;
+        /* The latest timestamp of an account and of a transfer: an import must be later. */
+        uint64_t acct_ts_max, xfer_ts_max;
 } model;
+
+/* The test's clock, read just before a batch is sent: an import may not reach it. */
+static uint64_t g_now_ns;
+
+static bool m_ts_taken_by_account(const model *m, uint64_t ts)
+{
+        for (int i = 0; i < m->na; i++) {
+                if (m->a[i].ts == ts) {
+                        return true;
+                }
+        }
+        return false;
+}
+
+static bool m_ts_taken_by_transfer(const model *m, uint64_t ts)
+{
+        for (int i = 0; i < m->nx; i++) {
+                if (m->x[i].t.timestamp == ts) {
+                        return true;
+                }
+        }
+        return false;
+}
+
+/*
+ * TigerBeetle's execute loop on an event's timestamp: the batch's first
+ * event decides whether it imports; then the range, and not after now.
+ */
+static int m_timestamp(bool imported, bool batch_imports, uint64_t ts, const int codes[5])
+{
+        if (imported != batch_imports)
+                return imported ? codes[1] : codes[0];
+        if (!imported)
+                return ts != 0 ? codes[4] : 0;
+        if (ts < 1 || ts > (uint64_t)INT64_MAX)
+                return codes[2];
+        return ts >= g_now_ns ? codes[3] : 0;
+}
+
+static const int m_account_ts_codes[5] = {
+    AR(imported_event_expected), AR(imported_event_not_expected),
+    AR(imported_event_timestamp_out_of_range), AR(imported_event_timestamp_must_not_advance),
+    AR(timestamp_must_be_zero)};
+static const int m_transfer_ts_codes[5] = {
+    TR(imported_event_expected), TR(imported_event_not_expected),
+    TR(imported_event_timestamp_out_of_range), TR(imported_event_timestamp_must_not_advance),
+    TR(timestamp_must_be_zero)};
 
 static m_acct *m_acct_get(model *m, u128 id)
 {
@@ -104,9 +156,8 @@ static int m_account(model *m, const req *r, const lt_account_pb *in)
                     .ledger = in->ledger,
                     .code = in->code,
                     .flags = in->flags};
-        if (in->timestamp)
-                return AR(timestamp_must_be_zero);
-        if (in->flags & ~(uint32_t)(1 | 2 | 4 | 8 | 32))
+        bool imported = (in->flags & AF_IMPORTED) != 0;
+        if (in->flags & ~(uint32_t)(1 | 2 | 4 | 8 | 16 | 32))
                 return AR(reserved_flag);
         if (n.id == 0)
                 return AR(id_must_not_be_zero);
@@ -144,6 +195,13 @@ static int m_account(model *m, const req *r, const lt_account_pb *in)
                 return AR(ledger_must_not_be_zero);
         if (n.code == 0)
                 return AR(code_must_not_be_zero);
+        if (imported &&
+            (in->timestamp <= m->acct_ts_max || m_ts_taken_by_transfer(m, in->timestamp)))
+                return AR(imported_event_timestamp_must_not_regress);
+        if (imported) {
+                n.ts = in->timestamp; /* else the service's, learnt from its reply */
+                m->acct_ts_max = n.ts;
+        }
         assert_true(m->na < ACCOUNTS_MAX);
         m->a[m->na++] = n;
         return AR(ok);
@@ -265,6 +323,15 @@ static int m_single(model *m, req t)
                 return TR(accounts_must_have_the_same_ledger);
         if (t.ledger != dr->ledger)
                 return TR(transfer_must_have_the_same_ledger_as_accounts);
+        if ((t.flags & TF_IMPORTED) &&
+            (t.timestamp <= m->xfer_ts_max || m_ts_taken_by_account(m, t.timestamp)))
+                return TR(imported_event_timestamp_must_not_regress);
+        if ((t.flags & TF_IMPORTED) && t.timestamp <= dr->ts)
+                return TR(imported_event_timestamp_must_postdate_debit_account);
+        if ((t.flags & TF_IMPORTED) && t.timestamp <= cr->ts)
+                return TR(imported_event_timestamp_must_postdate_credit_account);
+        if ((t.flags & TF_IMPORTED) && t.timeout != 0)
+                return TR(imported_event_timeout_must_be_zero);
         if (dr->flags & AF_CLOSED)
                 return TR(debit_account_already_closed);
         if (cr->flags & AF_CLOSED)
@@ -346,6 +413,9 @@ static int m_post_void(model *m, req t)
                 return TR(pending_transfer_already_voided);
         if (px->status == 4)
                 return TR(pending_transfer_expired);
+        if ((t.flags & TF_IMPORTED) &&
+            (t.timestamp <= m->xfer_ts_max || m_ts_taken_by_account(m, t.timestamp)))
+                return TR(imported_event_timestamp_must_not_regress);
         m_acct *dr = m_acct_get(m, p.dr), *cr = m_acct_get(m, p.cr);
         /* Only a void may touch a closed account, even one its pending closed. */
         if (post && (dr->flags & AF_CLOSED))
@@ -384,9 +454,7 @@ static bool m_transient(int r)
 
 static int m_transfer(model *m, const req *t)
 {
-        if (t->timestamp != 0)
-                return TR(timestamp_must_be_zero);
-        if (t->flags & ~(uint32_t)0xff)
+        if (t->flags & ~(uint32_t)0x1ff)
                 return TR(reserved_flag);
         if (t->id == 0)
                 return TR(id_must_not_be_zero);
@@ -400,15 +468,19 @@ static int m_transfer(model *m, const req *t)
         int r = m_static_checks(t);
         if (r != TR(ok))
                 return r;
-        return (t->flags & (TF_POST | TF_VOID)) ? m_post_void(m, *t) : m_single(m, *t);
+        r = (t->flags & (TF_POST | TF_VOID)) ? m_post_void(m, *t) : m_single(m, *t);
+        if (r == TR(ok) && (t->flags & TF_IMPORTED))
+                m->xfer_ts_max = t->timestamp; /* else the service's, learnt from its reply */
+        return r;
 }
 
 /* TigerBeetle's chains over the model: the snapshot is the whole model. */
 static model g_chain_snapshot;
-static bool g_seen[64]; /* transfer results this seed reached */
+static bool g_seen[128]; /* transfer results this seed reached */
 
 static void m_transfers(model *m, const req *ts, int n, int *results)
 {
+        bool batch_imports = n > 0 && (ts[0].flags & TF_IMPORTED) != 0;
         int chain = -1;
         bool broken = false;
 
@@ -423,7 +495,8 @@ static void m_transfers(model *m, const req *ts, int n, int *results)
                         r = TR(linked_event_chain_open);
                 } else if (broken) {
                         r = TR(linked_event_failed);
-                } else {
+                } else if ((r = m_timestamp((ts[i].flags & TF_IMPORTED) != 0, batch_imports,
+                                            ts[i].timestamp, m_transfer_ts_codes)) == 0) {
                         r = m_transfer(m, &ts[i]);
                 }
                 if (r != TR(ok) && chain >= 0 && !broken) {
@@ -434,7 +507,7 @@ static void m_transfers(model *m, const req *ts, int n, int *results)
                         }
                 }
                 results[i] = r;
-                g_seen[r & 63] = true;
+                g_seen[r & 127] = true;
                 /* After the rollback: the failed id outlives its chain. */
                 if (m_transient(r)) {
                         assert_true(m->nf < FAILED_MAX);
@@ -449,6 +522,7 @@ static void m_transfers(model *m, const req *ts, int n, int *results)
 
 static void m_accounts(model *m, const req *rs, const lt_account_pb *in, int n, int *results)
 {
+        bool batch_imports = n > 0 && (in[0].flags & AF_IMPORTED) != 0;
         int chain = -1;
         bool broken = false;
 
@@ -463,7 +537,8 @@ static void m_accounts(model *m, const req *rs, const lt_account_pb *in, int n, 
                         r = AR(linked_event_chain_open);
                 } else if (broken) {
                         r = AR(linked_event_failed);
-                } else {
+                } else if ((r = m_timestamp((in[i].flags & AF_IMPORTED) != 0, batch_imports,
+                                            in[i].timestamp, m_account_ts_codes)) == 0) {
                         r = m_account(m, &rs[i], &in[i]);
                 }
                 if (r != AR(ok) && chain >= 0 && !broken) {
@@ -490,6 +565,9 @@ typedef struct gen {
         req sent[SENT_MAX];
         int n_sent;
         int expiries;
+        int imports; /* imported batches sent */
+        /* No import at or before this: an expiry may have written balance rows until then. */
+        uint64_t floor_ts;
 } gen;
 
 static uint64_t rnd(gen *g)
@@ -785,6 +863,10 @@ static int gen_transfer_batch(gen *g, const model *m, req *out)
         if (chance(g, 5)) {
                 out[n - 1].flags |= TF_LINKED;
         }
+        if (n >= 2 && chance(g, 3)) { /* one imported in a batch that does not import */
+                out[n - 1].flags |= TF_IMPORTED;
+                out[n - 1].timestamp = 1 + below(g, 1000);
+        }
         for (int i = 0; i < n && g->n_sent < SENT_MAX; i++) {
                 g->sent[g->n_sent++] = out[i];
         }
@@ -853,7 +935,7 @@ static void gen_account(gen *g, const model *m, lt_account_pb *a, req *r)
                                 a->credits_posted = 1;
                                 break;
                         default:
-                                a->flags |= 16;
+                                a->flags |= 64; /* a bit TigerBeetle does not define */
                                 break;
                         }
                 }
@@ -869,6 +951,120 @@ static int gen_account_batch(gen *g, const model *m, lt_account_pb *a, req *r, i
         if (n >= 2 && chance(g, 30)) {
                 a[0].flags |= AF_LINKED;
         }
+        return n;
+}
+
+/*
+ * Imported batches. The first free timestamp: after every object and every
+ * expiry, in the past (the latest object is the service's, from an earlier
+ * batch, and the service's clock has moved on by a round trip since).
+ */
+static uint64_t import_base(gen *g, const model *m)
+{
+        uint64_t b = m->acct_ts_max > m->xfer_ts_max ? m->acct_ts_max : m->xfer_ts_max;
+
+        b = b > g->floor_ts ? b : g->floor_ts;
+        return b + 1 + below(g, 1000);
+}
+
+static const m_acct *newest_account(const model *m)
+{
+        const m_acct *n = &m->a[0];
+
+        for (int i = 1; i < m->na; i++) {
+                n = m->a[i].ts > n->ts ? &m->a[i] : n;
+        }
+        return n;
+}
+
+/*
+ * An imported timestamp for event i of a batch from base: mostly the next
+ * free one, sometimes one the rules refuse (0, the future, an object's, one
+ * that regresses, or just before one of the transfer's accounts).
+ */
+static uint64_t import_ts(gen *g, const model *m, uint64_t *next, const req *t)
+{
+        uint64_t ts = *next;
+
+        *next += 1 + below(g, 10);
+        switch (chance(g, 30) ? below(g, 6) : 9) {
+        case 0:
+                return 0;
+        case 1:
+                return ts + 3600ull * 1000000000ull; /* an hour ahead */
+        case 2: /* the newest object of the other kind's: taken, though maybe not regressing */
+                if (t != NULL) {
+                        return m->na > 0 ? newest_account(m)->ts : ts;
+                }
+                return m->nx > 0 ? m->x[m->nx - 1].t.timestamp : ts;
+        case 3:
+                return m->nx > 0 ? m->x[below(g, (uint64_t)m->nx)].t.timestamp : ts;
+        case 4:
+                return ts > 2000 ? ts - 1 - below(g, 1000) : ts;
+        case 5: {
+                const m_acct *a = t != NULL ? m_acct_get((model *)m, t->dr) : NULL;
+                return a != NULL && a->ts > 1 ? a->ts - 1 : ts;
+        }
+        default:
+                return ts;
+        }
+}
+
+/* A batch of imported transfers of any kind (retries included), mostly without timeouts. */
+static int gen_import_transfer_batch(gen *g, const model *m, req *out)
+{
+        int n = gen_transfer_batch(g, m, out);
+        uint64_t next = import_base(g, m);
+
+        g->n_sent -= n < g->n_sent ? n : g->n_sent; /* sent again below, as imported */
+        for (int i = 0; i < n; i++) {
+                out[i].flags |= TF_IMPORTED;
+                if (i > 0 && chance(g, 3)) {
+                        out[i].flags &= ~(uint32_t)TF_IMPORTED; /* imported_event_expected */
+                }
+                if (out[i].timeout != 0 && chance(g, 80)) {
+                        out[i].timeout = 0;
+                }
+                if (m->na > 1 && chance(g, 35)) { /* the newest account: maybe newer than it */
+                        const m_acct *a = newest_account(m), *o = pick_acct(g, m);
+                        for (int k = 0; k < 8 && (o == a || o->ledger != a->ledger); k++) {
+                                o = pick_acct(g, m);
+                        }
+                        bool debit = chance(g, 50);
+                        out[i] = gen_single(g, m, out[i].flags & (TF_LINKED | TF_IMPORTED));
+                        out[i].dr = debit ? a->id : o->id;
+                        out[i].cr = debit ? o->id : a->id;
+                        out[i].ledger = a->ledger;
+                        /* before it (mostly), on it, after it */
+                        out[i].timestamp = a->ts + (chance(g, 50) ? 0 : below(g, 2)) - 1;
+                        next = out[i].timestamp + 1 + below(g, 10);
+                        if (g->n_sent < SENT_MAX) {
+                                g->sent[g->n_sent++] = out[i];
+                        }
+                        continue;
+                }
+                out[i].timestamp = import_ts(g, m, &next, &out[i]);
+                if (g->n_sent < SENT_MAX) {
+                        g->sent[g->n_sent++] = out[i];
+                }
+        }
+        g->imports++;
+        return n;
+}
+
+static int gen_import_account_batch(gen *g, const model *m, lt_account_pb *a, req *r, int n)
+{
+        uint64_t next = import_base(g, m);
+
+        gen_account_batch(g, m, a, r, n);
+        for (int i = 0; i < n; i++) {
+                a[i].flags |= AF_IMPORTED;
+                if (i > 0 && chance(g, 3)) {
+                        a[i].flags &= ~(uint32_t)AF_IMPORTED;
+                }
+                a[i].timestamp = import_ts(g, m, &next, NULL);
+        }
+        g->imports++;
         return n;
 }
 
@@ -894,38 +1090,118 @@ static void to_pb(const req *r, lt_transfer_pb *o)
         o->timestamp = r->timestamp;
 }
 
+static uint64_t now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * A result timestamp against the model: an imported event's own; for
+ * exists, the existing object's (when the model knows it yet); for a
+ * created one the service chose, learnt (*learn, the object's, and the
+ * kind's latest *ts_max).
+ */
+static void check_result_ts(bool imported, int result, int ok, int exists, uint64_t asked,
+                            uint64_t got, uint64_t existing, uint64_t *learn, uint64_t *ts_max,
+                            const char *what, int i)
+{
+        bool bad = false;
+
+        if (imported && result != exists) {
+                bad = got != asked;
+        } else if (result == exists) {
+                bad = existing != 0 && got != existing;
+        } else if (result == ok) {
+                *learn = got;
+                bad = got <= *ts_max; /* the service's clock moves forward */
+                *ts_max = got;
+        }
+        if (bad) {
+                fail_msg("seed %" PRIu64 " batch %d %s %d: result timestamp %" PRIu64
+                         " (asked %" PRIu64 ", existing %" PRIu64 ")",
+                         g_seed, g_batch, what, i, got, asked, existing);
+        }
+}
+
 static void send_transfers(const req *rs, int n)
 {
-        lt_transfer_pb pb[EVENTS_MAX];
-        int got[EVENTS_MAX], want[EVENTS_MAX];
+        Keelson__Ledger__V1__CreateTransfersRequest cr =
+            KEELSON__LEDGER__V1__CREATE_TRANSFERS_REQUEST__INIT;
+        lt_transfer_pb pb[EVENTS_MAX], *pp[EVENTS_MAX];
+        uint64_t existing[EVENTS_MAX];
+        int want[EVENTS_MAX];
 
         for (int i = 0; i < n; i++) {
                 to_pb(&rs[i], &pb[i]);
+                pp[i] = &pb[i];
+                const m_xfer *e = m_xfer_get(&g_model, rs[i].id);
+                existing[i] = e != NULL ? e->t.timestamp : 0;
         }
-        lt_create_transfers(&g_t, pb, (size_t)n, got);
+        cr.n_transfers = (size_t)n;
+        cr.transfers = pp;
+        g_now_ns = now_ns();
+        Keelson__Ledger__V1__CreateTransfersResponse *r =
+            lt_call(&g_t, "CreateTransfers", &cr.base,
+                    &keelson__ledger__v1__create_transfers_response__descriptor);
+        assert_int_equal(r->n_results, n);
+        assert_int_equal(r->n_timestamps, n);
         m_transfers(&g_model, rs, n, want);
         for (int i = 0; i < n; i++) {
-                if (got[i] != want[i]) {
+                int got = (int)r->results[i];
+                if (got != want[i]) {
                         fail_msg("seed %" PRIu64 " batch %d transfer %d/%d (id %" PRIu64
                                  ", flags %u): expected %s, got %s",
                                  g_seed, g_batch, i, n, lt_lo(rs[i].id), rs[i].flags,
-                                 lt_tr_name(want[i]), lt_tr_name(got[i]));
+                                 lt_tr_name(want[i]), lt_tr_name(got));
                 }
+                m_xfer *x = got == TR(ok) ? m_xfer_get(&g_model, rs[i].id) : NULL;
+                uint64_t unused = 0;
+                check_result_ts((rs[i].flags & TF_IMPORTED) != 0, got, TR(ok), TR(exists),
+                                rs[i].timestamp, r->timestamps[i], existing[i],
+                                x != NULL ? &x->t.timestamp : &unused, &g_model.xfer_ts_max,
+                                "transfer", i);
         }
+        protobuf_c_message_free_unpacked(&r->base, NULL);
 }
 
 static void send_accounts(lt_account_pb *a, const req *rs, int n)
 {
-        int got[EVENTS_MAX], want[EVENTS_MAX];
+        Keelson__Ledger__V1__CreateAccountsRequest cr =
+            KEELSON__LEDGER__V1__CREATE_ACCOUNTS_REQUEST__INIT;
+        lt_account_pb *pp[EVENTS_MAX];
+        uint64_t existing[EVENTS_MAX];
+        int want[EVENTS_MAX];
 
-        lt_create_accounts(&g_t, a, (size_t)n, got);
+        for (int i = 0; i < n; i++) {
+                pp[i] = &a[i];
+                const m_acct *e = m_acct_get(&g_model, rs[i].id);
+                existing[i] = e != NULL ? e->ts : 0;
+        }
+        cr.n_accounts = (size_t)n;
+        cr.accounts = pp;
+        g_now_ns = now_ns();
+        Keelson__Ledger__V1__CreateAccountsResponse *r =
+            lt_call(&g_t, "CreateAccounts", &cr.base,
+                    &keelson__ledger__v1__create_accounts_response__descriptor);
+        assert_int_equal(r->n_results, n);
+        assert_int_equal(r->n_timestamps, n);
         m_accounts(&g_model, rs, a, n, want);
         for (int i = 0; i < n; i++) {
-                if (got[i] != want[i]) {
+                int got = (int)r->results[i];
+                if (got != want[i]) {
                         fail_msg("seed %" PRIu64 " batch %d account %d/%d: expected %s, got %s",
-                                 g_seed, g_batch, i, n, lt_ar_name(want[i]), lt_ar_name(got[i]));
+                                 g_seed, g_batch, i, n, lt_ar_name(want[i]), lt_ar_name(got));
                 }
+                m_acct *e = got == AR(ok) ? m_acct_get(&g_model, rs[i].id) : NULL;
+                uint64_t unused = 0;
+                check_result_ts((a[i].flags & AF_IMPORTED) != 0, got, AR(ok), AR(exists),
+                                a[i].timestamp, r->timestamps[i], existing[i],
+                                e != NULL ? &e->ts : &unused, &g_model.acct_ts_max, "account", i);
         }
+        protobuf_c_message_free_unpacked(&r->base, NULL);
 }
 
 /* Every account of the model against the service: balances and flags. */
@@ -1002,6 +1278,7 @@ static void expiry_step(void)
                                  " was not expired within %d ms",
                                  g_seed, lt_lo(t.id), EXPIRY_WAIT_MS);
                 }
+                g_gen.floor_ts = now_ns(); /* the expiry wrote balance rows before now */
                 m_xfer *x = m_xfer_get(&g_model, t.id);
                 m_release(m_acct_get(&g_model, t.dr), m_acct_get(&g_model, t.cr), &x->t, true);
                 x->status = 4;
@@ -1126,10 +1403,22 @@ static void run_seed(uint64_t seed)
         lt_tenant_new(&g_stack, "it-ledger-model", &g_t);
         g_batch = 0;
         initial_accounts();
+        /* Whether the last batch imported accounts: then transfers that predate them are likely. */
+        bool accounts_last = false;
         for (g_batch = 1; g_batch <= BATCHES; g_batch++) {
                 req rs[EVENTS_MAX];
+                bool after_accounts = accounts_last;
+                accounts_last = false;
                 if (g_batch == BATCHES / 2 || (g_gen.expiries < 2 && chance(&g_gen, 3))) {
                         expiry_step();
+                } else if (chance(&g_gen, 6)) {
+                        lt_account_pb a[EVENTS_MAX];
+                        int n = gen_import_account_batch(&g_gen, &g_model, a, rs,
+                                                         1 + (int)below(&g_gen, 4));
+                        send_accounts(a, rs, n);
+                        accounts_last = true;
+                } else if (chance(&g_gen, after_accounts ? 60 : 12)) {
+                        send_transfers(rs, gen_import_transfer_batch(&g_gen, &g_model, rs));
                 } else if (chance(&g_gen, 12)) {
                         lt_account_pb a[EVENTS_MAX];
                         int n =
@@ -1144,12 +1433,12 @@ static void run_seed(uint64_t seed)
         compare_trial_balance(1);
         compare_trial_balance(2);
         int distinct = 0;
-        for (int i = 0; i < 64; i++) {
+        for (int i = 0; i < 128; i++) {
                 distinct += g_seen[i];
         }
         printf("ledger model: seed %" PRIu64 " passed: %d transfers, %d accounts, %d failed ids,"
-               " %d expiries, %d distinct transfer results\n",
-               seed, g_model.nx, g_model.na, g_model.nf, g_gen.expiries, distinct);
+               " %d expiries, %d imported batches, %d distinct transfer results\n",
+               seed, g_model.nx, g_model.na, g_model.nf, g_gen.expiries, g_gen.imports, distinct);
 }
 
 static void test_seed(void **state)

@@ -3,7 +3,8 @@
  * rows loaded by hand, the u128 hash map (map.c) and the 128-bit text forms
  * (u128.c). The integration tests drive the same machine through the
  * database; these reach what a request cannot: overflows_timeout (a clock
- * near 2^63), and the exact state after a rolled-back chain.
+ * near 2^63), the exact state after a rolled-back chain, and an imported
+ * batch against a context loaded by hand.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -110,6 +111,48 @@ static void test_chain_rollback_restores_everything(void **state)
         lg_create_transfers(g_b, ev, 1, TS + 20, r, NULL);
         assert_int_equal(r[0], LG_TR(ok));
         assert_true(acct(1)->debits_pending == 0 && acct(1)->debits_posted == 7);
+}
+
+/*
+ * An imported batch against its context: the latest transfer at 500 and a
+ * timestamp (700) an account holds. Accounts 1..4 are dated 1.
+ */
+static void test_imported_context(void **state)
+{
+        lg_transfer ev[5];
+        uint8_t r[5];
+        uint64_t ts[5];
+        (void)state;
+
+        assert_int_equal(lg_batch_load_import(g_b, 500, (uint64_t[]){700}, 1), 0);
+        ev[0] = transfer(30, 1, 2, 5, LG_TF_IMPORTED);
+        ev[0].timestamp = 500; /* the latest transfer's */
+        ev[1] = transfer(31, 1, 2, 5, LG_TF_IMPORTED);
+        ev[1].timestamp = 700; /* an account's */
+        ev[2] = transfer(32, 1, 2, 5, LG_TF_IMPORTED | LG_TF_LINKED);
+        ev[2].timestamp = 800;
+        ev[3] = transfer(33, 1, 1, 5, LG_TF_IMPORTED); /* fails: the chain goes */
+        ev[3].timestamp = 900;
+        ev[4] = transfer(34, 1, 2, 5, LG_TF_IMPORTED);
+        ev[4].timestamp = 600; /* after the chain's 800, which is undone */
+        lg_create_transfers(g_b, ev, 5, TS, r, ts);
+        assert_int_equal(r[0], LG_TR(imported_event_timestamp_must_not_regress));
+        assert_int_equal(r[1], LG_TR(imported_event_timestamp_must_not_regress));
+        assert_int_equal(r[2], LG_TR(linked_event_failed));
+        assert_int_equal(r[3], LG_TR(accounts_must_be_different));
+        assert_int_equal(r[4], LG_TR(ok));
+        for (int i = 0; i < 5; i++) {
+                assert_true(ts[i] == ev[i].timestamp); /* an imported event's own */
+        }
+        assert_true(g_b->import_ts_max == 600);
+        /* The batch's time is its last event's: an import may not reach it. */
+        ev[0] = transfer(35, 1, 2, 5, LG_TF_IMPORTED);
+        ev[0].timestamp = TS + 1;
+        ev[1] = transfer(36, 1, 2, 5, LG_TF_IMPORTED);
+        ev[1].timestamp = TS;
+        lg_create_transfers(g_b, ev, 2, TS, r, NULL);
+        assert_int_equal(r[0], LG_TR(imported_event_timestamp_must_not_advance));
+        assert_int_equal(r[1], LG_TR(ok));
 }
 
 static void test_exists_of_posts(void **state)
@@ -219,6 +262,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_overflows_timeout, setup, teardown),
             cmocka_unit_test_setup_teardown(test_chain_rollback_restores_everything, setup,
                                             teardown),
+            cmocka_unit_test_setup_teardown(test_imported_context, setup, teardown),
             cmocka_unit_test_setup_teardown(test_exists_of_posts, setup, teardown),
             cmocka_unit_test_setup_teardown(test_expire_reopens, setup, teardown),
             cmocka_unit_test_setup_teardown(test_expired_before_the_sweep, setup, teardown),
