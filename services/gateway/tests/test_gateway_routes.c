@@ -186,7 +186,7 @@ static bool is_read(const char *method)
         assert_non_null(name);
         name++;
         return strncmp(name, "Get", 3) == 0 || strncmp(name, "Lookup", 6) == 0 ||
-               strncmp(name, "List", 4) == 0;
+               strncmp(name, "List", 4) == 0 || strncmp(name, "Query", 5) == 0;
 }
 
 /*
