@@ -749,13 +749,32 @@ static req gen_retry(gen *g, const model *m, bool change)
         if (g->n_sent == 0) {
                 return gen_single(g, m, 0);
         }
+        /* A stored post or void resent with user data left out: 0 asks for the pending's. */
+        bool stored = change && m->nx > 0 && chance(g, 25);
+        for (int tries = 0; stored && tries < 16; tries++) {
+                req x = m->x[below(g, (uint64_t)m->nx)].t;
+                if (x.flags & (TF_POST | TF_VOID)) {
+                        x.timestamp = (x.flags & TF_IMPORTED) ? x.timestamp : 0;
+                        x.ud128 = chance(g, 70) ? 0 : x.ud128;
+                        x.ud64 = chance(g, 50) ? 0 : x.ud64;
+                        x.ud32 = chance(g, 50) ? 0 : x.ud32;
+                        return x;
+                }
+        }
         req t = g->sent[below(g, (uint64_t)g->n_sent)];
         if (!change) {
                 return t;
         }
         /* posts and voids: mostly a resend that leaves fields out */
         bool pv = (t.flags & (TF_POST | TF_VOID)) != 0;
-        switch (pv && chance(g, 60) ? 11 + below(g, 3) : below(g, 14)) {
+        switch (pv && chance(g, 60) ? 11 + below(g, 4) : below(g, 14)) {
+        case 14: { /* a post resent with its pending amount spelt out, or one more */
+                const m_xfer *px = m_xfer_get((model *)m, t.pending_id);
+                if ((t.flags & TF_POST) && px != NULL && px->t.amount < U128_MAX) {
+                        t.amount = px->t.amount + below(g, 2);
+                }
+                break;
+        }
         case 11: /* a resend that leaves fields out: 0 means the pending's for a post */
                 t.ud128 = 0;
                 t.ud64 = 0;
