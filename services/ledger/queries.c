@@ -245,17 +245,43 @@ typedef struct filter_params {
         bool reversed;
 } filter_params;
 
+/* The limit of a filter (AccountFilter or QueryFilter): 1..batch_max. */
+static int limit_check(ks_call *call, uint32_t limit, int batch_max)
+{
+        if (limit == 0 || limit > (uint32_t)batch_max) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "limit: expected 1 to %d",
+                                    batch_max);
+        }
+        return KS_OK;
+}
+
+/* A filter's timestamp range and code, alike in AccountFilter and QueryFilter. */
+static int range_code_check(ks_call *call, uint64_t ts_min, uint64_t ts_max, uint32_t code)
+{
+        if (ts_min > (uint64_t)INT64_MAX || ts_max > (uint64_t)INT64_MAX ||
+            (ts_max != 0 && ts_min > ts_max)) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT,
+                                    "timestamp_min and timestamp_max: expected 0 <= min <= max"
+                                    " < 2^63 (0 = unbounded)");
+        }
+        if (code > 65535) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "code must be at most 65535");
+        }
+        return KS_OK;
+}
+
 static int filter_check(ks_call *call, const pb_filter *f, int batch_max)
 {
+        int rc;
+
         u128 id = lg_u128(f->account_id_hi, f->account_id);
 
         if (id == 0 || id == U128_MAX) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT,
                                     "account_id: must not be 0 nor 2^128-1");
         }
-        if (f->limit == 0 || f->limit > (uint32_t)batch_max) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT, "limit: expected 1 to %d",
-                                    batch_max);
+        if ((rc = limit_check(call, f->limit, batch_max)) != KS_OK) {
+                return rc;
         }
         if ((f->flags & ~(uint32_t)LG_FILTER_KNOWN) != 0 ||
             (f->flags & (LG_FILTER_DEBITS | LG_FILTER_CREDITS)) == 0) {
@@ -263,16 +289,7 @@ static int filter_check(ks_call *call, const pb_filter *f, int batch_max)
                                     "flags: set debits (1), credits (2) or both, and maybe"
                                     " reversed (4)");
         }
-        if (f->timestamp_min > (uint64_t)INT64_MAX || f->timestamp_max > (uint64_t)INT64_MAX ||
-            (f->timestamp_max != 0 && f->timestamp_min > f->timestamp_max)) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT,
-                                    "timestamp_min and timestamp_max: expected 0 <= min <= max"
-                                    " < 2^63 (0 = unbounded)");
-        }
-        if (f->code > 65535) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT, "code must be at most 65535");
-        }
-        return KS_OK;
+        return range_code_check(call, f->timestamp_min, f->timestamp_max, f->code);
 }
 
 static void filter_fill(filter_params *fp, const char *tenant, const pb_filter *f)
@@ -478,24 +495,16 @@ typedef struct query_job {
 
 static int query_check(ks_call *call, const pb_query *q, int batch_max)
 {
-        if (q->limit == 0 || q->limit > (uint32_t)batch_max) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT, "limit: expected 1 to %d",
-                                    batch_max);
+        int rc;
+
+        if ((rc = limit_check(call, q->limit, batch_max)) != KS_OK) {
+                return rc;
         }
         if ((q->flags & ~(uint32_t)LG_QUERY_REVERSED) != 0) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT,
                                     "flags: only reversed (1) is defined");
         }
-        if (q->timestamp_min > (uint64_t)INT64_MAX || q->timestamp_max > (uint64_t)INT64_MAX ||
-            (q->timestamp_max != 0 && q->timestamp_min > q->timestamp_max)) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT,
-                                    "timestamp_min and timestamp_max: expected 0 <= min <= max"
-                                    " < 2^63 (0 = unbounded)");
-        }
-        if (q->code > 65535) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT, "code must be at most 65535");
-        }
-        return KS_OK;
+        return range_code_check(call, q->timestamp_min, q->timestamp_max, q->code);
 }
 
 /* Appends " AND <cond>" with parameter value v as the next $n; cond has one %d for n. */

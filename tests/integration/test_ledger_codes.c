@@ -109,13 +109,6 @@ static balances balances_of(const lt_tenant *t, u128 id)
         return b;
 }
 
-static void assert_balances_of(const lt_tenant *t, u128 id, u128 dp, u128 dpo, u128 cp, u128 cpo);
-
-static void assert_balances(u128 id, u128 dp, u128 dpo, u128 cp, u128 cpo)
-{
-        assert_balances_of(&g_t, id, dp, dpo, cp, cpo);
-}
-
 static void assert_balances_of(const lt_tenant *t, u128 id, u128 dp, u128 dpo, u128 cp, u128 cpo)
 {
         balances b = balances_of(t, id);
@@ -127,6 +120,11 @@ static void assert_balances_of(const lt_tenant *t, u128 id, u128 dp, u128 dpo, u
                          (unsigned long long)b.cpo, (unsigned long long)dp, (unsigned long long)dpo,
                          (unsigned long long)cp, (unsigned long long)cpo);
         }
+}
+
+static void assert_balances(u128 id, u128 dp, u128 dpo, u128 cp, u128 cpo)
+{
+        assert_balances_of(&g_t, id, dp, dpo, cp, cpo);
 }
 
 static lt_transfer_pb xfer(u128 id, u128 dr, u128 cr, u128 amount, uint32_t flags)
