@@ -381,8 +381,9 @@ static step_result relay_batch(ks_outbox_relay *r)
             !relay_ok(r, "COMMIT", 0, NULL)) {
                 return db_failure(r);
         }
-        atomic_fetch_add(&r->published, (uint64_t)sent);
+        /* The metric first: a reader that sees the count also sees the metric. */
         ks_counter_add(r->published_total, (uint64_t)sent);
+        atomic_fetch_add(&r->published, (uint64_t)sent);
         /* Only progress earns an immediate next round: a batch of rejected rows would spin. */
         return claimed == r->batch_max && sent > 0 ? STEP_MORE : STEP_IDLE;
 }
