@@ -90,7 +90,7 @@ static int create_tx(auth_tx *tx, void *arg)
         PGresult *res = NULL;
         int rc;
 
-        if (auth_role_rank(c->role) > tx->actor.rank) {
+        if (ks_role_rank(c->role) > tx->actor.rank) {
                 return ks_call_fail(tx->call, KS_PERMISSION_DENIED,
                                     "cannot create a key with a role above your own (%s)",
                                     tx->actor.role);
@@ -129,7 +129,7 @@ static int check_create(ks_call *call, const Keelson__Auth__V1__CreateApiKeyRequ
         if (c->name[0] == '\0') {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "name: required");
         }
-        if (auth_role_rank(req->role) == 0) {
+        if (ks_role_rank(req->role) == 0) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT,
                                     "role: one of owner, admin, member, viewer");
         }
@@ -229,7 +229,7 @@ static int revoke_tx(auth_tx *tx, void *arg)
         }
         if (PQntuples(res) != 1) {
                 rc = ks_call_fail(tx->call, KS_NOT_FOUND, "no such API key");
-        } else if (auth_role_rank(PQgetvalue(res, 0, 0)) > tx->actor.rank) {
+        } else if (ks_role_rank(PQgetvalue(res, 0, 0)) > tx->actor.rank) {
                 rc = ks_call_fail(tx->call, KS_PERMISSION_DENIED,
                                   "this key's role is above yours (%s)", tx->actor.role);
         } else if (PQgetvalue(res, 0, 2)[0] != 't') {

@@ -4,7 +4,6 @@
  *
  *   db.c         connections, transactions acting for a tenant, bytea helpers
  *   tx.c         the tenant-method runner: caller, role, permission, dedupe
- *   perms.c      roles and the permission table (pure)
  *   events.c     outbox events: users.admin_summary, auth.context_revoked, auth.email
  *   audit.c      the append-only audit log and ListAudit
  *   list.c       the frame of the list methods: page, token, tenant transaction
@@ -25,6 +24,7 @@
 #include "ks_crypto.h"
 #include "ks_list.h"
 #include "ks_metrics.h"
+#include "ks_perms.h"
 #include "ks_pg.h"
 #include "ks_rpc.h"
 #include "ks_service.h"
@@ -189,32 +189,6 @@ int auth_create_api_key(ks_call *call);
 int auth_list_api_keys(ks_call *call);
 int auth_revoke_api_key(ks_call *call);
 int auth_list_audit(ks_call *call);
-
-/* ---- roles and permissions (perms.c, pure) ------------------------------ */
-
-typedef enum auth_perm {
-        AUTH_PERM_ORG_READ = 1u << 0,
-        AUTH_PERM_ORG_MANAGE = 1u << 1,
-        AUTH_PERM_MEMBERS_READ = 1u << 2,
-        AUTH_PERM_MEMBERS_INVITE = 1u << 3,
-        AUTH_PERM_MEMBERS_REMOVE = 1u << 4,
-        AUTH_PERM_MEMBERS_SET_ROLE = 1u << 5,
-        AUTH_PERM_BILLING_READ = 1u << 6,
-        AUTH_PERM_BILLING_MANAGE = 1u << 7,
-        AUTH_PERM_AUDIT_READ = 1u << 8,
-        AUTH_PERM_API_KEYS_MANAGE = 1u << 9,
-} auth_perm;
-
-#define AUTH_PERM_COUNT 10
-
-/* owner 4 > admin 3 > member 2 > viewer 1; 0 for anything else. */
-int auth_role_rank(const char *role);
-/* The permissions of a role (0 for an unknown role). */
-unsigned auth_role_perms(const char *role);
-/* "members.invite" for AUTH_PERM_MEMBERS_INVITE; "" for a value that is not one permission. */
-const char *auth_perm_name(unsigned perm);
-/* The names of a role's permissions, in table order; returns how many. */
-size_t auth_role_perm_names(const char *role, const char *out[AUTH_PERM_COUNT]);
 
 /* ---- tokens (sessions.c) ------------------------------------------------ */
 

@@ -213,7 +213,7 @@ static int invite_tx(auth_tx *tx, void *arg)
         const char *params[1] = {in->emails_json};
         int rc;
 
-        if (auth_role_rank(in->role) > tx->actor.rank) {
+        if (ks_role_rank(in->role) > tx->actor.rank) {
                 return ks_call_fail(tx->call, KS_PERMISSION_DENIED,
                                     "cannot invite with a role above your own (%s)",
                                     tx->actor.role);
@@ -260,7 +260,7 @@ int auth_invite(ks_call *call)
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "emails: 1..%d addresses",
                                     AUTH_INVITE_BATCH_MAX);
         }
-        if (auth_role_rank(req->role) == 0) {
+        if (ks_role_rank(req->role) == 0) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT,
                                     "role: one of owner, admin, member, viewer");
         }
@@ -351,7 +351,7 @@ static int revoke_tx(auth_tx *tx, void *arg)
         }
         if (PQntuples(res) != 1) {
                 rc = ks_call_fail(tx->call, KS_NOT_FOUND, "no such invitation");
-        } else if (auth_role_rank(PQgetvalue(res, 0, 0)) > tx->actor.rank) {
+        } else if (ks_role_rank(PQgetvalue(res, 0, 0)) > tx->actor.rank) {
                 rc = ks_call_fail(tx->call, KS_PERMISSION_DENIED,
                                   "this invitation's role is above yours (%s)", tx->actor.role);
         } else if (strcmp((status = PQgetvalue(res, 0, 2)), "accepted") == 0) {

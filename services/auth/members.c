@@ -114,7 +114,7 @@ static int lock_target(auth_tx *tx, member_change *c)
                 return ks_call_fail(tx->call, KS_NOT_FOUND, "no such member");
         }
         auth_copy_field(c->member, 0, 0, c->old_role, sizeof(c->old_role));
-        if (auth_role_rank(c->old_role) > tx->actor.rank) {
+        if (ks_role_rank(c->old_role) > tx->actor.rank) {
                 return ks_call_fail(tx->call, KS_PERMISSION_DENIED,
                                     "this member's role (%s) is above yours (%s)", c->old_role,
                                     tx->actor.role);
@@ -192,7 +192,7 @@ static int set_role_tx(auth_tx *tx, void *arg)
         if ((rc = lock_target(tx, c)) != KS_OK) {
                 return rc;
         }
-        if (auth_role_rank(c->role) > tx->actor.rank) {
+        if (ks_role_rank(c->role) > tx->actor.rank) {
                 return ks_call_fail(tx->call, KS_PERMISSION_DENIED,
                                     "cannot grant a role above your own (%s)", tx->actor.role);
         }
@@ -226,7 +226,7 @@ int auth_set_role(ks_call *call)
         if (!auth_uuid_valid(req->user_id)) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "user_id: not a valid uuid");
         }
-        if (auth_role_rank(req->role) == 0) {
+        if (ks_role_rank(req->role) == 0) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT,
                                     "role: one of owner, admin, member, viewer");
         }

@@ -213,7 +213,7 @@ int auth_resolve_context(ks_call *call)
 int auth_whoami(ks_call *call)
 {
         Keelson__Auth__V1__WhoAmIResponse resp = KEELSON__AUTH__V1__WHO_AM_IRESPONSE__INIT;
-        const char *perms[AUTH_PERM_COUNT];
+        const char *perms[KS_PERM_COUNT];
         auth_actor a;
         const char *params[2] = {a.tenant_id, a.user_id};
         PGconn *conn = NULL;
@@ -250,7 +250,7 @@ int auth_whoami(ks_call *call)
         resp.tenant_id = PQgetvalue(res, 0, 3);
         resp.tenant_name = PQgetvalue(res, 0, 4);
         resp.role = PQgetvalue(res, 0, 5);
-        resp.n_permissions = auth_role_perm_names(resp.role, perms);
+        resp.n_permissions = ks_role_perm_names(resp.role, perms);
         resp.permissions = (char **)perms;
         rc = ks_call_reply(call, &resp.base);
         PQclear(res);

@@ -81,7 +81,7 @@ int auth_require_user(ks_call *call, auth_actor *out)
                 return ks_call_fail(call, KS_PERMISSION_DENIED, "this method needs a user session");
         }
         snprintf(out->role, sizeof(out->role), "%s", call->caller->role ? call->caller->role : "");
-        out->rank = auth_role_rank(out->role);
+        out->rank = ks_role_rank(out->role);
         return KS_OK;
 }
 
@@ -108,7 +108,7 @@ static int open_with_role(auth_tx *tx)
                 return ks_call_fail(tx->call, KS_UNAUTHENTICATED, "authentication required");
         }
         auth_copy_field(res, 0, 0, a->role, sizeof(a->role));
-        a->rank = auth_role_rank(a->role);
+        a->rank = ks_role_rank(a->role);
         PQclear(res);
         return KS_OK;
 }
@@ -228,9 +228,9 @@ static int run_in_tx(auth_tx *tx, unsigned flags, auth_tx_fn fn, void *arg, bool
         if ((rc = open_with_role(tx)) != KS_OK) {
                 return rc;
         }
-        if (perm != 0 && (auth_role_perms(tx->actor.role) & perm) == 0) {
+        if (perm != 0 && (ks_role_perms(tx->actor.role) & perm) == 0) {
                 return ks_call_fail(tx->call, KS_PERMISSION_DENIED, "your role (%s) lacks %s",
-                                    tx->actor.role, auth_perm_name(perm));
+                                    tx->actor.role, ks_perm_name(perm));
         }
         if ((flags & AUTH_TX_DEDUPE) != 0 &&
             ((rc = dedupe_claim(tx, flags, fp, &first)) != KS_OK || !first)) {

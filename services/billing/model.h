@@ -53,7 +53,8 @@ bool bl_mul_div(int64_t a, int64_t num, int64_t den, int64_t *out);
 
 #define BL_BASIS_POINTS 10000 /* 100% */
 
-/* The tax on amount at rate_bp basis points (0..BL_BASIS_POINTS): bl_mul_div(amount, rate_bp, 10000). */
+/* The tax on amount at rate_bp basis points (0..BL_BASIS_POINTS): bl_mul_div(amount, rate_bp,
+ * 10000). */
 bool bl_tax(int64_t amount, int32_t rate_bp, int64_t *out);
 
 /*
@@ -95,7 +96,8 @@ typedef enum bl_unit {
         BL_UNIT_YEAR = 4,
 } bl_unit;
 
-/* A billing interval: count units, at most three years (1095 days, 156 weeks, 36 months, 3 years). */
+/* A billing interval: count units, at most three years (1095 days, 156 weeks, 36 months, 3 years).
+ */
 typedef struct bl_interval {
         bl_unit unit;
         int32_t count;

@@ -3,7 +3,7 @@
  * summary.h), then PostgreSQL.
  *
  * Permission: org.read in the tenant, which every role of the table in
- * services/auth/perms.c holds (owner, admin, member, viewer). The role comes
+ * services/core/ks_perms.c holds (owner, admin, member, viewer). The role comes
  * from the caller context the gateway resolved (its cache is invalidated on
  * role changes); a context without a known role is refused. The roles the
  * caller may assign follow auth's rule: callers with members.invite or
@@ -16,9 +16,7 @@
 
 #include "ks_clock.h"
 #include "ks_log.h"
-
-static const char *const roles[] = {"owner", "admin", "member", "viewer"};
-#define ROLES_N 4
+#include "ks_perms.h"
 
 bool sm_uuid_valid(const char *s)
 {
@@ -33,16 +31,6 @@ bool sm_uuid_valid(const char *s)
                 }
         }
         return true;
-}
-
-static int role_index(const char *role)
-{
-        for (int i = 0; role != NULL && i < ROLES_N; i++) {
-                if (strcmp(roles[i], role) == 0) {
-                        return i;
-                }
-        }
-        return -1;
 }
 
 static double now_s(void)
@@ -144,19 +132,24 @@ static int lookup(ks_call *call, sm_service *svc, sm_worker *w, const char *tena
         return fill(call, svc, w, tenant, gen, epoch, out);
 }
 
-static int reply(ks_call *call, const char *tenant, int role, const sm_counts *c, sm_source src)
+static int reply(ks_call *call, const char *tenant, const char *role, const sm_counts *c,
+                 sm_source src)
 {
         static const char *const sources[] = {"local", "redis", "database"};
         Keelson__Summary__V1__GetSummaryResponse r =
             KEELSON__SUMMARY__V1__GET_SUMMARY_RESPONSE__INIT;
         Keelson__Summary__V1__UsersByState u = KEELSON__SUMMARY__V1__USERS_BY_STATE__INIT;
         Keelson__Summary__V1__MembersByRole m = KEELSON__SUMMARY__V1__MEMBERS_BY_ROLE__INIT;
-        char *assignable[ROLES_N];
+        char *assignable[KS_ROLES_N];
         size_t n = 0;
+        bool grants =
+            (ks_role_perms(role) & (KS_PERM_MEMBERS_INVITE | KS_PERM_MEMBERS_SET_ROLE)) != 0;
 
-        /* owner (0) and admin (1) may grant their own rank and below; others nothing. */
-        for (int i = role; role <= 1 && i < ROLES_N; i++) {
-                assignable[n++] = (char *)roles[i];
+        /* Who invites or sets roles grants their own rank and below; others nothing. */
+        for (int i = 0; grants && i < KS_ROLES_N; i++) {
+                if (ks_role_rank(ks_role_name(i)) <= ks_role_rank(role)) {
+                        assignable[n++] = (char *)ks_role_name(i);
+                }
         }
         u.active = c->active;
         u.invited = c->invited;
@@ -199,12 +192,12 @@ static int answer(ks_call *call)
         const ks_caller *c = call->caller;
         sm_counts counts;
         sm_source src;
-        int role, rc;
+        int rc;
 
         if (!c->authenticated || !sm_uuid_valid(c->tenant_id)) {
                 return fail(call, KS_UNAUTHENTICATED, NULL, "authentication required");
         }
-        if ((role = role_index(c->role)) < 0) {
+        if ((ks_role_perms(c->role) & KS_PERM_ORG_READ) == 0) {
                 return fail(call, KS_PERMISSION_DENIED, c->tenant_id, "org.read is required");
         }
         rc = lookup(call, svc, w, c->tenant_id, &counts, &src);
@@ -212,7 +205,7 @@ static int answer(ks_call *call)
                 return fail(call, rc == KS_UNAVAILABLE ? KS_UNAVAILABLE : KS_INTERNAL, c->tenant_id,
                             "the summary is not available right now");
         }
-        if ((rc = reply(call, c->tenant_id, role, &counts, src)) != KS_OK) {
+        if ((rc = reply(call, c->tenant_id, c->role, &counts, src)) != KS_OK) {
                 return fail(call, KS_INTERNAL, c->tenant_id,
                             "the summary is not available right now");
         }

@@ -532,7 +532,7 @@ static void test_assignable_roles_follow_the_callers_role(void **state)
         ait_new_member(&owner, "it-sum-roles-m", "member", &member);
         ait_new_member(&owner, "it-sum-roles-v", "viewer", &viewer);
         settle(owner.tenant_id);
-        /* Auth's rule (services/auth/perms.c): invite and set-role up to one's own rank. */
+        /* Auth's rule (services/core/ks_perms.c): invite and set-role up to one's own rank. */
         assert_assignable(owner.token, all, 4);
         assert_assignable(admin.token, all + 1, 3);
         assert_assignable(member.token, NULL, 0);

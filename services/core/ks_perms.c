@@ -4,23 +4,22 @@
  * Roles are ranked owner > admin > member > viewer. The rank also bounds
  * what a caller may hand out or touch: nobody grants a role above their own
  * (an invitation, an API key, a role change), and nobody changes or removes
- * a member ranked above themselves (rules applied by members.c and
+ * a member ranked above themselves (rules applied by auth's members.c and
  * api_keys.c). Other services read the role from the caller context and use
  * the same table (docs/api.md), e.g. billing.read / billing.manage.
  *
- * Pure: no I/O, no allocation, unit-tested in services/auth/tests/test_auth_perms.c.
+ * Pure: no I/O, no allocation, unit-tested in tests/unit/test_perms.c.
  */
-#include "auth.h"
+#include "ks_perms.h"
 
 #include <string.h>
 
-#define P_VIEWER (AUTH_PERM_ORG_READ | AUTH_PERM_MEMBERS_READ)
+#define P_VIEWER (KS_PERM_ORG_READ | KS_PERM_MEMBERS_READ)
 #define P_MEMBER (P_VIEWER)
 #define P_ADMIN                                                                                    \
-        (P_MEMBER | AUTH_PERM_MEMBERS_INVITE | AUTH_PERM_MEMBERS_REMOVE |                          \
-         AUTH_PERM_MEMBERS_SET_ROLE | AUTH_PERM_BILLING_READ | AUTH_PERM_AUDIT_READ |              \
-         AUTH_PERM_API_KEYS_MANAGE)
-#define P_OWNER (P_ADMIN | AUTH_PERM_ORG_MANAGE | AUTH_PERM_BILLING_MANAGE)
+        (P_MEMBER | KS_PERM_MEMBERS_INVITE | KS_PERM_MEMBERS_REMOVE | KS_PERM_MEMBERS_SET_ROLE |   \
+         KS_PERM_BILLING_READ | KS_PERM_AUDIT_READ | KS_PERM_API_KEYS_MANAGE)
+#define P_OWNER (P_ADMIN | KS_PERM_ORG_MANAGE | KS_PERM_BILLING_MANAGE)
 
 static const struct {
         const char *name;
@@ -32,12 +31,18 @@ static const struct {
     {"member", 2, P_MEMBER},
     {"viewer", 1, P_VIEWER},
 };
+_Static_assert(sizeof(roles) / sizeof(roles[0]) == KS_ROLES_N, "KS_ROLES_N");
 
 /* In bit order: perm_names[i] names 1u << i. */
-static const char *const perm_names[AUTH_PERM_COUNT] = {
+static const char *const perm_names[KS_PERM_COUNT] = {
     "org.read",         "org.manage",   "members.read",   "members.invite", "members.remove",
     "members.set_role", "billing.read", "billing.manage", "audit.read",     "api_keys.manage",
 };
+
+const char *ks_role_name(int i)
+{
+        return i >= 0 && i < KS_ROLES_N ? roles[i].name : NULL;
+}
 
 static int role_index(const char *role)
 {
@@ -52,23 +57,23 @@ static int role_index(const char *role)
         return -1;
 }
 
-int auth_role_rank(const char *role)
+int ks_role_rank(const char *role)
 {
         int i = role_index(role);
 
         return i < 0 ? 0 : roles[i].rank;
 }
 
-unsigned auth_role_perms(const char *role)
+unsigned ks_role_perms(const char *role)
 {
         int i = role_index(role);
 
         return i < 0 ? 0u : roles[i].perms;
 }
 
-const char *auth_perm_name(unsigned perm)
+const char *ks_perm_name(unsigned perm)
 {
-        for (unsigned i = 0; i < AUTH_PERM_COUNT; i++) {
+        for (unsigned i = 0; i < KS_PERM_COUNT; i++) {
                 if (perm == 1u << i) {
                         return perm_names[i];
                 }
@@ -76,12 +81,12 @@ const char *auth_perm_name(unsigned perm)
         return "";
 }
 
-size_t auth_role_perm_names(const char *role, const char *out[AUTH_PERM_COUNT])
+size_t ks_role_perm_names(const char *role, const char *out[KS_PERM_COUNT])
 {
-        unsigned perms = auth_role_perms(role);
+        unsigned perms = ks_role_perms(role);
         size_t n = 0;
 
-        for (unsigned i = 0; i < AUTH_PERM_COUNT; i++) {
+        for (unsigned i = 0; i < KS_PERM_COUNT; i++) {
                 if ((perms & (1u << i)) != 0) {
                         out[n++] = perm_names[i];
                 }
