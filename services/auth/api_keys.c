@@ -122,8 +122,8 @@ static int check_create(ks_call *call, const Keelson__Auth__V1__CreateApiKeyRequ
         int64_t now = ks_now_ms();
         int rc;
 
-        if ((rc = auth_name_normalize("name", req->name, c->name, sizeof(c->name), err,
-                                      sizeof(err))) != KS_OK) {
+        if ((rc = ks_name_normalize("name", req->name, AUTH_NAME_CHARS_MAX, c->name,
+                                    sizeof(c->name), err, sizeof(err))) != KS_OK) {
                 return ks_call_fail(call, rc, "%s", err);
         }
         if (c->name[0] == '\0') {
@@ -174,7 +174,7 @@ static void key_item(void *item, const PGresult *res, int row)
 }
 
 /* Newest first; the sort key is (created_at in micros, id). */
-static const auth_list_method list_keys = {
+static const ks_list_method list_keys = {
     .page = AUTH_LIST_PAGE("ListApiKeys", Keelson__Auth__V1__ApiKey, key_item,
                            {KS_LIST_KEY_INT64, 10}, {KS_LIST_KEY_UUID, 0}),
     .sql = sql_list,

@@ -74,7 +74,7 @@ static void entry_item(void *item, const PGresult *res, int row)
 }
 
 /* Newest first; the sort key is the row's id. */
-static const auth_list_method list_audit = {
+static const ks_list_method list_audit = {
     .page = AUTH_LIST_PAGE("ListAudit", Keelson__Auth__V1__AuditEntry, entry_item,
                            {KS_LIST_KEY_INT64, 0}),
     .sql = sql_list,

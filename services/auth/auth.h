@@ -6,12 +6,13 @@
  *   tx.c         the tenant-method runner: caller, role, permission, dedupe
  *   events.c     outbox events: users.admin_summary, auth.context_revoked, auth.email
  *   audit.c      the append-only audit log and ListAudit
- *   list.c       the frame of the list methods: page, token, tenant transaction
+ *   list.c       the list methods on core's frame (ks_list_reply), in the tenant transaction
  *   hash_pool.c  scrypt on its own bounded pool of threads
  *   passwords.c  password checks with lockout, shared by Login, AcceptInvitation, ChangePassword
  *   sessions.c   session tokens, ResolveContext, WhoAmI, Logout, tenants, RevokeAllSessions
  *   signup.c login.c members.c invitations.c reset.c api_keys.c: the methods
- *   validate.c   pure input rules (unit-tested without a database)
+ *   validate.c   auth's own pure input rules (unit-tested without a database); the
+ *                shared ones (UTF-8, e-mail addresses, names) are core's, ks_text.h
  */
 #ifndef AUTH_H
 #define AUTH_H
@@ -28,14 +29,14 @@
 #include "ks_pg.h"
 #include "ks_rpc.h"
 #include "ks_service.h"
+#include "ks_text.h"
 
 /* ---- limits (bytes unless said otherwise) ------------------------------ */
 
-#define AUTH_EMAIL_BYTES_MAX    254  /* RFC 5321 path limit, after trimming */
 #define AUTH_PASSWORD_CHARS_MIN 8    /* UTF-8 code points */
 #define AUTH_PASSWORD_BYTES_MAX 1024 /* bounds the work one request can ask scrypt for */
 #define AUTH_NAME_CHARS_MAX     200  /* tenant, display and API key names, code points */
-#define AUTH_NAME_BYTES_MAX     (AUTH_NAME_CHARS_MAX * 4)
+#define AUTH_NAME_BYTES_MAX     (AUTH_NAME_CHARS_MAX * KS_UTF8_CHAR_BYTES_MAX)
 #define AUTH_TOKEN_BYTES        32  /* random bytes behind every token and key */
 #define AUTH_TOKEN_LEN          43  /* base64url of 32 bytes, unpadded */
 #define AUTH_TOKEN_BYTES_MAX    512 /* longer bearer strings are refused unread */
@@ -321,45 +322,17 @@ int auth_require_user(ks_call *call, auth_actor *out);
 
 /* ---- list methods (list.c) ---------------------------------------------- */
 
-/*
- * A list method of the tenant: its page (ks_list_spec: name, page sizes,
- * sort key, items), its page query, and the repeated field of its reply
- * that holds the items. The query's parameters are the page's ($1..$n_keys
- * the cursor, NULL on the first page, then the LIMIT), then the method's
- * filters. The permission is the method's methods.def row.
- */
-typedef struct auth_list_method {
-        ks_list_spec page;
-        const char *sql;
-        const char *items_field; /* in the reply, beside its next_page_token: "members" */
-} auth_list_method;
-
-#define AUTH_LIST_FILTERS_MAX 2
-
-/*
- * The page of an AuthService list method with the default page sizes:
- * items of item_type filled by item_fn, sorted by the keys that follow
- * (ks_list_key initialisers, at most KS_LIST_KEYS_MAX).
- */
+/* The page of an AuthService list method (KS_LIST_PAGE) named method: "ListMembers". */
 #define AUTH_LIST_PAGE(method, item_type, item_fn, ...)                                            \
-        {                                                                                          \
-                .name = "keelson.auth.v1.AuthService/" method,                                     \
-                .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,                                    \
-                .page_size_max = KS_LIST_PAGE_SIZE_MAX,                                            \
-                .n_keys = (int)(sizeof((ks_list_key[]){__VA_ARGS__}) / sizeof(ks_list_key)),       \
-                .keys = {__VA_ARGS__}, .item_size = sizeof(item_type), .item = item_fn,            \
-        }
+        KS_LIST_PAGE("keelson.auth.v1.AuthService/" method, item_type, item_fn, __VA_ARGS__)
 
 /*
- * A whole list method. Reads page_size and page_token (invalid_argument,
- * before anything else), runs m->sql in the caller's tenant transaction
- * (auth_tenant_tx: caller, role, the method's permission) with
- * filters[0..n_filters-1] after the page's parameters, and replies (the
- * call's method's reply) with the page's items in m->items_field and its
- * next_page_token. A token is valid in the tenant that received it only.
- * Returns KS_OK or a code the call already carries.
+ * A whole list method (ks_list_reply) in the caller's tenant transaction
+ * (auth_tenant_tx: caller, role, the method's permission); what is no fault
+ * of the client is AUTH_INTERNAL_MSG. Returns KS_OK or a code the call
+ * already carries.
  */
-int auth_list_reply(ks_call *call, const auth_list_method *m, int32_t page_size,
+int auth_list_reply(ks_call *call, const ks_list_method *m, int32_t page_size,
                     const char *page_token, const char *const *filters,
                     int n_filters) KS_MUST_CHECK;
 
@@ -440,44 +413,16 @@ int auth_password_new_hash(ks_call *call, const char *password, char out[KS_PASS
 /* ---- validate.c: pure functions, no I/O -------------------------------- */
 
 /*
- * Trims ASCII whitespace and lower-cases ASCII letters (non-ASCII bytes are
- * kept as they are: lower-casing them needs Unicode tables, and two spellings
- * of one address outside ASCII are rare enough to leave to a later rule).
- * Returns 0, or -1 when the result does not fit in out (out_len bytes,
- * NUL included).
- */
-int auth_email_normalize(const char *in, char *out, size_t out_len);
-
-/*
- * Validates an already normalised address: at most 254 bytes, valid UTF-8,
- * no space or control character, exactly one '@', a non-empty local part,
- * and a domain that contains a dot with no empty label. Returns KS_OK, or
- * KS_INVALID_ARGUMENT with a message naming the field in err.
- */
-int auth_email_validate(const char *email, char *err, size_t err_len);
-
-/*
  * Password rules of SignUp: valid UTF-8, at least 8 code points, at most
  * 1024 bytes. Returns KS_OK or KS_INVALID_ARGUMENT with a message in err.
  */
 int auth_password_validate(const char *password, char *err, size_t err_len);
 
 /*
- * A tenant or display name: trimmed of ASCII whitespace into out, valid
- * UTF-8, no control character, at most 200 code points. field names the
- * field in the message. Empty is valid (the caller picks a default).
- */
-int auth_name_normalize(const char *field, const char *in, char *out, size_t out_len, char *err,
-                        size_t err_len);
-
-/*
  * "<local part>'s workspace" for a normalised email, the local part cut at
  * a code point boundary so that the whole fits in 200 code points.
  */
 void auth_default_tenant_name(const char *email, char *out, size_t out_len);
-
-/* Code points in s when it is valid UTF-8 (no overlongs, no surrogates), else -1. */
-long auth_utf8_count(const char *s, size_t len);
 
 /* True for the 36-character text form of a uuid (hex digits, dashes at 8-13-18-23). */
 bool auth_uuid_valid(const char *s);

@@ -91,7 +91,7 @@ static const char sql_insert_member[] =
 typedef struct invite {
         const char *role;
         size_t n;
-        char (*emails)[AUTH_EMAIL_BYTES_MAX + 1];
+        char (*emails)[KS_EMAIL_BYTES_MAX + 1];
         char *emails_json; /* the same addresses as a JSON array, for SQL */
         char tenant_name[AUTH_NAME_BYTES_MAX + 1];
         Keelson__Auth__V1__Invitation *out;
@@ -110,8 +110,8 @@ static int check_emails(ks_call *call, const Keelson__Auth__V1__InviteRequest *r
         for (size_t i = 0; i < req->n_emails; i++) {
                 char *e = in->emails[i];
 
-                if (auth_email_normalize(req->emails[i], e, AUTH_EMAIL_BYTES_MAX + 1) != 0 ||
-                    auth_email_validate(e, err, sizeof(err)) != KS_OK) {
+                if (ks_email_normalize(req->emails[i], e, KS_EMAIL_BYTES_MAX + 1) != 0 ||
+                    ks_email_validate(e, err, sizeof(err)) != KS_OK) {
                         json_decref(arr);
                         return ks_call_fail(call, KS_INVALID_ARGUMENT,
                                             "emails[%zu]: not a valid"
@@ -299,7 +299,7 @@ static void invitation_item(void *item, const PGresult *res, int row)
 }
 
 /* Newest first; the sort key is (created_at in micros, id). */
-static const auth_list_method list_invitations = {
+static const ks_list_method list_invitations = {
     .page = AUTH_LIST_PAGE("ListInvitations", Keelson__Auth__V1__Invitation, invitation_item,
                            {KS_LIST_KEY_INT64, 8}, {KS_LIST_KEY_UUID, 0}),
     .sql = sql_list,
@@ -382,7 +382,7 @@ typedef struct accept_state {
         char hash[AUTH_SHA256_PARAM_LEN];
         char invitation_id[AUTH_UUID_LEN + 1];
         char tenant_id[AUTH_UUID_LEN + 1];
-        char email[AUTH_EMAIL_BYTES_MAX + 1];
+        char email[KS_EMAIL_BYTES_MAX + 1];
         char role[AUTH_ROLE_MAX];
         bool new_user;
         char user_id[AUTH_UUID_LEN + 1];
@@ -448,8 +448,9 @@ static int accepting_user(ks_call *call, const Keelson__Auth__V1__AcceptInvitati
                 return KS_OK;
         }
         if ((rc = auth_password_validate(password, err, sizeof(err))) != KS_OK ||
-            (rc = auth_name_normalize("display_name", req->display_name, a->display_name,
-                                      sizeof(a->display_name), err, sizeof(err))) != KS_OK) {
+            (rc = ks_name_normalize("display_name", req->display_name, AUTH_NAME_CHARS_MAX,
+                                    a->display_name, sizeof(a->display_name), err, sizeof(err))) !=
+                KS_OK) {
                 return ks_call_fail(call, rc, "%s", err);
         }
         if ((rc = auth_password_new_hash(call, password, a->password_hash)) != KS_OK) {

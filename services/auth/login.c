@@ -57,7 +57,7 @@ static int open_session(ks_call *call, const auth_login_user *u, const char *ten
 
 /* Checks the request's shape; nothing here depends on whether the account exists. */
 static int check_request(ks_call *call, const Keelson__Auth__V1__LoginRequest *req,
-                         char email[AUTH_EMAIL_BYTES_MAX + 1], const char **tenant_id)
+                         char email[KS_EMAIL_BYTES_MAX + 1], const char **tenant_id)
 {
         const char *t = req->tenant_id ? req->tenant_id : "";
 
@@ -69,8 +69,7 @@ static int check_request(ks_call *call, const Keelson__Auth__V1__LoginRequest *r
         }
         *tenant_id = t[0] != '\0' ? t : NULL;
         /* Too long to be stored: it takes the unknown-email path below. */
-        if (auth_email_normalize(req->email ? req->email : "", email, AUTH_EMAIL_BYTES_MAX + 1) !=
-            0) {
+        if (ks_email_normalize(req->email ? req->email : "", email, KS_EMAIL_BYTES_MAX + 1) != 0) {
                 email[0] = '\0';
         }
         return KS_OK;
@@ -80,7 +79,7 @@ static int login(ks_call *call)
 {
         const Keelson__Auth__V1__LoginRequest *req =
             (const Keelson__Auth__V1__LoginRequest *)call->in;
-        char email[AUTH_EMAIL_BYTES_MAX + 1];
+        char email[KS_EMAIL_BYTES_MAX + 1];
         const char *tenant_id = NULL;
         auth_login_user u;
         bool ok = false;

@@ -71,7 +71,7 @@ static void member_item(void *item, const PGresult *res, int row)
 }
 
 /* Oldest membership first; the sort key is (created_at in micros, user_id). */
-static const auth_list_method list_members = {
+static const ks_list_method list_members = {
     .page = AUTH_LIST_PAGE("ListMembers", Keelson__Auth__V1__Member, member_item,
                            {KS_LIST_KEY_INT64, 5}, {KS_LIST_KEY_UUID, 0}),
     .sql = sql_list,

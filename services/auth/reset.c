@@ -52,7 +52,7 @@ static const char sql_change_password[] =
 
 /* The statement's parameters: the token's hash, its expiry and the mail to queue. */
 typedef struct reset_request {
-        char email[AUTH_EMAIL_BYTES_MAX + 1];
+        char email[KS_EMAIL_BYTES_MAX + 1];
         char token[AUTH_TOKEN_LEN + 1];
         char hash[AUTH_SHA256_PARAM_LEN];
         char expires_ms[24];
@@ -96,7 +96,7 @@ int auth_forgot_password(ks_call *call)
 
         memset(&r, 0, sizeof(r));
         /* An address that cannot be stored cannot have an account: the same reply, at once. */
-        if (auth_email_normalize(req->email ? req->email : "", r.email, sizeof(r.email)) != 0 ||
+        if (ks_email_normalize(req->email ? req->email : "", r.email, sizeof(r.email)) != 0 ||
             r.email[0] == '\0') {
                 return ks_call_reply(call, &resp.base);
         }

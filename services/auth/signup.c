@@ -27,7 +27,7 @@ static const char sql_insert_owner[] =
     "INSERT INTO auth.memberships (tenant_id, user_id, role) VALUES ($1::uuid, $2::uuid, 'owner')";
 
 typedef struct signup_input {
-        char email[AUTH_EMAIL_BYTES_MAX + 1];
+        char email[KS_EMAIL_BYTES_MAX + 1];
         char tenant_name[AUTH_NAME_BYTES_MAX + 1];
         char display_name[AUTH_NAME_BYTES_MAX + 1];
         char hash[KS_PASSWORD_HASH_MAX];
@@ -40,15 +40,18 @@ static int check_request(ks_call *call, const Keelson__Auth__V1__SignUpRequest *
         char err[AUTH_ERR_MAX];
         int rc;
 
-        if (auth_email_normalize(req->email ? req->email : "", in->email, sizeof(in->email)) != 0) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT, "email: at most 254 bytes");
+        if (ks_email_normalize(req->email ? req->email : "", in->email, sizeof(in->email)) != 0) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "email: at most %d bytes",
+                                    KS_EMAIL_BYTES_MAX);
         }
-        if ((rc = auth_email_validate(in->email, err, sizeof(err))) != KS_OK ||
+        if ((rc = ks_email_validate(in->email, err, sizeof(err))) != KS_OK ||
             (rc = auth_password_validate(req->password, err, sizeof(err))) != KS_OK ||
-            (rc = auth_name_normalize("tenant_name", req->tenant_name, in->tenant_name,
-                                      sizeof(in->tenant_name), err, sizeof(err))) != KS_OK ||
-            (rc = auth_name_normalize("display_name", req->display_name, in->display_name,
-                                      sizeof(in->display_name), err, sizeof(err))) != KS_OK) {
+            (rc = ks_name_normalize("tenant_name", req->tenant_name, AUTH_NAME_CHARS_MAX,
+                                    in->tenant_name, sizeof(in->tenant_name), err, sizeof(err))) !=
+                KS_OK ||
+            (rc = ks_name_normalize("display_name", req->display_name, AUTH_NAME_CHARS_MAX,
+                                    in->display_name, sizeof(in->display_name), err,
+                                    sizeof(err))) != KS_OK) {
                 return ks_call_fail(call, rc, "%s", err);
         }
         if (in->tenant_name[0] == '\0') {

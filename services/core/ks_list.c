@@ -10,6 +10,11 @@
  * another list or another scope, or altered in any byte, fails the check;
  * only the canonical base64url spelling of a token is accepted, so a list
  * position has exactly one token.
+ *
+ * ks_list_reply is the frame of a whole list method around those steps: the
+ * page query runs in the service's own tenant transaction (a callback), and
+ * the reply is filled through its descriptor, so that what stays with each
+ * method is its spec, its SQL, its filters and how a row becomes its item.
  */
 #include "ks_list.h"
 
@@ -18,8 +23,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ks_assert.h"
 #include "ks_code.h"
 #include "ks_crypto.h"
+#include "ks_log.h"
+#include "ks_pg.h"
+#include "ks_rpc.h"
 
 #define TOKEN_VERSION     1
 #define TOKEN_CHECK_BYTES 8
@@ -283,4 +292,105 @@ void ks_list_page_clear(ks_list_page *p)
         free(p->items);
         free(p->item_block);
         memset(p, 0, sizeof(*p));
+}
+
+/* ---- a whole list method ------------------------------------------------ */
+
+typedef struct list_query {
+        const ks_list_method *m;
+        const char *request_id;
+        const char *params[KS_LIST_KEYS_MAX + 1 + KS_LIST_FILTERS_MAX];
+        int n_params;
+        PGresult *res;
+} list_query;
+
+/* The page query, in the service's transaction (run again if it retries). */
+static int list_query_run(PGconn *conn, void *arg)
+{
+        list_query *q = arg;
+
+        PQclear(q->res);
+        q->res = NULL;
+        return ks_pg_exec(conn, q->request_id, q->m->sql, q->n_params, q->params, &q->res);
+}
+
+/* The page's items and next_page_token, or a code the call carries (page then cleared). */
+static int list_page(ks_call *call, const ks_list_method *m, int32_t page_size,
+                     const char *page_token, const char *const *filters, int n_filters,
+                     const ks_list_runner *r, ks_list_page *page)
+{
+        const char *scope = call->caller->tenant_id != NULL ? call->caller->tenant_id : "";
+        list_query q = {.m = m, .request_id = call->request_id, .res = NULL};
+        const char *err = NULL;
+        int rc;
+
+        memset(page, 0, sizeof(*page));
+        if (n_filters < 0 || n_filters > KS_LIST_FILTERS_MAX) {
+                return ks_call_fail(call, KS_INTERNAL, "%s", r->internal_msg);
+        }
+        if ((rc = ks_list_page_begin(page, &m->page, page_size, page_token, scope, &err)) !=
+            KS_OK) {
+                ks_list_page_clear(page);
+                return ks_call_fail(call, rc, "%s", rc == KS_INTERNAL ? r->internal_msg : err);
+        }
+        memcpy(q.params, page->params, (size_t)page->n_params * sizeof(q.params[0]));
+        for (int i = 0; i < n_filters; i++) {
+                q.params[page->n_params + i] = filters[i];
+        }
+        q.n_params = page->n_params + n_filters;
+        if ((rc = r->run(call, list_query_run, &q, r->run_arg)) != KS_OK) {
+                PQclear(q.res);
+                ks_list_page_clear(page);
+                return rc;
+        }
+        if ((rc = ks_list_page_finish(page, q.res)) != KS_OK) {
+                ks_list_page_clear(page);
+                if (rc == KS_RESOURCE_EXHAUSTED) {
+                        return ks_call_oom(call);
+                }
+                ks_log_error(call->request_id, "list page: a sort key column holds no key", "{s:s}",
+                             "list", m->page.name);
+                return ks_call_fail(call, KS_INTERNAL, "%s", r->internal_msg);
+        }
+        return KS_OK;
+}
+
+int ks_list_reply_page(ks_call *call, const char *items_field, const ks_list_page *page)
+{
+        const ProtobufCMessageDescriptor *d = call->method->output;
+        const ProtobufCFieldDescriptor *items =
+            protobuf_c_message_descriptor_get_field_by_name(d, items_field);
+        const ProtobufCFieldDescriptor *token =
+            protobuf_c_message_descriptor_get_field_by_name(d, "next_page_token");
+        char *resp;
+        int rc;
+
+        KS_ASSERT(items != NULL && items->label == PROTOBUF_C_LABEL_REPEATED &&
+                  items->type == PROTOBUF_C_TYPE_MESSAGE);
+        KS_ASSERT(token != NULL && token->type == PROTOBUF_C_TYPE_STRING);
+        if ((resp = malloc(d->sizeof_message)) == NULL) {
+                return ks_call_oom(call);
+        }
+        protobuf_c_message_init(d, resp);
+        *(size_t *)(resp + items->quantifier_offset) = page->n_items;
+        *(void ***)(resp + items->offset) = page->items;
+        *(const char **)(resp + token->offset) = page->next_page_token;
+        rc = ks_call_reply(call, (const ProtobufCMessage *)resp);
+        free(resp);
+        return rc;
+}
+
+int ks_list_reply(ks_call *call, const ks_list_method *m, int32_t page_size, const char *page_token,
+                  const char *const *filters, int n_filters, const ks_list_runner *r)
+{
+        ks_list_page p;
+        int rc;
+
+        KS_ASSERT(r != NULL && r->run != NULL && r->internal_msg != NULL);
+        if ((rc = list_page(call, m, page_size, page_token, filters, n_filters, r, &p)) != KS_OK) {
+                return rc;
+        }
+        rc = ks_list_reply_page(call, m->items_field, &p);
+        ks_list_page_clear(&p);
+        return rc;
 }

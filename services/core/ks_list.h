@@ -28,6 +28,11 @@
  * The token's check is a plain digest, not a secret MAC: a token grants
  * nothing (the caller's transaction bounds every row it can reach), it only
  * makes a wrong token fail clearly instead of paging from a wrong place.
+ *
+ * A whole list method of a tenant (ks_list_method: its page, its SQL, the
+ * field of its reply that holds the items) is one call, ks_list_reply: the
+ * steps above around the service's own tenant transaction, then the reply
+ * built through the reply's descriptor (ks_list_reply_page).
  */
 #ifndef KS_LIST_H
 #define KS_LIST_H
@@ -38,12 +43,14 @@
 #include <stdint.h>
 
 #include "ks_code.h"
+#include "ks_method.h" /* ks_call */
 
 #define KS_LIST_PAGE_SIZE_DEFAULT 50
 #define KS_LIST_PAGE_SIZE_MAX     200
 #define KS_LIST_KEYS_MAX          2   /* columns in a sort key */
 #define KS_LIST_KEY_BYTES_MAX     40  /* one key as text, NUL included: a uuid is 36 */
 #define KS_LIST_TOKEN_BYTES_MAX   128 /* a page token, NUL included; longer is refused unread */
+#define KS_LIST_FILTERS_MAX       2   /* a method's own parameters after the page's */
 
 /* The wire messages of the two refusals. */
 #define KS_LIST_PAGE_SIZE_NEGATIVE_MSG "page_size: must not be negative"
@@ -137,5 +144,83 @@ int ks_list_page_finish(ks_list_page *p, PGresult *res) KS_MUST_CHECK;
 
 /* Frees the page's result and items; *p may be zeroed or only begun. */
 void ks_list_page_clear(ks_list_page *p);
+
+/* ---- a whole list method ------------------------------------------------ */
+
+/*
+ * A list method of the tenant: its page (ks_list_spec: name, page sizes,
+ * sort key, items), its page query, and the repeated field of its reply
+ * that holds the items. The query's parameters are the page's ($1..$n_keys
+ * the cursor, NULL on the first page, then the LIMIT), then the method's
+ * filters (at most KS_LIST_FILTERS_MAX). Who may call it is the service's
+ * tenant transaction's business (its methods.def row).
+ */
+typedef struct ks_list_method {
+        ks_list_spec page;
+        const char *sql;
+        const char *items_field; /* in the reply, beside its next_page_token: "members" */
+} ks_list_method;
+
+/*
+ * The page of a list method named name (its full name:
+ * "keelson.auth.v1.AuthService/ListMembers") with the default page sizes:
+ * items of item_type filled by item_fn, sorted by the keys that follow
+ * (ks_list_key initialisers, at most KS_LIST_KEYS_MAX).
+ */
+#define KS_LIST_PAGE(name_, item_type, item_fn, ...)                                               \
+        {                                                                                          \
+                .name = (name_), .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,                   \
+                .page_size_max = KS_LIST_PAGE_SIZE_MAX,                                            \
+                .n_keys = (int)(sizeof((ks_list_key[]){__VA_ARGS__}) / sizeof(ks_list_key)),       \
+                .keys = {__VA_ARGS__}, .item_size = sizeof(item_type), .item = item_fn,            \
+        }
+
+/*
+ * The page query, which ks_list_reply hands to the service's transaction:
+ * runs it on conn. Returns KS_OK, or the database's code (ks_pg_exec's),
+ * which the transaction maps to the reply as it maps its own failures.
+ */
+typedef int (*ks_list_query_fn)(PGconn *conn, void *query_arg);
+
+/*
+ * The service's tenant transaction: checks the caller (ks_call's caller
+ * context, role, the method's permission), opens a transaction acting for
+ * the caller's tenant, runs query(conn, query_arg) there and commits.
+ * Returns KS_OK, or a code the call carries (its message set).
+ */
+typedef int (*ks_list_tx_fn)(ks_call *call, ks_list_query_fn query, void *query_arg, void *run_arg);
+
+/* What a service lends every one of its list methods: stated once, as a static const. */
+typedef struct ks_list_runner {
+        ks_list_tx_fn run; /* its tenant transaction */
+        void *run_arg;     /* handed to run */
+        /* Its reply to what is no fault of the client ("internal error"). */
+        const char *internal_msg;
+} ks_list_runner;
+
+/*
+ * A whole list method. Reads page_size and page_token (invalid_argument,
+ * before anything else), runs m->sql in the service's tenant transaction
+ * (r->run) with filters[0..n_filters-1] after the page's parameters, and
+ * replies (the call's method's reply) with the page's items in
+ * m->items_field and its next_page_token (ks_list_reply_page). A token is
+ * valid in the tenant of the caller that received it only. What is no fault
+ * of the client (more than KS_LIST_FILTERS_MAX filters, a sort key column
+ * holding no key: a mistake in the method) is internal with
+ * r->internal_msg, logged. Returns KS_OK or a code the call already carries.
+ */
+int ks_list_reply(ks_call *call, const ks_list_method *m, int32_t page_size, const char *page_token,
+                  const char *const *filters, int n_filters, const ks_list_runner *r) KS_MUST_CHECK;
+
+/*
+ * The reply of the call's method with the page in it (ks_call_reply): every
+ * list reply has the repeated message field items_field and the string
+ * next_page_token, set here through the reply's descriptor (a reply without
+ * them is a mistake in the method: an assertion). The page keeps its items.
+ * Returns ks_call_reply's code, or resource_exhausted (ks_call_oom) when out
+ * of memory.
+ */
+int ks_list_reply_page(ks_call *call, const char *items_field,
+                       const ks_list_page *page) KS_MUST_CHECK;
 
 #endif

@@ -1,7 +1,11 @@
 /*
  * Unit tests of ks_list: page sizes, page tokens (round trip; garbage,
- * altered, foreign tokens refused) and the limit + 1 page with its
- * next_page_token, on results built in memory (no database).
+ * altered, foreign tokens refused), the limit + 1 page with its
+ * next_page_token, on results built in memory (no database), and the frame
+ * of a list method (ks_list_reply): the reply built through its descriptor
+ * from such a page, the refusals before the query, the service's
+ * transaction's failures. The whole frame against a database is tested
+ * through auth's list methods (tests/integration).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,9 +17,11 @@
 
 #include <cmocka.h>
 
+#include "keelson/test/v1/types.pb-c.h"
 #include "ks_code.h"
 #include "ks_crypto.h"
 #include "ks_list.h"
+#include "ks_rpc.h"
 
 #ifdef __SANITIZE_ADDRESS__
 /* test_finish_out_of_memory asks for an impossible calloc: let it fail as libc's does. */
@@ -509,6 +515,213 @@ static void test_clear_is_safe(void **state)
         ks_list_page_clear(NULL);
 }
 
+/* ---- a whole list method ------------------------------------------------------ */
+
+/* A list reply as every list method has one: repeated items, next_page_token. */
+typedef struct list_reply {
+        ProtobufCMessage base;
+        size_t n_items;
+        Keelson__Test__V1__Inner **items;
+        char *next_page_token;
+} list_reply;
+
+static const ProtobufCMessageDescriptor list_reply_desc;
+
+static void list_reply_init(ProtobufCMessage *m)
+{
+        list_reply init = {PROTOBUF_C_MESSAGE_INIT(&list_reply_desc), 0, NULL,
+                           (char *)protobuf_c_empty_string};
+        *(list_reply *)m = init;
+}
+
+static const ProtobufCFieldDescriptor list_reply_fields[] = {
+    {"items", 1, PROTOBUF_C_LABEL_REPEATED, PROTOBUF_C_TYPE_MESSAGE, offsetof(list_reply, n_items),
+     offsetof(list_reply, items), &keelson__test__v1__inner__descriptor, NULL, 0, 0, NULL, NULL},
+    {"next_page_token", 2, PROTOBUF_C_LABEL_NONE, PROTOBUF_C_TYPE_STRING, 0,
+     offsetof(list_reply, next_page_token), NULL, &protobuf_c_empty_string, 0, 0, NULL, NULL},
+};
+static const unsigned list_reply_by_name[] = {0, 1};
+static const ProtobufCIntRange list_reply_ranges[] = {{1, 0}, {0, 2}};
+static const ProtobufCMessageDescriptor list_reply_desc = {PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+                                                           "keelson.test.v1.ListInnersResponse",
+                                                           "ListInnersResponse",
+                                                           "ListInnersResponse",
+                                                           "keelson.test.v1",
+                                                           sizeof(list_reply),
+                                                           2,
+                                                           list_reply_fields,
+                                                           list_reply_by_name,
+                                                           1,
+                                                           list_reply_ranges,
+                                                           list_reply_init,
+                                                           NULL,
+                                                           NULL,
+                                                           NULL};
+
+/* A row of result_rows as a reply item: count from the id, name from the name. */
+static void inner_item(void *out, const PGresult *res, int row)
+{
+        Keelson__Test__V1__Inner *it = out;
+
+        keelson__test__v1__inner__init(it);
+        it->count = (int32_t)strtol(PQgetvalue(res, row, 0), NULL, 10);
+        it->name = PQgetvalue(res, row, 1);
+}
+
+static const ks_list_method list_inners = {
+    .page = KS_LIST_PAGE("keelson.test.v1.Things/ListInners", Keelson__Test__V1__Inner, inner_item,
+                         {KS_LIST_KEY_INT64, 0}),
+    .sql = "SELECT id, name, micros FROM things WHERE ($1::int8 IS NULL OR id > $1)"
+           " ORDER BY id LIMIT $2",
+    .items_field = "items",
+};
+
+static const ks_method inners_method = {
+    .name = "keelson.test.v1.Things/ListInners",
+    .input = &keelson__test__v1__inner__descriptor,
+    .output = &list_reply_desc,
+};
+
+/* A call of ListInners by a caller of tenant. */
+typedef struct fake_call {
+        ks_caller caller;
+        ks_call call;
+} fake_call;
+
+static void fake_call_init(fake_call *f, const char *tenant)
+{
+        memset(f, 0, sizeof(*f));
+        keelson__rpc__v1__caller_context__init(&f->caller);
+        f->caller.authenticated = 1;
+        f->caller.tenant_id = (char *)tenant;
+        f->call.method = &inners_method;
+        f->call.request_id = "test-list-reply";
+        f->call.caller = &f->caller;
+        f->call.idempotency_key = "";
+}
+
+static list_reply *unpack_reply(const ks_call *call)
+{
+        list_reply *r = (list_reply *)protobuf_c_message_unpack(&list_reply_desc, NULL,
+                                                                call->out_len, call->out_payload);
+
+        assert_non_null(r);
+        return r;
+}
+
+/* The reply's fields are found by name and filled from the page: items and token. */
+static void test_reply_page(void **state)
+{
+        char back[KS_LIST_KEYS_MAX][KS_LIST_KEY_BYTES_MAX];
+        fake_call f;
+        ks_list_page p;
+        list_reply *r;
+        const char *err;
+
+        (void)state;
+        fake_call_init(&f, TENANT_1);
+        assert_int_equal(ks_list_page_begin(&p, &list_inners.page, 2, "", TENANT_1, &err), KS_OK);
+        assert_int_equal(ks_list_page_finish(&p, result_rows(3)), KS_OK);
+        assert_int_equal(ks_list_reply_page(&f.call, list_inners.items_field, &p), KS_OK);
+        r = unpack_reply(&f.call);
+        assert_int_equal(r->n_items, 2);
+        assert_int_equal(r->items[0]->count, 100);
+        assert_string_equal(r->items[0]->name, "row");
+        assert_int_equal(r->items[1]->count, 101);
+        assert_string_equal(r->next_page_token, p.next_page_token);
+        assert_int_equal(
+            ks_list_token_decode(&list_inners.page, TENANT_1, r->next_page_token, back), 0);
+        assert_string_equal(back[0], "101");
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+        ks_list_page_clear(&p);
+
+        /* The last page: its items, no token. */
+        assert_int_equal(ks_list_page_begin(&p, &list_inners.page, 5, "", TENANT_1, &err), KS_OK);
+        assert_int_equal(ks_list_page_finish(&p, result_rows(1)), KS_OK);
+        assert_int_equal(ks_list_reply_page(&f.call, list_inners.items_field, &p), KS_OK);
+        r = unpack_reply(&f.call);
+        assert_int_equal(r->n_items, 1);
+        assert_string_equal(r->next_page_token, "");
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+        ks_list_page_clear(&p);
+        free(f.call.out_payload);
+}
+
+/* A fake tenant transaction: counts its runs, runs the query on no connection. */
+typedef struct fake_tx {
+        int runs;
+        int query_code;  /* what the query returned */
+        bool skip_query; /* a transaction that commits without running it */
+} fake_tx;
+
+static int fake_run(ks_call *call, ks_list_query_fn query, void *query_arg, void *run_arg)
+{
+        fake_tx *t = run_arg;
+
+        t->runs++;
+        if (t->skip_query) {
+                return KS_OK;
+        }
+        t->query_code = query(NULL, query_arg);
+        return ks_call_fail(call, KS_UNAVAILABLE, "the service's own message");
+}
+
+static int list_inners_reply(fake_call *f, fake_tx *t, int32_t page_size, const char *token,
+                             int n_filters)
+{
+        static const char *const filters[3] = {"a", "b", "c"};
+        const ks_list_runner r = {.run = fake_run, .run_arg = t, .internal_msg = "test internal"};
+
+        return ks_list_reply(&f->call, &list_inners, page_size, token, filters, n_filters, &r);
+}
+
+/* What the client got wrong is refused before the transaction, with core's messages. */
+static void test_reply_refuses_before_query(void **state)
+{
+        const char *keys[1] = {"100"};
+        char token[KS_LIST_TOKEN_BYTES_MAX];
+        fake_tx t = {0};
+        fake_call f;
+
+        (void)state;
+        fake_call_init(&f, TENANT_2);
+        assert_int_equal(list_inners_reply(&f, &t, -1, "", 0), KS_INVALID_ARGUMENT);
+        assert_string_equal(f.call.message, "page_size: must not be negative");
+        /* A token of the same list, issued to a caller of another tenant. */
+        assert_int_equal(
+            ks_list_token_encode(&list_inners.page, TENANT_1, keys, token, sizeof(token)), 0);
+        assert_int_equal(list_inners_reply(&f, &t, 0, token, 0), KS_INVALID_ARGUMENT);
+        assert_string_equal(f.call.message, "page_token: not from this list");
+        /* More filters than the frame holds: the method's mistake, the service's message. */
+        assert_int_equal(list_inners_reply(&f, &t, 0, "", KS_LIST_FILTERS_MAX + 1), KS_INTERNAL);
+        assert_string_equal(f.call.message, "test internal");
+        assert_int_equal(list_inners_reply(&f, &t, 0, "", -1), KS_INTERNAL);
+        assert_int_equal(t.runs, 0);
+        assert_null(f.call.out_payload);
+}
+
+/* The transaction's refusal is the reply, as it set it; the query's code went to it. */
+static void test_reply_transaction_fails(void **state)
+{
+        fake_tx t = {0};
+        fake_call f;
+
+        (void)state;
+        fake_call_init(&f, TENANT_1);
+        assert_int_equal(list_inners_reply(&f, &t, 0, "", KS_LIST_FILTERS_MAX), KS_UNAVAILABLE);
+        assert_int_equal(t.runs, 1);
+        assert_int_not_equal(t.query_code, KS_OK); /* no connection */
+        assert_string_equal(f.call.message, "the service's own message");
+        assert_null(f.call.out_payload);
+
+        /* A transaction that commits without a result: internal, logged, no reply. */
+        t.skip_query = true;
+        assert_int_equal(list_inners_reply(&f, &t, 0, "", 0), KS_INTERNAL);
+        assert_int_equal(t.runs, 2);
+        assert_string_equal(f.call.message, "test internal");
+        assert_null(f.call.out_payload);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -527,6 +740,9 @@ int main(void)
             cmocka_unit_test(test_finish_bad_key_column),
             cmocka_unit_test(test_finish_out_of_memory),
             cmocka_unit_test(test_clear_is_safe),
+            cmocka_unit_test(test_reply_page),
+            cmocka_unit_test(test_reply_refuses_before_query),
+            cmocka_unit_test(test_reply_transaction_fails),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

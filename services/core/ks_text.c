@@ -1,0 +1,214 @@
+/*
+ * ks_text: UTF-8, trimming, e-mail addresses and names (see ks_text.h).
+ */
+#include "ks_text.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ks_assert.h"
+
+static const char ws_chars[] = " \t\n\v\f\r";
+
+static bool is_ascii_space(unsigned char c)
+{
+        return c != 0 && strchr(ws_chars, c) != NULL;
+}
+
+int ks_utf8_next(const char *str, size_t len, size_t *i, uint32_t *cp)
+{
+        static const uint32_t min_cp[4] = {0, 0x80, 0x800, 0x10000};
+        const unsigned char *s = (const unsigned char *)str;
+        unsigned char c = s[*i];
+        size_t extra, k;
+        uint32_t v;
+
+        if (c < 0x80) {
+                *cp = c;
+                *i += 1;
+                return 0;
+        }
+        if ((c & 0xE0) == 0xC0) {
+                extra = 1, v = c & 0x1Fu;
+        } else if ((c & 0xF0) == 0xE0) {
+                extra = 2, v = c & 0x0Fu;
+        } else if ((c & 0xF8) == 0xF0) {
+                extra = 3, v = c & 0x07u;
+        } else {
+                return -1;
+        }
+        if (len - *i <= extra) {
+                return -1;
+        }
+        for (k = 1; k <= extra; k++) {
+                if ((s[*i + k] & 0xC0) != 0x80) {
+                        return -1;
+                }
+                v = (v << 6) | (s[*i + k] & 0x3Fu);
+        }
+        if (v < min_cp[extra] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) {
+                return -1;
+        }
+        *cp = v;
+        *i += extra + 1;
+        return 0;
+}
+
+long ks_utf8_count(const char *s, size_t len)
+{
+        size_t i = 0;
+        long n = 0;
+        uint32_t cp;
+
+        while (i < len) {
+                if (ks_utf8_next(s, len, &i, &cp) != 0) {
+                        return -1;
+                }
+                n++;
+        }
+        return n;
+}
+
+static bool is_control(uint32_t cp)
+{
+        return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F);
+}
+
+/* White space anywhere in Unicode, as far as an address is concerned. */
+static bool is_space(uint32_t cp)
+{
+        return cp == 0x20 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200B) ||
+               cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000 ||
+               cp == 0xFEFF;
+}
+
+void ks_trim_bounds(const char *s, size_t *start, size_t *len)
+{
+        size_t b = 0, e = strlen(s);
+
+        while (b < e && is_ascii_space((unsigned char)s[b])) {
+                b++;
+        }
+        while (e > b && is_ascii_space((unsigned char)s[e - 1])) {
+                e--;
+        }
+        *start = b;
+        *len = e - b;
+}
+
+int ks_email_normalize(const char *in, char *out, size_t out_len)
+{
+        size_t b, n, i;
+
+        if (in == NULL || out == NULL || out_len == 0) {
+                return -1;
+        }
+        ks_trim_bounds(in, &b, &n);
+        if (n >= out_len) {
+                out[0] = '\0';
+                return -1;
+        }
+        for (i = 0; i < n; i++) {
+                unsigned char c = (unsigned char)in[b + i];
+                out[i] = (char)(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c);
+        }
+        out[n] = '\0';
+        return 0;
+}
+
+static int invalid(char *err, size_t err_len, const char *msg)
+{
+        snprintf(err, err_len, "%s", msg);
+        return KS_INVALID_ARGUMENT;
+}
+
+/* The domain is a dotted name: a dot, and no empty label. */
+static bool domain_ok(const char *d)
+{
+        size_t n = strlen(d);
+
+        return n >= 3 && strchr(d, '.') != NULL && d[0] != '.' && d[n - 1] != '.' &&
+               strstr(d, "..") == NULL;
+}
+
+/* Rejects spaces and control characters; the text is valid UTF-8 here. */
+static bool email_chars_ok(const char *email, size_t len)
+{
+        size_t i = 0;
+        uint32_t cp;
+
+        while (i < len) {
+                if (ks_utf8_next(email, len, &i, &cp) != 0 || is_control(cp) || is_space(cp)) {
+                        return false;
+                }
+        }
+        return true;
+}
+
+int ks_email_validate(const char *email, char *err, size_t err_len)
+{
+        size_t len = email ? strlen(email) : 0;
+        const char *at;
+
+        if (len == 0) {
+                return invalid(err, err_len, "email: required");
+        }
+        if (len > KS_EMAIL_BYTES_MAX) {
+                snprintf(err, err_len, "email: at most %d bytes", KS_EMAIL_BYTES_MAX);
+                return KS_INVALID_ARGUMENT;
+        }
+        if (ks_utf8_count(email, len) < 0) {
+                return invalid(err, err_len, "email: not valid UTF-8");
+        }
+        if (!email_chars_ok(email, len)) {
+                return invalid(err, err_len,
+                               "email: must not contain spaces or control characters");
+        }
+        at = strchr(email, '@');
+        if (at == NULL || strchr(at + 1, '@') != NULL) {
+                return invalid(err, err_len, "email: must contain exactly one '@'");
+        }
+        if (at == email) {
+                return invalid(err, err_len, "email: the part before '@' is empty");
+        }
+        if (!domain_ok(at + 1)) {
+                return invalid(err, err_len,
+                               "email: the part after '@' must be a domain name like example.com");
+        }
+        return KS_OK;
+}
+
+int ks_name_normalize(const char *field, const char *in, int chars_max, char *out, size_t out_len,
+                      char *err, size_t err_len)
+{
+        const char *s = in ? in : "";
+        size_t b, n, i = 0;
+        long chars = 0;
+        uint32_t cp;
+
+        KS_ASSERT(chars_max > 0);
+        ks_trim_bounds(s, &b, &n);
+        if (n >= out_len || n > (size_t)chars_max * KS_UTF8_CHAR_BYTES_MAX) {
+                snprintf(err, err_len, "%s: at most %d characters", field, chars_max);
+                return KS_INVALID_ARGUMENT;
+        }
+        s += b;
+        while (i < n) {
+                if (ks_utf8_next(s, n, &i, &cp) != 0) {
+                        snprintf(err, err_len, "%s: not valid UTF-8", field);
+                        return KS_INVALID_ARGUMENT;
+                }
+                if (is_control(cp)) {
+                        snprintf(err, err_len, "%s: must not contain control characters", field);
+                        return KS_INVALID_ARGUMENT;
+                }
+                chars++;
+        }
+        if (chars > chars_max) {
+                snprintf(err, err_len, "%s: at most %d characters", field, chars_max);
+                return KS_INVALID_ARGUMENT;
+        }
+        memcpy(out, s, n);
+        out[n] = '\0';
+        return KS_OK;
+}

@@ -1,0 +1,275 @@
+/*
+ * Unit tests of the shared input rules (services/core/ks_text.c): UTF-8,
+ * e-mail normalisation and validation, names with a caller's bound.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ks_text.h"
+
+#define ERR_MAX        128 /* a validation message, as a service's buffer holds it */
+#define NAME_CHARS_MAX 200 /* auth's bound, whose messages these are */
+#define NAME_BYTES_MAX (NAME_CHARS_MAX * KS_UTF8_CHAR_BYTES_MAX)
+
+/* Runs the validator and returns its message ("" when it accepted). */
+static const char *email_error(const char *email)
+{
+        static char err[ERR_MAX];
+
+        err[0] = '\0';
+        if (ks_email_validate(email, err, sizeof(err)) == KS_OK) {
+                return "";
+        }
+        return err;
+}
+
+static void test_email_normalize_trims_and_lowercases(void **state)
+{
+        char out[KS_EMAIL_BYTES_MAX + 1];
+
+        (void)state;
+        assert_int_equal(ks_email_normalize("  Alice.Smith@Example.COM \t\r\n", out, sizeof(out)),
+                         0);
+        assert_string_equal(out, "alice.smith@example.com");
+        /* Non-ASCII bytes are kept as they are; ASCII around them is lower-cased. */
+        assert_int_equal(ks_email_normalize("\xc3\x89MILE@X.FR", out, sizeof(out)), 0);
+        assert_string_equal(out, "\xc3\x89mile@x.fr");
+        assert_int_equal(ks_email_normalize(" \t ", out, sizeof(out)), 0);
+        assert_string_equal(out, "");
+}
+
+static void test_email_normalize_bounds(void **state)
+{
+        char in[300], out[KS_EMAIL_BYTES_MAX + 1];
+
+        (void)state;
+        /* 254 bytes fit, surrounding spaces do not count. */
+        memset(in, 'a', sizeof(in));
+        in[0] = ' ';
+        memcpy(in + 1 + 254 - 6, "@x.com", 6);
+        in[1 + 254] = ' ';
+        in[1 + 254 + 1] = '\0';
+        assert_int_equal(ks_email_normalize(in, out, sizeof(out)), 0);
+        assert_int_equal(strlen(out), 254);
+        assert_string_equal(email_error(out), "");
+        /* 255 bytes do not. */
+        memset(in, 'a', sizeof(in));
+        memcpy(in + 255 - 6, "@x.com", 6);
+        in[255] = '\0';
+        assert_int_equal(ks_email_normalize(in, out, sizeof(out)), -1);
+        assert_string_equal(email_error(in), "email: at most 254 bytes");
+}
+
+static void test_email_valid_addresses(void **state)
+{
+        (void)state;
+        assert_string_equal(email_error("a@b.co"), "");
+        assert_string_equal(email_error("first.last+tag@sub.example.test"), "");
+        assert_string_equal(email_error("j\xc3\xb6rg@ex\xc3\xa4mple.de"), "");
+}
+
+static void test_email_rejects_shape(void **state)
+{
+        (void)state;
+        assert_string_equal(email_error(""), "email: required");
+        assert_string_equal(email_error(NULL), "email: required");
+        assert_string_equal(email_error("alice.example.com"),
+                            "email: must contain exactly one '@'");
+        assert_string_equal(email_error("a@@b.com"), "email: must contain exactly one '@'");
+        assert_string_equal(email_error("a@b@c.com"), "email: must contain exactly one '@'");
+        assert_string_equal(email_error("@b.com"), "email: the part before '@' is empty");
+        const char *bad_domains[] = {"a@", "a@localhost", "a@.com", "a@b.", "a@b..com", "a@."};
+        for (size_t i = 0; i < sizeof(bad_domains) / sizeof(bad_domains[0]); i++) {
+                assert_string_equal(
+                    email_error(bad_domains[i]),
+                    "email: the part after '@' must be a domain name like example.com");
+        }
+}
+
+static void test_email_rejects_spaces_and_controls(void **state)
+{
+        const char *msg = "email: must not contain spaces or control characters";
+
+        (void)state;
+        assert_string_equal(email_error("a b@c.com"), msg);
+        assert_string_equal(email_error("ab@c.com "), msg);
+        assert_string_equal(email_error("a\tb@c.com"), msg);
+        assert_string_equal(email_error("a\x01"
+                                        "b@c.com"),
+                            msg);
+        assert_string_equal(email_error("a\x7f"
+                                        "b@c.com"),
+                            msg);
+        assert_string_equal(email_error("a\xc2\x85"
+                                        "b@c.com"),
+                            msg); /* U+0085 NEL */
+        assert_string_equal(email_error("a\xc2\xa0"
+                                        "b@c.com"),
+                            msg); /* no-break space */
+        assert_string_equal(email_error("a\xe2\x80\x8b"
+                                        "b@c.com"),
+                            msg); /* zero-width space */
+        assert_string_equal(email_error("a\xe3\x80\x80"
+                                        "b@c.com"),
+                            msg); /* ideographic space */
+}
+
+static void test_email_rejects_bad_utf8(void **state)
+{
+        (void)state;
+        assert_string_equal(email_error("a\xff@b.com"), "email: not valid UTF-8");
+        assert_string_equal(email_error("a\xc0\xaf@b.com"), "email: not valid UTF-8");
+        assert_string_equal(email_error("a@b.com\xc3"), "email: not valid UTF-8");
+}
+
+/* n copies of the two-byte character U+00E9, NUL-terminated. */
+static void repeat_e_acute(char *out, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                out[2 * i] = '\xc3';
+                out[2 * i + 1] = '\xa9';
+        }
+        out[2 * n] = '\0';
+}
+
+static void test_name_rules(void **state)
+{
+        char in[2 * 201 + 8], out[NAME_BYTES_MAX + 1], err[ERR_MAX];
+
+        (void)state;
+        assert_int_equal(ks_name_normalize("tenant_name", "  Acme Inc.\n", NAME_CHARS_MAX, out,
+                                           sizeof(out), err, sizeof(err)),
+                         KS_OK);
+        assert_string_equal(out, "Acme Inc.");
+        assert_int_equal(ks_name_normalize("tenant_name", NULL, NAME_CHARS_MAX, out, sizeof(out),
+                                           err, sizeof(err)),
+                         KS_OK);
+        assert_string_equal(out, "");
+        repeat_e_acute(in, 200);
+        assert_int_equal(ks_name_normalize("display_name", in, NAME_CHARS_MAX, out, sizeof(out),
+                                           err, sizeof(err)),
+                         KS_OK);
+        assert_string_equal(out, in);
+        repeat_e_acute(in, 201);
+        assert_int_equal(ks_name_normalize("display_name", in, NAME_CHARS_MAX, out, sizeof(out),
+                                           err, sizeof(err)),
+                         KS_INVALID_ARGUMENT);
+        assert_string_equal(err, "display_name: at most 200 characters");
+        assert_int_equal(ks_name_normalize("tenant_name", "Acme\tInc", NAME_CHARS_MAX, out,
+                                           sizeof(out), err, sizeof(err)),
+                         KS_INVALID_ARGUMENT);
+        assert_string_equal(err, "tenant_name: must not contain control characters");
+        assert_int_equal(ks_name_normalize("tenant_name", "Acme\xed\xa0\x80", NAME_CHARS_MAX, out,
+                                           sizeof(out), err, sizeof(err)),
+                         KS_INVALID_ARGUMENT);
+        assert_string_equal(err, "tenant_name: not valid UTF-8");
+}
+
+static void test_utf8_count(void **state)
+{
+        (void)state;
+        assert_int_equal(ks_utf8_count("", 0), 0);
+        assert_int_equal(ks_utf8_count("abc", 3), 3);
+        assert_int_equal(ks_utf8_count("\xf0\x9f\x94\x91", 4), 1);  /* U+1F511 */
+        assert_int_equal(ks_utf8_count("\xed\xa0\x80", 3), -1);     /* surrogate */
+        assert_int_equal(ks_utf8_count("\xf4\x90\x80\x80", 4), -1); /* above U+10FFFF */
+        assert_int_equal(ks_utf8_count("\xe0\x80\xaf", 3), -1);     /* overlong */
+        assert_int_equal(ks_utf8_count("\xe2\x82", 2), -1);         /* truncated */
+        assert_int_equal(ks_utf8_count("\x80", 1), -1);             /* stray continuation */
+}
+
+/* Another service's bound: the same rules, its own number in the message. */
+static void test_name_own_bound(void **state)
+{
+        char out[10 * KS_UTF8_CHAR_BYTES_MAX + 1], err[ERR_MAX], in[2 * 11 + 1];
+
+        (void)state;
+        repeat_e_acute(in, 10);
+        assert_int_equal(ks_name_normalize("plan_name", in, 10, out, sizeof(out), err, sizeof(err)),
+                         KS_OK);
+        assert_string_equal(out, in);
+        repeat_e_acute(in, 11);
+        assert_int_equal(ks_name_normalize("plan_name", in, 10, out, sizeof(out), err, sizeof(err)),
+                         KS_INVALID_ARGUMENT);
+        assert_string_equal(err, "plan_name: at most 10 characters");
+        /* More bytes than 10 characters can take: refused before decoding. */
+        assert_int_equal(ks_name_normalize("plan_name",
+                                           "0123456789abcdefghijklmnopqrstuvwxyz0123456", 10, out,
+                                           sizeof(out), err, sizeof(err)),
+                         KS_INVALID_ARGUMENT);
+        assert_string_equal(err, "plan_name: at most 10 characters");
+        /* An output too small for the name is refused, not cut. */
+        assert_int_equal(ks_name_normalize("plan_name", "abcdef", 10, out, 6, err, sizeof(err)),
+                         KS_INVALID_ARGUMENT);
+        assert_string_equal(err, "plan_name: at most 10 characters");
+}
+
+static void test_utf8_next(void **state)
+{
+        const char *s = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x94\x91";
+        size_t i = 0, len = strlen(s);
+        uint32_t cp = 0;
+
+        (void)state;
+        assert_int_equal(ks_utf8_next(s, len, &i, &cp), 0);
+        assert_int_equal(cp, 0x61);
+        assert_int_equal(i, 1);
+        assert_int_equal(ks_utf8_next(s, len, &i, &cp), 0);
+        assert_int_equal(cp, 0xE9);
+        assert_int_equal(i, 3);
+        assert_int_equal(ks_utf8_next(s, len, &i, &cp), 0);
+        assert_int_equal(cp, 0x20AC);
+        assert_int_equal(i, 6);
+        assert_int_equal(ks_utf8_next(s, len, &i, &cp), 0);
+        assert_int_equal(cp, 0x1F511);
+        assert_int_equal(i, len);
+        /* A sequence cut by len is malformed, and the position stays. */
+        i = 3;
+        assert_int_equal(ks_utf8_next(s, 5, &i, &cp), -1);
+        assert_int_equal(i, 3);
+}
+
+static void test_trim_bounds(void **state)
+{
+        size_t b = 99, n = 99;
+
+        (void)state;
+        ks_trim_bounds(" \t a b \r\n", &b, &n);
+        assert_int_equal(b, 3);
+        assert_int_equal(n, 3);
+        ks_trim_bounds("ab", &b, &n);
+        assert_int_equal(b, 0);
+        assert_int_equal(n, 2);
+        ks_trim_bounds(" \v\f ", &b, &n);
+        assert_int_equal(n, 0);
+        ks_trim_bounds("", &b, &n);
+        assert_int_equal(b, 0);
+        assert_int_equal(n, 0);
+        /* Only ASCII white space: a no-break space stays. */
+        ks_trim_bounds("\xc2\xa0x", &b, &n);
+        assert_int_equal(b, 0);
+        assert_int_equal(n, 3);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_email_normalize_trims_and_lowercases),
+            cmocka_unit_test(test_email_normalize_bounds),
+            cmocka_unit_test(test_email_valid_addresses),
+            cmocka_unit_test(test_email_rejects_shape),
+            cmocka_unit_test(test_email_rejects_spaces_and_controls),
+            cmocka_unit_test(test_email_rejects_bad_utf8),
+            cmocka_unit_test(test_name_rules),
+            cmocka_unit_test(test_name_own_bound),
+            cmocka_unit_test(test_utf8_count),
+            cmocka_unit_test(test_utf8_next),
+            cmocka_unit_test(test_trim_bounds),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
