@@ -42,16 +42,18 @@
 /* What a handler sees. */
 struct ks_call {
         const ks_method *method;
-        const char *request_id;     /* never NULL */
-        const ks_caller *caller;    /* never NULL; authenticated may be false */
-        int64_t deadline_unix_ms;   /* 0 = none */
-        const ProtobufCMessage *in; /* the unpacked request, of method->input */
-        void *worker_state;         /* from ks_rpc_server_options.worker_init */
-        void *service;              /* ks_rpc_server_options.service */
+        const char *request_id;      /* never NULL */
+        const ks_caller *caller;     /* never NULL; authenticated may be false */
+        int64_t deadline_unix_ms;    /* 0 = none */
+        const ProtobufCMessage *in;  /* the unpacked request, of method->input */
+        void *worker_state;          /* from ks_rpc_server_options.worker_init */
+        void *service;               /* ks_rpc_server_options.service */
+        const char *idempotency_key; /* never NULL; "" when the client sent none */
         /* set by the handler: */
         char message[KS_MESSAGE_MAX];
         uint8_t *out_payload;
         size_t out_len;
+        bool replayed; /* the reply is a stored one, for a repeated idempotency key */
 };
 
 /*
@@ -111,6 +113,14 @@ typedef struct ks_rpc_client_options {
 } ks_rpc_client_options;
 
 int ks_rpc_client_new(ks_rpc_client **out, const ks_rpc_client_options *opts) KS_MUST_CHECK;
+/*
+ * A client of one service (a ks_service_id) dialling its front on every
+ * broker of broker_bases (n base URLs, "tcp://host:port"). Returns KS_OK, or
+ * KS_INVALID_ARGUMENT for a malformed base or service, or what
+ * ks_rpc_client_new returns.
+ */
+int ks_rpc_client_of(ks_rpc_client **out, const char *const *broker_bases, int n, int service,
+                     int max_inflight, int default_timeout_ms) KS_MUST_CHECK;
 void ks_rpc_client_free(ks_rpc_client *c);
 int ks_rpc_client_connected(const ks_rpc_client *c);
 
@@ -120,6 +130,7 @@ typedef struct ks_rpc_result {
         char message[KS_MESSAGE_MAX];
         uint8_t *payload;
         size_t payload_len;
+        bool replayed; /* Reply.replayed: a stored reply of an idempotency key */
 } ks_rpc_result;
 
 void ks_rpc_result_clear(ks_rpc_result *r);
@@ -131,6 +142,7 @@ typedef struct ks_rpc_call_args {
         int64_t deadline_unix_ms; /* 0: now + default_timeout_ms */
         const uint8_t *payload;
         size_t payload_len;
+        const char *idempotency_key; /* NULL or "": none */
         /*
          * 0: never resend (the default, right for writes). > 0: resend an
          * unanswered call after this many ms, so a call that was in flight to a

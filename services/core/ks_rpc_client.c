@@ -109,6 +109,30 @@ int ks_rpc_client_new(ks_rpc_client **out, const ks_rpc_client_options *opts)
         return KS_OK;
 }
 
+int ks_rpc_client_of(ks_rpc_client **out, const char *const *broker_bases, int n, int service,
+                     int max_inflight, int default_timeout_ms)
+{
+        char urls[KS_BROKERS_MAX][KS_URL_MAX];
+        const char *dial[KS_BROKERS_MAX];
+
+        *out = NULL;
+        if (n < 1 || n > KS_BROKERS_MAX || service < 0 || service >= KS_SVC_COUNT) {
+                return KS_INVALID_ARGUMENT;
+        }
+        for (int i = 0; i < n; i++) {
+                if (ks_broker_url(urls[i], KS_URL_MAX, broker_bases[i], service, KS_SIDE_FRONT) !=
+                    0) {
+                        return KS_INVALID_ARGUMENT;
+                }
+                dial[i] = urls[i];
+        }
+        ks_rpc_client_options opts = {.dial_urls = dial,
+                                      .n_dial_urls = n,
+                                      .max_inflight = max_inflight,
+                                      .default_timeout_ms = default_timeout_ms};
+        return ks_rpc_client_new(out, &opts);
+}
+
 void ks_rpc_client_free(ks_rpc_client *c)
 {
         if (c == NULL) {
@@ -210,6 +234,7 @@ static void finish_reply(call_slot *s, nng_msg *msg)
                 return;
         }
         res.code = (int)rep->code;
+        res.replayed = rep->replayed;
         snprintf(res.message, sizeof(res.message), "%s", rep->message);
         if (rep->payload.len > 0) {
                 res.payload = malloc(rep->payload.len);
@@ -288,6 +313,7 @@ static int pack_request(const ks_rpc_call_args *a, int64_t deadline_ms, nng_msg 
         req.request_id = (char *)(a->request_id != NULL ? a->request_id : "");
         req.deadline_unix_ms = deadline_ms;
         req.caller = (ks_caller *)a->caller;
+        req.idempotency_key = (char *)(a->idempotency_key != NULL ? a->idempotency_key : "");
         req.payload.data = (uint8_t *)a->payload;
         req.payload.len = a->payload_len;
         size_t size = keelson__rpc__v1__request__get_packed_size(&req);

@@ -114,26 +114,17 @@ int gw_upstream_connected(const gw_upstream *u, int service)
 static int client_new(gw_upstream *u, int service, const gw_config *cfg)
 {
         char brokers[KS_BROKERS_MAX][KS_URL_MAX];
-        char urls[KS_BROKERS_MAX][KS_URL_MAX];
-        const char *dial[KS_BROKERS_MAX];
+        const char *bases[KS_BROKERS_MAX];
         int n = ks_broker_list(cfg->broker_url, brokers, KS_BROKERS_MAX);
         if (n < 1) {
                 ks_log_error(NULL, "KEELSON_BROKER_URL: expected tcp://host:port[,...]", NULL);
                 return -1;
         }
         for (int i = 0; i < n; i++) {
-                if (ks_broker_url(urls[i], KS_URL_MAX, brokers[i], service, KS_SIDE_FRONT) != 0) {
-                        return -1;
-                }
-                dial[i] = urls[i];
+                bases[i] = brokers[i];
         }
-        ks_rpc_client_options opts = {
-            .dial_urls = dial,
-            .n_dial_urls = n,
-            .max_inflight = (int)cfg->max_inflight,
-            .default_timeout_ms = (int)cfg->timeout_ms,
-        };
-        if (ks_rpc_client_new(&u->clients[service], &opts) != KS_OK) {
+        if (ks_rpc_client_of(&u->clients[service], bases, n, service, (int)cfg->max_inflight,
+                             (int)cfg->timeout_ms) != KS_OK) {
                 ks_log_error(NULL, "cannot make the rpc client", "{s:s}", "service",
                              ks_service_name((ks_service_id)service));
                 return -1;
