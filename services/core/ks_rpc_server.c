@@ -155,10 +155,12 @@ static void count_call(ks_rpc_server *srv, const ks_method *m, int code, double 
 }
 
 /* Replies from a slot: packs a Reply and hands it to nng; the slot moves to SEND. */
-static void slot_reply(slot *s, int code, const char *message, const uint8_t *payload, size_t len)
+static void slot_reply(slot *s, int code, const char *message, const uint8_t *payload, size_t len,
+                       bool replayed)
 {
         Keelson__Rpc__V1__Reply rep = KEELSON__RPC__V1__REPLY__INIT;
         rep.code = (uint32_t)code;
+        rep.replayed = replayed;
         rep.message = (char *)(message != NULL ? message : "");
         rep.request_id = (char *)(s->req != NULL ? s->req->request_id : "");
         rep.payload.data = (uint8_t *)payload;
@@ -233,12 +235,13 @@ static void admit(ks_rpc_server *srv, slot *s)
                         ks_counter_inc(srv->opts.heavy_rejected);
                 }
                 count_call(srv, s->method, KS_RESOURCE_EXHAUSTED, 0);
-                slot_reply(s, KS_RESOURCE_EXHAUSTED, msg, NULL, 0);
+                slot_reply(s, KS_RESOURCE_EXHAUSTED, msg, NULL, 0, false);
         } else if (!enqueue(srv, s)) {
                 heavy_give(srv, s->method);
                 ks_counter_inc(srv->rejected_full);
                 count_call(srv, s->method, KS_RESOURCE_EXHAUSTED, 0);
-                slot_reply(s, KS_RESOURCE_EXHAUSTED, "service overloaded, retry later", NULL, 0);
+                slot_reply(s, KS_RESOURCE_EXHAUSTED, "service overloaded, retry later", NULL, 0,
+                           false);
         }
 }
 
@@ -272,19 +275,20 @@ static void on_request(slot *s, nng_msg *msg)
         s->req = keelson__rpc__v1__request__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
         nng_msg_free(msg);
         if (s->req == NULL) {
-                slot_reply(s, KS_INVALID_ARGUMENT, "malformed request envelope", NULL, 0);
+                slot_reply(s, KS_INVALID_ARGUMENT, "malformed request envelope", NULL, 0, false);
                 return;
         }
         s->method = ks_method_find(srv->opts.methods, srv->opts.n_methods, s->req->method);
         if (s->method == NULL) {
                 count_call(srv, NULL, KS_UNIMPLEMENTED, 0);
-                slot_reply(s, KS_UNIMPLEMENTED, "unknown method", NULL, 0);
+                slot_reply(s, KS_UNIMPLEMENTED, "unknown method", NULL, 0, false);
                 return;
         }
         if (s->req->deadline_unix_ms != 0 && s->req->deadline_unix_ms <= received_unix_ms) {
                 ks_counter_inc(srv->rejected_deadline);
                 count_call(srv, s->method, KS_DEADLINE_EXCEEDED, 0);
-                slot_reply(s, KS_DEADLINE_EXCEEDED, "deadline exceeded before handling", NULL, 0);
+                slot_reply(s, KS_DEADLINE_EXCEEDED, "deadline exceeded before handling", NULL, 0,
+                           false);
                 return;
         }
         s->deadline = ks_deadline_from_unix_ms(s->req->deadline_unix_ms);
@@ -325,6 +329,7 @@ static void run_call(ks_rpc_server *srv, slot *s, void *worker_state)
         call.deadline_unix_ms = s->req->deadline_unix_ms;
         call.worker_state = worker_state;
         call.service = srv->opts.service;
+        call.idempotency_key = s->req->idempotency_key != NULL ? s->req->idempotency_key : "";
 
         int code;
         ProtobufCMessage *in = NULL;
@@ -351,7 +356,8 @@ static void run_call(ks_rpc_server *srv, slot *s, void *worker_state)
         heavy_give(srv, m);
         double seconds = (double)(ks_mono_ms() - s->received_mono_ms) / 1000.0;
         count_call(srv, m, code, seconds);
-        slot_reply(s, code, code == KS_OK ? "" : call.message, call.out_payload, call.out_len);
+        slot_reply(s, code, code == KS_OK ? "" : call.message, call.out_payload, call.out_len,
+                   call.replayed);
         if (in != NULL) {
                 protobuf_c_message_free_unpacked(in, NULL);
         }

@@ -94,6 +94,26 @@ int gw_connect_timeout(const char *value, int64_t *ms, bool *has)
         return 0;
 }
 
+int gw_idempotency_key(const char *value, char out[GW_IDEMPOTENCY_KEY_MAX + 1])
+{
+        out[0] = '\0';
+        if (value == NULL) {
+                return 0;
+        }
+        size_t len = strlen(value);
+        if (len < 1 || len > GW_IDEMPOTENCY_KEY_MAX) {
+                return -1;
+        }
+        for (size_t i = 0; i < len; i++) {
+                unsigned char c = (unsigned char)value[i];
+                if (c < 0x20 || c > 0x7e) {
+                        return -1;
+                }
+        }
+        memcpy(out, value, len + 1);
+        return 0;
+}
+
 bool gw_identity_encoding(const char *value)
 {
         return value == NULL || media_type_is(value, "identity");

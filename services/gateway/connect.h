@@ -29,6 +29,14 @@ bool gw_connect_version_ok(const char *value);
  * value and *has = true. Returns 0, or -1 for anything else.
  */
 int gw_connect_timeout(const char *value, int64_t *ms, bool *has);
+/* Stripe's bound on an Idempotency-Key. */
+#define GW_IDEMPOTENCY_KEY_MAX 255
+/*
+ * Idempotency-Key: NULL -> "" (none); 1..255 printable ASCII characters
+ * (0x21..0x7e and inner spaces) -> copied into out. Returns 0, or -1 for
+ * anything else (empty, too long, a control or non-ASCII byte).
+ */
+int gw_idempotency_key(const char *value, char out[GW_IDEMPOTENCY_KEY_MAX + 1]);
 /* Accepted: no Content-Encoding header, or "identity". */
 bool gw_identity_encoding(const char *value);
 /* True when s is [A-Za-z0-9._-]{1,64}. */

@@ -113,6 +113,7 @@ typedef struct gw_request {
         int64_t start_ns; /* CLOCK_MONOTONIC */
         int64_t deadline_unix_ms;
         char request_id[GW_REQUEST_ID_MAX + 1];
+        char idempotency_key[GW_IDEMPOTENCY_KEY_MAX + 1]; /* "" when none */
         char client_ip[GW_IP_MAX];
         uint8_t *payload; /* the method's request message, packed */
         size_t payload_len;
@@ -393,6 +394,7 @@ static void start_upstream(gw_request *g, gw_stage stage)
             .deadline_unix_ms = g->deadline_unix_ms,
             .payload = resolving ? g->auth_payload : g->payload,
             .payload_len = resolving ? g->auth_payload_len : g->payload_len,
+            .idempotency_key = resolving ? NULL : g->idempotency_key,
             /* idempotent methods, token resolution among them, survive a replica's death */
             .resend_ms = gw_route_resendable(route) ? (int)g->h->env->cfg->resend_ms : 0,
         };
@@ -588,6 +590,13 @@ static int check_headers(gw_request *g)
                 request_fail(g, 400, KS_INVALID_ARGUMENT, "more than one Authorization header");
                 return -1;
         }
+        if (gw_req_header_count(in, "Idempotency-Key") > 1 ||
+            gw_idempotency_key(gw_req_header(in, "Idempotency-Key"), g->idempotency_key) != 0) {
+                request_fail(g, 400, KS_INVALID_ARGUMENT,
+                             "idempotency-key must be one header of 1 to 255 printable ASCII "
+                             "characters");
+                return -1;
+        }
         int64_t timeout_ms = 0;
         bool has_timeout = false;
         if (gw_connect_timeout(gw_req_header(in, "Connect-Timeout-Ms"), &timeout_ms,
@@ -720,6 +729,9 @@ static void reply_json(gw_request *g, const ks_rpc_result *res)
 static void on_replied(gw_request *g)
 {
         ks_rpc_result *res = &g->call.result;
+        if (res->replayed) { /* an answer stored for the request's Idempotency-Key */
+                add_header(g, "Idempotent-Replayed", "true");
+        }
         if (res->code != KS_OK) {
                 if (is_upstream_fault(res->code)) {
                         upstream_error(g->h, g->route->service, res->code);

@@ -87,6 +87,29 @@ static void test_timeout(void **state)
         }
 }
 
+static void test_idempotency_key(void **state)
+{
+        (void)state;
+        char out[GW_IDEMPOTENCY_KEY_MAX + 1];
+        char longest[GW_IDEMPOTENCY_KEY_MAX + 2];
+
+        assert_int_equal(gw_idempotency_key(NULL, out), 0);
+        assert_string_equal(out, "");
+        assert_int_equal(gw_idempotency_key("order-42 retry#1", out), 0);
+        assert_string_equal(out, "order-42 retry#1");
+        memset(longest, 'k', GW_IDEMPOTENCY_KEY_MAX);
+        longest[GW_IDEMPOTENCY_KEY_MAX] = '\0';
+        assert_int_equal(gw_idempotency_key(longest, out), 0);
+        assert_int_equal(strlen(out), GW_IDEMPOTENCY_KEY_MAX);
+        longest[GW_IDEMPOTENCY_KEY_MAX] = 'k';
+        longest[GW_IDEMPOTENCY_KEY_MAX + 1] = '\0';
+        assert_int_equal(gw_idempotency_key(longest, out), -1);
+        const char *bad[] = {"", "tab\there", "nl\n", "caf\xc3\xa9", "del\x7f"};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                assert_int_equal(gw_idempotency_key(bad[i], out), -1);
+        }
+}
+
 static void test_encoding(void **state)
 {
         (void)state;
@@ -300,6 +323,7 @@ int main(void)
             cmocka_unit_test(test_codec_rejects),
             cmocka_unit_test(test_version),
             cmocka_unit_test(test_timeout),
+            cmocka_unit_test(test_idempotency_key),
             cmocka_unit_test(test_encoding),
             cmocka_unit_test(test_request_id),
             cmocka_unit_test(test_bearer),
