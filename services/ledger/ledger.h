@@ -18,7 +18,7 @@
  * batch, whatever its size.
  *
  * Files: machine.c (the pure state machine: no I/O, unit of the contract),
- * map.c (u128 -> index hash map), u128.c (128-bit text conversions),
+ * map.c (u128 -> index hash map), u128.c (tenant ids; 128-bit text is ks_u128.h),
  * convert.c (protobuf <-> structs), db.c (transactions on ks_pg_pipeline, arrays,
  * retries), rows.c (row readers, the write statement), accounts.c,
  * transfers.c, queries.c (handlers), imported.c (what an imported batch is checked
@@ -42,38 +42,54 @@
 #include "ks_rpc.h"
 #include "ks_service.h"
 #include "ks_ticker.h"
+#include "ks_u128.h"
 
 /* ---- 128-bit values ------------------------------------------------------ */
 
-/* GCC and Clang's unsigned 128-bit integer: TigerBeetle's u128. */
-typedef unsigned __int128 u128;
-#define U128_MAX (~(u128)0)
+/*
+ * TigerBeetle's u128 and its text forms live in core (ks_u128.h), where
+ * billing reads them too; these are the ledger's names for them.
+ */
+typedef ks_u128 u128;
+#define U128_MAX KS_U128_MAX
 
-#define LG_UUID_LEN   36 /* text form of a u128 stored as uuid */
-#define LG_DEC128_LEN 39 /* decimal digits of 2^128 - 1 */
-#define LG_INT8_LEN   20 /* "-9223372036854775808" */
+#define LG_UUID_LEN   KS_U128_UUID_LEN /* text form of a u128 stored as uuid */
+#define LG_DEC128_LEN KS_U128_DEC_LEN  /* decimal digits of 2^128 - 1 */
+#define LG_INT8_LEN   20               /* "-9223372036854775808" */
 #define LG_TENANT_LEN 36
 
 static inline u128 lg_u128(uint64_t hi, uint64_t lo)
 {
-        return ((u128)hi << 64) | lo;
+        return ks_u128_of(hi, lo);
 }
 static inline uint64_t lg_hi(u128 v)
 {
-        return (uint64_t)(v >> 64);
+        return ks_u128_hi(v);
 }
 static inline uint64_t lg_lo(u128 v)
 {
-        return (uint64_t)v;
+        return ks_u128_lo(v);
 }
 
-/* u128.c. Writers NUL-terminate and return the length. */
-int lg_u128_to_uuid(u128 v, char out[LG_UUID_LEN + 1]);
-int lg_u128_to_dec(u128 v, char out[LG_DEC128_LEN + 1]);
+/* Writers NUL-terminate and return the length. */
+static inline int lg_u128_to_uuid(u128 v, char out[LG_UUID_LEN + 1])
+{
+        return ks_u128_to_uuid(v, out);
+}
+static inline int lg_u128_to_dec(u128 v, char out[LG_DEC128_LEN + 1])
+{
+        return ks_u128_to_dec(v, out);
+}
 /* Parsers return 0, or -1 for text that is not exactly that form. */
-int lg_uuid_to_u128(const char *s, u128 *out);
-int lg_dec_to_u128(const char *s, u128 *out);
-/* A tenant id from the caller context: 36 characters, hex and dashes. */
+static inline int lg_uuid_to_u128(const char *s, u128 *out)
+{
+        return ks_u128_from_uuid(s, out);
+}
+static inline int lg_dec_to_u128(const char *s, u128 *out)
+{
+        return ks_u128_from_dec(s, out);
+}
+/* A tenant id from the caller context: 36 characters, hex and dashes (u128.c). */
 bool lg_tenant_valid(const char *s);
 
 /* ---- limits ------------------------------------------------------------- */
