@@ -30,6 +30,7 @@
 typedef struct bl_currency {
         char code[4]; /* "USD": ISO 4217 alphabetic code, upper case */
         int exponent; /* minor unit digits: JPY 0, USD 2, BHD 3, CLF 4 */
+        int numeric;  /* ISO 4217 numeric code (USD 840): the currency's ledger number */
 } bl_currency;
 
 /*
@@ -38,6 +39,9 @@ typedef struct bl_currency {
  * and the testing code (XAU, XTS, XXX...) are not currencies one bills in.
  */
 const bl_currency *bl_currency_find(const char *code);
+
+/* The whole table, sorted by code, *n entries: for listings and the unit test. */
+const bl_currency *bl_currency_table(size_t *n);
 
 /* Checked arithmetic: false on overflow, *out untouched. */
 bool bl_add(int64_t a, int64_t b, int64_t *out);
