@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # keelson's local stack: a throwaway PostgreSQL cluster and Redis from the
-# machine's packages, the broker, N auth replicas and the gateway, all on
+# machine's packages, the broker, N replicas of every service and the gateway, all on
 # 127.0.0.1, everything (data, logs, pids) under one folder.
 #
 #   stack.sh start --dir DIR --bin BUILD_DIR [--free-ports] [--auth-replicas N]
-#                  [--ledger-replicas N] [--summary-replicas N] [--gateway-port P]
+#                  [--billing-replicas N] [--ledger-replicas N] [--summary-replicas N]
+#                  [--gateway-port P]
 #                  [--gateway-replicas N] [--keep-data] [--unsafe-fast]
 #   stack.sh run   (same options)   start, print a curl example, wait for Ctrl-C, stop
 #   stack.sh stop  --dir DIR         stop what DIR/pids names, then PostgreSQL
@@ -38,6 +39,7 @@ AUTH_REPLICAS_MAX=8
 # unless the environment says otherwise. Every other KEELSON_* variable in
 # the caller's environment reaches the services unchanged (the test fixture
 # shortens the lockout that way: tests/CMakeLists.txt).
+BILLING_REPLICAS_MAX=8
 LEDGER_REPLICAS_MAX=8
 SUMMARY_REPLICAS_MAX=8
 GATEWAY_REPLICAS_MAX=8
@@ -50,6 +52,7 @@ DIR=""
 BIN=""
 FREE_PORTS=0
 AUTH_REPLICAS=1
+BILLING_REPLICAS=1
 LEDGER_REPLICAS=1
 SUMMARY_REPLICAS=1
 GATEWAY_PORT=""
@@ -68,6 +71,8 @@ LEDGER_HEALTH_BASE=7491
 LEDGER_HEALTH_PORTS=()
 SUMMARY_HEALTH_BASE=7501
 SUMMARY_HEALTH_PORTS=()
+BILLING_HEALTH_BASE=7511
+BILLING_HEALTH_PORTS=()
 GATEWAY_ADMIN_BASE=7470 # /healthz, /readyz, /metrics of each gateway replica
 GATEWAY_ADMIN_PORTS=()
 USED_PORTS=()
@@ -92,6 +97,7 @@ parse_args() {
                 --bin) BIN=${2:?--bin needs a value}; shift 2 ;;
                 --free-ports) FREE_PORTS=1; shift ;;
                 --auth-replicas) AUTH_REPLICAS=${2:?--auth-replicas needs a value}; shift 2 ;;
+                --billing-replicas) BILLING_REPLICAS=${2:?--billing-replicas needs a value}; shift 2 ;;
                 --ledger-replicas) LEDGER_REPLICAS=${2:?--ledger-replicas needs a value}; shift 2 ;;
                 --summary-replicas) SUMMARY_REPLICAS=${2:?--summary-replicas needs a value}; shift 2 ;;
                 --gateway-port) GATEWAY_PORT=${2:?--gateway-port needs a value}; shift 2 ;;
@@ -111,7 +117,8 @@ check_start_args() {
         [ -n "$BIN" ] || die "--bin BUILD_DIR is required"
         BIN=$(cd "$BIN" 2>/dev/null && pwd) || die "--bin: no such folder"
         local b
-        for b in keelson-broker keelson-auth keelson-ledger keelson-summary keelson-gateway; do
+        for b in keelson-broker keelson-auth keelson-billing keelson-ledger keelson-summary \
+                keelson-gateway; do
                 [ -x "$BIN/$b" ] || die "$BIN/$b is missing: build first (make)"
         done
         case "$AUTH_REPLICAS" in
@@ -119,6 +126,12 @@ check_start_args() {
         esac
         if [ "$AUTH_REPLICAS" -lt 1 ] || [ "$AUTH_REPLICAS" -gt "$AUTH_REPLICAS_MAX" ]; then
                 die "--auth-replicas must be within 1..$AUTH_REPLICAS_MAX"
+        fi
+        case "$BILLING_REPLICAS" in
+        '' | *[!0-9]*) die "--billing-replicas must be a number" ;;
+        esac
+        if [ "$BILLING_REPLICAS" -lt 1 ] || [ "$BILLING_REPLICAS" -gt "$BILLING_REPLICAS_MAX" ]; then
+                die "--billing-replicas must be within 1..$BILLING_REPLICAS_MAX"
         fi
         case "$LEDGER_REPLICAS" in
         '' | *[!0-9]*) die "--ledger-replicas must be a number" ;;
@@ -208,6 +221,9 @@ choose_ports() {
                 for ((i = 0; i < AUTH_REPLICAS; i++)); do
                         pick_ports 1; AUTH_HEALTH_PORTS+=("$REPLY")
                 done
+                for ((i = 0; i < BILLING_REPLICAS; i++)); do
+                        pick_ports 1; BILLING_HEALTH_PORTS+=("$REPLY")
+                done
                 for ((i = 0; i < LEDGER_REPLICAS; i++)); do
                         pick_ports 1; LEDGER_HEALTH_PORTS+=("$REPLY")
                 done
@@ -236,6 +252,10 @@ choose_ports() {
         for ((i = 0; i < AUTH_REPLICAS; i++)); do
                 claim_port $((AUTH_HEALTH_BASE + i)) "auth health"
                 AUTH_HEALTH_PORTS+=($((AUTH_HEALTH_BASE + i)))
+        done
+        for ((i = 0; i < BILLING_REPLICAS; i++)); do
+                claim_port $((BILLING_HEALTH_BASE + i)) "billing health"
+                BILLING_HEALTH_PORTS+=($((BILLING_HEALTH_BASE + i)))
         done
         for ((i = 0; i < LEDGER_REPLICAS; i++)); do
                 claim_port $((LEDGER_HEALTH_BASE + i)) "ledger health"
@@ -413,13 +433,15 @@ pg_bootstrap() {
         if [ -z "$(pg_sql "SELECT 1 FROM pg_database WHERE datname = 'keelson'")" ]; then
                 pg_sql "CREATE DATABASE keelson OWNER keelson" >/dev/null
         fi
-        for r in keelson_auth_rt keelson_ledger_rt keelson_ledger_sweeper keelson_summary_rt; do
+        for r in keelson_auth_rt keelson_billing_rt keelson_billing_worker keelson_ledger_rt \
+                keelson_ledger_sweeper keelson_summary_rt; do
                 pg_role "$r" NOLOGIN
         done
-        for r in auth ledger summary; do
+        for r in auth billing ledger summary; do
                 pg_role "keelson_${r}_login" "LOGIN NOINHERIT"
         done
         pg_sql "GRANT keelson_auth_rt TO keelson_auth_login;
+                GRANT keelson_billing_rt, keelson_billing_worker TO keelson_billing_login;
                 GRANT keelson_ledger_rt, keelson_ledger_sweeper TO keelson_ledger_login;
                 GRANT keelson_summary_rt TO keelson_summary_login" >/dev/null
 }
@@ -563,6 +585,13 @@ start_services() {
                         KEELSON_LEDGER_HTTP_PORT="${LEDGER_HEALTH_PORTS[$i]}" \
                         KEELSON_LEDGER_EXPIRY_INTERVAL_MS=200 "$BIN/keelson-ledger"
         done
+        for ((i = 0; i < BILLING_REPLICAS; i++)); do
+                spawn "billing-$((i + 1))" env KEELSON_PG_DSN="$(service_dsn)" \
+                        KEELSON_BILLING_PG_LOGIN_DSN="$(login_dsn billing)" \
+                        KEELSON_BROKER_URL="$(broker_url)" KEELSON_BILLING_HTTP_HOST=127.0.0.1 \
+                        KEELSON_BILLING_HTTP_PORT="${BILLING_HEALTH_PORTS[$i]}" \
+                        "$BIN/keelson-billing"
+        done
         # The reader role comes with auth's migrations: /readyz waits for it.
         for ((i = 0; i < SUMMARY_REPLICAS; i++)); do
                 spawn "summary-$((i + 1))" env KEELSON_PG_DSN="$(service_dsn)" \
@@ -594,6 +623,9 @@ ready_targets() {
         echo "broker $BROKER_HEALTH_PORT"
         for ((i = 0; i < AUTH_REPLICAS; i++)); do
                 echo "auth-$((i + 1)) ${AUTH_HEALTH_PORTS[$i]}"
+        done
+        for ((i = 0; i < BILLING_REPLICAS; i++)); do
+                echo "billing-$((i + 1)) ${BILLING_HEALTH_PORTS[$i]}"
         done
         for ((i = 0; i < LEDGER_REPLICAS; i++)); do
                 echo "ledger-$((i + 1)) ${LEDGER_HEALTH_PORTS[$i]}"
@@ -650,9 +682,12 @@ join_by_comma() {
 }
 
 write_env() {
-        local pids=() ledger_pids=() summary_pids=() gw_urls=() gw_pids=() i
+        local pids=() billing_pids=() ledger_pids=() summary_pids=() gw_urls=() gw_pids=() i
         for ((i = 0; i < AUTH_REPLICAS; i++)); do
                 pids+=("$(cat "$DIR/pids/auth-$((i + 1)).pid")")
+        done
+        for ((i = 0; i < BILLING_REPLICAS; i++)); do
+                billing_pids+=("$(cat "$DIR/pids/billing-$((i + 1)).pid")")
         done
         for ((i = 0; i < LEDGER_REPLICAS; i++)); do
                 ledger_pids+=("$(cat "$DIR/pids/ledger-$((i + 1)).pid")")
@@ -668,6 +703,7 @@ write_env() {
 KEELSON_IT_PG_DSN=$(super_dsn)
 KEELSON_IT_SERVICE_PG_DSN=$(service_dsn)
 KEELSON_IT_AUTH_LOGIN_DSN=$(login_dsn auth)
+KEELSON_IT_BILLING_LOGIN_DSN=$(login_dsn billing)
 KEELSON_IT_LEDGER_LOGIN_DSN=$(login_dsn ledger)
 KEELSON_IT_SUMMARY_LOGIN_DSN=$(login_dsn summary)
 KEELSON_IT_REDIS_URL=$(redis_url)
@@ -676,6 +712,8 @@ KEELSON_IT_GATEWAY_URL=http://127.0.0.1:$GATEWAY_PORT
 KEELSON_IT_BROKER_HEALTH_PORT=$BROKER_HEALTH_PORT
 KEELSON_IT_AUTH_HEALTH_PORTS=$(join_by_comma "${AUTH_HEALTH_PORTS[@]}")
 KEELSON_IT_AUTH_PIDS=$(join_by_comma "${pids[@]}")
+KEELSON_IT_BILLING_HEALTH_PORTS=$(join_by_comma "${BILLING_HEALTH_PORTS[@]}")
+KEELSON_IT_BILLING_PIDS=$(join_by_comma "${billing_pids[@]}")
 KEELSON_IT_LEDGER_HEALTH_PORTS=$(join_by_comma "${LEDGER_HEALTH_PORTS[@]}")
 KEELSON_IT_LEDGER_PIDS=$(join_by_comma "${ledger_pids[@]}")
 KEELSON_IT_SUMMARY_HEALTH_PORTS=$(join_by_comma "${SUMMARY_HEALTH_PORTS[@]}")

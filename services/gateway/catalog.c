@@ -7,6 +7,7 @@
  */
 #include "catalog.h"
 #include "keelson/auth/v1/auth.pb-c.h"
+#include "keelson/billing/v1/billing.pb-c.h"
 #include "keelson/ledger/v1/ledger.pb-c.h"
 #include "keelson/summary/v1/summary.pb-c.h"
 
@@ -15,6 +16,9 @@
 
 static const ks_method_row auth_rows[] = {
 #include "../auth/methods.def"
+};
+static const ks_method_row billing_rows[] = {
+#include "../billing/methods.def"
 };
 static const ks_method_row ledger_rows[] = {
 #include "../ledger/methods.def"
@@ -31,6 +35,7 @@ static const ks_method_row summary_rows[] = {
 
 const ks_method_table gw_catalog[] = {
     TABLE(keelson__auth__v1__auth_service__descriptor, auth_rows),
+    TABLE(keelson__billing__v1__billing_service__descriptor, billing_rows),
     TABLE(keelson__ledger__v1__ledger_service__descriptor, ledger_rows),
     TABLE(keelson__summary__v1__admin_summary_service__descriptor, summary_rows),
 };

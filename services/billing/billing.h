@@ -1,0 +1,674 @@
+/*
+ * keelson-billing internals: the service state every handler shares, the
+ * handlers of keelson.billing.v1.BillingService and the modules they share.
+ *
+ *   model.h         the pure parts: money, calendar, prices, state tables
+ *                   (money.c calendar.c pricing.c states.c)
+ *   tx.c            the frame of every method: caller, permission, one
+ *                   transaction acting for the tenant, the idempotency key
+ *   idempotency.c   Idempotency-Key records: claim, replay, store
+ *   validate.c      input rules that need no database
+ *   json.c          metadata maps and price tiers to and from jsonb
+ *   rows.c          rows of the tables as structs and messages
+ *   clock.c         what "now" is for a customer (its test clock, or real time)
+ *   customers.c plans.c clocks.c subscriptions.c usage.c invoices.c
+ *   payments.c credit_notes.c reconcile.c summary.c: the methods
+ *   lifecycle.c     what falls due for a subscription (trial ends, renewals,
+ *                   dunning retries, cancellations at period end), shared by
+ *                   the scheduler and the test clocks
+ *   invoicing.c     invoices made, finalized, charged, paid: the steps every
+ *                   path that bills shares
+ *   provider.c      the payment provider interface and its mock
+ *   postings.c      billing's chart of accounts in the ledger, transfer ids,
+ *                   the chain of transfers each billing fact posts (pure)
+ *   relay.c         the ledger relay: queued postings to LedgerService
+ *   scheduler.c     the scheduler thread: due subscriptions on real time
+ *   events.c        the events billing publishes through its outbox
+ *   setup.c         settings, start and stop; main.c the spec
+ */
+#ifndef BILLING_H
+#define BILLING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libpq-fe.h>
+
+#include "keelson/billing/v1/billing.pb-c.h"
+#include "keelson/ledger/v1/ledger.pb-c.h"
+#include "ks_list.h"
+#include "ks_metrics.h"
+#include "ks_pg.h"
+#include "ks_rpc.h"
+#include "ks_service.h"
+#include "model.h"
+
+/* ---- limits ------------------------------------------------------------- */
+
+#define BL_UUID_LEN            36
+#define BL_EMAIL_BYTES_MAX     254
+#define BL_NAME_CHARS_MAX      200
+#define BL_NAME_BYTES_MAX      (BL_NAME_CHARS_MAX * 4)
+#define BL_PAYMENT_METHOD_MAX  255
+#define BL_METADATA_KEYS_MAX   50 /* Stripe's bounds */
+#define BL_METADATA_KEY_MAX    40
+#define BL_METADATA_VALUE_MAX  500
+#define BL_PLAN_CODE_MAX       64
+#define BL_TRIAL_DAYS_MAX      730
+#define BL_QUANTITY_MAX        1000000
+#define BL_USAGE_BATCH_MAX     1000
+#define BL_USAGE_QUANTITY_MAX  1000000000LL
+#define BL_EVENT_ID_MAX        128
+#define BL_LINE_DESC_MAX       500 /* characters */
+#define BL_LINES_PER_CALL_MAX  100
+#define BL_LINES_MAX           250 /* lines of one invoice */
+#define BL_REASON_MAX          500 /* characters */
+#define BL_REFERENCE_MAX       200 /* characters */
+#define BL_CLOCK_SUBS_MAX      100 /* subscriptions on one test clock */
+#define BL_CLOCK_STEPS_MAX     10000
+#define BL_DUNNING_RETRIES_MAX 8 /* Stripe's bound */
+#define BL_ERR_MAX             160
+#define BL_IDEMPOTENCY_TTL_MS  (24LL * 3600 * 1000)
+#define BL_DAY_MS              (86400LL * 1000)
+#define BL_INTERNAL_MSG        "internal error"
+
+/* ---- the service ----------------------------------------------------------- */
+
+typedef struct bl_config {
+        ks_service_settings base; /* the skeleton's shared settings */
+        int64_t ledger_timeout_ms;
+        bool relay;
+        int64_t relay_batch_max;
+        int64_t relay_poll_ms;
+        int64_t relay_attempts_max;
+        bool scheduler;
+        int64_t scheduler_poll_ms;
+        int64_t scheduler_batch_max;
+        char *dunning_retry_days; /* "3,5,7" */
+} bl_config;
+
+extern const ks_config_var bl_config_vars[];
+extern const size_t bl_config_vars_n;
+
+typedef struct bl_relay bl_relay;
+typedef struct bl_scheduler bl_scheduler;
+
+typedef struct bl_service {
+        bl_config *cfg;
+        ks_pg_pool *pool;
+        ks_rpc_client *ledger; /* LedgerService through the brokers */
+        bl_relay *relay;
+        bl_scheduler *scheduler;
+        /* dunning: days from one failed automatic charge to the next try */
+        int32_t dunning_days[BL_DUNNING_RETRIES_MAX];
+        int n_dunning;
+        ks_counter *charges_ok, *charges_declined;
+} bl_service;
+
+extern const ks_method_table bl_methods;
+
+int bl_check_config(void *service, char *err, size_t err_len);
+int bl_start(void *service, ks_service_env *env);
+void bl_stop(void *service);
+
+/* Parses "3,5,7" (1..BL_DUNNING_RETRIES_MAX numbers of days, each 1..60); -1 when malformed. */
+int bl_dunning_parse(const char *s, int32_t *days, int *n);
+
+/* ---- the frame of every method (tx.c) ---------------------------------------- */
+
+typedef struct bl_tx {
+        ks_call *call; /* NULL for the scheduler's own transactions */
+        bl_service *svc;
+        PGconn *conn;
+        const char *tenant_id; /* checked */
+        const char *request_id;
+        bool summary_published;   /* users.admin_summary already queued in this transaction */
+        char idem_fp[2 + 64 + 1]; /* the request's fingerprint, once claimed ("\\x" + hex) */
+} bl_tx;
+
+/*
+ * Runs fn in one transaction acting for the caller's tenant, after checking
+ * the caller (authenticated, in a tenant) and its role against the
+ * permission of the method's row. A write method (one that is not
+ * KS_M_IDEMPOTENT) with an Idempotency-Key is claimed first: a stored
+ * outcome is replayed instead of running fn. fn replies (ks_call_reply) and
+ * returns KS_OK to commit, or fails the call (ks_call_fail) to roll back.
+ */
+typedef int (*bl_tx_fn)(bl_tx *tx, void *arg);
+int bl_tx_run(ks_call *call, bl_tx_fn fn, void *arg);
+
+/*
+ * The same frame for work of the service's own (the scheduler): a
+ * transaction acting for tenant_id, no caller, no key. fn returns a code;
+ * KS_OK commits. Returns fn's code or the database's.
+ */
+int bl_tx_run_as(bl_service *svc, const char *request_id, const char *tenant_id, bl_tx_fn fn,
+                 void *arg);
+
+/* The caller's tenant, checked (authenticated, a uuid); else the call fails (unauthenticated). */
+int bl_require_tenant(ks_call *call);
+
+/* A database failure as the client sees it (unavailable, aborted, internal), logged. */
+int bl_db_fail(bl_tx *tx, int code);
+/* A failure of tx (the call's message set when there is a call); returns code. */
+int bl_fail(bl_tx *tx, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* One statement on tx's connection: KS_OK with *out (may be NULL), else the call failed
+ * (bl_db_fail). */
+int bl_exec(bl_tx *tx, const char *sql, int n, const char *const *params, PGresult **out);
+/* Several statements in one round trip (ks_pg_pipeline); else the call failed. */
+int bl_pipeline(bl_tx *tx, const ks_pg_stmt *stmts, int n);
+
+/* Text of a result field, and int64 of one (0 for NULL). */
+const char *bl_text(const PGresult *res, int row, int col);
+int64_t bl_int(const PGresult *res, int row, int col);
+bool bl_bool(const PGresult *res, int row, int col);
+/* PostgreSQL array literals of parameters ("{1,2}", "{\"a\",\"b\"}"), grown as needed. */
+typedef struct bl_arr {
+        char *s;
+        size_t len, cap;
+        bool oom;
+} bl_arr;
+void bl_arr_int(bl_arr *a, int64_t v);
+void bl_arr_text(bl_arr *a, const char *v);
+/* The literal (owned by a; NULL when out of memory); bl_arr_free frees it. */
+const char *bl_arr_done(bl_arr *a);
+void bl_arr_free(bl_arr *a);
+/* int64 as the text of a parameter. */
+typedef struct bl_num {
+        char s[24];
+} bl_num;
+bl_num bl_num_of(int64_t v);
+
+/* How billing's lists run (customers.c): in bl_tx_run, for ks_list_reply. */
+extern const ks_list_runner bl_list_runner;
+
+/* ---- Idempotency-Key records (idempotency.c) --------------------------------------- */
+
+typedef enum bl_idem_state {
+        BL_IDEM_NONE = 0, /* no key, or not a write: nothing to do */
+        BL_IDEM_NEW,      /* claimed: run the request, then bl_idem_store */
+        BL_IDEM_REPLAYED, /* the stored outcome is in the call */
+} bl_idem_state;
+
+/*
+ * Claims the call's key in tx (an advisory lock on the tenant and key,
+ * held to the end of the transaction). Returns KS_OK with *state NEW or
+ * REPLAYED (then *code is the stored reply's code, and the call carries
+ * its message or payload), or a refusal: ABORTED while another request
+ * holds the key, INVALID_ARGUMENT for a key used with another request.
+ */
+int bl_idem_claim(bl_tx *tx, bl_idem_state *state, int *code);
+/* Stores the call's outcome (code, message, reply) under its key, in tx. */
+int bl_idem_store(bl_tx *tx, int code);
+/*
+ * After a failed run rolled back: whether its outcome is one to keep for the
+ * key (the request ran and was refused for what it asked: not_found,
+ * already_exists, failed_precondition, out_of_range), stored in a
+ * transaction of its own. Transient failures store nothing: a retry runs.
+ */
+bool bl_idem_keeps(int code);
+void bl_idem_store_failure(ks_call *call, int code);
+
+/* ---- input rules (validate.c, pure) ----------------------------------------- */
+
+bool bl_uuid_valid(const char *s);
+/* Each returns true, or false with the client's message in err. */
+/* An address as given, trimmed, into out (BL_EMAIL_BYTES_MAX + 1 bytes); the rules of ks_text.h. */
+bool bl_email_valid(const char *email, char *out, size_t out_len, char *err, size_t err_len);
+/* A name or description trimmed into out (chars_max * 4 + 1 bytes); the rules of ks_text.h. */
+bool bl_name_valid(const char *field, const char *name, int chars_max, char *out, size_t out_len,
+                   char *err, size_t err_len);
+bool bl_plan_code_valid(const char *code, char *err, size_t err_len);
+bool bl_payment_method_valid(const char *pm, char *err, size_t err_len);
+bool bl_tax_valid(int32_t rate_bp, char *err, size_t err_len);
+bool bl_event_id_valid(const char *id);
+/* A uuid field that must be set: false with "<field>: must be a uuid". */
+bool bl_id_valid(const char *field, const char *id, char *err, size_t err_len);
+/* A metadata map as the request carries it: bounded keys and values. */
+typedef struct bl_kv {
+        const char *key;
+        const char *value;
+} bl_kv;
+bool bl_metadata_valid(const bl_kv *kv, size_t n, bool allow_empty_values, char *err,
+                       size_t err_len);
+/* An update mask: every name in allowed (a NULL-terminated list), each once; the bits of the names
+ * set in *mask. */
+bool bl_mask_parse(char *const *names, size_t n, const char *const *allowed, unsigned *mask,
+                   char *err, size_t err_len);
+
+/* ---- jsonb (json.c) --------------------------------------------------------- */
+
+/* A metadata map as a JSON object (malloc'ed, free it); NULL when out of memory. */
+char *bl_metadata_json(const bl_kv *kv, size_t n);
+/* The keys of kv whose values are "" as a PostgreSQL text[] literal (malloc'ed). */
+char *bl_metadata_deleted(const bl_kv *kv, size_t n);
+typedef Keelson__Billing__V1__Customer__MetadataEntry bl_meta_entry;
+/* A jsonb object of strings into map entries (bl_metadata_free); -1 when not such an object. */
+int bl_metadata_from_json(const char *json, bl_meta_entry ***entries, size_t *n);
+void bl_metadata_free(bl_meta_entry **entries, size_t n);
+/* Tiers as a JSON array (malloc'ed), and back (-1 when malformed or more than BL_TIERS_MAX). */
+char *bl_tiers_json(const bl_tier *t, size_t n);
+int bl_tiers_from_json(const char *json, bl_tier *t, size_t *n);
+
+/* ---- rows (rows.c) ---------------------------------------------------------------- */
+
+/* What the billing engine needs of a customer. */
+typedef struct bl_customer {
+        char id[BL_UUID_LEN + 1];
+        const bl_currency *currency;
+        int32_t tax_rate_bp; /* 0 when tax exempt */
+        char payment_method[BL_PAYMENT_METHOD_MAX + 1];
+        int64_t credit_balance;
+        char test_clock_id[BL_UUID_LEN + 1]; /* "" on real time */
+        bool archived;
+} bl_customer;
+
+typedef struct bl_plan {
+        char id[BL_UUID_LEN + 1];
+        char code[BL_PLAN_CODE_MAX + 1];
+        int32_t version;
+        char name[BL_NAME_BYTES_MAX + 1];
+        const bl_currency *currency;
+        bl_interval interval;
+        int32_t trial_days;
+        bl_price price;
+        bool archived;
+        int64_t created_ms;
+} bl_plan;
+
+typedef struct bl_subscription {
+        char id[BL_UUID_LEN + 1];
+        char customer_id[BL_UUID_LEN + 1];
+        char plan_id[BL_UUID_LEN + 1];
+        int64_t quantity;
+        bl_sub_state state;
+        char currency[4];
+        int64_t anchor_ms;
+        int64_t period_n;
+        int64_t period_start_ms, period_end_ms;
+        int64_t trial_end_ms;
+        bool cancel_at_period_end;
+        int64_t canceled_ms, paused_ms;
+        char test_clock_id[BL_UUID_LEN + 1];
+        int64_t next_action_ms; /* 0: none */
+        char latest_invoice_id[BL_UUID_LEN + 1];
+        int32_t history_seq;
+        int64_t created_ms, updated_ms;
+} bl_subscription;
+
+typedef enum bl_line_kind {
+        BL_LINE_SUBSCRIPTION = 0,
+        BL_LINE_PRORATION,
+        BL_LINE_USAGE,
+        BL_LINE_MANUAL,
+} bl_line_kind;
+
+typedef struct bl_line {
+        bl_line_kind kind;
+        char description[BL_LINE_DESC_MAX * 4 + 1];
+        int64_t quantity;
+        int64_t unit_amount;
+        int64_t amount;
+        int64_t tax; /* computed when the invoice is made */
+        bool taxable;
+        int64_t period_start_ms, period_end_ms;
+} bl_line;
+
+typedef enum bl_reason {
+        BL_REASON_CREATE = 0, /* subscription_create */
+        BL_REASON_CYCLE,      /* subscription_cycle */
+        BL_REASON_UPDATE,     /* subscription_update */
+        BL_REASON_CANCEL,     /* subscription_cancel */
+        BL_REASON_MANUAL,     /* manual */
+} bl_reason;
+
+typedef struct bl_invoice {
+        char id[BL_UUID_LEN + 1];
+        char customer_id[BL_UUID_LEN + 1];
+        char subscription_id[BL_UUID_LEN + 1]; /* "" for a one-off invoice */
+        char number[32];                       /* "" in draft */
+        bl_inv_state state;
+        bl_reason reason;
+        const bl_currency *currency;
+        int64_t subtotal, tax, total;
+        int64_t balance_applied, amount_due, amount_paid, amount_credited;
+        int32_t n_lines;
+        int64_t period_start_ms, period_end_ms;
+        bool auto_charge;
+        int32_t attempt_count;
+        int64_t next_attempt_ms; /* 0: none */
+        int64_t created_ms, finalized_ms, paid_ms, voided_ms, uncollectible_ms;
+        char description[BL_LINE_DESC_MAX * 4 + 1];
+} bl_invoice;
+
+/* What is left to pay on an open or uncollectible invoice. */
+int64_t bl_invoice_remaining(const bl_invoice *inv);
+
+const char *bl_reason_name(bl_reason r);
+const char *bl_line_kind_name(bl_line_kind k);
+
+/* Loads by id in tx's tenant (for_update: locks the row). KS_NOT_FOUND (call not failed) or KS_OK.
+ */
+int bl_customer_load(bl_tx *tx, const char *id, bool for_update, bl_customer *out);
+int bl_plan_load(bl_tx *tx, const char *id, bl_plan *out);
+/* The latest version of a code. */
+int bl_plan_load_code(bl_tx *tx, const char *code, bl_plan *out);
+int bl_sub_load(bl_tx *tx, const char *id, bool for_update, bl_subscription *out);
+int bl_invoice_load(bl_tx *tx, const char *id, bool for_update, bl_invoice *out);
+/* SELECT lists matching the readers below, for queries of other files. */
+extern const char bl_sub_columns[];
+extern const char bl_invoice_columns[];
+void bl_sub_read(const PGresult *res, int row, bl_subscription *out);
+int bl_invoice_read(const PGresult *res, int row, bl_invoice *out);
+int bl_plan_read(const PGresult *res, int row, bl_plan *out);
+/* A credit_notes row (id, number, invoice_id, amount, subtotal, tax, reason, credited_to,
+ * created_ms) as a message, for ks_list. */
+void bl_credit_note_item(void *item, const PGresult *r, int i);
+/* Writes every mutable column of s (and s->updated_ms = now_ms). */
+int bl_sub_save(bl_tx *tx, bl_subscription *s, int64_t now_ms);
+
+/* Messages from rows; strings point into the row (keep it alive while the message is used). */
+void bl_sub_message(const bl_subscription *s, const bl_plan *plan,
+                    Keelson__Billing__V1__Subscription *m);
+
+/* An invoice as a message, with its lines, payments and credit notes when details. */
+typedef struct bl_invoice_view {
+        Keelson__Billing__V1__Invoice m;
+        PGresult *res[3];
+        void *blocks[6];
+} bl_invoice_view;
+/* Strings point into inv and the view: keep both alive while m is used; free the view. */
+int bl_invoice_view_make(bl_tx *tx, const bl_invoice *inv, bool details, bl_invoice_view *v);
+void bl_invoice_view_free(bl_invoice_view *v);
+/* Fills m (no lines) from inv alone. */
+void bl_invoice_header(const bl_invoice *inv, Keelson__Billing__V1__Invoice *m);
+/* Replies {invoice (re-read in tx, with details), payment (may be NULL)}. */
+int bl_reply_invoice(bl_tx *tx, const char *invoice_id,
+                     const Keelson__Billing__V1__Payment *payment);
+
+/* ---- time (clock.c) ----------------------------------------------------------------- */
+
+/* The customer's now: its test clock's frozen time, or the wall clock. */
+int bl_now_for(bl_tx *tx, const char *test_clock_id, int64_t *now_ms);
+
+/* ---- events (events.c) ---------------------------------------------------------- */
+
+int bl_event_invoice_finalized(bl_tx *tx, const bl_invoice *inv);
+int bl_event_invoice_paid(bl_tx *tx, const bl_invoice *inv);
+int bl_event_subscription_changed(bl_tx *tx, const bl_subscription *s, int from_state,
+                                  const char *event, int64_t at_ms, const char *invoice_id);
+/* users.admin_summary, at most once per transaction. */
+int bl_event_summary(bl_tx *tx, const char *reason);
+
+/* ---- postings to the ledger (postings.c: pure but for bl_posting_queue) --------------- */
+
+typedef unsigned __int128 bl_u128;
+
+/* Billing's chart of accounts, per tenant and currency (the ledger's code of each account). */
+typedef enum bl_account_kind {
+        BL_ACCT_RECEIVABLE = 1, /* per customer: what it owes */
+        BL_ACCT_REVENUE = 2,
+        BL_ACCT_TAX_PAYABLE = 3,
+        BL_ACCT_CASH = 4,
+        BL_ACCT_CUSTOMER_CREDIT = 5, /* per customer: credit it holds */
+        BL_ACCT_BAD_DEBT = 6,
+} bl_account_kind;
+
+typedef enum bl_source_type {
+        BL_SRC_INVOICE = 1, /* finalized */
+        BL_SRC_PAYMENT = 2, /* a payment that succeeded */
+        BL_SRC_CREDIT_NOTE = 3,
+        BL_SRC_VOID = 4,          /* an invoice voided */
+        BL_SRC_UNCOLLECTIBLE = 5, /* an invoice marked uncollectible: written off */
+} bl_source_type;
+
+#define BL_CHAIN_MAX 6
+
+typedef struct bl_transfer {
+        bl_u128 id;
+        bl_account_kind debit, credit;
+        int64_t amount; /* > 0 */
+        uint16_t code;  /* what it records: docs/api.md, "Billing in the ledger" */
+} bl_transfer;
+
+/* One billing fact as transfers: a linked chain, all or nothing. */
+typedef struct bl_chain {
+        bl_source_type type;
+        char source_id[BL_UUID_LEN + 1];
+        char customer_id[BL_UUID_LEN + 1];
+        const bl_currency *currency;
+        bl_transfer t[BL_CHAIN_MAX];
+        size_t n; /* 0: the fact moves no money (a zero invoice) */
+} bl_chain;
+
+/* The facts a chain is made from; the fields each type reads are named. */
+typedef struct bl_fact {
+        bl_source_type type;
+        const char *source_id; /* the invoice, payment or credit note */
+        const char *customer_id;
+        const bl_currency *currency;
+        /* INVOICE, VOID: the invoice's totals */
+        int64_t subtotal, tax, total, balance_applied;
+        /* PAYMENT, CREDIT_NOTE, UNCOLLECTIBLE: the amount; CREDIT_NOTE also subtotal and tax */
+        int64_t amount;
+        /* PAYMENT, VOID: the invoice was uncollectible (its receivable written off) */
+        bool from_uncollectible;
+        /* CREDIT_NOTE: to the customer's credit (a paid invoice) instead of its receivable */
+        bool to_credit;
+} bl_fact;
+
+/* The chain of a fact (ids derived from the source); false on a malformed fact. */
+bool bl_chain_of(const bl_fact *f, bl_chain *out);
+/* The ledger id of an account: of the customer for RECEIVABLE and CUSTOMER_CREDIT. */
+bl_u128 bl_account_id(bl_account_kind kind, const bl_currency *cur, const char *customer_id);
+/* The ledger account for kind, ready for CreateAccounts (ledger = currency numeric). */
+void bl_account_of(bl_account_kind kind, const bl_currency *cur, const char *customer_id,
+                   Keelson__Ledger__V1__Account *out);
+/* The ledger transfer i of a chain (linked to the next but for the last). */
+void bl_transfer_of(const bl_chain *c, size_t i, Keelson__Ledger__V1__Transfer *out);
+/* Queues the chain of f in tx (billing.postings); nothing for a chain of no transfers. */
+int bl_posting_queue(bl_tx *tx, const bl_fact *f);
+
+/* ---- payments (provider.c) --------------------------------------------------------- */
+
+typedef struct bl_charge {
+        bool ok;
+        char failure_code[64]; /* card_declined, insufficient_funds, ... */
+        char reference[64];    /* the provider's id of the charge */
+} bl_charge;
+
+/*
+ * Charges amount of cur to the payment method token. The call carries
+ * idempotency_key (the invoice and attempt): a provider that sees it twice
+ * charges once. The built-in mock answers at once, from the token alone:
+ * pm_card_visa and pm_card_mastercard succeed; pm_card_chargeDeclined
+ * declines (card_declined), pm_card_chargeDeclinedInsufficientFunds
+ * (insufficient_funds); any other token is invalid_payment_method.
+ */
+void bl_provider_charge(const char *token, int64_t amount, const bl_currency *cur,
+                        const char *idempotency_key, bl_charge *out);
+
+/* ---- invoicing (invoicing.c) ------------------------------------------------------- */
+
+/*
+ * A new draft invoice of cust with lines: taxes and totals computed
+ * (bl_totals_of at the customer's rate), the invoice and its lines
+ * inserted. inv's header (subscription_id, reason, period, auto_charge) is
+ * set by the caller; id, totals and created_ms are filled.
+ * FAILED_PRECONDITION when the totals overflow.
+ */
+int bl_invoice_create(bl_tx *tx, const bl_customer *cust, bl_invoice *inv, bl_line *lines, size_t n,
+                      int64_t now_ms);
+/* inv's id, made before the invoice is (bl_invoice_create keeps an id already set). */
+int bl_invoice_new_id(bl_tx *tx, bl_invoice *inv);
+/* Appends lines to a draft (taxes and totals made again over all its lines). */
+int bl_invoice_add_lines(bl_tx *tx, const bl_customer *cust, bl_invoice *inv, bl_line *lines,
+                         size_t n);
+/* A date as "2026-01-31" (UTC) for descriptions. */
+void bl_date_text(int64_t ms, char out[16]);
+/*
+ * Finalizes a draft at at_ms: numbered, customer credit applied, the
+ * ledger posting queued, open (or paid when nothing is due), events queued.
+ * cust is updated (its credit balance) and must be locked by the caller.
+ */
+int bl_invoice_finalize(bl_tx *tx, bl_customer *cust, bl_invoice *inv, int64_t at_ms);
+/*
+ * Charges what remains of an open invoice to token (the customer's default
+ * when NULL or ""). automatic: a charge of the billing cycle, which starts or
+ * moves dunning on failure. *payment (may be NULL) is the payment row made.
+ * KS_OK whatever the card said (see payment->status); a failure of the
+ * database or FAILED_PRECONDITION (no payment method, nothing due) else.
+ */
+typedef struct bl_payment_made {
+        char id[BL_UUID_LEN + 1];
+        bool succeeded;
+        int64_t amount;
+        char method[16];
+        char token[BL_PAYMENT_METHOD_MAX + 1];
+        char failure_code[64];
+        char reference[BL_REFERENCE_MAX * 4 + 1];
+        int64_t created_ms;
+} bl_payment_made;
+/* The message of a payment made; strings point into p. */
+void bl_payment_message(const bl_payment_made *p, Keelson__Billing__V1__Payment *m);
+/*
+ * sub: the invoice's subscription when the caller holds it locked (it is
+ * updated in place, the caller saves it), or NULL (loaded, changed and
+ * saved here when the invoice has one).
+ */
+int bl_invoice_charge(bl_tx *tx, bl_customer *cust, bl_invoice *inv, bl_subscription *sub,
+                      const char *token, bool automatic, int64_t at_ms, bl_payment_made *out);
+/* Applies a succeeded payment of amount (<= remaining) to inv: row, posting, paid, events. */
+int bl_invoice_apply_payment(bl_tx *tx, bl_invoice *inv, bl_subscription *sub, bl_payment_made *p);
+/* The tenant's next number of kind (1 invoices "INV", 2 credit notes "CN"): "INV-000042". */
+int bl_next_number(bl_tx *tx, int kind, const char *prefix, char *out, size_t out_len);
+/* Adds amount (> 0) to a customer's credit balance (the row is locked by the update). */
+int bl_customer_credit(bl_tx *tx, const char *customer_id, int64_t amount);
+/* Writes the invoice's mutable columns back. */
+int bl_invoice_save(bl_tx *tx, const bl_invoice *inv);
+/* Moves inv by ev (the table of model.h); FAILED_PRECONDITION for an illegal move. */
+int bl_invoice_move(bl_tx *tx, bl_invoice *inv, bl_inv_event ev, int64_t at_ms);
+/*
+ * After an invoice of a subscription left dunning (paid, voided, written
+ * off): a past_due subscription with no invoice left in dunning becomes
+ * active again.
+ */
+int bl_sub_after_invoice(bl_tx *tx, const bl_invoice *inv, bl_subscription *sub, int64_t at_ms);
+
+/* ---- subscriptions (lifecycle.c) ------------------------------------------------------ */
+
+/*
+ * Moves s by ev at at_ms (the table of model.h): state, history row, the
+ * subscription_changed event. FAILED_PRECONDITION (call failed) when the
+ * table forbids it. Does not save s.
+ */
+int bl_sub_move(bl_tx *tx, bl_subscription *s, bl_sub_event ev, int64_t at_ms,
+                const char *invoice_id, const char *detail);
+/* A history row and event for a step that is not a move (creation). */
+int bl_sub_record(bl_tx *tx, bl_subscription *s, int from_state, const char *event, int64_t at_ms,
+                  const char *invoice_id, const char *detail);
+/* The time s must next be looked at (0: never): trial end, period end, a dunning retry. */
+int bl_sub_plan_next(bl_tx *tx, bl_subscription *s);
+/*
+ * Runs the one action due for s at s->next_action_ms (<= now_ms): a trial's
+ * end, a renewal or cancellation at the period's end, a dunning retry.
+ * *ran is false when nothing was due. s is saved.
+ */
+int bl_sub_step(bl_tx *tx, bl_subscription *s, int64_t now_ms, bool *ran);
+/* The full length of s's current period (a first partial one: the interval before the anchor). */
+int bl_sub_full_period(const bl_subscription *s, const bl_plan *plan, int64_t *start_ms,
+                       int64_t *end_ms);
+/* The line of s's current period, billed in advance (flat or per unit; none when metered). */
+int bl_sub_period_lines(const bl_subscription *s, const bl_plan *plan, bl_line *lines, size_t *n);
+/* The period of s's plan that starts at start_ms: a part before the anchor (n -1), or a full one.
+ */
+int bl_sub_period_from(const bl_subscription *s, const bl_plan *plan, int64_t start_ms, int64_t *n,
+                       int64_t *ps, int64_t *pe);
+/* Recorded usage of s in [from, to). */
+int bl_sub_usage(bl_tx *tx, const bl_subscription *s, int64_t from_ms, int64_t to_ms,
+                 int64_t *units);
+/* Appends the usage line of a metered plan over [from, to) (none for other plans). */
+int bl_sub_usage_line(bl_tx *tx, const bl_subscription *s, const bl_plan *plan, int64_t from_ms,
+                      int64_t to_ms, bl_line *lines, size_t *n);
+/*
+ * The invoice of s's current period (reason): its line in advance (not for
+ * a cancellation), usage of [usage_from, usage_to) for a metered plan, and
+ * the pending items; finalized at at_ms and charged when the customer has a
+ * payment method. inv->id may be set beforehand; with nothing to bill at a
+ * cancellation no invoice is made (inv->id "").
+ */
+int bl_sub_bill(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
+                bl_reason reason, int64_t usage_from, int64_t usage_to, int64_t at_ms,
+                bl_invoice *inv);
+
+/* ---- subscriptions: shared by the methods (subscriptions.c, changes.c) ------------------- */
+
+/* The plan a request names (a version id, or a code's latest); not_found, archived refused. */
+int bl_plan_named(bl_tx *tx, const char *id, const char *code, bl_plan *out);
+/* Replies {subscription (with its plan), latest_invoice (may be NULL)}. */
+int bl_reply_subscription(bl_tx *tx, const bl_subscription *s, const bl_invoice *latest);
+/* A pending credit for the unused rest [now, period end) of s's period on plan. */
+int bl_proration_credit(bl_tx *tx, const bl_subscription *s, const bl_plan *plan, int64_t now_ms,
+                        const char *what);
+
+/* ---- the relay and the scheduler ------------------------------------------------------ */
+
+int bl_relay_start(bl_relay **out, bl_service *svc);
+void bl_relay_stop(bl_relay *r);
+/*
+ * One call of keelson.ledger.v1.LedgerService/<method> ("CreateTransfers")
+ * with `in`, acting for tenant_id as its admin, never resent (relay.c; the
+ * relay and reconciliation share it). deadline_unix_ms 0: now +
+ * ledger_timeout_ms. KS_OK and *out (of out_type: free it with
+ * protobuf_c_message_free_unpacked), or the call's code with the ledger's
+ * message in msg (KS_MESSAGE_MAX bytes, may be NULL) and *out NULL.
+ */
+int bl_ledger_call(bl_service *svc, const char *tenant_id, const char *request_id,
+                   const char *method, int64_t deadline_unix_ms, const ProtobufCMessage *in,
+                   const ProtobufCMessageDescriptor *out_type, ProtobufCMessage **out, char *msg);
+/* A code after which the same call may succeed later (unavailable, deadline, aborted, busy). */
+bool bl_ledger_transient(int code);
+int bl_scheduler_start(bl_scheduler **out, bl_service *svc);
+void bl_scheduler_stop(bl_scheduler *s);
+
+/* ---- handlers ------------------------------------------------------------- */
+
+int bl_create_customer(ks_call *call);
+int bl_get_customer(ks_call *call);
+int bl_update_customer(ks_call *call);
+int bl_list_customers(ks_call *call);
+int bl_archive_customer(ks_call *call);
+int bl_create_plan(ks_call *call);
+int bl_get_plan(ks_call *call);
+int bl_update_plan(ks_call *call);
+int bl_list_plans(ks_call *call);
+int bl_archive_plan(ks_call *call);
+int bl_create_test_clock(ks_call *call);
+int bl_get_test_clock(ks_call *call);
+int bl_advance_test_clock(ks_call *call);
+int bl_create_subscription(ks_call *call);
+int bl_get_subscription(ks_call *call);
+int bl_list_subscriptions(ks_call *call);
+int bl_cancel_subscription(ks_call *call);
+int bl_pause_subscription(ks_call *call);
+int bl_resume_subscription(ks_call *call);
+int bl_change_subscription(ks_call *call);
+int bl_preview_change(ks_call *call);
+int bl_list_subscription_history(ks_call *call);
+int bl_record_usage(ks_call *call);
+int bl_create_invoice(ks_call *call);
+int bl_add_invoice_lines(ks_call *call);
+int bl_finalize_invoice(ks_call *call);
+int bl_get_invoice(ks_call *call);
+int bl_list_invoices(ks_call *call);
+int bl_pay_invoice(ks_call *call);
+int bl_record_payment(ks_call *call);
+int bl_void_invoice(ks_call *call);
+int bl_mark_uncollectible(ks_call *call);
+int bl_create_credit_note(ks_call *call);
+int bl_list_credit_notes(ks_call *call);
+int bl_get_reconciliation(ks_call *call);
+int bl_get_billing_summary(ks_call *call);
+
+#endif

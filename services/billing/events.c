@@ -1,0 +1,96 @@
+/*
+ * The events billing publishes, each queued in the outbox of the write it
+ * reports (services/core/ks_outbox.h): published after commit, never on
+ * rollback. Payloads are proto/keelson/billing/v1/events.proto; the admin
+ * summary's invalidation is auth's users.admin_summary message.
+ */
+#include "billing.h"
+
+#include <stdlib.h>
+
+#include "keelson/auth/v1/events.pb-c.h"
+#include "keelson/billing/v1/events.pb-c.h"
+#include "ks_outbox.h"
+
+static int publish(bl_tx *tx, const char *topic, const ProtobufCMessage *m)
+{
+        size_t len = protobuf_c_message_get_packed_size(m);
+        uint8_t *buf = malloc(len > 0 ? len : 1);
+        int rc;
+
+        if (buf == NULL) {
+                return tx->call != NULL ? ks_call_oom(tx->call) : KS_RESOURCE_EXHAUSTED;
+        }
+        protobuf_c_message_pack(m, buf);
+        rc = ks_outbox_add(tx->conn, tx->request_id, "billing", topic, tx->tenant_id, buf, len,
+                           NULL);
+        free(buf);
+        return rc == KS_OK ? KS_OK : bl_db_fail(tx, rc);
+}
+
+int bl_event_invoice_finalized(bl_tx *tx, const bl_invoice *inv)
+{
+        Keelson__Billing__V1__InvoiceFinalized m = KEELSON__BILLING__V1__INVOICE_FINALIZED__INIT;
+
+        m.tenant_id = (char *)tx->tenant_id;
+        m.invoice_id = (char *)inv->id;
+        m.number = (char *)inv->number;
+        m.customer_id = (char *)inv->customer_id;
+        m.subscription_id = (char *)inv->subscription_id;
+        m.billing_reason = (char *)bl_reason_name(inv->reason);
+        m.currency = (char *)inv->currency->code;
+        m.total = inv->total;
+        m.amount_due = inv->amount_due;
+        m.finalized_at_unix_ms = inv->finalized_ms;
+        return publish(tx, "billing.invoice_finalized", &m.base);
+}
+
+int bl_event_invoice_paid(bl_tx *tx, const bl_invoice *inv)
+{
+        Keelson__Billing__V1__InvoicePaid m = KEELSON__BILLING__V1__INVOICE_PAID__INIT;
+
+        m.tenant_id = (char *)tx->tenant_id;
+        m.invoice_id = (char *)inv->id;
+        m.number = (char *)inv->number;
+        m.customer_id = (char *)inv->customer_id;
+        m.subscription_id = (char *)inv->subscription_id;
+        m.currency = (char *)inv->currency->code;
+        m.amount_paid = inv->amount_paid;
+        m.paid_at_unix_ms = inv->paid_ms;
+        return publish(tx, "billing.invoice_paid", &m.base);
+}
+
+int bl_event_subscription_changed(bl_tx *tx, const bl_subscription *s, int from_state,
+                                  const char *event, int64_t at_ms, const char *invoice_id)
+{
+        Keelson__Billing__V1__SubscriptionChanged m =
+            KEELSON__BILLING__V1__SUBSCRIPTION_CHANGED__INIT;
+
+        m.tenant_id = (char *)tx->tenant_id;
+        m.subscription_id = (char *)s->id;
+        m.customer_id = (char *)s->customer_id;
+        m.from_state = (char *)(from_state < 0 ? "" : bl_sub_state_name((bl_sub_state)from_state));
+        m.to_state = (char *)bl_sub_state_name(s->state);
+        m.event = (char *)event;
+        m.plan_id = (char *)s->plan_id;
+        m.quantity = s->quantity;
+        m.at_unix_ms = at_ms;
+        m.invoice_id = (char *)(invoice_id != NULL ? invoice_id : "");
+        return publish(tx, "billing.subscription_changed", &m.base);
+}
+
+int bl_event_summary(bl_tx *tx, const char *reason)
+{
+        Keelson__Auth__V1__AdminSummaryChanged m = KEELSON__AUTH__V1__ADMIN_SUMMARY_CHANGED__INIT;
+        int rc;
+
+        if (tx->summary_published) {
+                return KS_OK;
+        }
+        m.tenant_id = (char *)tx->tenant_id;
+        m.reason = (char *)reason;
+        if ((rc = publish(tx, "users.admin_summary", &m.base)) == KS_OK) {
+                tx->summary_published = true;
+        }
+        return rc;
+}

@@ -1,0 +1,52 @@
+/*
+ * The payment provider: one function, bl_provider_charge, between billing
+ * and whoever moves the money. The built-in provider is a mock whose
+ * payment method tokens behave like Stripe's test cards, so that the whole
+ * of billing (charges, declines, dunning) runs and is tested with no
+ * network: pm_card_visa and pm_card_mastercard succeed,
+ * pm_card_chargeDeclined declines with card_declined,
+ * pm_card_chargeDeclinedInsufficientFunds with insufficient_funds, and any
+ * other token is invalid_payment_method. A real provider goes here, and is
+ * handed the idempotency key billing makes for each attempt (the invoice
+ * and the attempt's number), so that a charge retried after a crash is
+ * charged once.
+ */
+#include "billing.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct test_card {
+        const char *token;
+        const char *failure; /* NULL: succeeds */
+} test_card;
+
+static const test_card cards[] = {
+    {"pm_card_visa", NULL},
+    {"pm_card_mastercard", NULL},
+    {"pm_card_chargeDeclined", "card_declined"},
+    {"pm_card_chargeDeclinedInsufficientFunds", "insufficient_funds"},
+};
+
+void bl_provider_charge(const char *token, int64_t amount, const bl_currency *cur,
+                        const char *idempotency_key, bl_charge *out)
+{
+        memset(out, 0, sizeof(*out));
+        (void)cur;
+        snprintf(out->failure_code, sizeof(out->failure_code), "invalid_payment_method");
+        if (amount <= 0) {
+                snprintf(out->failure_code, sizeof(out->failure_code), "amount_too_small");
+                return;
+        }
+        for (size_t i = 0; i < sizeof(cards) / sizeof(cards[0]); i++) {
+                if (strcmp(token, cards[i].token) != 0) {
+                        continue;
+                }
+                out->ok = cards[i].failure == NULL;
+                snprintf(out->failure_code, sizeof(out->failure_code), "%s",
+                         out->ok ? "" : cards[i].failure);
+                break;
+        }
+        /* The mock's charge id is derived from the key: the same attempt is the same charge. */
+        snprintf(out->reference, sizeof(out->reference), "ch_mock_%.48s", idempotency_key);
+}

@@ -1,0 +1,613 @@
+/*
+ * Subscriptions: CreateSubscription, GetSubscription, ListSubscriptions,
+ * CancelSubscription, PauseSubscription, ResumeSubscription,
+ * ListSubscriptionHistory. Plan changes are in changes.c, what falls due
+ * in lifecycle.c.
+ *
+ * Every method acts at the customer's now (its test clock's, or real time),
+ * in whole seconds: periods and prorations are counted by the second.
+ */
+#include "billing.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ks_crypto.h"
+
+static int64_t whole_second(int64_t ms)
+{
+        return ms - ms % 1000;
+}
+
+/* The plan a request names: a version id, or a code's latest version; refused when archived. */
+int bl_plan_named(bl_tx *tx, const char *id, const char *code, bl_plan *out)
+{
+        int rc = id[0] != '\0' ? bl_plan_load(tx, id, out) : bl_plan_load_code(tx, code, out);
+
+        if (rc == KS_NOT_FOUND) {
+                return bl_fail(tx, KS_NOT_FOUND, "plan not found");
+        }
+        if (rc == KS_OK && out->archived) {
+                return bl_fail(tx, KS_FAILED_PRECONDITION, "the plan is archived");
+        }
+        return rc;
+}
+
+/* A subscription with its plan, for a reply. */
+int bl_reply_subscription(bl_tx *tx, const bl_subscription *s, const bl_invoice *latest)
+{
+        Keelson__Billing__V1__SubscriptionResponse resp =
+            KEELSON__BILLING__V1__SUBSCRIPTION_RESPONSE__INIT;
+        Keelson__Billing__V1__Subscription m;
+        bl_invoice_view v;
+        bl_plan plan;
+        int rc;
+
+        if ((rc = bl_plan_load(tx, s->plan_id, &plan)) != KS_OK) {
+                return rc == KS_NOT_FOUND ? bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG) : rc;
+        }
+        bl_sub_message(s, &plan, &m);
+        resp.subscription = &m;
+        memset(&v, 0, sizeof(v));
+        if (latest != NULL && latest->id[0] != '\0') {
+                if ((rc = bl_invoice_view_make(tx, latest, true, &v)) != KS_OK) {
+                        bl_invoice_view_free(&v);
+                        return rc;
+                }
+                resp.latest_invoice = &v.m;
+        }
+        rc = ks_call_reply(tx->call, &resp.base);
+        bl_invoice_view_free(&v);
+        return rc;
+}
+
+/* ---- CreateSubscription ------------------------------------------------------------------ */
+
+static const char sql_insert[] =
+    "INSERT INTO billing.subscriptions (tenant_id, id, customer_id, plan_id, quantity, state,"
+    " currency, anchor_ms, period_n, period_start_ms, period_end_ms, trial_end_ms,"
+    " test_clock_id, created_ms, updated_ms) VALUES (billing.ctx_tenant(), $1::uuid, $2::uuid,"
+    " $3::uuid, $4::int8, $5::int2, $6, $7::int8, $8::int8, $9::int8, $10::int8, $11::int8,"
+    " NULLIF($12, '')::uuid, $13::int8, $13::int8)";
+
+static const char sql_clock_subs[] =
+    "SELECT count(*) FROM billing.subscriptions WHERE tenant_id = billing.ctx_tenant()"
+    " AND test_clock_id = $1::uuid";
+
+static int insert_sub(bl_tx *tx, const bl_subscription *s)
+{
+        bl_num q = bl_num_of(s->quantity), st = bl_num_of(s->state), a = bl_num_of(s->anchor_ms),
+               n = bl_num_of(s->period_n), ps = bl_num_of(s->period_start_ms),
+               pe = bl_num_of(s->period_end_ms), te = bl_num_of(s->trial_end_ms),
+               cr = bl_num_of(s->created_ms);
+        const char *p[13] = {
+            s->id, s->customer_id, s->plan_id,       q.s, st.s, s->currency, a.s, n.s, ps.s,
+            pe.s,  te.s,           s->test_clock_id, cr.s};
+
+        return bl_exec(tx, sql_insert, 13, p, NULL);
+}
+
+/* The anchor a request asks for, checked against the first billed instant. */
+static int anchor_of(bl_tx *tx, int64_t asked, int64_t first, const bl_plan *plan, int64_t *out)
+{
+        int64_t next;
+
+        if (asked == 0) {
+                *out = first;
+                return KS_OK;
+        }
+        asked = whole_second(asked);
+        if (!bl_boundary(first / 1000, plan->interval, 1, &next) || asked < first ||
+            asked >= next * 1000) {
+                return bl_fail(tx, KS_INVALID_ARGUMENT,
+                               "billing_anchor_unix_ms: after the start (or the trial's end) and"
+                               " within one interval of it");
+        }
+        *out = asked;
+        return KS_OK;
+}
+
+/* A customer on a test clock holds a bounded number of subscriptions (the clock runs them all). */
+static int clock_room(bl_tx *tx, const bl_customer *cust)
+{
+        const char *p[1] = {cust->test_clock_id};
+        PGresult *res = NULL;
+        int rc;
+
+        if (cust->test_clock_id[0] == '\0') {
+                return KS_OK;
+        }
+        if ((rc = bl_exec(tx, sql_clock_subs, 1, p, &res)) != KS_OK) {
+                return rc;
+        }
+        rc = bl_int(res, 0, 0) >= BL_CLOCK_SUBS_MAX
+                 ? bl_fail(tx, KS_FAILED_PRECONDITION,
+                           "a test clock holds at most %d subscriptions", BL_CLOCK_SUBS_MAX)
+                 : KS_OK;
+        PQclear(res);
+        return rc;
+}
+
+typedef struct create_args {
+        const Keelson__Billing__V1__CreateSubscriptionRequest *in;
+        int64_t quantity;
+} create_args;
+
+/* The new subscription's first state, period and anchor, at now. */
+static int first_period(bl_tx *tx, const create_args *a, const bl_plan *plan, int64_t now,
+                        bl_subscription *s)
+{
+        int32_t days = a->in->trial_days == 0 ? plan->trial_days : a->in->trial_days;
+        int64_t first = now;
+        int rc;
+
+        if (days > 0) {
+                s->state = BL_SUB_TRIALING;
+                s->trial_end_ms = now + (int64_t)days * BL_DAY_MS;
+                first = s->trial_end_ms;
+        } else {
+                s->state = BL_SUB_ACTIVE;
+        }
+        if ((rc = anchor_of(tx, a->in->billing_anchor_unix_ms, first, plan, &s->anchor_ms)) !=
+            KS_OK) {
+                return rc;
+        }
+        if (s->state == BL_SUB_TRIALING) { /* the trial is the first period, free */
+                s->period_n = -1;
+                s->period_start_ms = now;
+                s->period_end_ms = s->trial_end_ms;
+                return KS_OK;
+        }
+        if (bl_sub_period_from(s, plan, now, &s->period_n, &s->period_start_ms,
+                               &s->period_end_ms) != KS_OK) {
+                return bl_fail(tx, KS_OUT_OF_RANGE, "period out of range");
+        }
+        return KS_OK;
+}
+
+/* The first invoice: the trial (free), or the first period (prorated before the anchor). */
+static int first_invoice(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
+                         bl_invoice *inv)
+{
+        bl_payment_made pay;
+        bl_line line;
+        size_t n = 0;
+        int rc;
+
+        memset(inv, 0, sizeof(*inv));
+        snprintf(inv->subscription_id, sizeof(inv->subscription_id), "%s", s->id);
+        inv->reason = BL_REASON_CREATE;
+        inv->period_start_ms = s->period_start_ms;
+        inv->period_end_ms = s->period_end_ms;
+        inv->auto_charge = true;
+        memset(&line, 0, sizeof(line));
+        if (s->state == BL_SUB_TRIALING || plan->price.model == BL_PRICE_GRADUATED) {
+                line.kind = s->state == BL_SUB_TRIALING ? BL_LINE_SUBSCRIPTION : BL_LINE_USAGE;
+                line.quantity = s->state == BL_SUB_TRIALING ? s->quantity : 0;
+                line.taxable = true;
+                line.period_start_ms = s->period_start_ms;
+                line.period_end_ms = s->period_end_ms;
+                snprintf(line.description, sizeof(line.description), "%s %s v%d",
+                         s->state == BL_SUB_TRIALING ? "Free trial of"
+                                                     : "Usage billed at the period's end:",
+                         plan->code, plan->version);
+                n = 1;
+        } else if (bl_sub_period_lines(s, plan, &line, &n) != KS_OK) {
+                return bl_fail(tx, KS_FAILED_PRECONDITION, "the period's amount would overflow");
+        }
+        if ((rc = bl_invoice_create(tx, cust, inv, &line, n, s->created_ms)) != KS_OK ||
+            (rc = bl_invoice_finalize(tx, cust, inv, s->created_ms)) != KS_OK) {
+                return rc;
+        }
+        snprintf(s->latest_invoice_id, sizeof(s->latest_invoice_id), "%s", inv->id);
+        if (inv->state == BL_INV_OPEN && cust->payment_method[0] != '\0') {
+                return bl_invoice_charge(tx, cust, inv, s, NULL, true, s->created_ms, &pay);
+        }
+        return KS_OK;
+}
+
+static int create_tx(bl_tx *tx, void *arg)
+{
+        create_args *a = arg;
+        bl_subscription s;
+        bl_customer cust;
+        bl_invoice inv;
+        bl_plan plan;
+        int64_t now;
+        int rc;
+
+        if ((rc = bl_customer_load(tx, a->in->customer_id, true, &cust)) != KS_OK) {
+                return rc == KS_NOT_FOUND ? bl_fail(tx, KS_NOT_FOUND, "customer not found") : rc;
+        }
+        if (cust.archived) {
+                return bl_fail(tx, KS_FAILED_PRECONDITION, "the customer is archived");
+        }
+        if ((rc = bl_plan_named(tx, a->in->plan_id, a->in->plan_code, &plan)) != KS_OK) {
+                return rc;
+        }
+        if (plan.currency != cust.currency) {
+                return bl_fail(tx, KS_FAILED_PRECONDITION,
+                               "the plan is in %s and the customer in %s", plan.currency->code,
+                               cust.currency->code);
+        }
+        if (plan.price.model != BL_PRICE_PER_UNIT && a->quantity != 1) {
+                return bl_fail(tx, KS_INVALID_ARGUMENT,
+                               "quantity: only a per-unit plan takes a quantity");
+        }
+        if ((rc = clock_room(tx, &cust)) != KS_OK ||
+            (rc = bl_now_for(tx, cust.test_clock_id, &now)) != KS_OK) {
+                return rc;
+        }
+        memset(&s, 0, sizeof(s));
+        if (ks_uuid_v4(s.id) != 0) {
+                return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
+        }
+        snprintf(s.customer_id, sizeof(s.customer_id), "%s", cust.id);
+        snprintf(s.plan_id, sizeof(s.plan_id), "%s", plan.id);
+        snprintf(s.currency, sizeof(s.currency), "%s", cust.currency->code);
+        snprintf(s.test_clock_id, sizeof(s.test_clock_id), "%s", cust.test_clock_id);
+        s.quantity = a->quantity;
+        s.created_ms = s.updated_ms = now = whole_second(now);
+        if ((rc = first_period(tx, a, &plan, now, &s)) != KS_OK ||
+            (rc = insert_sub(tx, &s)) != KS_OK ||
+            (rc = bl_sub_record(tx, &s, -1, "create", now, NULL, NULL)) != KS_OK ||
+            (rc = first_invoice(tx, &s, &plan, &cust, &inv)) != KS_OK ||
+            (rc = bl_sub_plan_next(tx, &s)) != KS_OK || (rc = bl_sub_save(tx, &s, now)) != KS_OK ||
+            (rc = bl_event_summary(tx, "CreateSubscription")) != KS_OK) {
+                return rc;
+        }
+        /* Re-read: a charge may have changed it. */
+        if ((rc = bl_invoice_load(tx, inv.id, false, &inv)) != KS_OK) {
+                return rc;
+        }
+        return bl_reply_subscription(tx, &s, &inv);
+}
+
+int bl_create_subscription(ks_call *call)
+{
+        const Keelson__Billing__V1__CreateSubscriptionRequest *in = (const void *)call->in;
+        create_args a = {.in = in, .quantity = in->quantity == 0 ? 1 : in->quantity};
+        char err[BL_ERR_MAX];
+
+        if (!bl_id_valid("customer_id", in->customer_id, err, sizeof(err)) ||
+            (in->plan_id[0] != '\0' ? !bl_id_valid("plan_id", in->plan_id, err, sizeof(err))
+                                    : !bl_plan_code_valid(in->plan_code, err, sizeof(err)))) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
+        }
+        if (a.quantity < 1 || a.quantity > BL_QUANTITY_MAX) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "quantity: 1 to %d",
+                                    BL_QUANTITY_MAX);
+        }
+        if (in->trial_days < -1 || in->trial_days > BL_TRIAL_DAYS_MAX) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT,
+                                    "trial_days: -1 (none), 0 (the plan's) or 1 to %d",
+                                    BL_TRIAL_DAYS_MAX);
+        }
+        if (in->billing_anchor_unix_ms < 0) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT,
+                                    "billing_anchor_unix_ms: must not be negative");
+        }
+        return bl_tx_run(call, create_tx, &a);
+}
+
+/* ---- GetSubscription --------------------------------------------------------------------- */
+
+static int not_found(bl_tx *tx)
+{
+        return bl_fail(tx, KS_NOT_FOUND, "subscription not found");
+}
+
+static int get_tx(bl_tx *tx, void *arg)
+{
+        bl_subscription s;
+        int rc;
+
+        if ((rc = bl_sub_load(tx, arg, false, &s)) != KS_OK) {
+                return rc == KS_NOT_FOUND ? not_found(tx) : rc;
+        }
+        return bl_reply_subscription(tx, &s, NULL);
+}
+
+int bl_get_subscription(ks_call *call)
+{
+        const Keelson__Billing__V1__GetSubscriptionRequest *in = (const void *)call->in;
+        char err[BL_ERR_MAX];
+
+        if (!bl_id_valid("id", in->id, err, sizeof(err))) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
+        }
+        return bl_tx_run(call, get_tx, in->id);
+}
+
+/* ---- Cancel, Pause, Resume --------------------------------------------------------------- */
+
+typedef enum action { A_CANCEL_NOW, A_CANCEL_AT_END, A_PAUSE, A_RESUME } action;
+
+typedef struct action_args {
+        const char *id;
+        action what;
+} action_args;
+
+/* Cancel now: the unused rest of a period paid in advance comes back as credit. */
+static int cancel_now(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
+                      int64_t now, bl_invoice *inv)
+{
+        int64_t used_from = s->period_start_ms;
+        int rc;
+
+        if (s->state == BL_SUB_ACTIVE || s->state == BL_SUB_PAST_DUE) {
+                if ((rc = bl_proration_credit(tx, s, plan, now,
+                                              "Unused time after cancellation")) != KS_OK) {
+                        return rc;
+                }
+        }
+        if (s->state != BL_SUB_TRIALING && s->state != BL_SUB_PAUSED &&
+            (rc = bl_sub_bill(tx, s, plan, cust, BL_REASON_CANCEL, used_from, now, now, inv)) !=
+                KS_OK) {
+                return rc;
+        }
+        s->canceled_ms = now;
+        return bl_sub_move(tx, s, BL_SE_CANCEL, now, inv->id[0] != '\0' ? inv->id : NULL,
+                           "canceled now");
+}
+
+/* Resumed: the period goes on, or a new one starts now when it ended while paused. */
+static int resume(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
+                  int64_t now, bl_invoice *inv)
+{
+        int rc;
+
+        s->paused_ms = 0;
+        if (now < s->period_end_ms) {
+                return bl_sub_move(tx, s, BL_SE_RESUME, now, NULL, "the period goes on");
+        }
+        s->anchor_ms = now;
+        s->period_n = 0;
+        s->period_start_ms = now;
+        if ((rc = bl_sub_period_from(s, plan, now, &s->period_n, &s->period_start_ms,
+                                     &s->period_end_ms)) != KS_OK) {
+                return bl_fail(tx, KS_OUT_OF_RANGE, "period out of range");
+        }
+        if ((rc = bl_invoice_new_id(tx, inv)) != KS_OK ||
+            (rc = bl_sub_move(tx, s, BL_SE_RESUME, now, inv->id, "a new period from now")) !=
+                KS_OK) {
+                return rc;
+        }
+        return bl_sub_bill(tx, s, plan, cust, BL_REASON_CYCLE, 0, 0, now, inv);
+}
+
+static int act(bl_tx *tx, action what, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
+               int64_t now, bl_invoice *inv)
+{
+        bl_sub_state to;
+
+        switch (what) {
+        case A_CANCEL_NOW:
+                return cancel_now(tx, s, plan, cust, now, inv);
+        case A_CANCEL_AT_END:
+                if (!bl_sub_next(s->state, BL_SE_CANCEL, &to)) {
+                        return bl_fail(tx, KS_FAILED_PRECONDITION,
+                                       "cannot cancel a subscription that is %s",
+                                       bl_sub_state_name(s->state));
+                }
+                s->cancel_at_period_end = true;
+                return KS_OK;
+        case A_PAUSE:
+                s->paused_ms = now;
+                return bl_sub_move(tx, s, BL_SE_PAUSE, now, NULL, NULL);
+        case A_RESUME:
+                return resume(tx, s, plan, cust, now, inv);
+        }
+        return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
+}
+
+static int action_tx(bl_tx *tx, void *arg)
+{
+        action_args *a = arg;
+        bl_invoice inv = {.id = ""};
+        bl_subscription s;
+        bl_customer cust;
+        bl_plan plan;
+        int64_t now;
+        int rc;
+
+        if ((rc = bl_sub_load(tx, a->id, true, &s)) != KS_OK) {
+                return rc == KS_NOT_FOUND ? not_found(tx) : rc;
+        }
+        if ((rc = bl_customer_load(tx, s.customer_id, true, &cust)) != KS_OK ||
+            (rc = bl_plan_load(tx, s.plan_id, &plan)) != KS_OK ||
+            (rc = bl_now_for(tx, s.test_clock_id, &now)) != KS_OK) {
+                return rc == KS_NOT_FOUND ? bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG) : rc;
+        }
+        now = whole_second(now);
+        if ((rc = act(tx, a->what, &s, &plan, &cust, now, &inv)) != KS_OK ||
+            (rc = bl_sub_plan_next(tx, &s)) != KS_OK || (rc = bl_sub_save(tx, &s, now)) != KS_OK) {
+                return rc;
+        }
+        if (inv.id[0] != '\0' && (rc = bl_invoice_load(tx, inv.id, false, &inv)) != KS_OK) {
+                return rc;
+        }
+        return bl_reply_subscription(tx, &s, &inv);
+}
+
+static int run_action(ks_call *call, const char *id, action what)
+{
+        action_args a = {.id = id, .what = what};
+        char err[BL_ERR_MAX];
+
+        if (!bl_id_valid("id", id, err, sizeof(err))) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
+        }
+        return bl_tx_run(call, action_tx, &a);
+}
+
+int bl_cancel_subscription(ks_call *call)
+{
+        const Keelson__Billing__V1__CancelSubscriptionRequest *in = (const void *)call->in;
+
+        return run_action(call, in->id, in->at_period_end ? A_CANCEL_AT_END : A_CANCEL_NOW);
+}
+
+int bl_pause_subscription(ks_call *call)
+{
+        const Keelson__Billing__V1__PauseSubscriptionRequest *in = (const void *)call->in;
+
+        return run_action(call, in->id, A_PAUSE);
+}
+
+int bl_resume_subscription(ks_call *call)
+{
+        const Keelson__Billing__V1__ResumeSubscriptionRequest *in = (const void *)call->in;
+
+        return run_action(call, in->id, A_RESUME);
+}
+
+/* ---- ListSubscriptions ------------------------------------------------------------------- */
+
+#define SUB_SELECT                                                                                 \
+        "SELECT s.id, s.customer_id, s.plan_id, s.quantity, s.state, s.currency, s.anchor_ms,"     \
+        " s.period_n, s.period_start_ms, s.period_end_ms, s.trial_end_ms,"                         \
+        " s.cancel_at_period_end, s.canceled_ms, s.paused_ms, s.test_clock_id,"                    \
+        " s.next_action_ms, s.latest_invoice_id, s.history_seq, s.created_ms, s.updated_ms,"       \
+        " p.code, p.version FROM billing.subscriptions s JOIN billing.plans p"                     \
+        " ON p.tenant_id = s.tenant_id AND p.id = s.plan_id"
+
+/* A list item: the message and the row it points into (the page's result keeps both alive). */
+typedef struct sub_item {
+        Keelson__Billing__V1__Subscription m;
+        bl_subscription s;
+        bl_plan plan;
+} sub_item;
+
+static void list_item(void *item, const PGresult *r, int i)
+{
+        sub_item *it = item;
+
+        bl_sub_read(r, i, &it->s);
+        memset(&it->plan, 0, sizeof(it->plan));
+        snprintf(it->plan.code, sizeof(it->plan.code), "%s", bl_text(r, i, 20));
+        it->plan.version = (int32_t)bl_int(r, i, 21);
+        bl_sub_message(&it->s, &it->plan, &it->m);
+}
+
+#define SUB_PAGE                                                                                   \
+        {                                                                                          \
+                .name = "keelson.billing.v1.BillingService/ListSubscriptions",                     \
+                .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,                                    \
+                .page_size_max = KS_LIST_PAGE_SIZE_MAX, .n_keys = 2,                               \
+                .keys = {{KS_LIST_KEY_INT64, 18}, {KS_LIST_KEY_UUID, 0}},                          \
+                .item_size = sizeof(sub_item), .item = list_item                                   \
+        }
+#define SUB_AFTER " AND ($1::int8 IS NULL OR (s.created_ms, s.id) < ($1::int8, $2::uuid))"
+#define SUB_STATE " AND ($4::int2 < 0 OR s.state = $4::int2)"
+#define SUB_ORDER " ORDER BY s.created_ms DESC, s.id DESC LIMIT $3::int4"
+
+static const ks_list_method list_all = {
+    .page = SUB_PAGE,
+    .sql = SUB_SELECT " WHERE s.tenant_id = billing.ctx_tenant()" SUB_AFTER SUB_STATE SUB_ORDER,
+    .items_field = "subscriptions",
+};
+
+static const ks_list_method list_by_customer = {
+    .page = SUB_PAGE,
+    .sql = SUB_SELECT
+    " WHERE s.tenant_id = billing.ctx_tenant() AND s.customer_id = $5::uuid" SUB_AFTER SUB_STATE
+        SUB_ORDER,
+    .items_field = "subscriptions",
+};
+
+int bl_list_subscriptions(ks_call *call)
+{
+        const Keelson__Billing__V1__ListSubscriptionsRequest *in = (const void *)call->in;
+        bl_sub_state st = BL_SUB_STATES;
+        char err[BL_ERR_MAX];
+        bool by_customer = in->customer_id[0] != '\0';
+
+        if (by_customer && !bl_id_valid("customer_id", in->customer_id, err, sizeof(err))) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
+        }
+        if (in->state[0] != '\0' && !bl_sub_state_parse(in->state, &st)) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT,
+                                    "state: trialing, active, past_due, paused or canceled");
+        }
+        bl_num state = bl_num_of(in->state[0] != '\0' ? (int64_t)st : -1);
+        const char *filters[2] = {state.s, in->customer_id};
+        return ks_list_reply(call, by_customer ? &list_by_customer : &list_all, in->page_size,
+                             in->page_token, filters, by_customer ? 2 : 1, &bl_list_runner);
+}
+
+/* ---- ListSubscriptionHistory --------------------------------------------------------------- */
+
+static void history_item(void *item, const PGresult *r, int i)
+{
+        Keelson__Billing__V1__SubscriptionHistoryEntry *e = item;
+        int from = (int)bl_int(r, i, 1);
+
+        keelson__billing__v1__subscription_history_entry__init(e);
+        e->seq = bl_int(r, i, 0);
+        e->from_state = (char *)(from < 0 ? "" : bl_sub_state_name((bl_sub_state)from));
+        e->to_state = (char *)bl_sub_state_name((bl_sub_state)bl_int(r, i, 2));
+        e->event = (char *)bl_text(r, i, 3);
+        e->at_unix_ms = bl_int(r, i, 4);
+        e->invoice_id = (char *)bl_text(r, i, 5);
+        e->detail = (char *)bl_text(r, i, 6);
+}
+
+/* Oldest first, by seq; a subscription of another tenant has no rows (and is not_found). */
+static const ks_list_method list_history = {
+    .page = {.name = "keelson.billing.v1.BillingService/ListSubscriptionHistory",
+             .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,
+             .page_size_max = KS_LIST_PAGE_SIZE_MAX,
+             .n_keys = 1,
+             .keys = {{KS_LIST_KEY_INT64, 0}},
+             .item_size = sizeof(Keelson__Billing__V1__SubscriptionHistoryEntry),
+             .item = history_item},
+    .sql = "SELECT seq, from_state, to_state, event, at_ms, COALESCE(invoice_id::text, ''), detail"
+           " FROM billing.subscription_history WHERE tenant_id = billing.ctx_tenant()"
+           " AND subscription_id = $3::uuid AND ($1::int8 IS NULL OR seq > $1::int8)"
+           " ORDER BY seq LIMIT $2::int4",
+    .items_field = "entries",
+};
+
+typedef struct history_query {
+        ks_list_query_fn query;
+        void *query_arg;
+        const char *id;
+} history_query;
+
+/* The page, after the subscription is found: another tenant's is not_found, not an empty list. */
+static int history_tx(bl_tx *tx, void *arg)
+{
+        history_query *q = arg;
+        bl_subscription s;
+        int rc;
+
+        if ((rc = bl_sub_load(tx, q->id, false, &s)) != KS_OK) {
+                return rc == KS_NOT_FOUND ? not_found(tx) : rc;
+        }
+        rc = q->query(tx->conn, q->query_arg);
+        return rc == KS_OK ? KS_OK : bl_db_fail(tx, rc);
+}
+
+static int history_run(ks_call *call, ks_list_query_fn query, void *query_arg, void *run_arg)
+{
+        history_query q = {query, query_arg, run_arg};
+
+        return bl_tx_run(call, history_tx, &q);
+}
+
+int bl_list_subscription_history(ks_call *call)
+{
+        const Keelson__Billing__V1__ListSubscriptionHistoryRequest *in = (const void *)call->in;
+        const ks_list_runner runner = {
+            .run = history_run, .run_arg = in->id, .internal_msg = BL_INTERNAL_MSG};
+        char err[BL_ERR_MAX];
+
+        if (!bl_id_valid("id", in->id, err, sizeof(err))) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
+        }
+        const char *filters[1] = {in->id};
+        return ks_list_reply(call, &list_history, in->page_size, in->page_token, filters, 1,
+                             &runner);
+}
