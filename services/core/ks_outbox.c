@@ -92,25 +92,135 @@ static bool valid_topic(const char *t)
 
 /* ---- ks_outbox_add ----------------------------------------------------------- */
 
+int ks_outbox_event_make(ks_outbox_event *ev, const char *schema, const char *topic,
+                         const char *tenant_id, const uint8_t *payload, size_t payload_len)
+{
+        memset(ev, 0, sizeof(*ev));
+        if (tenant_id != NULL && tenant_id[0] == '\0') {
+                tenant_id = NULL;
+        }
+        if (!valid_schema(schema) || !valid_topic(topic) ||
+            (tenant_id != NULL && !ks_uuid_valid(tenant_id)) ||
+            (payload == NULL && payload_len > 0) || payload_len > KS_OUTBOX_PAYLOAD_MAX) {
+                return KS_INVALID_ARGUMENT;
+        }
+        if (ks_uuid_v4(ev->event_id) != 0) {
+                return KS_INTERNAL;
+        }
+        if ((ev->payload_hex = ks_pg_bytea_text(payload, payload_len)) == NULL) {
+                return KS_RESOURCE_EXHAUSTED;
+        }
+        snprintf(ev->channel, sizeof(ev->channel), "%s_outbox", schema);
+        /* One statement: the NOTIFY rides on the insert, and is sent only if it commits. */
+        snprintf(ev->sql, sizeof(ev->sql),
+                 "WITH ins AS (INSERT INTO %s.outbox (event_id, topic, tenant_id, payload) "
+                 "VALUES ($1, $2, $3, $4::bytea) RETURNING 1) "
+                 "SELECT pg_notify($5, '') FROM ins",
+                 schema);
+        ev->params[0] = ev->event_id;
+        ev->params[1] = topic;
+        ev->params[2] = tenant_id;
+        ev->params[3] = ev->payload_hex;
+        ev->params[4] = ev->channel;
+        ev->n_params = 5;
+        return KS_OK;
+}
+
+void ks_outbox_event_clear(ks_outbox_event *ev)
+{
+        free(ev->payload_hex);
+        ev->payload_hex = NULL;
+}
+
 int ks_outbox_add(PGconn *conn, const char *request_id, const char *schema, const char *topic,
                   const char *tenant_id, const uint8_t *payload, size_t payload_len,
                   char *event_id_out)
 {
-        char event_id[UUID_LEN + 1], channel[SCHEMA_MAX + 8], sql[SQL_MAX];
+        ks_outbox_event ev;
+        int rv;
 
-        if (tenant_id != NULL && tenant_id[0] == '\0') {
-                tenant_id = NULL;
-        }
-        if (conn == NULL || !valid_schema(schema) || !valid_topic(topic) ||
-            (tenant_id != NULL && !ks_uuid_valid(tenant_id)) ||
-            (payload == NULL && payload_len > 0) || payload_len > KS_OUTBOX_PAYLOAD_MAX) {
+        if (conn == NULL) {
                 return KS_INVALID_ARGUMENT;
+        }
+        if ((rv = ks_outbox_event_make(&ev, schema, topic, tenant_id, payload, payload_len)) !=
+            KS_OK) {
+                return rv;
         }
         /* Outside a transaction the event would commit on its own, apart from the write. */
         if (PQtransactionStatus(conn) != PQTRANS_INTRANS) {
                 ks_log_error(request_id, "outbox event added outside a transaction", "{s:s}",
                              "topic", topic);
+                ks_outbox_event_clear(&ev);
                 return KS_FAILED_PRECONDITION;
+        }
+        rv = ks_pg_exec(conn, request_id, ev.sql, ev.n_params, ev.params, NULL);
+        if (rv == KS_OK && event_id_out != NULL) {
+                memcpy(event_id_out, ev.event_id, sizeof(ev.event_id));
+        }
+        ks_outbox_event_clear(&ev);
+        return rv;
+}
+
+/* ---- batches of events ------------------------------------------------------------- */
+
+static void batch_put(ks_outbox_batch *b, int k, const char *s, size_t n)
+{
+        if (b->oom) {
+                return;
+        }
+        if (b->lens[k] + n + 2 > b->caps[k]) {
+                size_t cap = b->caps[k] == 0 ? 256 : b->caps[k];
+                while (b->lens[k] + n + 2 > cap) {
+                        cap *= 2;
+                }
+                char *p = realloc(b->arrays[k], cap);
+                if (p == NULL) {
+                        b->oom = true;
+                        return;
+                }
+                b->arrays[k] = p;
+                b->caps[k] = cap;
+        }
+        memcpy(b->arrays[k] + b->lens[k], s, n);
+        b->lens[k] += n;
+}
+
+/* One element of array k: NULL, or a quoted value (ids, topics and hex need no escaping). */
+static void batch_elem(ks_outbox_batch *b, int k, const char *v, const char *prefix)
+{
+        batch_put(b, k, b->n_events == 0 ? "{" : ",", 1);
+        if (v == NULL) {
+                batch_put(b, k, "NULL", 4);
+                return;
+        }
+        batch_put(b, k, "\"", 1);
+        batch_put(b, k, prefix, strlen(prefix));
+        batch_put(b, k, v, strlen(v));
+        batch_put(b, k, "\"", 1);
+}
+
+int ks_outbox_batch_begin(ks_outbox_batch *b, const char *schema, bool notify)
+{
+        memset(b, 0, sizeof(*b));
+        b->notify = notify;
+        if (!valid_schema(schema)) {
+                return KS_INVALID_ARGUMENT;
+        }
+        snprintf(b->schema, sizeof(b->schema), "%s", schema);
+        return KS_OK;
+}
+
+int ks_outbox_batch_add(ks_outbox_batch *b, const char *topic, const char *tenant_id,
+                        const uint8_t *payload, size_t payload_len)
+{
+        char event_id[UUID_LEN + 1];
+
+        if (tenant_id != NULL && tenant_id[0] == '\0') {
+                tenant_id = NULL;
+        }
+        if (!valid_topic(topic) || (tenant_id != NULL && !ks_uuid_valid(tenant_id)) ||
+            (payload == NULL && payload_len > 0) || payload_len > KS_OUTBOX_PAYLOAD_MAX) {
+                return KS_INVALID_ARGUMENT;
         }
         if (ks_uuid_v4(event_id) != 0) {
                 return KS_INTERNAL;
@@ -119,20 +229,52 @@ int ks_outbox_add(PGconn *conn, const char *request_id, const char *schema, cons
         if (hex == NULL) {
                 return KS_RESOURCE_EXHAUSTED;
         }
-        snprintf(channel, sizeof(channel), "%s_outbox", schema);
-        /* One round trip: the NOTIFY rides on the insert, and is sent only if it commits. */
-        snprintf(sql, sizeof(sql),
-                 "WITH ins AS (INSERT INTO %s.outbox (event_id, topic, tenant_id, payload) "
-                 "VALUES ($1, $2, $3, $4::bytea) RETURNING 1) "
-                 "SELECT pg_notify($5, '') FROM ins",
-                 schema);
-        const char *params[] = {event_id, topic, tenant_id, hex, channel};
-        int rv = ks_pg_exec(conn, request_id, sql, 5, params, NULL);
+        batch_elem(b, 0, event_id, "");
+        batch_elem(b, 1, topic, "");
+        batch_elem(b, 2, tenant_id, "");
+        /* "\x..." in the text form of bytea; its backslash escaped for the array literal. */
+        batch_elem(b, 3, hex + 2, "\\\\x");
         free(hex);
-        if (rv == KS_OK && event_id_out != NULL) {
-                memcpy(event_id_out, event_id, sizeof(event_id));
+        b->n_events++;
+        return b->oom ? KS_RESOURCE_EXHAUSTED : KS_OK;
+}
+
+int ks_outbox_batch_finish(ks_outbox_batch *b)
+{
+        for (int k = 0; k < 4; k++) {
+                batch_put(b, k, b->n_events == 0 ? "{}" : "}", b->n_events == 0 ? 2 : 1);
+                if (b->oom) {
+                        return KS_RESOURCE_EXHAUSTED;
+                }
+                b->arrays[k][b->lens[k]] = '\0';
+                b->params[k] = b->arrays[k];
         }
-        return rv;
+        snprintf(b->channel, sizeof(b->channel), "%s_outbox", b->schema);
+        if (!b->notify) {
+                snprintf(b->sql, sizeof(b->sql),
+                         "INSERT INTO %s.outbox (event_id, topic, tenant_id, payload)"
+                         " SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::bytea[])",
+                         b->schema);
+                b->n_params = 4;
+                return KS_OK;
+        }
+        /* One NOTIFY for the lot: it is sent only if the transaction commits. */
+        snprintf(b->sql, sizeof(b->sql),
+                 "WITH ins AS (INSERT INTO %s.outbox (event_id, topic, tenant_id, payload)"
+                 " SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::bytea[])"
+                 " RETURNING 1) SELECT pg_notify($5, '') FROM (SELECT 1 FROM ins LIMIT 1) AS one",
+                 b->schema);
+        b->params[4] = b->channel;
+        b->n_params = 5;
+        return KS_OK;
+}
+
+void ks_outbox_batch_clear(ks_outbox_batch *b)
+{
+        for (int k = 0; k < 4; k++) {
+                free(b->arrays[k]);
+        }
+        memset(b, 0, sizeof(*b));
 }
 
 /* ---- the relay: state ---------------------------------------------------------- */

@@ -34,6 +34,7 @@
 #include "ks_code.h"
 
 #include <libpq-fe.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,6 +61,60 @@
 int ks_outbox_add(PGconn *conn, const char *request_id, const char *schema, const char *topic,
                   const char *tenant_id, const uint8_t *payload, size_t payload_len,
                   char *event_id_out) KS_MUST_CHECK;
+
+/*
+ * The statement ks_outbox_add runs, for a caller that sends it in a pipeline
+ * of its own with other statements of the same transaction (one round trip
+ * for many writes): sql and its n_params params, owned by ev until
+ * ks_outbox_event_clear. The same checks as ks_outbox_add (KS_INVALID_ARGUMENT,
+ * KS_RESOURCE_EXHAUSTED), but not the transaction's: sending it inside the
+ * write's transaction is the caller's to ensure.
+ */
+#define KS_OUTBOX_SQL_MAX 640
+typedef struct ks_outbox_event {
+        char event_id[37];
+        char channel[72];
+        char sql[KS_OUTBOX_SQL_MAX];
+        char *payload_hex;
+        const char *params[5];
+        int n_params;
+} ks_outbox_event;
+int ks_outbox_event_make(ks_outbox_event *ev, const char *schema, const char *topic,
+                         const char *tenant_id, const uint8_t *payload,
+                         size_t payload_len) KS_MUST_CHECK;
+void ks_outbox_event_clear(ks_outbox_event *ev);
+
+/*
+ * Many events of one transaction as one statement (one multi-row insert, and
+ * one NOTIFY when notify): add them with ks_outbox_batch_add, then send sql
+ * with params in the transaction. Each event is checked as ks_outbox_add
+ * checks it. ks_outbox_batch_clear frees it all (also a batch only begun).
+ *
+ * Without the NOTIFY the relays find the events at their next poll
+ * (KEELSON_<SVC>_OUTBOX_POLL_MS). A NOTIFY costs every transaction that
+ * sends one a database-wide lock held through its commit, and every
+ * listening relay a wake-up per commit: a service that commits many small
+ * transactions with events (billing) polls instead.
+ */
+typedef struct ks_outbox_batch {
+        char schema[64];
+        char sql[KS_OUTBOX_SQL_MAX];
+        char channel[72];
+        char *arrays[4]; /* event ids, topics, tenants, payloads: array literals */
+        size_t lens[4], caps[4];
+        const char *params[5];
+        int n_params;
+        size_t n_events;
+        bool oom;
+        bool notify;
+} ks_outbox_batch;
+int ks_outbox_batch_begin(ks_outbox_batch *b, const char *schema, bool notify) KS_MUST_CHECK;
+int ks_outbox_batch_add(ks_outbox_batch *b, const char *topic, const char *tenant_id,
+                        const uint8_t *payload, size_t payload_len) KS_MUST_CHECK;
+/* The statement's text and parameters (b->sql, b->params); KS_RESOURCE_EXHAUSTED when out of
+ * memory. */
+int ks_outbox_batch_finish(ks_outbox_batch *b) KS_MUST_CHECK;
+void ks_outbox_batch_clear(ks_outbox_batch *b);
 
 typedef struct ks_outbox_relay ks_outbox_relay;
 

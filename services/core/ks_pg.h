@@ -132,7 +132,7 @@ typedef struct ks_pg_stmt {
         const char *expected_sqlstate;
 } ks_pg_stmt;
 
-#define KS_PG_PIPELINE_MAX 16
+#define KS_PG_PIPELINE_MAX 64
 
 int ks_pg_pipeline(PGconn *conn, const char *request_id, const ks_pg_stmt *stmts,
                    int n) KS_MUST_CHECK;

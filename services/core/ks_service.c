@@ -137,7 +137,7 @@ static int add_rpc(table *t, const ks_service_spec *spec)
         return rc;
 }
 
-static int add_outbox(table *t)
+static int add_outbox(table *t, const ks_service_defaults *d)
 {
         ks_config_var relay = KS_CFG_BOOL(
             NULL, ks_service_settings, outbox_relay, "true",
@@ -149,13 +149,15 @@ static int add_outbox(table *t)
                   v_int(S(outbox_batch_max), "100", 1, 1000,
                         "events the outbox relay publishes per claim"));
         rc |= add(t, "_OUTBOX_POLL_MS",
-                  v_int(S(outbox_poll_ms), "1000", 10, 3600000,
+                  v_int(S(outbox_poll_ms), d->outbox_poll_ms != NULL ? d->outbox_poll_ms : "1000",
+                        10, 3600000,
                         "the relay looks for unpublished events this often without a"
                         " notification"));
         rc |= add(t, "_OUTBOX_RETENTION_S",
                   v_int(S(outbox_retention_s), "3600", 0, 31536000,
-                        "published events (they may hold mail tokens) are deleted after this"
-                        " many seconds"));
+                        d->outbox_retention_help != NULL
+                            ? d->outbox_retention_help
+                            : "published events are deleted after this many seconds"));
         rc |= add(t, "_OUTBOX_RELAY", relay);
         return rc;
 }
@@ -198,7 +200,7 @@ int ks_service_vars(const ks_service_spec *spec, ks_config_var **out, size_t *n)
         rc |= add_rpc(&t, spec);
         rc |= add_database(&t, spec);
         if (spec->outbox) {
-                rc |= add_outbox(&t);
+                rc |= add_outbox(&t, &spec->defaults);
         }
         for (i = 0; rc == 0 && i < spec->n_vars; i++) {
                 if (t.n == t.cap) {

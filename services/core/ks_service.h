@@ -70,6 +70,9 @@ typedef struct ks_service_defaults {
         const char *pg_login_help; /* NULL: a login that is a member of the runtime role */
         const char *pg_acquire_timeout_ms;
         const char *pg_statement_timeout_ms;
+        /* with spec->outbox: NULL is "1000" (a service whose events wake no relay polls sooner) */
+        const char *outbox_poll_ms;
+        const char *outbox_retention_help; /* NULL: a generic line */
 } ks_service_defaults;
 
 /* What the hooks are handed once the shared parts run. */

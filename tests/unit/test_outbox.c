@@ -417,6 +417,61 @@ static void test_rollback_publishes_nothing(void **state)
         ks_subscriber_free(s);
 }
 
+/*
+ * A batch: many events in one statement, in the order added, binary payloads
+ * intact, published by a relay that polls (no NOTIFY) or that is woken.
+ */
+static void batch_round_trip(const char *schema, bool notify, int poll_ms)
+{
+        enum { N = 5 };
+        const uint8_t payload[] = {0x00, 0xff, '"', '\\', '{', 0x80};
+        create_outbox(schema);
+        ks_subscriber *s = subscribe(schema);
+        ks_outbox_relay *r = relay_start(schema, 100, poll_ms, 86400);
+        PGconn *c = db();
+        ks_outbox_batch b;
+        char topic[64];
+
+        assert_int_equal(ks_outbox_batch_begin(&b, schema, notify), KS_OK);
+        snprintf(topic, sizeof(topic), "%s.x", schema);
+        for (int i = 0; i < N; i++) {
+                assert_int_equal(
+                    ks_outbox_batch_add(&b, topic, i % 2 ? NULL : TENANT, payload, (size_t)i + 1),
+                    KS_OK);
+        }
+        assert_int_equal(ks_outbox_batch_add(&b, "Bad Topic", NULL, payload, 1),
+                         KS_INVALID_ARGUMENT);
+        assert_int_equal(ks_outbox_batch_finish(&b), KS_OK);
+        assert_int_equal(ks_pg_begin(c, "t"), KS_OK);
+        assert_int_equal(ks_pg_exec(c, "t", b.sql, b.n_params, b.params, NULL), KS_OK);
+        assert_int_equal(ks_pg_commit(c, "t"), KS_OK);
+        ks_outbox_batch_clear(&b);
+        for (int i = 0; i < N; i++) {
+                event *ev = next_event(s, WAIT_MS);
+                assert_non_null(ev);
+                assert_string_equal(ev->tenant_id, i % 2 ? "" : TENANT);
+                assert_int_equal(ev->payload.len, i + 1);
+                assert_memory_equal(ev->payload.data, payload, (size_t)i + 1);
+                keelson__events__v1__event__free_unpacked(ev, NULL);
+        }
+        ks_outbox_relay_stop(r);
+        PQfinish(c);
+        ks_subscriber_free(s);
+}
+
+static void test_batch_with_notify(void **state)
+{
+        (void)state;
+        /* The relay's poll is long: only the NOTIFY can bring the events in time. */
+        batch_round_trip("ob_batch_n", true, 60000);
+}
+
+static void test_batch_without_notify_is_polled(void **state)
+{
+        (void)state;
+        batch_round_trip("ob_batch_p", false, 50);
+}
+
 /* Receives n events and checks they are ids[0..n) in that order, with their payloads. */
 static void expect_in_order(ks_subscriber *s, const char *ids, int first, int n)
 {
@@ -766,6 +821,8 @@ int main(void)
             cmocka_unit_test(test_committed_event_is_published),
             cmocka_unit_test(test_rollback_publishes_nothing),
             cmocka_unit_test(test_transaction_events_in_order),
+            cmocka_unit_test(test_batch_with_notify),
+            cmocka_unit_test(test_batch_without_notify_is_polled),
             cmocka_unit_test(test_relay_started_later_publishes_backlog),
             cmocka_unit_test(test_notify_wakes_relay),
             cmocka_unit_test(test_two_relays_publish_each_event_once),
