@@ -39,6 +39,7 @@
 #include "keelson/ledger/v1/ledger.pb-c.h"
 #include "ks_list.h"
 #include "ks_metrics.h"
+#include "ks_outbox.h"
 #include "ks_pg.h"
 #include "ks_rpc.h"
 #include "ks_service.h"
@@ -117,6 +118,29 @@ int bl_dunning_parse(const char *s, int32_t *days, int *n);
 
 /* ---- the frame of every method (tx.c) ---------------------------------------- */
 
+/* PostgreSQL array literals of parameters ("{1,2}", "{\"a\",\"b\"}"), grown as needed. */
+typedef struct bl_arr {
+        char *s;
+        size_t len, cap;
+        bool oom;
+} bl_arr;
+void bl_arr_int(bl_arr *a, int64_t v);
+void bl_arr_text(bl_arr *a, const char *v);
+/* The literal (owned by a; NULL when out of memory); bl_arr_free frees it. */
+const char *bl_arr_done(bl_arr *a);
+void bl_arr_free(bl_arr *a);
+
+/* A write sent with the transaction's next round trip (tx.c): its own copies. */
+typedef struct bl_deferred {
+        char *sql;
+        int n;
+        char **params;
+        char row[BL_UUID_LEN + 1]; /* bl_defer_row: the row it writes whole */
+} bl_deferred;
+
+/* An invoice finalized in the transaction, numbered at its end (invoicing.c). */
+typedef struct bl_numbered bl_numbered;
+
 typedef struct bl_tx {
         ks_call *call; /* NULL for the scheduler's own transactions */
         bl_service *svc;
@@ -125,6 +149,18 @@ typedef struct bl_tx {
         const char *request_id;
         bool summary_published;   /* users.admin_summary already queued in this transaction */
         char idem_fp[2 + 64 + 1]; /* the request's fingerprint, once claimed ("\\x" + hex) */
+        /* writes whose results nobody reads ride on the next statement's round trip */
+        bl_deferred *deferred;
+        size_t n_deferred, cap_deferred;
+        bl_numbered *numbered;
+        size_t n_numbered, cap_numbered;
+        bool sealed_any; /* bl_tx_seal numbered something */
+        /* the events of the transaction: one statement, sent with COMMIT (events.c) */
+        ks_outbox_batch events;
+        bool events_begun;
+        /* its ledger postings: one statement, sent with COMMIT (postings.c) */
+        bl_arr postings[6];
+        size_t n_postings;
 } bl_tx;
 
 /*
@@ -158,22 +194,37 @@ int bl_fail(bl_tx *tx, int code, const char *fmt, ...) __attribute__((format(pri
 int bl_exec(bl_tx *tx, const char *sql, int n, const char *const *params, PGresult **out);
 /* Several statements in one round trip (ks_pg_pipeline); else the call failed. */
 int bl_pipeline(bl_tx *tx, const ks_pg_stmt *stmts, int n);
+/*
+ * A write whose result nobody reads (an insert, an update by key, an
+ * event): copied and sent with the transaction's next statement, in the
+ * same round trip, in order. Every later statement sees it, as if it had
+ * run at once; a failure of it fails that next statement's call (or the
+ * COMMIT). Returns KS_OK, or resource_exhausted.
+ */
+int bl_defer(bl_tx *tx, const char *sql, int n, const char *const *params);
+/*
+ * The same for a statement that writes every mutable column of one row
+ * (a save): one still waiting for the same row and statement is replaced,
+ * in its place, since only the last state counts (deferred statements never
+ * read, and every statement that does is sent after them).
+ */
+int bl_defer_row(bl_tx *tx, const char *row, const char *sql, int n, const char *const *params);
+/*
+ * When a bl_defer_row of (row, sql) still waits, its params [from, from+n)
+ * become params: *found true. Else nothing changes (*found false).
+ */
+int bl_defer_rewrite(bl_tx *tx, const char *row, const char *sql, int from, int n,
+                     const char *const *params, bool *found);
+/* Frees what a transaction holds (deferred writes, numbers, events, postings); not its connection.
+ */
+void bl_tx_free(bl_tx *tx);
+/* Sends the deferred writes now (before a statement run on tx->conn directly). */
+int bl_flush(bl_tx *tx);
 
 /* Text of a result field, and int64 of one (0 for NULL). */
 const char *bl_text(const PGresult *res, int row, int col);
 int64_t bl_int(const PGresult *res, int row, int col);
 bool bl_bool(const PGresult *res, int row, int col);
-/* PostgreSQL array literals of parameters ("{1,2}", "{\"a\",\"b\"}"), grown as needed. */
-typedef struct bl_arr {
-        char *s;
-        size_t len, cap;
-        bool oom;
-} bl_arr;
-void bl_arr_int(bl_arr *a, int64_t v);
-void bl_arr_text(bl_arr *a, const char *v);
-/* The literal (owned by a; NULL when out of memory); bl_arr_free frees it. */
-const char *bl_arr_done(bl_arr *a);
-void bl_arr_free(bl_arr *a);
 /* int64 as the text of a parameter. */
 typedef struct bl_num {
         char s[24];
@@ -378,9 +429,25 @@ typedef struct bl_invoice_view {
         PGresult *res[3];
         void *blocks[6];
 } bl_invoice_view;
+/* Line messages (n) of lines, pointing into them. */
+void bl_line_messages(const bl_line *lines, size_t n, Keelson__Billing__V1__InvoiceLine *m,
+                      Keelson__Billing__V1__InvoiceLine **ptrs);
+/*
+ * The view of an invoice made in this very call, from what the call holds
+ * (its lines, the payment it made or NULL; no credit note yet): no read.
+ * KS_RESOURCE_EXHAUSTED when out of memory.
+ */
+int bl_invoice_view_fresh(bl_invoice_view *v, const bl_invoice *inv, const bl_line *lines, size_t n,
+                          const Keelson__Billing__V1__Payment *payment);
 /* Strings point into inv and the view: keep both alive while m is used; free the view. */
 int bl_invoice_view_make(bl_tx *tx, const bl_invoice *inv, bool details, bl_invoice_view *v);
 void bl_invoice_view_free(bl_invoice_view *v);
+/*
+ * Seals tx (bl_tx_seal) and gives the view the number its invoice got
+ * there, if it was finalized in tx: read a reply's rows first, then seal,
+ * so the tenant's invoice counter is held only for the last round trips.
+ */
+int bl_invoice_view_seal(bl_tx *tx, bl_invoice_view *v);
 /* Fills m (no lines) from inv alone. */
 void bl_invoice_header(const bl_invoice *inv, Keelson__Billing__V1__Invoice *m);
 /* Replies {invoice (re-read in tx, with details), payment (may be NULL)}. */
@@ -400,6 +467,9 @@ int bl_event_subscription_changed(bl_tx *tx, const bl_subscription *s, int from_
                                   const char *event, int64_t at_ms, const char *invoice_id);
 /* users.admin_summary, at most once per transaction. */
 int bl_event_summary(bl_tx *tx, const char *reason);
+/* The transaction's events as one deferred statement (tx.c, before COMMIT); then none left. */
+int bl_events_flush(bl_tx *tx);
+void bl_events_clear(bl_tx *tx);
 
 /* ---- postings to the ledger (postings.c: pure but for bl_posting_queue) --------------- */
 
@@ -467,8 +537,14 @@ void bl_account_of(bl_account_kind kind, const bl_currency *cur, const char *cus
                    Keelson__Ledger__V1__Account *out);
 /* The ledger transfer i of a chain (linked to the next but for the last). */
 void bl_transfer_of(const bl_chain *c, size_t i, Keelson__Ledger__V1__Transfer *out);
-/* Queues the chain of f in tx (billing.postings); nothing for a chain of no transfers. */
+/*
+ * Queues the chain of f in tx (billing.postings); nothing for a chain of no
+ * transfers. The transaction's postings go out as one insert, with COMMIT
+ * (bl_postings_flush, from tx.c), in the order they were queued.
+ */
 int bl_posting_queue(bl_tx *tx, const bl_fact *f);
+int bl_postings_flush(bl_tx *tx);
+void bl_postings_clear(bl_tx *tx);
 
 /* ---- payments (provider.c) --------------------------------------------------------- */
 
@@ -545,7 +621,25 @@ int bl_invoice_apply_payment(bl_tx *tx, bl_invoice *inv, bl_subscription *sub, b
 int bl_next_number(bl_tx *tx, int kind, const char *prefix, char *out, size_t out_len);
 /* Adds amount (> 0) to a customer's credit balance (the row is locked by the update). */
 int bl_customer_credit(bl_tx *tx, const char *customer_id, int64_t amount);
-/* Writes the invoice's mutable columns back. */
+/*
+ * Numbers the invoices finalized in tx so far (one statement: the tenant's
+ * counter taken once, for all of them, in the order they were finalized)
+ * and queues their invoice_finalized and invoice_paid events, which carry
+ * the number. Called as late as can be: the counter's row is held from
+ * here to COMMIT, so the tenant's finalizations wait for each other only
+ * that long. bl_tx_run does it before COMMIT; a reply that shows an
+ * invoice finalized in tx does it first, then bl_number_of.
+ */
+int bl_tx_seal(bl_tx *tx);
+/*
+ * invoice_paid for inv: now when inv has its number, else when tx seals
+ * (an invoice finalized and paid in one transaction is announced numbered).
+ */
+int bl_invoice_paid_event(bl_tx *tx, const bl_invoice *inv);
+/* The number given to invoice id in tx by bl_tx_seal; NULL when none. */
+const char *bl_number_of(const bl_tx *tx, const char *invoice_id);
+void bl_tx_numbered_free(bl_tx *tx);
+/* Writes the invoice's mutable columns back (not its number: bl_tx_seal's). */
 int bl_invoice_save(bl_tx *tx, const bl_invoice *inv);
 /* Moves inv by ev (the table of model.h); FAILED_PRECONDITION for an illegal move. */
 int bl_invoice_move(bl_tx *tx, bl_invoice *inv, bl_inv_event ev, int64_t at_ms);
@@ -570,6 +664,8 @@ int bl_sub_record(bl_tx *tx, bl_subscription *s, int from_state, const char *eve
                   const char *invoice_id, const char *detail);
 /* The time s must next be looked at (0: never): trial end, period end, a dunning retry. */
 int bl_sub_plan_next(bl_tx *tx, bl_subscription *s);
+/* The same when the earliest dunning retry of its invoices is known (0: none). */
+void bl_sub_plan_next_known(bl_subscription *s, int64_t retry_ms);
 /*
  * Runs the one action due for s at s->next_action_ms (<= now_ms): a trial's
  * end, a renewal or cancellation at the period's end, a dunning retry.
@@ -606,8 +702,9 @@ int bl_sub_bill(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer 
 
 /* The plan a request names (a version id, or a code's latest); not_found, archived refused. */
 int bl_plan_named(bl_tx *tx, const char *id, const char *code, bl_plan *out);
-/* Replies {subscription (with its plan), latest_invoice (may be NULL)}. */
-int bl_reply_subscription(bl_tx *tx, const bl_subscription *s, const bl_invoice *latest);
+/* Replies {subscription (with its plan: read when NULL), latest_invoice (may be NULL)}. */
+int bl_reply_subscription(bl_tx *tx, const bl_subscription *s, const bl_plan *plan,
+                          const bl_invoice *latest);
 /* A pending credit for the unused rest [now, period end) of s's period on plan. */
 int bl_proration_credit(bl_tx *tx, const bl_subscription *s, const bl_plan *plan, int64_t now_ms,
                         const char *what);

@@ -44,7 +44,7 @@ static int pending_add(bl_tx *tx, const bl_subscription *s, const bl_line *l, in
         const char *p[10] = {s->id, bl_line_kind_name(l->kind), l->description, q.s,  u.s,
                              a.s,   l->taxable ? "t" : "f",     ps.s,           pe.s, at.s};
 
-        return bl_exec(tx, sql_pending, 10, p, NULL);
+        return bl_defer(tx, sql_pending, 10, p);
 }
 
 /* The proration line of plan × qty over [now, period end): sign -1 a credit, +1 a charge. */
@@ -177,26 +177,6 @@ static int change_prepare(bl_tx *tx, change *c)
         return KS_OK;
 }
 
-/* Line messages of lines (taxes filled in), pointing into them. */
-static void line_messages(bl_line *lines, size_t n, Keelson__Billing__V1__InvoiceLine *m,
-                          Keelson__Billing__V1__InvoiceLine **ptrs)
-{
-        for (size_t i = 0; i < n; i++) {
-                keelson__billing__v1__invoice_line__init(&m[i]);
-                m[i].line_no = (int32_t)i + 1;
-                m[i].kind = (char *)bl_line_kind_name(lines[i].kind);
-                m[i].description = lines[i].description;
-                m[i].quantity = lines[i].quantity;
-                m[i].unit_amount = lines[i].unit_amount;
-                m[i].amount = lines[i].amount;
-                m[i].tax = lines[i].tax;
-                m[i].taxable = lines[i].taxable;
-                m[i].period_start_unix_ms = lines[i].period_start_ms;
-                m[i].period_end_unix_ms = lines[i].period_end_ms;
-                ptrs[i] = &m[i];
-        }
-}
-
 /* Taxes of the change's lines at the customer's rate, and their totals. */
 static bool change_totals(change *c, bl_totals *t)
 {
@@ -230,7 +210,7 @@ static int preview_tx(bl_tx *tx, void *arg)
         if (!change_totals(c, &t)) {
                 return bl_fail(tx, KS_FAILED_PRECONDITION, "the proration would overflow");
         }
-        line_messages(c->lines, c->n, m, ptrs);
+        bl_line_messages(c->lines, c->n, m, ptrs);
         resp.lines = ptrs;
         resp.n_lines = c->n;
         resp.subtotal = t.subtotal;
@@ -288,7 +268,7 @@ static int change_tx(bl_tx *tx, void *arg)
         if (!change_totals(c, &t)) {
                 return bl_fail(tx, KS_FAILED_PRECONDITION, "the proration would overflow");
         }
-        line_messages(c->lines, c->n, m, ptrs);
+        bl_line_messages(c->lines, c->n, m, ptrs);
         bl_sub_message(&c->s, &c->new_plan, &sm);
         resp.subscription = &sm;
         resp.proration_lines = ptrs;
@@ -296,7 +276,8 @@ static int change_tx(bl_tx *tx, void *arg)
         memset(&v, 0, sizeof(v));
         if (inv.id[0] != '\0') {
                 if ((rc = bl_invoice_load(tx, inv.id, false, &inv)) != KS_OK ||
-                    (rc = bl_invoice_view_make(tx, &inv, true, &v)) != KS_OK) {
+                    (rc = bl_invoice_view_make(tx, &inv, true, &v)) != KS_OK ||
+                    (rc = bl_invoice_view_seal(tx, &v)) != KS_OK) {
                         bl_invoice_view_free(&v);
                         return rc;
                 }

@@ -47,7 +47,7 @@ static int insert(bl_tx *tx, const bl_invoice *inv, const note *n)
                              a.s,   s.s,       t.s,     n->reason,        n->credited_to,
                              at.s};
 
-        return bl_exec(tx, sql_insert, 11, p, NULL);
+        return bl_defer(tx, sql_insert, 11, p);
 }
 
 /* How much may still be credited, and where it goes. */
@@ -104,7 +104,7 @@ static int apply(bl_tx *tx, bl_invoice *inv, note *n, bool to_balance)
         }
         if (bl_invoice_remaining(inv) == 0 &&
             ((rc = bl_invoice_move(tx, inv, BL_IE_PAY, n->created_ms)) != KS_OK ||
-             (rc = bl_event_invoice_paid(tx, inv)) != KS_OK)) {
+             (rc = bl_invoice_paid_event(tx, inv)) != KS_OK)) {
                 return rc;
         }
         return KS_OK;

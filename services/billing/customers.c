@@ -372,8 +372,12 @@ typedef struct list_query {
 static int list_tx(bl_tx *tx, void *arg)
 {
         list_query *q = arg;
-        int rc = q->query(tx->conn, q->query_arg);
+        int rc = bl_flush(tx);
 
+        if (rc != KS_OK) {
+                return rc;
+        }
+        rc = q->query(tx->conn, q->query_arg);
         return rc == KS_OK ? KS_OK : bl_db_fail(tx, rc);
 }
 

@@ -153,7 +153,7 @@ int bl_idem_claim(bl_tx *tx, bl_idem_state *state, int *code)
                 }
         } else if (PQntuples(res) == 1) { /* older than 24 hours: the key is free again */
                 const char *dp[1] = {key};
-                if ((rc = bl_exec(tx, sql_drop_expired, 1, dp, NULL)) == KS_OK) {
+                if ((rc = bl_defer(tx, sql_drop_expired, 1, dp)) == KS_OK) {
                         *state = BL_IDEM_NEW;
                 }
         } else {
@@ -180,7 +180,7 @@ static int store(bl_tx *tx, int code)
                             c.s,
                             code == KS_OK ? "" : call->message,
                             reply};
-        rc = bl_exec(tx, sql_store, 6, p, NULL);
+        rc = bl_defer(tx, sql_store, 6, p);
         free(reply);
         return rc;
 }

@@ -55,12 +55,53 @@ static bool tax_lines(const bl_customer *cust, bl_line *lines, size_t n, bl_tota
         return true;
 }
 
-static const char sql_insert_invoice[] =
-    "INSERT INTO billing.invoices (tenant_id, id, customer_id, subscription_id, state,"
-    " billing_reason, currency, description, subtotal, tax, total, n_lines, period_start_ms,"
-    " period_end_ms, auto_charge, created_ms) VALUES (billing.ctx_tenant(), $1::uuid, $2::uuid,"
-    " NULLIF($3, '')::uuid, 0, $4, $5, $6, $7::int8, $8::int8, $9::int8, $10::int4, $11::int8,"
-    " $12::int8, $13::bool, $14::int8)";
+/*
+ * A new invoice and its lines in one statement: the invoice with every
+ * column ($1..$23), then its lines from line_no $24 on, from arrays
+ * ($25..$33). While it still waits to be sent (bl_defer), a save of the
+ * invoice rewrites its values instead of adding an UPDATE (bl_invoice_save):
+ * an invoice made, finalized and paid in one call is one row written once.
+ */
+static const char sql_create[] =
+    "WITH inv AS (INSERT INTO billing.invoices (tenant_id, id, customer_id, subscription_id,"
+    " billing_reason, currency, description, created_ms, state, subtotal, tax, total,"
+    " balance_applied, amount_due, amount_paid, amount_credited, n_lines, period_start_ms,"
+    " period_end_ms, auto_charge, attempt_count, next_attempt_ms, finalized_ms, paid_ms,"
+    " voided_ms, uncollectible_ms) VALUES (billing.ctx_tenant(), $1::uuid, $2::uuid,"
+    " NULLIF($3, '')::uuid, $4, $5, $6, $7::int8, $8::int2, $9::int8, $10::int8, $11::int8,"
+    " $12::int8, $13::int8, $14::int8, $15::int8, $16::int4, $17::int8, $18::int8, $19::bool,"
+    " $20::int4, NULLIF($21::int8, 0), $22::int8, $23::int8, $24::int8, $25::int8))"
+    " INSERT INTO billing.invoice_lines (tenant_id, invoice_id, line_no, kind, description,"
+    " quantity, unit_amount, amount, tax, taxable, period_start_ms, period_end_ms)"
+    " SELECT billing.ctx_tenant(), $1::uuid, $26::int4 + o - 1, k, d, q, u, a, t, x, ps, pe"
+    " FROM unnest($27::text[], $28::text[], $29::int8[], $30::int8[], $31::int8[], $32::int8[],"
+    " $33::bool[], $34::int8[], $35::int8[]) WITH ORDINALITY AS l(k, d, q, u, a, t, x, ps, pe, o)";
+
+#define CREATE_HEAD   7  /* $1..$7: what never changes */
+#define CREATE_STATE  18 /* $8..$25: every mutable column, as bl_invoice_save writes them */
+#define CREATE_PARAMS 35
+
+/* The mutable columns of inv as text ($8..$25 of sql_create, $2..$19 of sql_save). */
+typedef struct inv_state {
+        bl_num v[CREATE_STATE];
+        const char *p[CREATE_STATE];
+} inv_state;
+
+static void state_of(const bl_invoice *inv, inv_state *o)
+{
+        const int64_t v[CREATE_STATE] = {
+            inv->state,           inv->subtotal,        inv->tax,           inv->total,
+            inv->balance_applied, inv->amount_due,      inv->amount_paid,   inv->amount_credited,
+            inv->n_lines,         inv->period_start_ms, inv->period_end_ms, inv->auto_charge,
+            inv->attempt_count,   inv->next_attempt_ms, inv->finalized_ms,  inv->paid_ms,
+            inv->voided_ms,       inv->uncollectible_ms};
+
+        for (int i = 0; i < CREATE_STATE; i++) {
+                o->v[i] = bl_num_of(v[i]);
+                o->p[i] = o->v[i].s;
+        }
+        o->p[11] = inv->auto_charge ? "t" : "f";
+}
 
 /* The lines from line_no first on: one statement over arrays, whatever their number. */
 static const char sql_insert_lines[] =
@@ -134,31 +175,23 @@ int bl_invoice_create(bl_tx *tx, const bl_customer *cust, bl_invoice *inv, bl_li
         inv->total = t.total;
         inv->n_lines = (int32_t)n;
         inv->created_ms = now_ms;
-        bl_num sub = bl_num_of(inv->subtotal), tax = bl_num_of(inv->tax),
-               tot = bl_num_of(inv->total), nl = bl_num_of(inv->n_lines),
-               ps = bl_num_of(inv->period_start_ms), pe = bl_num_of(inv->period_end_ms),
-               cr = bl_num_of(now_ms), first = bl_num_of(1);
-        const char *ip[14] = {inv->id,
-                              inv->customer_id,
-                              inv->subscription_id,
-                              bl_reason_name(inv->reason),
-                              inv->currency->code,
-                              inv->description,
-                              sub.s,
-                              tax.s,
-                              tot.s,
-                              nl.s,
-                              ps.s,
-                              pe.s,
-                              inv->auto_charge ? "t" : "f",
-                              cr.s};
+        bl_num cr = bl_num_of(now_ms), first = bl_num_of(1);
+        const char *p[CREATE_PARAMS] = {inv->id,
+                                        inv->customer_id,
+                                        inv->subscription_id,
+                                        bl_reason_name(inv->reason),
+                                        inv->currency->code,
+                                        inv->description,
+                                        cr.s};
+        inv_state st;
+        state_of(inv, &st);
+        memcpy(p + CREATE_HEAD, st.p, sizeof(st.p));
         if (lines_stmt(inv->id, &first, lines, n, &la, lp) != KS_OK) {
                 line_arrays_free(&la);
                 return tx->call != NULL ? ks_call_oom(tx->call) : KS_RESOURCE_EXHAUSTED;
         }
-        const ks_pg_stmt s[2] = {{.sql = sql_insert_invoice, .n_params = 14, .params = ip},
-                                 {.sql = sql_insert_lines, .n_params = 11, .params = lp}};
-        rc = bl_pipeline(tx, s, n > 0 ? 2 : 1);
+        memcpy(p + CREATE_HEAD + CREATE_STATE, lp + 1, 10 * sizeof(lp[0]));
+        rc = bl_defer_row(tx, inv->id, sql_create, CREATE_PARAMS, p);
         line_arrays_free(&la);
         return rc;
 }
@@ -242,30 +275,30 @@ int bl_invoice_add_lines(bl_tx *tx, const bl_customer *cust, bl_invoice *inv, bl
 }
 
 static const char sql_save[] =
-    "UPDATE billing.invoices SET number = NULLIF($2, ''), state = $3::int2, subtotal = $4::int8,"
-    " tax = $5::int8, total = $6::int8, balance_applied = $7::int8, amount_due = $8::int8,"
-    " amount_paid = $9::int8, amount_credited = $10::int8, n_lines = $11::int4,"
-    " attempt_count = $12::int4, next_attempt_ms = NULLIF($13::int8, 0),"
-    " finalized_ms = $14::int8, paid_ms = $15::int8, voided_ms = $16::int8,"
-    " uncollectible_ms = $17::int8, auto_charge = $18::bool"
-    " WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid";
+    "UPDATE billing.invoices SET state = $2::int2, subtotal = $3::int8, tax = $4::int8,"
+    " total = $5::int8, balance_applied = $6::int8, amount_due = $7::int8,"
+    " amount_paid = $8::int8, amount_credited = $9::int8, n_lines = $10::int4,"
+    " period_start_ms = $11::int8, period_end_ms = $12::int8, auto_charge = $13::bool,"
+    " attempt_count = $14::int4, next_attempt_ms = NULLIF($15::int8, 0),"
+    " finalized_ms = $16::int8, paid_ms = $17::int8, voided_ms = $18::int8,"
+    " uncollectible_ms = $19::int8 WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid";
 
 int bl_invoice_save(bl_tx *tx, const bl_invoice *inv)
 {
-        bl_num st = bl_num_of(inv->state), sub = bl_num_of(inv->subtotal),
-               tax = bl_num_of(inv->tax), tot = bl_num_of(inv->total),
-               ba = bl_num_of(inv->balance_applied), due = bl_num_of(inv->amount_due),
-               paid = bl_num_of(inv->amount_paid), cred = bl_num_of(inv->amount_credited),
-               nl = bl_num_of(inv->n_lines), ac = bl_num_of(inv->attempt_count),
-               na = bl_num_of(inv->next_attempt_ms), fin = bl_num_of(inv->finalized_ms),
-               pd = bl_num_of(inv->paid_ms), vd = bl_num_of(inv->voided_ms),
-               un = bl_num_of(inv->uncollectible_ms);
-        const char *p[18] = {
-            inv->id, inv->number, st.s,   sub.s,  tax.s, tot.s,
-            ba.s,    due.s,       paid.s, cred.s, nl.s,  ac.s,
-            na.s,    fin.s,       pd.s,   vd.s,   un.s,  inv->auto_charge ? "t" : "f"};
+        const char *p[1 + CREATE_STATE] = {inv->id};
+        inv_state st;
+        bool found = false;
+        int rc;
 
-        return bl_exec(tx, sql_save, 18, p, NULL);
+        state_of(inv, &st);
+        /* Still to be created: its creation takes the new state instead. */
+        if ((rc = bl_defer_rewrite(tx, inv->id, sql_create, CREATE_HEAD, CREATE_STATE, st.p,
+                                   &found)) != KS_OK ||
+            found) {
+                return rc;
+        }
+        memcpy(p + 1, st.p, sizeof(st.p));
+        return bl_defer_row(tx, inv->id, sql_save, 1 + CREATE_STATE, p);
 }
 
 int bl_invoice_move(bl_tx *tx, bl_invoice *inv, bl_inv_event ev, int64_t at_ms)
@@ -302,6 +335,131 @@ static const char sql_next_number[] =
 static const char sql_customer_balance[] =
     "UPDATE billing.customers SET credit_balance = $2::int8"
     " WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid";
+
+/* ---- numbers, at the end of the transaction ------------------------------------------------ */
+
+struct bl_numbered {
+        bl_invoice inv; /* as finalized, then as paid when paid in the same transaction */
+        bool paid;
+};
+
+static int numbered_add(bl_tx *tx, const bl_invoice *inv)
+{
+        if (tx->n_numbered == tx->cap_numbered) {
+                size_t cap = tx->cap_numbered == 0 ? 4 : tx->cap_numbered * 2;
+                bl_numbered *v = realloc(tx->numbered, cap * sizeof(*v));
+                if (v == NULL) {
+                        return tx->call != NULL ? ks_call_oom(tx->call) : KS_RESOURCE_EXHAUSTED;
+                }
+                tx->numbered = v;
+                tx->cap_numbered = cap;
+        }
+        tx->numbered[tx->n_numbered++] =
+            (bl_numbered){.inv = *inv, .paid = inv->state == BL_INV_PAID};
+        return KS_OK;
+}
+
+static bl_numbered *numbered_find(const bl_tx *tx, const char *id)
+{
+        for (size_t i = 0; i < tx->n_numbered; i++) {
+                if (strcmp(tx->numbered[i].inv.id, id) == 0) {
+                        return &tx->numbered[i];
+                }
+        }
+        return NULL;
+}
+
+void bl_tx_numbered_free(bl_tx *tx)
+{
+        free(tx->numbered);
+        tx->numbered = NULL;
+        tx->n_numbered = tx->cap_numbered = 0;
+}
+
+const char *bl_number_of(const bl_tx *tx, const char *invoice_id)
+{
+        const bl_numbered *e = numbered_find(tx, invoice_id);
+
+        return e != NULL && e->inv.number[0] != '\0' ? e->inv.number : NULL;
+}
+
+int bl_invoice_paid_event(bl_tx *tx, const bl_invoice *inv)
+{
+        bl_numbered *e = inv->number[0] == '\0' ? numbered_find(tx, inv->id) : NULL;
+
+        if (e == NULL) {
+                return bl_event_invoice_paid(tx, inv);
+        }
+        e->inv = *inv; /* announced at the seal, with its number */
+        e->paid = true;
+        return KS_OK;
+}
+
+/*
+ * The counter taken once for every invoice still to number, the numbers
+ * given in the order they were finalized: "INV-" and six digits, more past
+ * 999,999 (as %06lld prints).
+ */
+static const char sql_number[] =
+    "WITH n AS (INSERT INTO billing.counters AS c (tenant_id, kind, last)"
+    " VALUES (billing.ctx_tenant(), 1, $2::int8) ON CONFLICT (tenant_id, kind)"
+    " DO UPDATE SET last = c.last + $2::int8 RETURNING last)"
+    " UPDATE billing.invoices i SET number = 'INV-' || CASE WHEN n.last - $2::int8 + u.o < 1000000"
+    " THEN lpad((n.last - $2::int8 + u.o)::text, 6, '0') ELSE (n.last - $2::int8 + u.o)::text END"
+    " FROM n, unnest($1::uuid[]) WITH ORDINALITY AS u(id, o)"
+    " WHERE i.tenant_id = billing.ctx_tenant() AND i.id = u.id RETURNING i.id, i.number";
+
+/* The numbers of a sealed batch into their entries, and the events that carry them. */
+static int announce(bl_tx *tx, const PGresult *res)
+{
+        int rc = KS_OK;
+
+        for (int r = 0; r < PQntuples(res); r++) {
+                bl_numbered *e = numbered_find(tx, bl_text(res, r, 0));
+                if (e == NULL) {
+                        return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
+                }
+                snprintf(e->inv.number, sizeof(e->inv.number), "%s", bl_text(res, r, 1));
+                if ((rc = bl_event_invoice_finalized(tx, &e->inv)) != KS_OK ||
+                    (e->paid && (rc = bl_event_invoice_paid(tx, &e->inv)) != KS_OK)) {
+                        return rc;
+                }
+        }
+        return KS_OK;
+}
+
+int bl_tx_seal(bl_tx *tx)
+{
+        bl_arr ids = {0};
+        PGresult *res = NULL;
+        int64_t n = 0;
+        int rc;
+
+        for (size_t i = 0; i < tx->n_numbered; i++) {
+                if (tx->numbered[i].inv.number[0] == '\0') {
+                        bl_arr_text(&ids, tx->numbered[i].inv.id);
+                        n++;
+                }
+        }
+        if (n == 0) {
+                return KS_OK;
+        }
+        bl_num count = bl_num_of(n);
+        const char *p[2] = {bl_arr_done(&ids), count.s};
+        if (p[0] == NULL) {
+                bl_arr_free(&ids);
+                return tx->call != NULL ? ks_call_oom(tx->call) : KS_RESOURCE_EXHAUSTED;
+        }
+        rc = bl_exec(tx, sql_number, 2, p, &res);
+        bl_arr_free(&ids);
+        if (rc != KS_OK) {
+                return rc;
+        }
+        rc = PQntuples(res) == n ? announce(tx, res) : bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
+        PQclear(res);
+        tx->sealed_any = true;
+        return rc;
+}
 
 int bl_next_number(bl_tx *tx, int kind, const char *prefix, char *out, size_t out_len)
 {
@@ -340,7 +498,7 @@ static int apply_balance(bl_tx *tx, bl_customer *cust, bl_invoice *inv)
         }
         bl_num b = bl_num_of(cust->credit_balance);
         const char *p[2] = {cust->id, b.s};
-        return bl_exec(tx, sql_customer_balance, 2, p, NULL);
+        return bl_defer(tx, sql_customer_balance, 2, p);
 }
 
 static const char sql_customer_credit[] =
@@ -377,9 +535,7 @@ int bl_invoice_finalize(bl_tx *tx, bl_customer *cust, bl_invoice *inv, int64_t a
         if (inv->amount_due == 0 && (rc = bl_invoice_move(tx, inv, BL_IE_PAY, at_ms)) != KS_OK) {
                 return rc;
         }
-        /* Numbered last: the counter's row is held from here to COMMIT, as briefly as can be. */
-        if ((rc = bl_next_number(tx, 1, "INV", inv->number, sizeof(inv->number))) != KS_OK ||
-            (rc = bl_invoice_save(tx, inv)) != KS_OK) {
+        if ((rc = bl_invoice_save(tx, inv)) != KS_OK) {
                 return rc;
         }
         const bl_fact f = {.type = BL_SRC_INVOICE,
@@ -390,11 +546,11 @@ int bl_invoice_finalize(bl_tx *tx, bl_customer *cust, bl_invoice *inv, int64_t a
                            .tax = inv->tax,
                            .total = inv->total,
                            .balance_applied = inv->balance_applied};
-        if ((rc = bl_posting_queue(tx, &f)) != KS_OK ||
-            (rc = bl_event_invoice_finalized(tx, inv)) != KS_OK) {
+        if ((rc = bl_posting_queue(tx, &f)) != KS_OK) {
                 return rc;
         }
-        if (inv->state == BL_INV_PAID && (rc = bl_event_invoice_paid(tx, inv)) != KS_OK) {
+        /* Numbered, and announced with its number, when the transaction seals (bl_tx_seal). */
+        if ((rc = numbered_add(tx, inv)) != KS_OK) {
                 return rc;
         }
         return bl_event_summary(tx, "FinalizeInvoice");
@@ -416,7 +572,7 @@ static int insert_payment(bl_tx *tx, const bl_invoice *inv, bl_payment_made *p)
                at = bl_num_of(p->created_ms);
         const char *params[10] = {p->id,     inv->id,  inv->customer_id, amount.s,     status.s,
                                   p->method, p->token, p->failure_code,  p->reference, at.s};
-        return bl_exec(tx, sql_insert_payment, 10, params, NULL);
+        return bl_defer(tx, sql_insert_payment, 10, params);
 }
 
 void bl_payment_message(const bl_payment_made *p, Keelson__Billing__V1__Payment *m)
@@ -461,7 +617,7 @@ int bl_invoice_apply_payment(bl_tx *tx, bl_invoice *inv, bl_subscription *sub, b
         if (inv->state != BL_INV_PAID) {
                 return bl_event_summary(tx, "Payment");
         }
-        if ((rc = bl_event_invoice_paid(tx, inv)) != KS_OK ||
+        if ((rc = bl_invoice_paid_event(tx, inv)) != KS_OK ||
             (rc = bl_event_summary(tx, "Payment")) != KS_OK) {
                 return rc;
         }

@@ -42,7 +42,7 @@ int bl_sub_record(bl_tx *tx, bl_subscription *s, int from_state, const char *eve
                             at.s,
                             invoice_id != NULL ? invoice_id : "",
                             detail != NULL ? detail : ""};
-        if ((rc = bl_exec(tx, sql_history, 8, p, NULL)) != KS_OK) {
+        if ((rc = bl_defer(tx, sql_history, 8, p)) != KS_OK) {
                 return rc;
         }
         return bl_event_subscription_changed(tx, s, from_state, event, at_ms, invoice_id);
@@ -85,26 +85,32 @@ static int next_retry(bl_tx *tx, const bl_subscription *s, int64_t *at)
         return KS_OK;
 }
 
-int bl_sub_plan_next(bl_tx *tx, bl_subscription *s)
+void bl_sub_plan_next_known(bl_subscription *s, int64_t retry)
 {
-        int64_t retry = 0, due = 0;
-        int rc;
-
         switch (s->state) {
         case BL_SUB_TRIALING:
-                due = s->trial_end_ms;
+                s->next_action_ms = s->trial_end_ms;
                 break;
         case BL_SUB_ACTIVE:
         case BL_SUB_PAST_DUE:
-                if ((rc = next_retry(tx, s, &retry)) != KS_OK) {
-                        return rc;
-                }
-                due = retry != 0 && retry < s->period_end_ms ? retry : s->period_end_ms;
+                s->next_action_ms =
+                    retry != 0 && retry < s->period_end_ms ? retry : s->period_end_ms;
                 break;
         default: /* paused and canceled: nothing falls due */
-                due = 0;
+                s->next_action_ms = 0;
         }
-        s->next_action_ms = due;
+}
+
+int bl_sub_plan_next(bl_tx *tx, bl_subscription *s)
+{
+        int64_t retry = 0;
+        int rc;
+
+        if ((s->state == BL_SUB_ACTIVE || s->state == BL_SUB_PAST_DUE) &&
+            (rc = next_retry(tx, s, &retry)) != KS_OK) {
+                return rc;
+        }
+        bl_sub_plan_next_known(s, retry);
         return KS_OK;
 }
 

@@ -36,7 +36,9 @@ int main(int argc, char **argv)
                                           " keelson_billing_rt and keelson_billing_worker"
                                           " (empty: KEELSON_PG_DSN, with a warning)",
                          .pg_acquire_timeout_ms = "5000",
-                         .pg_statement_timeout_ms = "10000"},
+                         .pg_statement_timeout_ms = "10000",
+                         /* its events send no NOTIFY (events.c): the relay polls */
+                         .outbox_poll_ms = "100"},
             .schema = "billing",
             .migrations = ks_service_migrations,
             .n_migrations = ks_service_migrations_n,

@@ -73,10 +73,12 @@
 typedef Keelson__Ledger__V1__Transfer lg_transfer_pb;
 typedef Keelson__Ledger__V1__Account lg_account_pb;
 
+/* A transaction's postings, in the order they were queued (the identity follows it). */
 static const char sql_insert[] =
     "INSERT INTO billing.postings (tenant_id, source_type, source_id, currency, n_transfers,"
-    " transfers, accounts) VALUES (billing.ctx_tenant(), $1::int2, $2::uuid, $3, $4::int4,"
-    " $5::bytea, $6::bytea)";
+    " transfers, accounts) SELECT billing.ctx_tenant(), t, s, c, n, x, a FROM unnest($1::int2[],"
+    " $2::uuid[], $3::text[], $4::int4[], $5::bytea[], $6::bytea[]) WITH ORDINALITY"
+    " AS p(t, s, c, n, x, a, o) ORDER BY o";
 
 /* ---- ids ------------------------------------------------------------------------- */
 
@@ -399,11 +401,9 @@ int bl_posting_queue(bl_tx *tx, const bl_fact *f)
 {
         char *transfers = NULL, *accounts = NULL;
         bl_chain c;
-        int rc;
 
+        /* tx is a billing transaction (tx.c): the posting commits with its fact, or not at all. */
         KS_ASSERT(tx != NULL && tx->conn != NULL && f != NULL);
-        /* Outside a transaction the posting would commit apart from its fact. */
-        KS_ASSERT(PQtransactionStatus(tx->conn) == PQTRANS_INTRANS);
         if (!bl_chain_of(f, &c)) {
                 ks_log_error(tx->request_id, "billing fact makes no ledger chain (a bug)",
                              "{s:s, s:i, s:s}", "tenant_id", tx->tenant_id, "source_type",
@@ -418,17 +418,44 @@ int bl_posting_queue(bl_tx *tx, const bl_fact *f)
                 free(accounts);
                 return tx->call != NULL ? ks_call_oom(tx->call) : KS_RESOURCE_EXHAUSTED;
         }
-        bl_num type = bl_num_of(c.type), n = bl_num_of((int64_t)c.n);
-        const char *params[6] = {type.s, c.source_id, c.currency->code, n.s, transfers, accounts};
-        rc = ks_pg_exec(tx->conn, tx->request_id, sql_insert, 6, params, NULL);
+        /* The unique key on the source refuses a second queue of one fact (a bug: the call fails).
+         */
+        bl_arr_int(&tx->postings[0], c.type);
+        bl_arr_text(&tx->postings[1], c.source_id);
+        bl_arr_text(&tx->postings[2], c.currency->code);
+        bl_arr_int(&tx->postings[3], (int64_t)c.n);
+        bl_arr_text(&tx->postings[4], transfers);
+        bl_arr_text(&tx->postings[5], accounts);
+        tx->n_postings++;
         free(transfers);
         free(accounts);
-        if (rc == KS_ALREADY_EXISTS) {
-                /* The fact's own row lock makes it happen once: twice is a bug, never a retry. */
-                ks_log_error(tx->request_id, "billing fact queued for the ledger twice (a bug)",
-                             "{s:s, s:i, s:s}", "tenant_id", tx->tenant_id, "source_type",
-                             (int)c.type, "source_id", c.source_id);
-                return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
+        return KS_OK;
+}
+
+int bl_postings_flush(bl_tx *tx)
+{
+        const char *p[6];
+        int rc = KS_OK;
+
+        if (tx->n_postings == 0) {
+                return KS_OK;
         }
-        return rc == KS_OK ? KS_OK : bl_db_fail(tx, rc);
+        for (int i = 0; i < 6 && rc == KS_OK; i++) {
+                if ((p[i] = bl_arr_done(&tx->postings[i])) == NULL) {
+                        rc = tx->call != NULL ? ks_call_oom(tx->call) : KS_RESOURCE_EXHAUSTED;
+                }
+        }
+        if (rc == KS_OK) {
+                rc = bl_defer(tx, sql_insert, 6, p);
+        }
+        bl_postings_clear(tx);
+        return rc;
+}
+
+void bl_postings_clear(bl_tx *tx)
+{
+        for (int i = 0; i < 6; i++) {
+                bl_arr_free(&tx->postings[i]);
+        }
+        tx->n_postings = 0;
 }

@@ -243,7 +243,7 @@ int bl_sub_save(bl_tx *tx, bl_subscription *s, int64_t now_ms)
 
         KS_ASSERT(s->period_end_ms > s->period_start_ms);
         s->updated_ms = now_ms;
-        return bl_exec(tx, sql, 16, p, NULL);
+        return bl_defer_row(tx, s->id, sql, 16, p);
 }
 
 void bl_sub_message(const bl_subscription *s, const bl_plan *plan,
@@ -452,6 +452,49 @@ static int items_of(const PGresult *res, size_t size, void (*fill)(void *, const
         return KS_OK;
 }
 
+void bl_line_messages(const bl_line *lines, size_t n, Keelson__Billing__V1__InvoiceLine *m,
+                      Keelson__Billing__V1__InvoiceLine **ptrs)
+{
+        for (size_t i = 0; i < n; i++) {
+                keelson__billing__v1__invoice_line__init(&m[i]);
+                m[i].line_no = (int32_t)i + 1;
+                m[i].kind = (char *)bl_line_kind_name(lines[i].kind);
+                m[i].description = (char *)lines[i].description;
+                m[i].quantity = lines[i].quantity;
+                m[i].unit_amount = lines[i].unit_amount;
+                m[i].amount = lines[i].amount;
+                m[i].tax = lines[i].tax;
+                m[i].taxable = lines[i].taxable;
+                m[i].period_start_unix_ms = lines[i].period_start_ms;
+                m[i].period_end_unix_ms = lines[i].period_end_ms;
+                ptrs[i] = &m[i];
+        }
+}
+
+int bl_invoice_view_fresh(bl_invoice_view *v, const bl_invoice *inv, const bl_line *lines, size_t n,
+                          const Keelson__Billing__V1__Payment *payment)
+{
+        Keelson__Billing__V1__InvoiceLine *m;
+
+        memset(v, 0, sizeof(*v));
+        bl_invoice_header(inv, &v->m);
+        v->blocks[0] = m = calloc(n + 1, sizeof(*m));
+        v->blocks[1] = calloc(n + 1, sizeof(void *));
+        v->blocks[3] = calloc(1, sizeof(void *));
+        if (m == NULL || v->blocks[1] == NULL || v->blocks[3] == NULL) {
+                return KS_RESOURCE_EXHAUSTED;
+        }
+        bl_line_messages(lines, n, m, v->blocks[1]);
+        v->m.lines = v->blocks[1];
+        v->m.n_lines = n;
+        if (payment != NULL) {
+                ((const Keelson__Billing__V1__Payment **)v->blocks[3])[0] = payment;
+                v->m.payments = v->blocks[3];
+                v->m.n_payments = 1;
+        }
+        return KS_OK;
+}
+
 int bl_invoice_view_make(bl_tx *tx, const bl_invoice *inv, bool details, bl_invoice_view *v)
 {
         const char *params[1] = {inv->id};
@@ -507,13 +550,28 @@ int bl_reply_invoice(bl_tx *tx, const char *invoice_id,
         if ((rc = bl_invoice_load(tx, invoice_id, false, &inv)) != KS_OK) {
                 return rc == KS_NOT_FOUND ? bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG) : rc;
         }
-        if ((rc = bl_invoice_view_make(tx, &inv, true, &v)) == KS_OK) {
+        if ((rc = bl_invoice_view_make(tx, &inv, true, &v)) == KS_OK &&
+            (rc = bl_invoice_view_seal(tx, &v)) == KS_OK) {
                 resp.invoice = &v.m;
                 resp.payment = (Keelson__Billing__V1__Payment *)payment;
                 rc = ks_call_reply(tx->call, &resp.base);
         }
         bl_invoice_view_free(&v);
         return rc;
+}
+
+int bl_invoice_view_seal(bl_tx *tx, bl_invoice_view *v)
+{
+        const char *number;
+        int rc;
+
+        if ((rc = bl_tx_seal(tx)) != KS_OK) {
+                return rc;
+        }
+        if (v->m.number[0] == '\0' && (number = bl_number_of(tx, v->m.id)) != NULL) {
+                v->m.number = (char *)number;
+        }
+        return KS_OK;
 }
 
 /* ---- array literals ------------------------------------------------------------------------ */

@@ -35,23 +35,28 @@ int bl_plan_named(bl_tx *tx, const char *id, const char *code, bl_plan *out)
 }
 
 /* A subscription with its plan, for a reply. */
-int bl_reply_subscription(bl_tx *tx, const bl_subscription *s, const bl_invoice *latest)
+int bl_reply_subscription(bl_tx *tx, const bl_subscription *s, const bl_plan *plan,
+                          const bl_invoice *latest)
 {
         Keelson__Billing__V1__SubscriptionResponse resp =
             KEELSON__BILLING__V1__SUBSCRIPTION_RESPONSE__INIT;
         Keelson__Billing__V1__Subscription m;
         bl_invoice_view v;
-        bl_plan plan;
+        bl_plan read;
         int rc;
 
-        if ((rc = bl_plan_load(tx, s->plan_id, &plan)) != KS_OK) {
-                return rc == KS_NOT_FOUND ? bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG) : rc;
+        if (plan == NULL) {
+                if ((rc = bl_plan_load(tx, s->plan_id, &read)) != KS_OK) {
+                        return rc == KS_NOT_FOUND ? bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG) : rc;
+                }
+                plan = &read;
         }
-        bl_sub_message(s, &plan, &m);
+        bl_sub_message(s, plan, &m);
         resp.subscription = &m;
         memset(&v, 0, sizeof(v));
         if (latest != NULL && latest->id[0] != '\0') {
-                if ((rc = bl_invoice_view_make(tx, latest, true, &v)) != KS_OK) {
+                if ((rc = bl_invoice_view_make(tx, latest, true, &v)) != KS_OK ||
+                    (rc = bl_invoice_view_seal(tx, &v)) != KS_OK) {
                         bl_invoice_view_free(&v);
                         return rc;
                 }
@@ -64,12 +69,14 @@ int bl_reply_subscription(bl_tx *tx, const bl_subscription *s, const bl_invoice 
 
 /* ---- CreateSubscription ------------------------------------------------------------------ */
 
+/* A new subscription, written once in the state its creation left it. */
 static const char sql_insert[] =
     "INSERT INTO billing.subscriptions (tenant_id, id, customer_id, plan_id, quantity, state,"
     " currency, anchor_ms, period_n, period_start_ms, period_end_ms, trial_end_ms,"
-    " test_clock_id, created_ms, updated_ms) VALUES (billing.ctx_tenant(), $1::uuid, $2::uuid,"
-    " $3::uuid, $4::int8, $5::int2, $6, $7::int8, $8::int8, $9::int8, $10::int8, $11::int8,"
-    " NULLIF($12, '')::uuid, $13::int8, $13::int8)";
+    " test_clock_id, next_action_ms, latest_invoice_id, history_seq, created_ms, updated_ms)"
+    " VALUES (billing.ctx_tenant(), $1::uuid, $2::uuid, $3::uuid, $4::int8, $5::int2, $6,"
+    " $7::int8, $8::int8, $9::int8, $10::int8, $11::int8, NULLIF($12, '')::uuid,"
+    " NULLIF($13::int8, 0), NULLIF($14, '')::uuid, $15::int4, $16::int8, $16::int8)";
 
 static const char sql_clock_subs[] =
     "SELECT count(*) FROM billing.subscriptions WHERE tenant_id = billing.ctx_tenant()"
@@ -80,12 +87,18 @@ static int insert_sub(bl_tx *tx, const bl_subscription *s)
         bl_num q = bl_num_of(s->quantity), st = bl_num_of(s->state), a = bl_num_of(s->anchor_ms),
                n = bl_num_of(s->period_n), ps = bl_num_of(s->period_start_ms),
                pe = bl_num_of(s->period_end_ms), te = bl_num_of(s->trial_end_ms),
+               na = bl_num_of(s->next_action_ms), hs = bl_num_of(s->history_seq),
                cr = bl_num_of(s->created_ms);
-        const char *p[13] = {
-            s->id, s->customer_id, s->plan_id,       q.s, st.s, s->currency, a.s, n.s, ps.s,
-            pe.s,  te.s,           s->test_clock_id, cr.s};
+        const char *p[16] = {s->id,      s->customer_id,
+                             s->plan_id, q.s,
+                             st.s,       s->currency,
+                             a.s,        n.s,
+                             ps.s,       pe.s,
+                             te.s,       s->test_clock_id,
+                             na.s,       s->latest_invoice_id,
+                             hs.s,       cr.s};
 
-        return bl_exec(tx, sql_insert, 13, p, NULL);
+        return bl_defer(tx, sql_insert, 16, p);
 }
 
 /* The anchor a request asks for, checked against the first billed instant. */
@@ -166,45 +179,81 @@ static int first_period(bl_tx *tx, const create_args *a, const bl_plan *plan, in
         return KS_OK;
 }
 
+/* What the first invoice was made of, for the reply. */
+typedef struct first {
+        bl_invoice inv;
+        bl_line line;
+        size_t n_lines;
+        bl_payment_made pay;
+        bool charged;
+} first;
+
 /* The first invoice: the trial (free), or the first period (prorated before the anchor). */
 static int first_invoice(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
-                         bl_invoice *inv)
+                         first *f)
 {
-        bl_payment_made pay;
-        bl_line line;
-        size_t n = 0;
+        bl_line *line = &f->line;
         int rc;
 
-        memset(inv, 0, sizeof(*inv));
-        snprintf(inv->subscription_id, sizeof(inv->subscription_id), "%s", s->id);
-        inv->reason = BL_REASON_CREATE;
-        inv->period_start_ms = s->period_start_ms;
-        inv->period_end_ms = s->period_end_ms;
-        inv->auto_charge = true;
-        memset(&line, 0, sizeof(line));
+        memset(f, 0, sizeof(*f));
+        snprintf(f->inv.subscription_id, sizeof(f->inv.subscription_id), "%s", s->id);
+        f->inv.reason = BL_REASON_CREATE;
+        f->inv.period_start_ms = s->period_start_ms;
+        f->inv.period_end_ms = s->period_end_ms;
+        f->inv.auto_charge = true;
         if (s->state == BL_SUB_TRIALING || plan->price.model == BL_PRICE_GRADUATED) {
-                line.kind = s->state == BL_SUB_TRIALING ? BL_LINE_SUBSCRIPTION : BL_LINE_USAGE;
-                line.quantity = s->state == BL_SUB_TRIALING ? s->quantity : 0;
-                line.taxable = true;
-                line.period_start_ms = s->period_start_ms;
-                line.period_end_ms = s->period_end_ms;
-                snprintf(line.description, sizeof(line.description), "%s %s v%d",
+                line->kind = s->state == BL_SUB_TRIALING ? BL_LINE_SUBSCRIPTION : BL_LINE_USAGE;
+                line->quantity = s->state == BL_SUB_TRIALING ? s->quantity : 0;
+                line->taxable = true;
+                line->period_start_ms = s->period_start_ms;
+                line->period_end_ms = s->period_end_ms;
+                snprintf(line->description, sizeof(line->description), "%s %s v%d",
                          s->state == BL_SUB_TRIALING ? "Free trial of"
                                                      : "Usage billed at the period's end:",
                          plan->code, plan->version);
-                n = 1;
-        } else if (bl_sub_period_lines(s, plan, &line, &n) != KS_OK) {
+                f->n_lines = 1;
+        } else if (bl_sub_period_lines(s, plan, line, &f->n_lines) != KS_OK) {
                 return bl_fail(tx, KS_FAILED_PRECONDITION, "the period's amount would overflow");
         }
-        if ((rc = bl_invoice_create(tx, cust, inv, &line, n, s->created_ms)) != KS_OK ||
-            (rc = bl_invoice_finalize(tx, cust, inv, s->created_ms)) != KS_OK) {
+        if ((rc = bl_invoice_create(tx, cust, &f->inv, line, f->n_lines, s->created_ms)) != KS_OK ||
+            (rc = bl_invoice_finalize(tx, cust, &f->inv, s->created_ms)) != KS_OK) {
                 return rc;
         }
-        snprintf(s->latest_invoice_id, sizeof(s->latest_invoice_id), "%s", inv->id);
-        if (inv->state == BL_INV_OPEN && cust->payment_method[0] != '\0') {
-                return bl_invoice_charge(tx, cust, inv, s, NULL, true, s->created_ms, &pay);
+        snprintf(s->latest_invoice_id, sizeof(s->latest_invoice_id), "%s", f->inv.id);
+        if (f->inv.state == BL_INV_OPEN && cust->payment_method[0] != '\0') {
+                f->charged = true;
+                return bl_invoice_charge(tx, cust, &f->inv, s, NULL, true, s->created_ms, &f->pay);
         }
         return KS_OK;
+}
+
+/*
+ * The reply from what the call holds: no read. The invoice gets its number
+ * as the transaction seals, here, as late as the reply allows.
+ */
+static int reply_created(bl_tx *tx, const bl_subscription *s, const bl_plan *plan, first *f)
+{
+        Keelson__Billing__V1__SubscriptionResponse resp =
+            KEELSON__BILLING__V1__SUBSCRIPTION_RESPONSE__INIT;
+        Keelson__Billing__V1__Subscription m;
+        Keelson__Billing__V1__Payment pm;
+        bl_invoice_view v;
+        int rc;
+
+        if (f->charged) {
+                bl_payment_message(&f->pay, &pm);
+        }
+        bl_sub_message(s, plan, &m);
+        resp.subscription = &m;
+        if ((rc = bl_invoice_view_fresh(&v, &f->inv, &f->line, f->n_lines,
+                                        f->charged ? &pm : NULL)) != KS_OK) {
+                rc = ks_call_oom(tx->call);
+        } else if ((rc = bl_invoice_view_seal(tx, &v)) == KS_OK) {
+                resp.latest_invoice = &v.m;
+                rc = ks_call_reply(tx->call, &resp.base);
+        }
+        bl_invoice_view_free(&v);
+        return rc;
 }
 
 static int create_tx(bl_tx *tx, void *arg)
@@ -212,8 +261,8 @@ static int create_tx(bl_tx *tx, void *arg)
         create_args *a = arg;
         bl_subscription s;
         bl_customer cust;
-        bl_invoice inv;
         bl_plan plan;
+        first f;
         int64_t now;
         int rc;
 
@@ -249,19 +298,19 @@ static int create_tx(bl_tx *tx, void *arg)
         snprintf(s.test_clock_id, sizeof(s.test_clock_id), "%s", cust.test_clock_id);
         s.quantity = a->quantity;
         s.created_ms = s.updated_ms = now = whole_second(now);
+        /* The row is written once, at the end, as its first invoice and charge left it. */
         if ((rc = first_period(tx, a, &plan, now, &s)) != KS_OK ||
-            (rc = insert_sub(tx, &s)) != KS_OK ||
             (rc = bl_sub_record(tx, &s, -1, "create", now, NULL, NULL)) != KS_OK ||
-            (rc = first_invoice(tx, &s, &plan, &cust, &inv)) != KS_OK ||
-            (rc = bl_sub_plan_next(tx, &s)) != KS_OK || (rc = bl_sub_save(tx, &s, now)) != KS_OK ||
+            (rc = first_invoice(tx, &s, &plan, &cust, &f)) != KS_OK) {
+                return rc;
+        }
+        /* Its only invoice is the first: its retry, if any, is the only one. */
+        bl_sub_plan_next_known(&s, f.inv.state == BL_INV_OPEN ? f.inv.next_attempt_ms : 0);
+        if ((rc = insert_sub(tx, &s)) != KS_OK ||
             (rc = bl_event_summary(tx, "CreateSubscription")) != KS_OK) {
                 return rc;
         }
-        /* Re-read: a charge may have changed it. */
-        if ((rc = bl_invoice_load(tx, inv.id, false, &inv)) != KS_OK) {
-                return rc;
-        }
-        return bl_reply_subscription(tx, &s, &inv);
+        return reply_created(tx, &s, &plan, &f);
 }
 
 int bl_create_subscription(ks_call *call)
@@ -306,7 +355,7 @@ static int get_tx(bl_tx *tx, void *arg)
         if ((rc = bl_sub_load(tx, arg, false, &s)) != KS_OK) {
                 return rc == KS_NOT_FOUND ? not_found(tx) : rc;
         }
-        return bl_reply_subscription(tx, &s, NULL);
+        return bl_reply_subscription(tx, &s, NULL, NULL);
 }
 
 int bl_get_subscription(ks_call *call)
@@ -428,7 +477,7 @@ static int action_tx(bl_tx *tx, void *arg)
         if (inv.id[0] != '\0' && (rc = bl_invoice_load(tx, inv.id, false, &inv)) != KS_OK) {
                 return rc;
         }
-        return bl_reply_subscription(tx, &s, &inv);
+        return bl_reply_subscription(tx, &s, &plan, &inv);
 }
 
 static int run_action(ks_call *call, const char *id, action what)

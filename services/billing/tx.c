@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ks_assert.h"
 #include "ks_log.h"
 #include "ks_perms.h"
 
@@ -72,18 +73,171 @@ int bl_db_fail(bl_tx *tx, int code)
         return bl_fail(tx, code, "%s", msg);
 }
 
+/* ---- deferred writes ------------------------------------------------------------------ */
+
+static void deferred_free(bl_deferred *d)
+{
+        for (int i = 0; i < d->n; i++) {
+                free(d->params[i]);
+        }
+        free(d->params);
+        free(d->sql);
+        memset(d, 0, sizeof(*d));
+}
+
+static void deferred_clear(bl_tx *tx)
+{
+        for (size_t i = 0; i < tx->n_deferred; i++) {
+                deferred_free(&tx->deferred[i]);
+        }
+        tx->n_deferred = 0;
+}
+
+static int oom(bl_tx *tx)
+{
+        return tx->call != NULL ? ks_call_oom(tx->call) : KS_RESOURCE_EXHAUSTED;
+}
+
+/* The last deferred statement of row and sql, or NULL. */
+static bl_deferred *deferred_of(bl_tx *tx, const char *row, const char *sql)
+{
+        for (size_t i = tx->n_deferred; i-- > 0;) {
+                bl_deferred *d = &tx->deferred[i];
+                if (strcmp(d->row, row) == 0 && strcmp(d->sql, sql) == 0) {
+                        return d;
+                }
+        }
+        return NULL;
+}
+
+int bl_defer_rewrite(bl_tx *tx, const char *row, const char *sql, int from, int n,
+                     const char *const *params, bool *found)
+{
+        bl_deferred *d = deferred_of(tx, row, sql);
+
+        *found = d != NULL;
+        if (d == NULL) {
+                return KS_OK;
+        }
+        KS_ASSERT(from >= 0 && from + n <= d->n);
+        for (int k = 0; k < n; k++) {
+                char *v = params[k] != NULL ? strdup(params[k]) : NULL;
+                if (params[k] != NULL && v == NULL) {
+                        return oom(tx);
+                }
+                free(d->params[from + k]);
+                d->params[from + k] = v;
+        }
+        return KS_OK;
+}
+
+int bl_defer_row(bl_tx *tx, const char *row, const char *sql, int n, const char *const *params)
+{
+        bool found;
+        int rc;
+
+        if ((rc = bl_defer_rewrite(tx, row, sql, 0, n, params, &found)) != KS_OK || found) {
+                return rc;
+        }
+        if ((rc = bl_defer(tx, sql, n, params)) == KS_OK) {
+                snprintf(tx->deferred[tx->n_deferred - 1].row, BL_UUID_LEN + 1, "%s", row);
+        }
+        return rc;
+}
+
+int bl_defer(bl_tx *tx, const char *sql, int n, const char *const *params)
+{
+        bl_deferred d = {.n = n};
+
+        if (tx->n_deferred == tx->cap_deferred) {
+                size_t cap = tx->cap_deferred == 0 ? 32 : tx->cap_deferred * 2;
+                bl_deferred *v = realloc(tx->deferred, cap * sizeof(*v));
+                if (v == NULL) {
+                        return oom(tx);
+                }
+                tx->deferred = v;
+                tx->cap_deferred = cap;
+        }
+        d.sql = strdup(sql);
+        d.params = calloc((size_t)n + 1, sizeof(char *));
+        bool ok = d.sql != NULL && d.params != NULL;
+        for (int i = 0; ok && i < n; i++) {
+                ok = params[i] == NULL || (d.params[i] = strdup(params[i])) != NULL;
+        }
+        if (!ok) {
+                deferred_free(&d);
+                return oom(tx);
+        }
+        tx->deferred[tx->n_deferred++] = d;
+        return KS_OK;
+}
+
+/*
+ * The deferred writes, then stmts, in as few round trips as the pipeline
+ * bound allows (one, nearly always). The deferred ones are gone afterwards,
+ * sent or failed.
+ */
+static int flush_with(bl_tx *tx, const ks_pg_stmt *stmts, int n)
+{
+        ks_pg_stmt batch[KS_PG_PIPELINE_MAX];
+        size_t i = 0;
+        int rc = KS_OK;
+
+        KS_ASSERT(n >= 0 && n <= KS_PG_PIPELINE_MAX / 2);
+        while (rc == KS_OK) {
+                int k = 0;
+                for (; i < tx->n_deferred && k < KS_PG_PIPELINE_MAX - n; i++, k++) {
+                        const bl_deferred *d = &tx->deferred[i];
+                        batch[k] = (ks_pg_stmt){.sql = d->sql,
+                                                .n_params = d->n,
+                                                .params = (const char *const *)d->params};
+                }
+                bool last = i == tx->n_deferred;
+                for (int j = 0; last && j < n; j++) {
+                        batch[k++] = stmts[j];
+                }
+                if (k > 0) {
+                        rc = ks_pg_pipeline(tx->conn, tx->request_id, batch, k);
+                }
+                if (last) {
+                        break;
+                }
+        }
+        deferred_clear(tx);
+        return rc == KS_OK ? KS_OK : bl_db_fail(tx, rc);
+}
+
 int bl_exec(bl_tx *tx, const char *sql, int n, const char *const *params, PGresult **out)
 {
-        int rc = ks_pg_exec(tx->conn, tx->request_id, sql, n, params, out);
+        const ks_pg_stmt s = {.sql = sql, .n_params = n, .params = params, .out = out};
 
-        return rc == KS_OK ? KS_OK : bl_db_fail(tx, rc);
+        if (tx->n_deferred == 0) {
+                int rc = ks_pg_exec(tx->conn, tx->request_id, sql, n, params, out);
+                return rc == KS_OK ? KS_OK : bl_db_fail(tx, rc);
+        }
+        return flush_with(tx, &s, 1);
 }
 
 int bl_pipeline(bl_tx *tx, const ks_pg_stmt *stmts, int n)
 {
-        int rc = ks_pg_pipeline(tx->conn, tx->request_id, stmts, n);
+        return flush_with(tx, stmts, n);
+}
 
-        return rc == KS_OK ? KS_OK : bl_db_fail(tx, rc);
+int bl_flush(bl_tx *tx)
+{
+        return tx->n_deferred > 0 ? flush_with(tx, NULL, 0) : KS_OK;
+}
+
+/* Frees what the transaction holds when it ends, committed or not. */
+void bl_tx_free(bl_tx *tx)
+{
+        deferred_clear(tx);
+        free(tx->deferred);
+        tx->deferred = NULL;
+        tx->cap_deferred = 0;
+        bl_tx_numbered_free(tx);
+        bl_events_clear(tx);
+        bl_postings_clear(tx);
 }
 
 const char *bl_text(const PGresult *res, int row, int col)
@@ -109,21 +263,29 @@ bl_num bl_num_of(int64_t v)
         return n;
 }
 
-/* BEGIN and the tenant, in one round trip. */
+/* BEGIN and the tenant: they ride on the transaction's first statement. */
 static int open_tx(bl_tx *tx)
 {
         const char *params[1] = {tx->tenant_id};
-        const ks_pg_stmt s[2] = {{.sql = "BEGIN"},
-                                 {.sql = sql_act_for, .n_params = 1, .params = params}};
+        int rc;
 
-        return bl_pipeline(tx, s, 2);
+        if ((rc = bl_defer(tx, "BEGIN", 0, NULL)) != KS_OK) {
+                return rc;
+        }
+        return bl_defer(tx, sql_act_for, 1, params);
 }
 
+/* The invoices to number, then the deferred writes and COMMIT in one round trip. */
 static int commit(bl_tx *tx)
 {
-        int rc = ks_pg_commit(tx->conn, tx->request_id);
+        const ks_pg_stmt c = {.sql = "COMMIT"};
+        int rc;
 
-        return rc == KS_OK ? KS_OK : bl_db_fail(tx, rc);
+        if ((rc = bl_tx_seal(tx)) != KS_OK || (rc = bl_postings_flush(tx)) != KS_OK ||
+            (rc = bl_events_flush(tx)) != KS_OK) {
+                return rc;
+        }
+        return flush_with(tx, &c, 1);
 }
 
 /* Everything between BEGIN and COMMIT. *replayed: the reply is a stored one. */
@@ -179,6 +341,7 @@ int bl_tx_run(ks_call *call, bl_tx_fn fn, void *arg)
         if (rc != KS_OK || replayed) {
                 ks_pg_rollback(tx.conn);
         }
+        bl_tx_free(&tx);
         ks_pg_release(tx.svc->pool, tx.conn);
         call->replayed = replayed;
         if (rc != KS_OK && !replayed && call->idempotency_key[0] != '\0' && bl_idem_keeps(rc)) {
@@ -207,6 +370,7 @@ int bl_tx_run_as(bl_service *svc, const char *request_id, const char *tenant_id,
         if (rc != KS_OK) {
                 ks_pg_rollback(tx.conn);
         }
+        bl_tx_free(&tx);
         ks_pg_release(svc->pool, tx.conn);
         return rc;
 }

@@ -452,10 +452,12 @@ GRANT SELECT, INSERT ON billing.subscription_history TO keelson_billing_rt;
 GRANT SELECT, INSERT ON billing.usage_events TO keelson_billing_rt;
 GRANT SELECT, INSERT ON billing.invoices TO keelson_billing_rt;
 GRANT UPDATE (number, state, description, subtotal, tax, total, balance_applied, amount_due,
-              amount_paid, amount_credited, n_lines, auto_charge, attempt_count,
-              next_attempt_ms, finalized_ms, paid_ms, voided_ms, uncollectible_ms)
+              amount_paid, amount_credited, n_lines, period_start_ms, period_end_ms, auto_charge,
+              attempt_count, next_attempt_ms, finalized_ms, paid_ms, voided_ms, uncollectible_ms)
     ON billing.invoices TO keelson_billing_rt;
 GRANT SELECT, INSERT ON billing.invoice_lines TO keelson_billing_rt;
+-- AddInvoiceLines taxes a draft's lines again (their tax only).
+GRANT UPDATE (tax) ON billing.invoice_lines TO keelson_billing_rt;
 GRANT SELECT, INSERT ON billing.pending_items TO keelson_billing_rt;
 GRANT UPDATE (invoice_id) ON billing.pending_items TO keelson_billing_rt;
 GRANT SELECT, INSERT ON billing.payments TO keelson_billing_rt;
