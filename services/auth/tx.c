@@ -228,9 +228,9 @@ static int run_in_tx(auth_tx *tx, unsigned flags, auth_tx_fn fn, void *arg, bool
         if ((rc = open_with_role(tx)) != KS_OK) {
                 return rc;
         }
-        if (perm != 0 && (ks_role_perms(tx->actor.role) & perm) == 0) {
-                return ks_call_fail(tx->call, KS_PERMISSION_DENIED, "your role (%s) lacks %s",
-                                    tx->actor.role, ks_perm_name(perm));
+        if ((rc = ks_role_admits(tx->actor.role, perm, tx->call->message,
+                                 sizeof(tx->call->message))) != KS_OK) {
+                return rc;
         }
         if ((flags & AUTH_TX_DEDUPE) != 0 &&
             ((rc = dedupe_claim(tx, flags, fp, &first)) != KS_OK || !first)) {

@@ -255,8 +255,11 @@ int bl_idem_store(bl_tx *tx, int code);
 /*
  * After a failed run rolled back: whether its outcome is one to keep for the
  * key (the request ran and was refused for what it asked: not_found,
- * already_exists, failed_precondition, out_of_range), stored in a
- * transaction of its own. Transient failures store nothing: a retry runs.
+ * already_exists, failed_precondition, out_of_range, or invalid_argument
+ * found in the transaction), stored in a transaction of its own. Transient
+ * failures store nothing: a retry runs. Between the rollback and that store
+ * the key is free: a retry arriving in that instant runs again, and whichever
+ * outcome is stored first is the one replayed after.
  */
 bool bl_idem_keeps(int code);
 void bl_idem_store_failure(ks_call *call, int code);
@@ -271,7 +274,7 @@ bool bl_email_valid(const char *email, char *out, size_t out_len, char *err, siz
 bool bl_name_valid(const char *field, const char *name, int chars_max, char *out, size_t out_len,
                    char *err, size_t err_len);
 bool bl_plan_code_valid(const char *code, char *err, size_t err_len);
-bool bl_payment_method_valid(const char *pm, char *err, size_t err_len);
+bool bl_payment_method_valid(const char *field, const char *pm, char *err, size_t err_len);
 bool bl_tax_valid(int32_t rate_bp, char *err, size_t err_len);
 bool bl_event_id_valid(const char *id);
 /* A uuid field that must be set: false with "<field>: must be a uuid". */
@@ -646,9 +649,11 @@ int bl_invoice_move(bl_tx *tx, bl_invoice *inv, bl_inv_event ev, int64_t at_ms);
 /*
  * After an invoice of a subscription left dunning (paid, voided, written
  * off): a past_due subscription with no invoice left in dunning becomes
- * active again.
+ * active again, by ev: payment_succeeded when a payment settled it,
+ * dues_cleared when a void, a write-off or a credit note did.
  */
-int bl_sub_after_invoice(bl_tx *tx, const bl_invoice *inv, bl_subscription *sub, int64_t at_ms);
+int bl_sub_after_invoice(bl_tx *tx, const bl_invoice *inv, bl_subscription *sub, bl_sub_event ev,
+                         int64_t at_ms);
 
 /* ---- subscriptions (lifecycle.c) ------------------------------------------------------ */
 

@@ -206,8 +206,13 @@ static int advance_tx(bl_tx *tx, void *arg)
         }
         if (PQntuples(res) != 1) {
                 PQclear(res);
-                rc = get_tx(tx, (void *)a->id); /* not_found, or it exists and is busy */
-                return rc == KS_OK ? bl_fail(tx, KS_ABORTED, "the test clock is busy; retry") : rc;
+                if ((rc = bl_exec(tx, sql_get, 1, p, &res)) != KS_OK) {
+                        return rc;
+                }
+                rc = PQntuples(res) == 1 ? bl_fail(tx, KS_ABORTED, "the test clock is busy; retry")
+                                         : bl_fail(tx, KS_NOT_FOUND, "test clock not found");
+                PQclear(res);
+                return rc;
         }
         frozen = bl_int(res, 0, 2);
         PQclear(res);

@@ -172,7 +172,8 @@ static int create_tx(bl_tx *tx, void *arg)
             (rc = bl_invoice_save(tx, &inv)) != KS_OK ||
             (rc = bl_event_summary(tx, "CreateCreditNote")) != KS_OK ||
             (inv.state == BL_INV_PAID && !to_balance &&
-             (rc = bl_sub_after_invoice(tx, &inv, NULL, n.created_ms)) != KS_OK)) {
+             (rc = bl_sub_after_invoice(tx, &inv, NULL, BL_SE_DUES_CLEARED, n.created_ms)) !=
+                 KS_OK)) {
                 return rc;
         }
         return reply(tx, &inv, &n);

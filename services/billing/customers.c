@@ -148,7 +148,8 @@ int bl_create_customer(ks_call *call)
             !bl_name_valid("name", in->name, BL_NAME_CHARS_MAX, a.name, sizeof(a.name), err,
                            sizeof(err)) ||
             !bl_tax_valid(in->tax_rate_bp, err, sizeof(err)) ||
-            !bl_payment_method_valid(in->default_payment_method, err, sizeof(err))) {
+            !bl_payment_method_valid("default_payment_method", in->default_payment_method, err,
+                                     sizeof(err))) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
         }
         if (bl_currency_find(in->currency) == NULL) {
@@ -266,6 +267,8 @@ static const char sql_update[] =
     " default_payment_method END,"
     " metadata = (metadata - $8::text[]) || $9::jsonb, updated_ms = $10::int8"
     " WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid"
+    " AND (SELECT count(*) FROM jsonb_object_keys((metadata - $8::text[]) || $9::jsonb)) <= "
+    "$11::int4"
     " RETURNING id, email, name, currency, tax_rate_bp, tax_exempt, metadata,"
     " default_payment_method, archived, created_ms, updated_ms, credit_balance,"
     " COALESCE(test_clock_id::text, '')";
@@ -292,8 +295,9 @@ static int update_tx(bl_tx *tx, void *arg)
         if ((rc = bl_now_for(tx, cust.test_clock_id, &now)) != KS_OK) {
                 return rc;
         }
-        bl_num mask = bl_num_of(a->mask), rate = bl_num_of(a->in->tax_rate_bp), t = bl_num_of(now);
-        const char *p[10] = {a->in->id,
+        bl_num mask = bl_num_of(a->mask), rate = bl_num_of(a->in->tax_rate_bp), t = bl_num_of(now),
+               keys = bl_num_of(BL_METADATA_KEYS_MAX);
+        const char *p[11] = {a->in->id,
                              mask.s,
                              a->email,
                              a->name,
@@ -302,11 +306,16 @@ static int update_tx(bl_tx *tx, void *arg)
                              a->in->default_payment_method,
                              a->deleted,
                              a->set,
-                             t.s};
-        if ((rc = bl_exec(tx, sql_update, 10, p, &res)) != KS_OK) {
+                             t.s,
+                             keys.s};
+        if ((rc = bl_exec(tx, sql_update, 11, p, &res)) != KS_OK) {
                 return rc;
         }
-        rc = reply_customer(tx, res);
+        /* The customer is there (locked above): no row means the merge passed the bound. */
+        rc = PQntuples(res) == 1
+                 ? reply_customer(tx, res)
+                 : bl_fail(tx, KS_INVALID_ARGUMENT, "metadata: at most %d keys once merged",
+                           BL_METADATA_KEYS_MAX);
         PQclear(res);
         return rc;
 }
@@ -330,7 +339,8 @@ static bool update_valid(update_args *a, char *err, size_t err_len)
         }
         return ((a->mask & M_TAX_RATE) == 0 || bl_tax_valid(in->tax_rate_bp, err, err_len)) &&
                ((a->mask & M_PM) == 0 ||
-                bl_payment_method_valid(in->default_payment_method, err, err_len));
+                bl_payment_method_valid("default_payment_method", in->default_payment_method, err,
+                                        err_len));
 }
 
 int bl_update_customer(ks_call *call)

@@ -194,7 +194,7 @@ bool bl_idem_keeps(int code)
 {
         return code == KS_NOT_FOUND || code == KS_ALREADY_EXISTS ||
                code == KS_FAILED_PRECONDITION || code == KS_OUT_OF_RANGE ||
-               code == KS_INVALID_ARGUMENT || code == KS_PERMISSION_DENIED;
+               code == KS_INVALID_ARGUMENT;
 }
 
 typedef struct failure {

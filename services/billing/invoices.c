@@ -220,11 +220,14 @@ static int inv_do(bl_tx *tx, inv_action_args *a, bl_invoice *inv, bl_customer *c
         switch (a->what) {
         case I_FINALIZE:
         case I_FINALIZE_CHARGE:
+                inv->auto_charge = a->what == I_FINALIZE_CHARGE;
                 if ((rc = bl_invoice_finalize(tx, cust, inv, now)) != KS_OK) {
                         return rc;
                 }
-                if (a->what == I_FINALIZE_CHARGE && inv->state == BL_INV_OPEN) {
-                        inv->auto_charge = true;
+                /* Charged once, now, when there is something to charge and a card to charge:
+                 * a one-off invoice has no subscription to retry it (no dunning). */
+                if (inv->auto_charge && inv->state == BL_INV_OPEN &&
+                    cust->payment_method[0] != '\0') {
                         *charged = true;
                         return bl_invoice_charge(tx, cust, inv, NULL, NULL, false, now, pay);
                 }
@@ -240,7 +243,7 @@ static int inv_do(bl_tx *tx, inv_action_args *a, bl_invoice *inv, bl_customer *c
             (rc = bl_event_summary(tx, "InvoiceChanged")) != KS_OK) {
                 return rc;
         }
-        return bl_sub_after_invoice(tx, inv, NULL, now);
+        return bl_sub_after_invoice(tx, inv, NULL, BL_SE_DUES_CLEARED, now);
 }
 
 static int inv_action_tx(bl_tx *tx, void *arg)

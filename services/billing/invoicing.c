@@ -621,7 +621,7 @@ int bl_invoice_apply_payment(bl_tx *tx, bl_invoice *inv, bl_subscription *sub, b
             (rc = bl_event_summary(tx, "Payment")) != KS_OK) {
                 return rc;
         }
-        return bl_sub_after_invoice(tx, inv, sub, p->created_ms);
+        return bl_sub_after_invoice(tx, inv, sub, BL_SE_PAYMENT_SUCCEEDED, p->created_ms);
 }
 
 /* A failed automatic charge: the next retry of the schedule, or the end of dunning. */
@@ -761,7 +761,8 @@ static const char sql_in_dunning[] =
     "SELECT count(*) FROM billing.invoices WHERE tenant_id = billing.ctx_tenant()"
     " AND subscription_id = $1::uuid AND state = 1 AND attempt_count > 0";
 
-int bl_sub_after_invoice(bl_tx *tx, const bl_invoice *inv, bl_subscription *given, int64_t at_ms)
+int bl_sub_after_invoice(bl_tx *tx, const bl_invoice *inv, bl_subscription *given, bl_sub_event ev,
+                         int64_t at_ms)
 {
         bl_subscription mine, *s;
         PGresult *res = NULL;
@@ -781,8 +782,7 @@ int bl_sub_after_invoice(bl_tx *tx, const bl_invoice *inv, bl_subscription *give
         if (left > 0) {
                 return KS_OK;
         }
-        if ((rc = bl_sub_move(tx, s, BL_SE_PAYMENT_SUCCEEDED, at_ms, inv->id,
-                              "no invoice left in dunning")) != KS_OK) {
+        if ((rc = bl_sub_move(tx, s, ev, at_ms, inv->id, "no invoice left in dunning")) != KS_OK) {
                 return rc;
         }
         if (own && ((rc = bl_sub_plan_next(tx, s)) != KS_OK ||

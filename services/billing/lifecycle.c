@@ -48,6 +48,11 @@ int bl_sub_record(bl_tx *tx, bl_subscription *s, int from_state, const char *eve
         return bl_event_subscription_changed(tx, s, from_state, event, at_ms, invoice_id);
 }
 
+/* A canceled subscription's open invoices stay owed, but no retry charges them any more. */
+static const char sql_stop_dunning[] =
+    "UPDATE billing.invoices SET next_attempt_ms = NULL WHERE tenant_id = billing.ctx_tenant()"
+    " AND subscription_id = $1::uuid AND state = 1 AND next_attempt_ms IS NOT NULL";
+
 int bl_sub_move(bl_tx *tx, bl_subscription *s, bl_sub_event ev, int64_t at_ms,
                 const char *invoice_id, const char *detail)
 {
@@ -62,6 +67,13 @@ int bl_sub_move(bl_tx *tx, bl_subscription *s, bl_sub_event ev, int64_t at_ms,
         if ((rc = bl_sub_record(tx, s, (int)from, bl_sub_event_name(ev), at_ms, invoice_id,
                                 detail)) != KS_OK) {
                 return rc;
+        }
+        if (to == BL_SUB_CANCELED) {
+                /* Sent now, not deferred: deferred statements write rows by key and read none. */
+                const char *p[1] = {s->id};
+                if ((rc = bl_exec(tx, sql_stop_dunning, 1, p, NULL)) != KS_OK) {
+                        return rc;
+                }
         }
         return from != to ? bl_event_summary(tx, "SubscriptionChanged") : KS_OK;
 }

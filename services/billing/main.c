@@ -45,6 +45,7 @@ int main(int argc, char **argv)
             .pg_role = "keelson_billing_rt",
             .pool = &svc.pool,
             .outbox = true,
+            .role_from_caller = true,
             .check = bl_check_config,
             .start = bl_start,
             .stop = bl_stop,

@@ -205,6 +205,7 @@ typedef enum bl_sub_event {
         BL_SE_RESUME,
         BL_SE_CANCEL,            /* canceled by the customer or the tenant, now or at period end */
         BL_SE_DUNNING_EXHAUSTED, /* the last retry failed: the invoice is uncollectible */
+        BL_SE_DUES_CLEARED,      /* no invoice left in dunning, by a void, write-off or credit */
         BL_SUB_EVENTS,
 } bl_sub_event;
 

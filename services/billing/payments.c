@@ -83,7 +83,7 @@ int bl_pay_invoice(ks_call *call)
         char err[BL_ERR_MAX];
 
         if (!bl_id_valid("id", in->id, err, sizeof(err)) ||
-            !bl_payment_method_valid(in->payment_method, err, sizeof(err))) {
+            !bl_payment_method_valid("payment_method", in->payment_method, err, sizeof(err))) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
         }
         return bl_tx_run(call, pay_tx, &a);

@@ -359,6 +359,7 @@ void bl_invoice_header(const bl_invoice *inv, Keelson__Billing__V1__Invoice *m)
         m->finalized_at_unix_ms = inv->finalized_ms;
         m->paid_at_unix_ms = inv->paid_ms;
         m->voided_at_unix_ms = inv->voided_ms;
+        m->uncollectible_at_unix_ms = inv->uncollectible_ms;
         m->attempt_count = inv->attempt_count;
         m->next_attempt_unix_ms = inv->next_attempt_ms;
         m->description = (char *)inv->description;

@@ -17,6 +17,12 @@
  * It catches up after downtime: each action happens at the time it fell
  * due, so a replica started after three missed months makes the three
  * renewals in order, each dated as it would have been.
+ *
+ * A subscription whose step fails (a bug, a row the step cannot take) is
+ * left out of this replica's scans for a while (a backoff from 1 s doubling
+ * to a minute, at most SKIP_MAX of them remembered), so that it cannot hold
+ * the head of the due list and starve the others; its due time stays what it
+ * is, so the action, once it succeeds, is still dated when it fell due.
  */
 #include "billing.h"
 
@@ -27,20 +33,72 @@
 #include "ks_log.h"
 #include "ks_ticker.h"
 
-#define STEPS_PER_TX   32 /* actions of one subscription per transaction */
-#define PRUNE_EVERY_MS 60000
-#define PRUNE_BATCH    1000
+#define STEPS_PER_TX    32 /* actions of one subscription per transaction */
+#define SKIP_MAX        256
+#define SKIP_FIRST_MS   1000
+#define SKIP_LONGEST_MS 60000
+#define PRUNE_EVERY_MS  60000
+#define PRUNE_BATCH     1000
+
+/* A subscription whose step failed, and when this replica tries it again. */
+typedef struct skipped {
+        char id[BL_UUID_LEN + 1];
+        int64_t until_ms, backoff_ms;
+} skipped;
 
 struct bl_scheduler {
         bl_service *svc;
         ks_ticker *ticker;
         int64_t pruned_at_ms;
         ks_counter *actions, *failures;
+        skipped skip[SKIP_MAX];
+        int n_skip;
 };
 
 static const char sql_due[] =
     "SELECT tenant_id, id FROM billing.subscriptions WHERE test_clock_id IS NULL"
-    " AND next_action_ms <= $1::int8 ORDER BY next_action_ms LIMIT $2::int4";
+    " AND next_action_ms <= $1::int8 AND NOT (id = ANY($3::uuid[]))"
+    " ORDER BY next_action_ms LIMIT $2::int4";
+
+/* The ids to leave out now, as an array literal (the ticker's thread alone uses it). */
+static void skip_list(bl_scheduler *sc, int64_t now, bl_arr *out)
+{
+        for (int i = 0; i < sc->n_skip; i++) {
+                if (sc->skip[i].until_ms > now) {
+                        bl_arr_text(out, sc->skip[i].id);
+                }
+        }
+}
+
+/* A failure: the subscription waits, longer each time; forgotten when it next succeeds. */
+static void skip_add(bl_scheduler *sc, const char *id, int64_t now)
+{
+        skipped *e = NULL;
+
+        for (int i = 0; i < sc->n_skip && e == NULL; i++) {
+                e = strcmp(sc->skip[i].id, id) == 0 ? &sc->skip[i] : NULL;
+        }
+        if (e == NULL) {
+                if (sc->n_skip == SKIP_MAX) {
+                        return; /* the ones held stay; a full list only costs the newest */
+                }
+                e = &sc->skip[sc->n_skip++];
+                snprintf(e->id, sizeof(e->id), "%s", id);
+                e->backoff_ms = SKIP_FIRST_MS / 2;
+        }
+        e->backoff_ms = e->backoff_ms * 2 > SKIP_LONGEST_MS ? SKIP_LONGEST_MS : e->backoff_ms * 2;
+        e->until_ms = now + e->backoff_ms;
+}
+
+static void skip_forget(bl_scheduler *sc, const char *id)
+{
+        for (int i = 0; i < sc->n_skip; i++) {
+                if (strcmp(sc->skip[i].id, id) == 0) {
+                        sc->skip[i] = sc->skip[--sc->n_skip];
+                        return;
+                }
+        }
+}
 
 static const char sql_claim[] = "SELECT 1 FROM billing.subscriptions"
                                 " WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid"
@@ -108,25 +166,31 @@ static int run_due(bl_scheduler *sc, int64_t now)
 {
         bl_service *svc = sc->svc;
         bl_num t = bl_num_of(now), lim = bl_num_of(svc->cfg->scheduler_batch_max);
-        const char *p[2] = {t.s, lim.s};
+        bl_arr skip = {0};
         PGresult *res = NULL;
-        int n;
+        int n, rc;
 
-        if (as_worker(svc, sql_due, 2, p, &res) != KS_OK) {
+        skip_list(sc, now, &skip);
+        const char *p[3] = {t.s, lim.s, bl_arr_done(&skip)};
+        rc = p[2] != NULL ? as_worker(svc, sql_due, 3, p, &res) : KS_RESOURCE_EXHAUSTED;
+        bl_arr_free(&skip);
+        if (rc != KS_OK) {
                 ks_counter_inc(sc->failures);
                 return 0;
         }
         n = PQntuples(res);
         for (int i = 0; i < n; i++) {
                 due_job j = {.id = PQgetvalue(res, i, 1), .now = now};
-                int rc = bl_tx_run_as(svc, "scheduler", PQgetvalue(res, i, 0), due_tx, &j);
-                if (rc != KS_OK) {
+                if ((rc = bl_tx_run_as(svc, "scheduler", PQgetvalue(res, i, 0), due_tx, &j)) !=
+                    KS_OK) {
                         ks_counter_inc(sc->failures);
-                        ks_log_warn("scheduler", "a due subscription failed; retried next pass",
+                        skip_add(sc, j.id, now);
+                        ks_log_warn("scheduler", "a due subscription failed; retried later",
                                     "{s:s, s:s, s:s}", "tenant_id", PQgetvalue(res, i, 0),
                                     "subscription_id", j.id, "code", ks_code_name(rc));
                         continue;
                 }
+                skip_forget(sc, j.id);
                 ks_counter_add(sc->actions, (uint64_t)j.actions);
         }
         PQclear(res);

@@ -50,6 +50,9 @@ int bl_dunning_parse(const char *s, int32_t *days, int *n)
         }
         for (;;) {
                 char *end;
+                if (*p < '0' || *p > '9') { /* digits only: no sign, no space */
+                        return -1;
+                }
                 long v = strtol(p, &end, 10);
                 if (end == p || v < 1 || v > 60 || *n >= BL_DUNNING_RETRIES_MAX ||
                     (*end != ',' && *end != '\0')) {

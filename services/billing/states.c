@@ -48,6 +48,7 @@ static const unsigned char sub_table[BL_SUB_STATES][BL_SUB_EVENTS] = {
             [BL_SE_PAYMENT_SUCCEEDED] = TO(BL_SUB_ACTIVE),
             [BL_SE_CANCEL] = TO(BL_SUB_CANCELED),
             [BL_SE_DUNNING_EXHAUSTED] = TO(BL_SUB_CANCELED),
+            [BL_SE_DUES_CLEARED] = TO(BL_SUB_ACTIVE),
         },
     [BL_SUB_PAUSED] =
         {
@@ -93,6 +94,7 @@ static const char *const sub_event_names[BL_SUB_EVENTS] = {
     [BL_SE_RESUME] = "resume",
     [BL_SE_CANCEL] = "cancel",
     [BL_SE_DUNNING_EXHAUSTED] = "dunning_exhausted",
+    [BL_SE_DUES_CLEARED] = "dues_cleared",
 };
 
 static const char *const inv_state_names[BL_INV_STATES] = {

@@ -371,7 +371,7 @@ int bl_get_subscription(ks_call *call)
 
 /* ---- Cancel, Pause, Resume --------------------------------------------------------------- */
 
-typedef enum action { A_CANCEL_NOW, A_CANCEL_AT_END, A_PAUSE, A_RESUME } action;
+typedef enum action { A_CANCEL_NOW, A_CANCEL_AT_END, A_WITHDRAW, A_PAUSE, A_RESUME } action;
 
 typedef struct action_args {
         const char *id;
@@ -379,21 +379,25 @@ typedef struct action_args {
 } action_args;
 
 /* Cancel now: the unused rest of a period paid in advance comes back as credit. */
+/*
+ * Cancel now: an active subscription's unused rest of the period comes back
+ * as credit (a past_due one's is not: its period was never paid, and its
+ * open invoices stay owed); a metered plan's usage of the period is billed,
+ * all of it (usage is never recorded past now, nor after a cancellation).
+ */
 static int cancel_now(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
                       int64_t now, bl_invoice *inv)
 {
-        int64_t used_from = s->period_start_ms;
         int rc;
 
-        if (s->state == BL_SUB_ACTIVE || s->state == BL_SUB_PAST_DUE) {
-                if ((rc = bl_proration_credit(tx, s, plan, now,
-                                              "Unused time after cancellation")) != KS_OK) {
-                        return rc;
-                }
-        }
-        if (s->state != BL_SUB_TRIALING && s->state != BL_SUB_PAUSED &&
-            (rc = bl_sub_bill(tx, s, plan, cust, BL_REASON_CANCEL, used_from, now, now, inv)) !=
+        if (s->state == BL_SUB_ACTIVE &&
+            (rc = bl_proration_credit(tx, s, plan, now, "Unused time after cancellation")) !=
                 KS_OK) {
+                return rc;
+        }
+        if (s->state != BL_SUB_TRIALING &&
+            (rc = bl_sub_bill(tx, s, plan, cust, BL_REASON_CANCEL, s->period_start_ms,
+                              s->period_end_ms, now, inv)) != KS_OK) {
                 return rc;
         }
         s->canceled_ms = now;
@@ -401,15 +405,30 @@ static int cancel_now(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_cus
                            "canceled now");
 }
 
-/* Resumed: the period goes on, or a new one starts now when it ended while paused. */
+/*
+ * Resumed: the period goes on; or, when it ended while paused, a new one
+ * starts now, on an invoice that also bills a metered plan's usage of the
+ * period that ended (recorded before the pause) — unless a cancellation at
+ * period end was asked for, which then happens.
+ */
 static int resume(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
                   int64_t now, bl_invoice *inv)
 {
+        int64_t used_from = s->period_start_ms, used_to = s->period_end_ms;
         int rc;
 
         s->paused_ms = 0;
         if (now < s->period_end_ms) {
                 return bl_sub_move(tx, s, BL_SE_RESUME, now, NULL, "the period goes on");
+        }
+        if (s->cancel_at_period_end) {
+                if ((rc = bl_sub_bill(tx, s, plan, cust, BL_REASON_CANCEL, used_from, used_to, now,
+                                      inv)) != KS_OK) {
+                        return rc;
+                }
+                s->canceled_ms = now;
+                return bl_sub_move(tx, s, BL_SE_CANCEL, now, inv->id[0] != '\0' ? inv->id : NULL,
+                                   "its period ended while paused");
         }
         s->anchor_ms = now;
         s->period_n = 0;
@@ -423,7 +442,7 @@ static int resume(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_custome
                 KS_OK) {
                 return rc;
         }
-        return bl_sub_bill(tx, s, plan, cust, BL_REASON_CYCLE, 0, 0, now, inv);
+        return bl_sub_bill(tx, s, plan, cust, BL_REASON_CYCLE, used_from, used_to, now, inv);
 }
 
 static int act(bl_tx *tx, action what, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
@@ -441,6 +460,13 @@ static int act(bl_tx *tx, action what, bl_subscription *s, const bl_plan *plan, 
                                        bl_sub_state_name(s->state));
                 }
                 s->cancel_at_period_end = true;
+                return KS_OK;
+        case A_WITHDRAW:
+                if (!s->cancel_at_period_end || s->state == BL_SUB_CANCELED) {
+                        return bl_fail(tx, KS_FAILED_PRECONDITION,
+                                       "no cancellation at period end to withdraw");
+                }
+                s->cancel_at_period_end = false;
                 return KS_OK;
         case A_PAUSE:
                 s->paused_ms = now;
@@ -495,7 +521,13 @@ int bl_cancel_subscription(ks_call *call)
 {
         const Keelson__Billing__V1__CancelSubscriptionRequest *in = (const void *)call->in;
 
-        return run_action(call, in->id, in->at_period_end ? A_CANCEL_AT_END : A_CANCEL_NOW);
+        if (in->withdraw && in->at_period_end) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT,
+                                    "withdraw: not with at_period_end (withdraw takes one back)");
+        }
+        return run_action(call, in->id,
+                          in->withdraw ? A_WITHDRAW
+                                       : (in->at_period_end ? A_CANCEL_AT_END : A_CANCEL_NOW));
 }
 
 int bl_pause_subscription(ks_call *call)

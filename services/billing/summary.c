@@ -7,13 +7,15 @@
  * past_due subscriptions on flat and per-unit plans (a metered plan's
  * revenue is not recurring: it is what was used): each period's amount
  * normalised to a month of a 365-day year and rounded half away from zero
- * per plan interval, as billing rounds everything (bl_mul_div):
+ * per plan interval, as billing rounds everything (bl_mul_div): a year is
+ * 12 months, 52 weeks or 365 days.
  *
  *   month × n: amount / n          year × n: amount / (12 n)
  *   week × n:  amount × 52 / (12 n) day × n:  amount × 365 / (12 n)
  */
 #include "billing.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +29,7 @@ static const char sql_states[] =
 
 static const char sql_mrr[] =
     "SELECT s.currency, p.interval_unit, p.interval_count,"
-    " sum(p.price_amount * CASE p.price_model WHEN 2 THEN s.quantity ELSE 1 END)::text"
+    " sum(p.price_amount::numeric * CASE p.price_model WHEN 2 THEN s.quantity ELSE 1 END)::text"
     " FROM billing.subscriptions s JOIN billing.plans p ON p.tenant_id = s.tenant_id"
     " AND p.id = s.plan_id WHERE s.tenant_id = billing.ctx_tenant() AND s.state IN (1, 2)"
     " AND p.price_model IN (1, 2) GROUP BY 1, 2, 3 ORDER BY 1";
@@ -101,9 +103,11 @@ static int summary_tx(bl_tx *tx, void *arg)
         resp.subscriptions_canceled = bl_int(st, 0, 4);
         for (int i = 0; rc == KS_OK && i < PQntuples(mrr); i++) {
                 char *end;
+                errno = 0;
+                /* numeric in SQL, so the sum cannot fail there; past int64 it is refused here */
                 long long sum = strtoll(bl_text(mrr, i, 3), &end, 10);
                 int64_t month;
-                if (*end != '\0' ||
+                if (*end != '\0' || errno == ERANGE ||
                     !monthly(sum, (bl_unit)bl_int(mrr, i, 1), bl_int(mrr, i, 2), &month) ||
                     !add(&m, bl_text(mrr, i, 0), month)) {
                         rc = bl_fail(tx, KS_OUT_OF_RANGE, "MRR leaves the range of int64");

@@ -3,10 +3,12 @@
  * permission, under which Idempotency-Key, in one transaction.
  *
  * The role is the one the gateway resolved for the caller (session or API
- * key), checked against the permission of the method's row (methods.def,
- * services/core/ks_perms.c). Billing keeps no copy of memberships: a role
- * change revokes the contexts the gateways cache (auth.context_revoked),
- * so a demoted caller's next call carries the new role.
+ * key): the RPC server checks it against the permission of the method's row
+ * (methods.def, services/core/ks_perms.c) before the handler runs, since
+ * billing's spec says role_from_caller (main.c). Billing keeps no copy of
+ * memberships: a role change revokes the contexts the gateways cache
+ * (auth.context_revoked), so a demoted caller's next call carries the new
+ * role.
  *
  * A transaction runs as keelson_billing_rt (the pool's role) with
  * keelson.tenant_id set for it: the row-level security policies of every
@@ -21,7 +23,6 @@
 
 #include "ks_assert.h"
 #include "ks_log.h"
-#include "ks_perms.h"
 
 static const char sql_act_for[] = "SELECT set_config('keelson.tenant_id', $1, true)";
 
@@ -316,7 +317,6 @@ static int run_in_tx(bl_tx *tx, bl_tx_fn fn, void *arg, bool *replayed)
 
 int bl_tx_run(ks_call *call, bl_tx_fn fn, void *arg)
 {
-        unsigned perm = call->method->permission; /* its methods.def row */
         bl_tx tx;
         bool replayed = false;
         int rc;
@@ -324,11 +324,8 @@ int bl_tx_run(ks_call *call, bl_tx_fn fn, void *arg)
         if ((rc = bl_require_tenant(call)) != KS_OK) {
                 return rc;
         }
-        if (perm != 0 && (ks_role_perms(call->caller->role) & perm) == 0) {
-                return ks_call_fail(call, KS_PERMISSION_DENIED, "your role (%s) lacks %s",
-                                    call->caller->role ? call->caller->role : "",
-                                    ks_perm_name(perm));
-        }
+        /* The method's permission was checked against the caller's role before the
+         * handler ran (main.c: role_from_caller), before any input was read. */
         memset(&tx, 0, sizeof(tx));
         tx.call = call;
         tx.svc = call->service;

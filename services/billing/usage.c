@@ -5,7 +5,9 @@
  * again, in the same batch or later, is a duplicate that changes nothing,
  * so a client may resend a whole batch after any failure. An event belongs
  * to the period its timestamp falls in, which must be the current one:
- * a period already invoiced is never changed.
+ * a period already invoiced is never changed. An event already recorded is
+ * a duplicate before anything else is checked, so a batch resent after its
+ * period was invoiced is answered as the duplicates it is, not refused.
  */
 #include "billing.h"
 
@@ -21,14 +23,49 @@ typedef struct usage_args {
         const Keelson__Billing__V1__RecordUsageRequest *in;
 } usage_args;
 
-/* Every event's time (0: now) within the current period; false with the client's message. */
+static const char sql_known[] =
+    "SELECT event_id FROM billing.usage_events WHERE tenant_id = billing.ctx_tenant()"
+    " AND subscription_id = $1::uuid AND event_id = ANY($2::text[])";
+
+static bool known(const PGresult *k, const char *id)
+{
+        for (int r = 0; k != NULL && r < PQntuples(k); r++) {
+                if (strcmp(PQgetvalue(k, r, 0), id) == 0) {
+                        return true;
+                }
+        }
+        return false;
+}
+
+/* The batch's ids recorded before (for this subscription), into *k. */
+static int known_ids(bl_tx *tx, const Keelson__Billing__V1__RecordUsageRequest *in, PGresult **k)
+{
+        bl_arr ids = {0};
+        int rc;
+
+        for (size_t i = 0; i < in->n_events; i++) {
+                bl_arr_text(&ids, in->events[i]->event_id);
+        }
+        const char *p[2] = {in->subscription_id, bl_arr_done(&ids)};
+        rc = p[1] != NULL ? bl_exec(tx, sql_known, 2, p, k) : ks_call_oom(tx->call);
+        bl_arr_free(&ids);
+        return rc;
+}
+
+/*
+ * Every new event's time (0: now) within the current period and not after
+ * now, else the call fails; a known event (k) is a duplicate and is not
+ * checked (its time here only fills the array: the insert skips it).
+ */
 static int times_of(bl_tx *tx, const Keelson__Billing__V1__RecordUsageRequest *in,
-                    const bl_subscription *s, int64_t now, bl_arr *ts)
+                    const bl_subscription *s, int64_t now, const PGresult *k, bl_arr *ts)
 {
         for (size_t i = 0; i < in->n_events; i++) {
                 int64_t t =
                     in->events[i]->timestamp_unix_ms != 0 ? in->events[i]->timestamp_unix_ms : now;
-                if (t < s->period_start_ms || t >= s->period_end_ms || t > now) {
+                if (known(k, in->events[i]->event_id)) {
+                        t = now;
+                } else if (t < s->period_start_ms || t >= s->period_end_ms || t > now) {
                         return bl_fail(tx, KS_FAILED_PRECONDITION,
                                        "events[%zu].timestamp_unix_ms: within the current period"
                                        " [%lld, %lld) and not after now",
@@ -64,15 +101,49 @@ static int insert(bl_tx *tx, const Keelson__Billing__V1__RecordUsageRequest *in,
         return rc;
 }
 
+/* Whether every event of the batch was recorded before: a resend, answered as such. */
+static bool all_known(const Keelson__Billing__V1__RecordUsageRequest *in, const PGresult *k)
+{
+        for (size_t i = 0; i < in->n_events; i++) {
+                if (!known(k, in->events[i]->event_id)) {
+                        return false;
+                }
+        }
+        return true;
+}
+
+static int record(bl_tx *tx, const Keelson__Billing__V1__RecordUsageRequest *in,
+                  const bl_subscription *s, const PGresult *k, int *recorded)
+{
+        bl_arr ts = {0};
+        int64_t now;
+        int rc;
+
+        if (all_known(in, k)) {
+                return KS_OK;
+        }
+        if (s->state != BL_SUB_ACTIVE && s->state != BL_SUB_PAST_DUE) {
+                return bl_fail(tx, KS_FAILED_PRECONDITION,
+                               "usage is recorded for an active subscription; this one is %s",
+                               bl_sub_state_name(s->state));
+        }
+        if ((rc = bl_now_for(tx, s->test_clock_id, &now)) == KS_OK &&
+            (rc = times_of(tx, in, s, now, k, &ts)) == KS_OK) {
+                rc = insert(tx, in, &ts, recorded);
+        }
+        bl_arr_free(&ts);
+        return rc;
+}
+
 static int usage_tx(bl_tx *tx, void *arg)
 {
         const Keelson__Billing__V1__RecordUsageRequest *in = ((usage_args *)arg)->in;
         Keelson__Billing__V1__RecordUsageResponse resp =
             KEELSON__BILLING__V1__RECORD_USAGE_RESPONSE__INIT;
         bl_subscription s;
-        bl_arr ts = {0};
+        PGresult *k = NULL;
         bl_plan plan;
-        int64_t now, total;
+        int64_t total;
         int recorded = 0, rc;
 
         if ((rc = bl_sub_load(tx, in->subscription_id, true, &s)) != KS_OK) {
@@ -86,21 +157,15 @@ static int usage_tx(bl_tx *tx, void *arg)
                 return bl_fail(tx, KS_FAILED_PRECONDITION,
                                "the subscription's plan is not metered");
         }
-        if (s.state != BL_SUB_ACTIVE && s.state != BL_SUB_PAST_DUE) {
-                return bl_fail(tx, KS_FAILED_PRECONDITION,
-                               "usage is recorded for an active subscription; this one is %s",
-                               bl_sub_state_name(s.state));
-        }
-        if ((rc = bl_now_for(tx, s.test_clock_id, &now)) == KS_OK &&
-            (rc = times_of(tx, in, &s, now, &ts)) == KS_OK &&
-            (rc = insert(tx, in, &ts, &recorded)) == KS_OK &&
+        if ((rc = known_ids(tx, in, &k)) == KS_OK &&
+            (rc = record(tx, in, &s, k, &recorded)) == KS_OK &&
             (rc = bl_sub_usage(tx, &s, s.period_start_ms, s.period_end_ms, &total)) == KS_OK) {
                 resp.recorded = recorded;
                 resp.duplicates = (int32_t)in->n_events - recorded;
                 resp.period_usage = total;
                 rc = ks_call_reply(tx->call, &resp.base);
         }
-        bl_arr_free(&ts);
+        PQclear(k);
         return rc;
 }
 

@@ -105,18 +105,16 @@ bool bl_event_id_valid(const char *id)
         return true;
 }
 
-bool bl_payment_method_valid(const char *pm, char *err, size_t err_len)
+bool bl_payment_method_valid(const char *field, const char *pm, char *err, size_t err_len)
 {
         size_t n = pm != NULL ? strlen(pm) : 0;
 
         if (n > BL_PAYMENT_METHOD_MAX) {
-                return refuse(err, err_len, "default_payment_method: at most %d bytes",
-                              BL_PAYMENT_METHOD_MAX);
+                return refuse(err, err_len, "%s: at most %d bytes", field, BL_PAYMENT_METHOD_MAX);
         }
         for (size_t i = 0; i < n; i++) {
                 if (pm[i] <= 0x20 || pm[i] > 0x7e) {
-                        return refuse(err, err_len,
-                                      "default_payment_method: printable ASCII without spaces");
+                        return refuse(err, err_len, "%s: printable ASCII without spaces", field);
                 }
         }
         return true;

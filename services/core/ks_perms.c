@@ -12,6 +12,10 @@
  */
 #include "ks_perms.h"
 
+#include <stdio.h>
+
+#include "ks_code.h"
+
 #include <string.h>
 
 #define P_VIEWER (KS_PERM_ORG_READ | KS_PERM_MEMBERS_READ)
@@ -92,4 +96,14 @@ size_t ks_role_perm_names(const char *role, const char *out[KS_PERM_COUNT])
                 }
         }
         return n;
+}
+
+int ks_role_admits(const char *role, unsigned perm, char *msg, size_t msg_len)
+{
+        if (perm == 0 || (ks_role_perms(role) & perm) == perm) {
+                return KS_OK;
+        }
+        snprintf(msg, msg_len, "your role (%s) lacks %s", role != NULL ? role : "",
+                 ks_perm_name(perm));
+        return KS_PERMISSION_DENIED;
 }

@@ -38,6 +38,11 @@ const char *ks_role_name(int i);
 int ks_role_rank(const char *role);
 /* The permissions of a role (0 for an unknown role). */
 unsigned ks_role_perms(const char *role);
+/*
+ * Whether role holds perm (0: no permission needed): KS_OK, or
+ * KS_PERMISSION_DENIED with "your role (<role>) lacks <perm>" in msg.
+ */
+int ks_role_admits(const char *role, unsigned perm, char *msg, size_t msg_len);
 /* "members.invite" for KS_PERM_MEMBERS_INVITE; "" for a value that is not one permission. */
 const char *ks_perm_name(unsigned perm);
 /* The names of a role's permissions, in table order; returns how many. */

@@ -91,7 +91,14 @@ typedef struct ks_rpc_server_options {
         int heavy_max;
         const char *heavy_message;  /* the refusal's message (NULL: a generic one) */
         ks_counter *heavy_rejected; /* counts those refusals too (NULL: none) */
-        void *service;              /* handed to handlers as call->service */
+        /*
+         * Check each method's permission (its methods.def row) against the
+         * role in the caller context, before the handler: permission_denied
+         * "your role (admin) lacks billing.manage". For a service that trusts
+         * that role; auth reads the role again itself and leaves this off.
+         */
+        bool role_permission;
+        void *service; /* handed to handlers as call->service */
         /* optional per-worker state, made on the worker's thread: */
         int (*worker_init)(void *service, int index, void **state);
         void (*worker_fini)(void *service, void *state);

@@ -19,6 +19,7 @@
  * tried twice by then.
  */
 #include "ks_rpc.h"
+#include "ks_perms.h"
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
@@ -336,7 +337,11 @@ static void run_call(ks_rpc_server *srv, slot *s, void *worker_state)
         if (ks_deadline_expired(s->deadline)) {
                 code = ks_call_fail(&call, KS_DEADLINE_EXCEEDED, "deadline exceeded in queue");
         } else if ((code = ks_method_admits(m, call.caller, call.message, sizeof(call.message))) !=
-                   KS_OK) {
+                       KS_OK ||
+                   (srv->opts.role_permission &&
+                    (code = ks_role_admits(call.caller->authenticated ? call.caller->role : NULL,
+                                           m->permission, call.message, sizeof(call.message))) !=
+                        KS_OK)) {
                 /* refused before the handler: code and message are set */
         } else if ((in = protobuf_c_message_unpack(m->input, NULL, s->req->payload.len,
                                                    s->req->payload.data)) == NULL) {

@@ -427,6 +427,7 @@ static int start_rpc(running *r)
             .heavy_max = r->env.heavy_max,
             .heavy_message = r->env.heavy_message,
             .heavy_rejected = r->env.heavy_rejected,
+            .role_permission = r->spec->role_from_caller,
             .service = r->spec->service,
             .worker_init = r->spec->worker_init,
             .worker_fini = r->spec->worker_fini,

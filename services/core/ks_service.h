@@ -111,6 +111,13 @@ typedef struct ks_service_spec {
         ks_pg_pool **pool;        /* where the pool goes (the service's struct) */
 
         bool outbox; /* publishes committed outbox rows of schema (KEELSON_<SVC>_OUTBOX_*) */
+        /*
+         * The service trusts the role of the caller context (it keeps no copy
+         * of memberships): the RPC server refuses a role that lacks a method's
+         * permission before the handler runs, before anything is read or
+         * checked (ks_rpc_server_options.role_permission).
+         */
+        bool role_from_caller;
 
         /* hooks, each optional */
         int (*check)(void *service, char *err, size_t err_len); /* 0, or -1 and err */

@@ -42,6 +42,7 @@ static const move sub_moves[] = {
     {BL_SUB_PAST_DUE, BL_SE_PAYMENT_SUCCEEDED, BL_SUB_ACTIVE},
     {BL_SUB_PAST_DUE, BL_SE_CANCEL, BL_SUB_CANCELED},
     {BL_SUB_PAST_DUE, BL_SE_DUNNING_EXHAUSTED, BL_SUB_CANCELED},
+    {BL_SUB_PAST_DUE, BL_SE_DUES_CLEARED, BL_SUB_ACTIVE},
     {BL_SUB_PAUSED, BL_SE_RESUME, BL_SUB_ACTIVE},
     {BL_SUB_PAUSED, BL_SE_CANCEL, BL_SUB_CANCELED},
 };
@@ -185,8 +186,8 @@ static void test_sub_names(void **state)
         static const char *const states[] = {"trialing", "active", "past_due", "paused",
                                              "canceled"};
         static const char *const events[] = {
-            "trial_end", "renew",  "change", "payment_failed",   "payment_succeeded",
-            "pause",     "resume", "cancel", "dunning_exhausted"};
+            "trial_end", "renew",  "change", "payment_failed",    "payment_succeeded",
+            "pause",     "resume", "cancel", "dunning_exhausted", "dues_cleared"};
         bl_sub_state s;
 
         (void)state;
