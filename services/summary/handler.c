@@ -1,6 +1,7 @@
 /*
  * GetSummary: check the caller, then the cache levels in order (see
- * summary.h), then PostgreSQL.
+ * summary.h), then compute: auth's counts from PostgreSQL, then billing's
+ * figures from keelson-billing, asked as the caller (billing.c).
  *
  * Permission: org.read in the tenant, which every role of the table in
  * services/core/ks_perms.c holds (owner, admin, member, viewer). The role comes
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ks_assert.h"
 #include "ks_clock.h"
 #include "ks_log.h"
 #include "ks_perms.h"
@@ -62,7 +64,33 @@ static void test_pause(sm_service *svc, sm_worker *w, const char *tenant, int64_
         ks_gauge_add(svc->m.paused, -1);
 }
 
-/* A miss on both levels: compute, store under the generation read before the SQL. */
+/*
+ * The figures, uncached: auth's counts (a failure fails the summary), then
+ * billing's (a failure only makes them unavailable). One after the other: a
+ * fill is rare, and billing is not asked for a summary that cannot be
+ * answered.
+ */
+static int compute(ks_call *call, sm_service *svc, const char *tenant, sm_counts *out)
+{
+        int rc = sm_db_counts(svc, call->request_id, tenant, out);
+
+        if (rc == KS_OK) {
+                sm_billing_ask(svc, call, &out->billing);
+        }
+        return rc;
+}
+
+static int64_t ttl_of(const sm_service *svc, const sm_counts *c)
+{
+        return sm_value_ttl_ms(c, svc->ttl_ms, svc->partial_ttl_ms);
+}
+
+/*
+ * A miss on both levels: compute, store under the generation read before
+ * the SQL and the billing call, so that an invalidation coming in meanwhile
+ * (from auth's writes or billing's) leaves the value where no later read
+ * looks.
+ */
 static int fill(ks_call *call, sm_service *svc, sm_worker *w, const char *tenant, int64_t gen,
                 uint64_t epoch, sm_counts *out)
 {
@@ -70,13 +98,13 @@ static int fill(ks_call *call, sm_service *svc, sm_worker *w, const char *tenant
         int64_t after = gen;
         int rc;
 
-        if ((rc = sm_db_counts(svc, call->request_id, tenant, out)) != KS_OK) {
+        if ((rc = compute(call, svc, tenant, out)) != KS_OK) {
                 return rc;
         }
         if (svc->test_hooks && req->test_fill_pause_ms > 0) {
                 test_pause(svc, w, tenant, gen, req->test_fill_pause_ms);
         }
-        if (sm_redis_put(&w->redis, tenant, gen, out, svc->ttl_ms) != 0 ||
+        if (sm_redis_put(&w->redis, tenant, gen, out, ttl_of(svc, out)) != 0 ||
             sm_redis_gen(&w->redis, tenant, &after) != 0) {
                 ks_counter_inc(svc->m.redis_errors);
                 atomic_fetch_add(&svc->redis_epoch, 1);
@@ -87,7 +115,7 @@ static int fill(ks_call *call, sm_service *svc, sm_worker *w, const char *tenant
                 ks_counter_inc(svc->m.discarded);
                 return KS_OK;
         }
-        sm_local_put(&svc->local, tenant, gen, epoch, out, ks_now_ms(), svc->ttl_ms);
+        sm_local_put(&svc->local, tenant, gen, epoch, out, ks_now_ms(), ttl_of(svc, out));
         return KS_OK;
 }
 
@@ -100,25 +128,25 @@ static int lookup(ks_call *call, sm_service *svc, sm_worker *w, const char *tena
 
         *src = SM_SRC_DATABASE;
         if (!svc->cache_enabled) {
-                return sm_db_counts(svc, call->request_id, tenant, out);
+                return compute(call, svc, tenant, out);
         }
         if (sm_redis_gen(&w->redis, tenant, &gen) != 0) {
                 /* Degraded: no generation, so nothing cached can be trusted. */
                 ks_counter_inc(svc->m.redis_errors);
                 ks_counter_inc(svc->m.degraded);
                 atomic_fetch_add(&svc->redis_epoch, 1);
-                return sm_db_counts(svc, call->request_id, tenant, out);
+                return compute(call, svc, tenant, out);
         }
-        if (sm_local_get(&svc->local, tenant, gen, epoch, ks_now_ms(), svc->ttl_ms, out)) {
+        if (sm_local_get(&svc->local, tenant, gen, epoch, ks_now_ms(), out)) {
                 ks_counter_inc(svc->m.hits_local);
                 *src = SM_SRC_LOCAL;
                 return KS_OK;
         }
         ks_counter_inc(svc->m.misses_local);
         rc = sm_redis_get(&w->redis, tenant, gen, out);
-        if (rc == 0 && ks_now_ms() < out->computed_ms + svc->ttl_ms) {
+        if (rc == 0 && ks_now_ms() < out->computed_ms + ttl_of(svc, out)) {
                 ks_counter_inc(svc->m.hits_redis);
-                sm_local_put(&svc->local, tenant, gen, epoch, out, ks_now_ms(), svc->ttl_ms);
+                sm_local_put(&svc->local, tenant, gen, epoch, out, ks_now_ms(), ttl_of(svc, out));
                 *src = SM_SRC_REDIS;
                 return KS_OK;
         }
@@ -126,10 +154,64 @@ static int lookup(ks_call *call, sm_service *svc, sm_worker *w, const char *tena
                 ks_counter_inc(svc->m.redis_errors);
                 ks_counter_inc(svc->m.degraded);
                 atomic_fetch_add(&svc->redis_epoch, 1);
-                return sm_db_counts(svc, call->request_id, tenant, out);
+                return compute(call, svc, tenant, out);
         }
         ks_counter_inc(svc->m.misses_redis);
         return fill(call, svc, w, tenant, gen, epoch, out);
+}
+
+/* The response's billing part, pointing into this storage (on the replying stack). */
+typedef struct billing_msg {
+        Keelson__Summary__V1__BillingFigures b;
+        Keelson__Summary__V1__SubscriptionsByState subs;
+        Keelson__Summary__V1__CurrencyAmount v[3][SM_CURRENCIES_MAX];
+        Keelson__Summary__V1__CurrencyAmount *p[3][SM_CURRENCIES_MAX];
+} billing_msg;
+
+static size_t amounts_msg(const sm_amounts *a, Keelson__Summary__V1__CurrencyAmount *v,
+                          Keelson__Summary__V1__CurrencyAmount **p)
+{
+        KS_ASSERT(a->n <= SM_CURRENCIES_MAX);
+        for (uint32_t i = 0; i < a->n; i++) {
+                keelson__summary__v1__currency_amount__init(&v[i]);
+                v[i].currency = (char *)a->v[i].currency;
+                v[i].amount = a->v[i].amount;
+                p[i] = &v[i];
+        }
+        return a->n;
+}
+
+/*
+ * Unavailable, or not for this role (billing's figures are billing.read's:
+ * admins and owners): the state alone, no figure (absent, not zero).
+ */
+static Keelson__Summary__V1__BillingFigures *billing_of(const sm_billing *f, const char *role,
+                                                        billing_msg *m)
+{
+        keelson__summary__v1__billing_figures__init(&m->b);
+        if ((ks_role_perms(role) & KS_PERM_BILLING_READ) == 0) {
+                m->b.state = "not_permitted";
+                return &m->b;
+        }
+        m->b.state = (char *)(f->available ? "ok" : "unavailable");
+        if (!f->available) {
+                return &m->b;
+        }
+        keelson__summary__v1__subscriptions_by_state__init(&m->subs);
+        m->subs.active = f->active;
+        m->subs.trialing = f->trialing;
+        m->subs.past_due = f->past_due;
+        m->subs.paused = f->paused;
+        m->subs.canceled = f->canceled;
+        m->b.subscriptions = &m->subs;
+        m->b.n_mrr = amounts_msg(&f->mrr, m->v[0], m->p[0]);
+        m->b.mrr = m->p[0];
+        m->b.n_open_amount = amounts_msg(&f->open_amount, m->v[1], m->p[1]);
+        m->b.open_amount = m->p[1];
+        m->b.n_past_due_amount = amounts_msg(&f->past_due_amount, m->v[2], m->p[2]);
+        m->b.past_due_amount = m->p[2];
+        m->b.invoices_open = f->invoices_open;
+        return &m->b;
 }
 
 static int reply(ks_call *call, const char *tenant, const char *role, const sm_counts *c,
@@ -140,6 +222,7 @@ static int reply(ks_call *call, const char *tenant, const char *role, const sm_c
             KEELSON__SUMMARY__V1__GET_SUMMARY_RESPONSE__INIT;
         Keelson__Summary__V1__UsersByState u = KEELSON__SUMMARY__V1__USERS_BY_STATE__INIT;
         Keelson__Summary__V1__MembersByRole m = KEELSON__SUMMARY__V1__MEMBERS_BY_ROLE__INIT;
+        billing_msg bm;
         char *assignable[KS_ROLES_N];
         size_t n = 0;
         bool grants =
@@ -168,6 +251,7 @@ static int reply(ks_call *call, const char *tenant, const char *role, const sm_c
         r.active_api_keys = c->active_api_keys;
         r.computed_at_unix_ms = c->computed_ms;
         r.source = (char *)sources[src];
+        r.billing = billing_of(&c->billing, role, &bm);
         return ks_call_reply(call, &r.base);
 }
 

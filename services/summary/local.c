@@ -3,8 +3,9 @@
  * in a fixed array, found through a ks_hmap by tenant id, the least recently
  * used tenant evicted for a new one (ks_lru). This is a cache: an entry that
  * is gone is a miss, answered by Redis or PostgreSQL. One mutex: an entry is
- * a few dozen bytes copied in or out, far shorter than anything else a
- * request does.
+ * copied in or out (about 1.7 KB, most of it billing's lists of currencies),
+ * far shorter than anything else a request does. Each entry keeps its own
+ * expiry: a value without billing's figures lives shorter (summary.h).
  */
 #include "summary.h"
 
@@ -12,6 +13,11 @@
 #include <string.h>
 
 #define NONE KS_HMAP_NONE
+
+int64_t sm_value_ttl_ms(const sm_counts *c, int64_t ttl_ms, int64_t partial_ttl_ms)
+{
+        return c->billing.available ? ttl_ms : partial_ttl_ms;
+}
 
 int sm_local_init(sm_local *l, size_t n)
 {
@@ -62,7 +68,7 @@ static uint64_t hash_of(const sm_local *l, const char *tenant)
 }
 
 bool sm_local_get(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, int64_t now_ms,
-                  int64_t ttl_ms, sm_counts *out)
+                  sm_counts *out)
 {
         uint64_t h = hash_of(l, tenant);
         bool hit = false;
@@ -71,7 +77,7 @@ bool sm_local_get(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, 
         uint32_t i = find(l, tenant, h);
         if (i != NONE) {
                 const sm_local_entry *e = &l->slots[i];
-                hit = e->gen == gen && e->epoch == epoch && now_ms < e->counts.computed_ms + ttl_ms;
+                hit = e->gen == gen && e->epoch == epoch && now_ms < e->expires_ms;
                 ks_lru_touch(&l->lru, i);
         }
         if (hit) {
@@ -106,12 +112,15 @@ void sm_local_put(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, 
 {
         uint64_t h = hash_of(l, tenant);
 
+        if (ttl_ms <= 0) {
+                return; /* a value not to be stored (sm_value_ttl_ms) */
+        }
+
         pthread_mutex_lock(&l->mu);
         uint32_t i = find(l, tenant, h);
         if (i != NONE) {
                 const sm_local_entry *e = &l->slots[i];
-                bool keep =
-                    e->epoch == epoch && e->gen > gen && now_ms < e->counts.computed_ms + ttl_ms;
+                bool keep = e->epoch == epoch && e->gen > gen && now_ms < e->expires_ms;
                 ks_lru_touch(&l->lru, i);
                 if (keep) {
                         pthread_mutex_unlock(&l->mu);
@@ -125,6 +134,7 @@ void sm_local_put(sm_local *l, const char *tenant, int64_t gen, uint64_t epoch, 
         e->tenant[SM_TENANT_LEN] = '\0';
         e->gen = gen;
         e->epoch = epoch;
+        e->expires_ms = c->computed_ms + ttl_ms;
         e->counts = *c;
         pthread_mutex_unlock(&l->mu);
 }

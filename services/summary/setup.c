@@ -1,7 +1,8 @@
 /*
  * keelson-summary's own settings and what it starts beside the service
  * skeleton (ks_service.h): its Redis client settings, the local cache, the
- * users.admin_summary listener, and each worker's Redis connection.
+ * users.admin_summary listener, the client of billing, and each worker's
+ * Redis connection.
  * main.c hands these to ks_service_run.
  */
 #include <stdio.h>
@@ -23,6 +24,14 @@ const ks_config_var sm_config_vars[] = {
                "after a Redis failure, wait this long before connecting again"),
     KS_CFG_INT("KEELSON_SUMMARY_CACHE_TTL_MS", C, ttl_ms, "30000", 100, 86400000,
                "longest a cached summary is served (the floor when an event is lost)"),
+    KS_CFG_INT("KEELSON_SUMMARY_PARTIAL_TTL_MS", C, partial_ttl_ms, "5000", 0, 86400000,
+               "longest a summary without billing's figures (billing unavailable) is served;"
+               " 0: never cached; at most KEELSON_SUMMARY_CACHE_TTL_MS"),
+    KS_CFG_INT("KEELSON_SUMMARY_BILLING_TIMEOUT_MS", C, billing_timeout_ms, "500", 10, 60000,
+               "longest a cache fill waits for billing's figures (GetBillingSummary); past it"
+               " the summary answers with billing unavailable. Keep it below the gateway's"
+               " KEELSON_GATEWAY_RESEND_MS, or a hung billing makes the gateway resend"
+               " GetSummary"),
     KS_CFG_INT("KEELSON_SUMMARY_LOCAL_MAX", C, local_max, "4096", 1, 1048576,
                "tenants held in each replica's memory"),
     KS_CFG_BOOL("KEELSON_SUMMARY_CACHE", C, cache, "true",
@@ -75,6 +84,13 @@ int sm_check_config(void *service, char *err, size_t err_len)
                          "KEELSON_SUMMARY_REDIS_PREFIX: at most 63 characters, no spaces or %%");
                 return -1;
         }
+        if (c->partial_ttl_ms > c->ttl_ms) {
+                snprintf(err, err_len,
+                         "KEELSON_SUMMARY_PARTIAL_TTL_MS=%lld must not exceed"
+                         " KEELSON_SUMMARY_CACHE_TTL_MS=%lld",
+                         (long long)c->partial_ttl_ms, (long long)c->ttl_ms);
+                return -1;
+        }
         snprintf(svc->redis.prefix, sizeof(svc->redis.prefix), "%s", c->redis_prefix);
         svc->redis.timeout_ms = (int)c->redis_timeout_ms;
         svc->redis.retry_ms = (int)c->redis_retry_ms;
@@ -103,6 +119,12 @@ static void init_metrics(sm_metrics *mm)
                            "Summaries computed from PostgreSQL because Redis failed", NULL);
         mm->redis_errors = ks_counter_get(reg, "keelson_summary_redis_errors_total",
                                           "Redis commands or connections that failed", NULL);
+        mm->billing_ok =
+            ks_counter_get(reg, "keelson_summary_billing_calls_total",
+                           "GetBillingSummary calls of cache fills by outcome", "result=\"ok\"");
+        mm->billing_unavailable = ks_counter_get(
+            reg, "keelson_summary_billing_calls_total",
+            "GetBillingSummary calls of cache fills by outcome", "result=\"unavailable\"");
         mm->paused = ks_gauge_get(reg, "keelson_summary_test_fills_paused",
                                   "Fills held by the test hook right now", NULL);
         mm->latency =
@@ -116,6 +138,8 @@ int sm_start(void *service, ks_service_env *env)
         const sm_config *c = svc->cfg;
 
         svc->ttl_ms = c->ttl_ms;
+        svc->partial_ttl_ms = c->partial_ttl_ms;
+        svc->billing_timeout_ms = c->billing_timeout_ms;
         svc->cache_enabled = c->cache;
         svc->test_hooks = c->test_hooks;
         init_metrics(&svc->m);
@@ -125,11 +149,19 @@ int sm_start(void *service, ks_service_env *env)
         if (svc->test_hooks) {
                 ks_log_warn(NULL, "test hooks enabled: not for production", NULL);
         }
+        /* Each worker makes at most one call at a time: that bounds the calls in flight. */
+        if (sm_billing_start(svc, env->broker_bases, env->n_brokers, (int)c->base.workers) !=
+            KS_OK) {
+                ks_log_error(NULL, "cannot make the billing client", NULL);
+                return -1;
+        }
         if (sm_events_start(svc, env->broker_bases, env->n_brokers) != 0) {
                 ks_log_error(NULL, "cannot subscribe to users.admin_summary", NULL);
                 return -1;
         }
-        ks_log_info(NULL, "cache", "{s:b, s:i}", "cache", c->cache, "ttl_ms", (int)c->ttl_ms);
+        ks_log_info(NULL, "cache", "{s:b, s:i, s:i, s:i}", "cache", c->cache, "ttl_ms",
+                    (int)c->ttl_ms, "partial_ttl_ms", (int)c->partial_ttl_ms, "billing_timeout_ms",
+                    (int)c->billing_timeout_ms);
         return 0;
 }
 
@@ -138,5 +170,6 @@ void sm_stop(void *service)
         sm_service *svc = service;
 
         sm_events_stop(svc);
+        sm_billing_stop(svc);
         sm_local_fini(&svc->local);
 }

@@ -9,6 +9,17 @@
  * is logged with its request id and timed, a lost generation does not keep
  * the local level away past the TTL, Redis stopped means PostgreSQL answers
  * until caching resumes, and a tenant sees only its own counts.
+ *
+ * Billing's figures: a tenant's subscriptions in every state, MRR per
+ * currency (a year's 12,000 is 1,000 a month), open and past-due amounts;
+ * a billing write invalidates the cached summary like an admin write (the
+ * next answer is computed, then cached again) and a fill holding billing's
+ * answer while one commits is never served; a billing that does not answer
+ * (a lock holds its table, so the stack's own replicas hang past
+ * KEELSON_SUMMARY_BILLING_TIMEOUT_MS) leaves the rest of the summary served
+ * and its billing part "unavailable", cached only for
+ * KEELSON_SUMMARY_PARTIAL_TTL_MS; and a value of the older Redis format (an
+ * older replica's, in a rolling deploy) is a miss.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,12 +28,14 @@
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
+#include <time.h>
 
-#include "auth_it.h"
+#include "billing_it.h"
 
-#define SUMMARY_PATH "/keelson.summary.v1.AdminSummaryService/GetSummary"
-#define WAIT_MS      10000 /* event delivery bound; the replicas' TTL is 30 s */
-#define REPLICA_MAX  IT_REPLICAS_MAX
+#define SUMMARY_PATH      "/keelson.summary.v1.AdminSummaryService/GetSummary"
+#define WAIT_MS           10000 /* event delivery bound; the replicas' TTL is 30 s */
+#define SM_VALUE_TEXT_MAX 4096  /* a cached value's text in Redis (services/summary/summary.h) */
+#define REPLICA_MAX       IT_REPLICAS_MAX
 
 static int g_ports[REPLICA_MAX];
 static int g_n;
@@ -142,11 +155,73 @@ static bool figures_equal(const figures *a, const figures *b)
                a->keys == b->keys;
 }
 
+/* ---- billing's figures in a reply -------------------------------------------------- */
+
+#define AMOUNTS_MAX 4
+
+typedef struct money {
+        const char *currency; /* NULL ends a list */
+        long amount;
+} money;
+
+/* What the reply's "billing" must say, its state being "ok". */
+typedef struct billing_figures {
+        long active, trialing, past_due, paused, canceled, invoices_open;
+        money mrr[AMOUNTS_MAX + 1], open[AMOUNTS_MAX + 1], past_due_amount[AMOUNTS_MAX + 1];
+} billing_figures;
+
+/* The list at key is want: the same currencies in the same order, the same amounts. */
+static bool amounts_equal(json_t *billing, const char *key, const money *want)
+{
+        json_t *list = json_object_get(billing, key); /* absent: empty */
+        size_t n = 0;
+
+        while (n < AMOUNTS_MAX && want[n].currency != NULL) {
+                n++;
+        }
+        if (json_array_size(list) != n) {
+                return false;
+        }
+        for (size_t i = 0; i < n; i++) {
+                json_t *e = json_array_get(list, i);
+                if (strcmp(bit_str(e, "currency"), want[i].currency) != 0 ||
+                    num(e, NULL, "amount") != want[i].amount) {
+                        return false;
+                }
+        }
+        return true;
+}
+
+static bool billing_equal(json_t *j, const billing_figures *w)
+{
+        json_t *b = json_object_get(j, "billing");
+
+        return strcmp(bit_str(b, "state"), "ok") == 0 &&
+               num(b, "subscriptions", "active") == w->active &&
+               num(b, "subscriptions", "trialing") == w->trialing &&
+               num(b, "subscriptions", "pastDue") == w->past_due &&
+               num(b, "subscriptions", "paused") == w->paused &&
+               num(b, "subscriptions", "canceled") == w->canceled &&
+               num(b, NULL, "invoicesOpen") == w->invoices_open &&
+               amounts_equal(b, "mrr", w->mrr) && amounts_equal(b, "openAmount", w->open) &&
+               amounts_equal(b, "pastDueAmount", w->past_due_amount);
+}
+
+static void assert_billing(json_t *j, const billing_figures *w)
+{
+        if (!billing_equal(j, w)) {
+                char *s = json_dumps(json_object_get(j, "billing"), JSON_COMPACT);
+                fail_msg("billing figures not as expected: %s", s != NULL ? s : "(none)");
+        }
+}
+
 /*
  * Reads until every replica has answered at least twice since the call
- * began, asserting each answer: both replicas are warm (or checked) after.
+ * began, asserting each answer (billing's figures too, unless bw is NULL):
+ * both replicas are warm (or checked) after.
  */
-static void read_on_every_replica(const char *token, const figures *want, const char *tenant)
+static void read_all_on_every_replica(const char *token, const figures *want,
+                                      const billing_figures *bw, const char *tenant)
 {
         double before[REPLICA_MAX];
         bool done = false;
@@ -159,6 +234,9 @@ static void read_on_every_replica(const char *token, const figures *want, const 
                 figures f;
                 read_figures(j, &f);
                 assert_figures(&f, want);
+                if (bw != NULL) {
+                        assert_billing(j, bw);
+                }
                 assert_string_equal(ait_str(j, "tenantId"), tenant);
                 json_decref(j);
                 done = true;
@@ -167,6 +245,11 @@ static void read_on_every_replica(const char *token, const figures *want, const 
                 }
         }
         assert_true(done);
+}
+
+static void read_on_every_replica(const char *token, const figures *want, const char *tenant)
+{
+        read_all_on_every_replica(token, want, NULL, tenant);
 }
 
 /* Polls until the summary shows want (bounded far below the TTL), then checks every replica. */
@@ -189,33 +272,49 @@ static void wait_figures(const char *token, const figures *want, const char *ten
                  WAIT_MS, f.active, f.locked, f.pending, f.keys);
 }
 
-/* "GET" or "DEL" of the tenant's generation key in Redis; GET: the generation (absent: 0). */
-static long generation_cmd(const char *cmd, const char *tenant)
+/*
+ * One command to the stack's Redis (hiredis's format); a string reply is
+ * copied to text (when not NULL), an integer or a string is returned as a
+ * number (nil: 0, anything else: -1).
+ */
+static long redis_run(char *text, size_t len, const char *fmt, ...)
 {
         char host[256] = "127.0.0.1";
         int port = 6379;
         const char *p = strrchr(ait_stack.redis_url, ':');
         redisContext *c;
         redisReply *rep;
-        long gen = -1;
+        va_list ap;
+        long v = -1;
 
         if (p != NULL) {
                 port = atoi(p + 1);
         }
         c = redisConnect(host, port);
         assert_true(c != NULL && c->err == 0);
-        rep = redisCommand(c, "%s keelson:summary:gen:%s", cmd, tenant);
+        va_start(ap, fmt);
+        rep = redisvCommand(c, fmt, ap);
+        va_end(ap);
         assert_non_null(rep);
+        if (text != NULL) {
+                snprintf(text, len, "%s", rep->type == REDIS_REPLY_STRING ? rep->str : "");
+        }
         if (rep->type == REDIS_REPLY_NIL) {
-                gen = 0;
+                v = 0;
         } else if (rep->type == REDIS_REPLY_STRING) {
-                gen = atol(rep->str);
+                v = atol(rep->str);
         } else if (rep->type == REDIS_REPLY_INTEGER) {
-                gen = (long)rep->integer;
+                v = (long)rep->integer;
         }
         freeReplyObject(rep);
         redisFree(c);
-        return gen;
+        return v;
+}
+
+/* "GET", "DEL" or "INCR" of the tenant's generation key; GET: the generation (absent: 0). */
+static long generation_cmd(const char *cmd, const char *tenant)
+{
+        return redis_run(NULL, 0, "%s keelson:summary:gen:%s", cmd, tenant);
 }
 
 static long generation(const char *tenant)
@@ -223,10 +322,25 @@ static long generation(const char *tenant)
         return generation_cmd("GET", tenant);
 }
 
-/* Waits until every replica has bumped the tenant's generation for every event auth published. */
+/* users.admin_summary events billing queued for the tenant (its own outbox). */
+static long billing_events(const char *tenant)
+{
+        const char *params[1] = {tenant};
+
+        return ait_sql_long(
+            "SELECT count(*) FROM billing.outbox WHERE topic = 'users.admin_summary'"
+            " AND tenant_id = $1::uuid",
+            1, params);
+}
+
+/*
+ * Waits until every replica has bumped the tenant's generation for every
+ * event auth and billing published.
+ */
 static long settle(const char *tenant)
 {
-        long events = ait_events(0, "users.admin_summary", tenant), gen = 0;
+        long events = ait_events(0, "users.admin_summary", tenant) + billing_events(tenant),
+             gen = 0;
 
         for (int waited = 0; waited <= WAIT_MS; waited += 50) {
                 if ((gen = generation(tenant)) >= events * g_n) {
@@ -742,6 +856,299 @@ static void test_a_tenant_sees_only_its_own_counts(void **state)
         json_decref(j);
 }
 
+/* ---- billing's figures ----------------------------------------------------------- */
+
+#define BILLING_UNAVAILABLE "keelson_summary_billing_calls_total{result=\"unavailable\"}"
+#define PARTIAL_TTL_MS      5000 /* KEELSON_SUMMARY_PARTIAL_TTL_MS: the stack keeps the default */
+
+/* A subscription of the customer to the plan, in the state it must start in; its id. */
+static void subscribe(const bit_tenant *t, const char *customer, const char *plan, int quantity,
+                      const char *state, char id[BIT_ID_MAX])
+{
+        json_t *j = bit_ok(t->owner.token, "CreateSubscription",
+                           "{\"customerId\":\"%s\",\"planCode\":\"%s\",\"quantity\":\"%d\"}",
+                           customer, plan, quantity);
+
+        snprintf(id, BIT_ID_MAX, "%s", bit_str(j, "subscription.id"));
+        assert_string_equal(bit_str(j, "subscription.state"), state);
+        json_decref(j);
+}
+
+/* Four customers on a test clock, plans in two currencies, a subscription in every state. */
+static void test_billing_figures_of_a_tenant(void **state)
+{
+        const billing_figures want = {
+            .active = 4, /* two monthly, the yearly, the seats */
+            .trialing = 1,
+            .past_due = 1,
+            .paused = 1,
+            .canceled = 1,
+            .invoices_open = 2,
+            /* EUR 3 × 300; USD 1,000 × 3 (two active, the past-due) + 12,000 / 12 */
+            .mrr = {{"EUR", 900}, {"USD", 4000}},
+            .open = {{"USD", 2000}},            /* the unpaid and the declined invoice */
+            .past_due_amount = {{"USD", 1000}}, /* the declined one alone */
+        };
+        bit_tenant t;
+        char clock[BIT_ID_MAX], visa[BIT_ID_MAX], unpaid[BIT_ID_MAX], declined[BIT_ID_MAX];
+        char eur[BIT_ID_MAX], sub[BIT_ID_MAX];
+
+        (void)state;
+        bit_tenant_new("it-sum-bill", &t);
+        bit_clock(&t, bit_utc(2027, 3, 1, 0, 0, 0), clock);
+        bit_plan(&t, "monthly", "USD", "FLAT", 1000, "MONTH", 1, 0);
+        bit_plan(&t, "yearly", "USD", "FLAT", 12000, "YEAR", 1, 0);
+        bit_plan(&t, "trial", "USD", "FLAT", 500, "MONTH", 1, 14);
+        bit_plan(&t, "seats", "EUR", "PER_UNIT", 300, "MONTH", 1, 0);
+        bit_customer(&t, "USD", 0, "pm_card_visa", clock, visa);
+        bit_customer(&t, "USD", 0, "", clock, unpaid); /* no card: its invoices wait, open */
+        bit_customer(&t, "USD", 0, "pm_card_chargeDeclined", clock, declined);
+        bit_customer(&t, "EUR", 0, "pm_card_visa", clock, eur);
+
+        subscribe(&t, visa, "monthly", 1, "active", sub);
+        subscribe(&t, visa, "yearly", 1, "active", sub);
+        subscribe(&t, visa, "trial", 1, "trialing", sub); /* no revenue while trialing */
+        subscribe(&t, unpaid, "monthly", 1, "active", sub);
+        subscribe(&t, declined, "monthly", 1, "past_due", sub);
+        subscribe(&t, eur, "seats", 3, "active", sub);
+        subscribe(&t, visa, "monthly", 1, "active", sub);
+        json_decref(bit_ok(t.owner.token, "PauseSubscription", "{\"id\":\"%s\"}", sub));
+        subscribe(&t, visa, "monthly", 1, "active", sub);
+        json_decref(bit_ok(t.owner.token, "CancelSubscription", "{\"id\":\"%s\"}", sub));
+
+        settle(t.owner.tenant_id);
+        read_all_on_every_replica(t.owner.token, &fresh_tenant, &want, t.owner.tenant_id);
+
+        /* billing.read is an admin's and an owner's: a member sees that, not the figures. */
+        ait_user member;
+        ait_new_member(&t.owner, "it-sum-bill-m", "member", &member);
+        json_t *j = summary(member.token);
+        json_t *b = json_object_get(j, "billing");
+        assert_string_equal(ait_str(b, "state"), "not_permitted");
+        assert_null(json_object_get(b, "mrr"));
+        assert_null(json_object_get(b, "subscriptions"));
+        json_decref(j);
+}
+
+/* Reads that run nothing: no SQL, no fill, every answer cached and as want. */
+static void cached_reads(const char *token, const billing_figures *want)
+{
+        double sql0 = metric_sum(SQL);
+
+        for (int i = 0; i < 10; i++) {
+                json_t *j = summary(token);
+                assert_string_not_equal(ait_str(j, "source"), "database");
+                assert_billing(j, want);
+                json_decref(j);
+        }
+        assert_true(metric_sum(SQL) == sql0);
+}
+
+static void test_a_billing_write_invalidates_the_summary(void **state)
+{
+        billing_figures before = {.active = 1, .mrr = {{"USD", 1000}}}; /* 12,000 a year */
+        billing_figures after = {.active = 2, .mrr = {{"USD", 2000}}};
+        bit_tenant t;
+        char clock[BIT_ID_MAX], cust[BIT_ID_MAX], sub[BIT_ID_MAX];
+        long gen0;
+        bool changed = false;
+
+        (void)state;
+        bit_tenant_new("it-sum-binv", &t);
+        bit_clock(&t, bit_utc(2027, 5, 1, 0, 0, 0), clock);
+        bit_plan(&t, "yearly", "USD", "FLAT", 12000, "YEAR", 1, 0);
+        bit_plan(&t, "monthly", "USD", "FLAT", 1000, "MONTH", 1, 0);
+        bit_customer(&t, "USD", 0, "pm_card_visa", clock, cust);
+        subscribe(&t, cust, "yearly", 1, "active", sub);
+        gen0 = settle(t.owner.tenant_id);
+        read_all_on_every_replica(t.owner.token, &fresh_tenant, &before, t.owner.tenant_id);
+        cached_reads(t.owner.token, &before);
+
+        /* Billing's write publishes users.admin_summary: the next answer is computed again. */
+        subscribe(&t, cust, "monthly", 1, "active", sub);
+        for (int waited = 0; waited <= WAIT_MS && !changed; waited += 20) {
+                json_t *j = summary(t.owner.token);
+                changed = billing_equal(j, &after);
+                if (changed) {
+                        assert_string_equal(ait_str(j, "source"), "database");
+                } else {
+                        assert_billing(j, &before); /* cached until the event comes */
+                        it_sleep_ms(20);
+                }
+                json_decref(j);
+        }
+        assert_true(changed);
+        assert_true(settle(t.owner.tenant_id) > gen0);
+        read_all_on_every_replica(t.owner.token, &fresh_tenant, &after, t.owner.tenant_id);
+        cached_reads(t.owner.token, &after);
+}
+
+/* A fill holding billing's figures while a billing write commits: they are never served. */
+static void test_fill_racing_a_billing_write_is_not_served(void **state)
+{
+        const billing_figures none = {0}, after = {.active = 1, .mrr = {{"USD", 1000}}};
+        bit_tenant t;
+        char clock[BIT_ID_MAX], cust[BIT_ID_MAX], sub[BIT_ID_MAX];
+        racer rc = {0};
+        pthread_t th;
+        double discarded0 = metric_sum("keelson_summary_fills_discarded_total");
+        bool paused = false;
+
+        (void)state;
+        bit_tenant_new("it-sum-brace", &t);
+        bit_clock(&t, bit_utc(2027, 6, 1, 0, 0, 0), clock);
+        bit_plan(&t, "monthly", "USD", "FLAT", 1000, "MONTH", 1, 0);
+        bit_customer(&t, "USD", 0, "pm_card_visa", clock, cust);
+        settle(t.owner.tenant_id);
+        rc.token = t.owner.token;
+        assert_int_equal(pthread_create(&th, NULL, race_read, &rc), 0);
+        for (int waited = 0; waited <= WAIT_MS && !paused; waited += 20) {
+                paused = metric_sum("keelson_summary_test_fills_paused") >= 1;
+                it_sleep_ms(20);
+        }
+        /* The fill has billing's answer (no subscription) and holds it: now billing writes. */
+        subscribe(&t, cust, "monthly", 1, "active", sub);
+        pthread_join(th, NULL);
+        assert_true(paused);
+        assert_int_equal(rc.status, 200);
+        assert_billing(rc.reply, &none); /* asked before the write */
+        assert_string_equal(ait_str(rc.reply, "source"), "database");
+        json_decref(rc.reply);
+        assert_true(metric_sum("keelson_summary_fills_discarded_total") == discarded0 + 1);
+        read_all_on_every_replica(t.owner.token, &fresh_tenant, &after, t.owner.tenant_id);
+}
+
+/* ---- billing not answering -------------------------------------------------------- */
+
+/*
+ * Fault injection: a transaction of the test holds billing.subscriptions in
+ * ACCESS EXCLUSIVE mode, so the stack's own billing replicas wait on it in
+ * GetBillingSummary, past the summary's KEELSON_SUMMARY_BILLING_TIMEOUT_MS.
+ * Closing the connection releases it (the teardown does, whatever happened).
+ */
+static PGconn *g_billing_lock;
+
+static void hold_billing(void)
+{
+        g_billing_lock = ait_pg();
+        PQclear(it_sql(g_billing_lock, "BEGIN", 0, NULL));
+        PQclear(it_sql(g_billing_lock, "LOCK TABLE billing.subscriptions IN ACCESS EXCLUSIVE MODE",
+                       0, NULL));
+}
+
+static int release_billing(void **state)
+{
+        (void)state;
+        if (g_billing_lock != NULL) {
+                PQfinish(g_billing_lock);
+                g_billing_lock = NULL;
+        }
+        return 0;
+}
+
+static void assert_billing_unavailable(json_t *j)
+{
+        json_t *b = json_object_get(j, "billing");
+
+        assert_string_equal(bit_str(b, "state"), "unavailable");
+        assert_null(json_object_get(b, "subscriptions")); /* absent, not zero */
+        assert_null(json_object_get(b, "mrr"));
+}
+
+static void test_billing_unavailable_leaves_the_rest_cached_briefly(void **state)
+{
+        ait_user owner;
+        char rid[96];
+        const char *needles[3];
+        it_http_response r;
+        figures f;
+        json_t *j;
+        double unavailable0;
+        long gen0;
+        bool back = false;
+
+        (void)state;
+        ait_signup("it-sum-bdown", "Summary Billing Down", &owner);
+        gen0 = settle(owner.tenant_id);
+        unavailable0 = metric_sum(BILLING_UNAVAILABLE);
+        hold_billing();
+
+        snprintf(rid, sizeof(rid), "it-sum-bdown-%s", owner.tenant_id);
+        summary_call(owner.token, "{}", rid, &r); /* nothing cached: a fill, billing hangs */
+        assert_int_equal(r.status, 200);
+        j = ait_json(&r);
+        read_figures(j, &f);
+        assert_figures(&f, &fresh_tenant); /* auth's part is whole */
+        assert_string_equal(ait_str(j, "source"), "database");
+        assert_billing_unavailable(j);
+        json_decref(j);
+        it_http_response_free(&r);
+        assert_true(metric_sum(BILLING_UNAVAILABLE) == unavailable0 + 1);
+        needles[0] = rid;
+        needles[1] = "\"msg\":\"billing figures unavailable\"";
+        needles[2] = "\"code\":\"deadline_exceeded\"";
+        assert_int_equal(log_lines_with(needles, 3), 1);
+
+        /* Cached, on both levels: no more waiting on billing while the value lives. */
+        for (int i = 0; i < 10; i++) {
+                j = summary(owner.token);
+                assert_string_not_equal(ait_str(j, "source"), "database");
+                assert_billing_unavailable(j);
+                json_decref(j);
+        }
+        assert_true(metric_sum(BILLING_UNAVAILABLE) == unavailable0 + 1);
+
+        /* Billing answers again: with no write and no event, the short TTL brings it back. */
+        release_billing(NULL);
+        for (int waited = 0; waited <= PARTIAL_TTL_MS + WAIT_MS && !back; waited += 100) {
+                j = summary(owner.token);
+                back = strcmp(bit_str(json_object_get(j, "billing"), "state"), "ok") == 0;
+                if (back) {
+                        assert_string_equal(ait_str(j, "source"), "database");
+                }
+                json_decref(j);
+                it_sleep_ms(100);
+        }
+        assert_true(back);
+        assert_int_equal(generation(owner.tenant_id), gen0);
+        read_on_every_replica(owner.token, &fresh_tenant, owner.tenant_id);
+}
+
+/* ---- a rolling deploy: the older value format --------------------------------------- */
+
+static void test_an_older_value_format_is_a_miss(void **state)
+{
+        ait_user owner;
+        char value[SM_VALUE_TEXT_MAX], old[160];
+        long gen;
+        json_t *j;
+        figures f;
+
+        (void)state;
+        ait_signup("it-sum-v1", "Summary V1", &owner);
+        settle(owner.tenant_id);
+        read_on_every_replica(owner.token, &fresh_tenant, owner.tenant_id);
+
+        /*
+         * A replica of before billing's figures stored its format ("v1", the
+         * counts alone) at a generation no replica has read yet: 99 members.
+         */
+        gen = generation_cmd("INCR", owner.tenant_id);
+        snprintf(old, sizeof(old), "v1 %lld 99 0 0 0 99 0 0 0 0 0", (long long)time(NULL) * 1000);
+        redis_run(NULL, 0, "SET keelson:summary:v:%s:%ld %s PX 30000", owner.tenant_id, gen, old);
+
+        j = summary(owner.token);
+        read_figures(j, &f);
+        assert_figures(&f, &fresh_tenant);
+        assert_string_equal(ait_str(j, "source"), "database");
+        assert_string_equal(bit_str(json_object_get(j, "billing"), "state"), "ok");
+        json_decref(j);
+        /* The fill stored the new format in its place, which the other replica reads. */
+        redis_run(value, sizeof(value), "GET keelson:summary:v:%s:%ld", owner.tenant_id, gen);
+        assert_int_equal(strncmp(value, "v2 ", 3), 0);
+        read_on_every_replica(owner.token, &fresh_tenant, owner.tenant_id);
+}
+
 static bool g_redis_stopped;
 
 static int start_redis_again(void **state)
@@ -806,6 +1213,12 @@ int main(void)
             cmocka_unit_test(test_a_lost_generation_does_not_keep_the_local_level_away),
             cmocka_unit_test(test_fill_racing_an_invalidation_is_not_served),
             cmocka_unit_test(test_a_tenant_sees_only_its_own_counts),
+            cmocka_unit_test(test_billing_figures_of_a_tenant),
+            cmocka_unit_test(test_a_billing_write_invalidates_the_summary),
+            cmocka_unit_test(test_fill_racing_a_billing_write_is_not_served),
+            cmocka_unit_test_teardown(test_billing_unavailable_leaves_the_rest_cached_briefly,
+                                      release_billing),
+            cmocka_unit_test(test_an_older_value_format_is_a_miss),
             /* Last: a restarted Redis starts every generation at 0 again. */
             cmocka_unit_test_teardown(test_redis_down_serves_from_postgres_then_caching_resumes,
                                       start_redis_again),
