@@ -14,7 +14,8 @@
 
 /*
  * The event joins the transaction's batch (ks_outbox_batch): every event of
- * a transaction goes out as one insert with one NOTIFY, sent with COMMIT.
+ * a transaction goes out as one insert, sent with COMMIT, without a NOTIFY
+ * (billing's relay polls: ks_outbox.h says why).
  */
 static int publish(bl_tx *tx, const char *topic, const ProtobufCMessage *m)
 {

@@ -24,7 +24,7 @@ static bool manual_lines(Keelson__Billing__V1__ManualLine **in, size_t n, bl_lin
         for (size_t i = 0; i < n; i++) {
                 bl_line *l = &out[i];
                 int64_t q = in[i]->quantity == 0 ? 1 : in[i]->quantity;
-                char field[32];
+                char field[48];
 
                 memset(l, 0, sizeof(*l));
                 snprintf(field, sizeof(field), "lines[%zu].description", i);

@@ -60,13 +60,22 @@ static const char sql_due[] =
     " AND next_action_ms <= $1::int8 AND NOT (id = ANY($3::uuid[]))"
     " ORDER BY next_action_ms LIMIT $2::int4";
 
-/* The ids to leave out now, as an array literal (the ticker's thread alone uses it). */
+/*
+ * The ids to leave out now, as an array literal (the ticker's thread alone
+ * uses it). An entry whose wait ended a minute ago and that failed no more
+ * since (it succeeded elsewhere, or is due no more) is forgotten.
+ */
 static void skip_list(bl_scheduler *sc, int64_t now, bl_arr *out)
 {
-        for (int i = 0; i < sc->n_skip; i++) {
+        for (int i = 0; i < sc->n_skip;) {
+                if (sc->skip[i].until_ms + SKIP_LONGEST_MS < now) {
+                        sc->skip[i] = sc->skip[--sc->n_skip];
+                        continue;
+                }
                 if (sc->skip[i].until_ms > now) {
                         bl_arr_text(out, sc->skip[i].id);
                 }
+                i++;
         }
 }
 

@@ -448,17 +448,22 @@ static int resume(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_custome
 static int act(bl_tx *tx, action what, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
                int64_t now, bl_invoice *inv)
 {
+        static const bl_sub_event moves[] = {[A_CANCEL_NOW] = BL_SE_CANCEL,
+                                             [A_CANCEL_AT_END] = BL_SE_CANCEL,
+                                             [A_PAUSE] = BL_SE_PAUSE,
+                                             [A_RESUME] = BL_SE_RESUME};
         bl_sub_state to;
+
+        /* The table first: nothing is billed or charged for a move it then refuses. */
+        if (what != A_WITHDRAW && !bl_sub_next(s->state, moves[what], &to)) {
+                return bl_fail(tx, KS_FAILED_PRECONDITION, "cannot %s a subscription that is %s",
+                               bl_sub_event_name(moves[what]), bl_sub_state_name(s->state));
+        }
 
         switch (what) {
         case A_CANCEL_NOW:
                 return cancel_now(tx, s, plan, cust, now, inv);
         case A_CANCEL_AT_END:
-                if (!bl_sub_next(s->state, BL_SE_CANCEL, &to)) {
-                        return bl_fail(tx, KS_FAILED_PRECONDITION,
-                                       "cannot cancel a subscription that is %s",
-                                       bl_sub_state_name(s->state));
-                }
                 s->cancel_at_period_end = true;
                 return KS_OK;
         case A_WITHDRAW:
