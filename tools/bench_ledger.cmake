@@ -5,8 +5,3 @@ target_compile_options(bench_ledger PRIVATE ${KEELSON_WARNINGS})
 target_link_libraries(bench_ledger PRIVATE keelson_bench keelson_proto PostgreSQL::PostgreSQL
   PkgConfig::JANSSON PkgConfig::BENCH_LEDGER_CURL Threads::Threads m)
 
-# The billing benchmark (tools/bench_billing.c; figures in docs/performance.md).
-add_executable(bench_billing ${CMAKE_CURRENT_LIST_DIR}/bench_billing.c)
-target_compile_options(bench_billing PRIVATE ${KEELSON_WARNINGS})
-target_link_libraries(bench_billing PRIVATE keelson_bench PostgreSQL::PostgreSQL
-  PkgConfig::JANSSON PkgConfig::BENCH_LEDGER_CURL Threads::Threads)
