@@ -210,6 +210,66 @@ json_t *bit_reconcile_clean(const bit_tenant *t)
         return j;
 }
 
+int bit_post(const char *gateway_url, const char *token, const char *const *headers,
+             const char *method, const char *json, it_http_response *out)
+{
+        it_request req = {.token = token, .headers = headers};
+        char path[160];
+
+        snprintf(path, sizeof(path), BIT_PATH "%s", method);
+        return it_connect(gateway_url, path, json, strlen(json), &req, out);
+}
+
+json_t *bit_reconcile_clean_at(const char *gateway_url, const bit_tenant *t)
+{
+        it_http_response r;
+        json_t *j;
+
+        bit_wait_posted(t->owner.tenant_id, 30000);
+        if (bit_post(gateway_url, t->owner.token, NULL, "GetReconciliation", "{}", &r) != 0) {
+                fail_msg("GetReconciliation through %s: no HTTP reply", gateway_url);
+        }
+        if (r.status != 200) {
+                fail_msg("GetReconciliation through %s: HTTP %ld: %.400s", gateway_url, r.status,
+                         r.body);
+        }
+        j = ait_json(&r);
+        it_http_response_free(&r);
+        if (bit_int(j, "discrepanciesTotal") != 0 || bit_int(j, "postingsPending") != 0) {
+                char *s = json_dumps(j, JSON_COMPACT);
+                fail_msg("reconciliation is not clean: %.2000s", s);
+        }
+        return j;
+}
+
+/* What postings.c queues for each fact (its header), as (source, type, code, amount). */
+static const char sql_ledger_mismatches[] =
+    "WITH inv AS (SELECT id, subtotal, tax, balance_applied, total FROM billing.invoices"
+    "  WHERE tenant_id = $1::uuid AND state <> 0),"
+    " expected AS ("
+    "  SELECT id, 1::int8 AS type, 101 AS code, abs(subtotal) AS amount FROM inv"
+    "   WHERE subtotal <> 0"
+    "  UNION ALL SELECT id, 1, 102, abs(tax) FROM inv WHERE tax <> 0"
+    "  UNION ALL SELECT id, 1, 103, balance_applied FROM inv WHERE balance_applied <> 0"
+    "  UNION ALL SELECT id, 1, 104, -total FROM inv WHERE total < 0"
+    "  UNION ALL SELECT id, 2, 111, amount FROM billing.payments"
+    "   WHERE tenant_id = $1::uuid AND status = 1 AND amount <> 0"
+    "  UNION ALL SELECT id, 3, 121, abs(subtotal) FROM billing.credit_notes"
+    "   WHERE tenant_id = $1::uuid AND subtotal <> 0"
+    "  UNION ALL SELECT id, 3, 122, abs(tax) FROM billing.credit_notes"
+    "   WHERE tenant_id = $1::uuid AND tax <> 0),"
+    " found AS (SELECT user_data_128, user_data_64, code, amount::int8 FROM ledger.transfers"
+    "  WHERE tenant_id = $1::uuid AND user_data_64 IN (1, 2, 3))"
+    " SELECT (SELECT count(*) FROM (SELECT * FROM expected EXCEPT ALL SELECT * FROM found) m)"
+    "  + (SELECT count(*) FROM (SELECT * FROM found EXCEPT ALL SELECT * FROM expected) d)";
+
+long bit_ledger_mismatches(const char *tenant_id)
+{
+        const char *p[1] = {tenant_id};
+
+        return ait_sql_long(sql_ledger_mismatches, 1, p);
+}
+
 int64_t bit_utc(int year, int month, int day, int hour, int minute, int second)
 {
         struct tm tm = {.tm_year = year - 1900,

@@ -71,6 +71,30 @@ void bit_wait_posted(const char *tenant_id, long timeout_ms);
 /* GetReconciliation after bit_wait_posted: it must find nothing wrong. Returns the reply. */
 json_t *bit_reconcile_clean(const bit_tenant *t);
 
+/* ---- through any gateway, from any thread ---------------------------------------- */
+
+/*
+ * One call of method with a JSON body through gateway_url (a gateway of the
+ * test's own, or the stack's), the bearer token and extra "Name: value"
+ * headers (NULL-terminated, may be NULL, at most 6). No cmocka assertion:
+ * worker threads may call it. Returns what it_connect returns.
+ */
+int bit_post(const char *gateway_url, const char *token, const char *const *headers,
+             const char *method, const char *json, it_http_response *out);
+/* bit_reconcile_clean through gateway_url. */
+json_t *bit_reconcile_clean_at(const char *gateway_url, const bit_tenant *t);
+
+/*
+ * The ledger against billing's facts, in SQL: every transfer the tenant's
+ * finalized invoices, succeeded payments and credit notes must have posted
+ * (postings.c: source, type, code and amount), compared as multisets with
+ * the tenant's ledger.transfers of those source types (user_data_64 1, 2,
+ * 3). Returns how many are missing plus how many are there that should not
+ * be (a chain posted twice counts each of its transfers): 0 when the ledger
+ * holds exactly one chain per fact. Voids and write-offs are not compared.
+ */
+long bit_ledger_mismatches(const char *tenant_id);
+
 /* Unix ms of a UTC date and time. */
 int64_t bit_utc(int year, int month, int day, int hour, int minute, int second);
 
