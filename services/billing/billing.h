@@ -4,15 +4,17 @@
  *
  *   model.h         the pure parts: money, calendar, prices, state tables
  *                   (money.c calendar.c pricing.c states.c)
- *   tx.c            the frame of every method: caller, permission, one
- *                   transaction acting for the tenant, the idempotency key
+ *   tx.c            the frame of every method: the caller's tenant, one
+ *                   transaction acting for it, the idempotency key, and the
+ *                   writes that ride on its next round trip (bl_defer)
  *   idempotency.c   Idempotency-Key records: claim, replay, store
  *   validate.c      input rules that need no database
  *   json.c          metadata maps and price tiers to and from jsonb
  *   rows.c          rows of the tables as structs and messages
  *   clock.c         what "now" is for a customer (its test clock, or real time)
- *   customers.c plans.c clocks.c subscriptions.c usage.c invoices.c
- *   payments.c credit_notes.c reconcile.c summary.c: the methods
+ *   customers.c plans.c clocks.c subscriptions.c changes.c usage.c
+ *   invoices.c payments.c credit_notes.c reconcile.c summary.c: the methods
+ *                   (changes.c: plan and quantity changes, and their preview)
  *   lifecycle.c     what falls due for a subscription (trial ends, renewals,
  *                   dunning retries, cancellations at period end), shared by
  *                   the scheduler and the test clocks
@@ -531,6 +533,8 @@ typedef struct bl_fact {
         bool to_credit;
 } bl_fact;
 
+/* The fact of an invoice's finalization (BL_SRC_INVOICE) or void (BL_SRC_VOID): its totals. */
+bl_fact bl_invoice_fact(const bl_invoice *inv, bl_source_type type, bool from_uncollectible);
 /* The chain of a fact (ids derived from the source); false on a malformed fact. */
 bool bl_chain_of(const bl_fact *f, bl_chain *out);
 /* The ledger id of an account: of the customer for RECEIVABLE and CUSTOMER_CREDIT. */

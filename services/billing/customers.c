@@ -35,8 +35,8 @@ static const char sql_get[] =
 static const char sql_clock_exists[] = "SELECT 1 FROM billing.test_clocks"
                                        " WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid";
 
-/* The customer of a customers row (CUSTOMER_SELECT's columns) into m; metadata allocated. */
-static int customer_of(const PGresult *r, int i, Keelson__Billing__V1__Customer *m)
+/* The customer of a customers row (CUSTOMER_SELECT's columns) into m, but its metadata. */
+static void customer_fields(const PGresult *r, int i, Keelson__Billing__V1__Customer *m)
 {
         keelson__billing__v1__customer__init(m);
         m->id = (char *)bl_text(r, i, 0);
@@ -51,6 +51,12 @@ static int customer_of(const PGresult *r, int i, Keelson__Billing__V1__Customer 
         m->updated_at_unix_ms = bl_int(r, i, 10);
         m->credit_balance = bl_int(r, i, 11);
         m->test_clock_id = (char *)bl_text(r, i, 12);
+}
+
+/* The same with its metadata (allocated: bl_metadata_free). */
+static int customer_of(const PGresult *r, int i, Keelson__Billing__V1__Customer *m)
+{
+        customer_fields(r, i, m);
         return bl_metadata_from_json(bl_text(r, i, 6), &m->metadata, &m->n_metadata);
 }
 
@@ -404,21 +410,7 @@ const ks_list_runner bl_list_runner = {.run = list_run, .internal_msg = BL_INTER
 /* Items keep pointers into the page's result; metadata is not listed (GetCustomer has it). */
 static void list_item(void *item, const PGresult *r, int i)
 {
-        Keelson__Billing__V1__Customer *m = item;
-
-        keelson__billing__v1__customer__init(m);
-        m->id = (char *)bl_text(r, i, 0);
-        m->email = (char *)bl_text(r, i, 1);
-        m->name = (char *)bl_text(r, i, 2);
-        m->currency = (char *)bl_text(r, i, 3);
-        m->tax_rate_bp = (int32_t)bl_int(r, i, 4);
-        m->tax_exempt = bl_bool(r, i, 5);
-        m->default_payment_method = (char *)bl_text(r, i, 7);
-        m->archived = bl_bool(r, i, 8);
-        m->created_at_unix_ms = bl_int(r, i, 9);
-        m->updated_at_unix_ms = bl_int(r, i, 10);
-        m->credit_balance = bl_int(r, i, 11);
-        m->test_clock_id = (char *)bl_text(r, i, 12);
+        customer_fields(r, i, item);
 }
 
 #define LIST_PAGE                                                                                  \

@@ -176,15 +176,7 @@ static int void_invoice(bl_tx *tx, bl_invoice *inv, int64_t now)
         if ((rc = bl_invoice_move(tx, inv, BL_IE_VOID, now)) != KS_OK) {
                 return rc;
         }
-        const bl_fact f = {.type = BL_SRC_VOID,
-                           .source_id = inv->id,
-                           .customer_id = inv->customer_id,
-                           .currency = inv->currency,
-                           .subtotal = inv->subtotal,
-                           .tax = inv->tax,
-                           .total = inv->total,
-                           .balance_applied = inv->balance_applied,
-                           .from_uncollectible = from_uncollectible};
+        const bl_fact f = bl_invoice_fact(inv, BL_SRC_VOID, from_uncollectible);
         if ((rc = bl_posting_queue(tx, &f)) != KS_OK) {
                 return rc;
         }

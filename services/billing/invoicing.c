@@ -336,6 +336,19 @@ static const char sql_customer_balance[] =
     "UPDATE billing.customers SET credit_balance = $2::int8"
     " WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid";
 
+bl_fact bl_invoice_fact(const bl_invoice *inv, bl_source_type type, bool from_uncollectible)
+{
+        return (bl_fact){.type = type,
+                         .source_id = inv->id,
+                         .customer_id = inv->customer_id,
+                         .currency = inv->currency,
+                         .subtotal = inv->subtotal,
+                         .tax = inv->tax,
+                         .total = inv->total,
+                         .balance_applied = inv->balance_applied,
+                         .from_uncollectible = from_uncollectible};
+}
+
 /* ---- numbers, at the end of the transaction ------------------------------------------------ */
 
 struct bl_numbered {
@@ -538,14 +551,7 @@ int bl_invoice_finalize(bl_tx *tx, bl_customer *cust, bl_invoice *inv, int64_t a
         if ((rc = bl_invoice_save(tx, inv)) != KS_OK) {
                 return rc;
         }
-        const bl_fact f = {.type = BL_SRC_INVOICE,
-                           .source_id = inv->id,
-                           .customer_id = inv->customer_id,
-                           .currency = inv->currency,
-                           .subtotal = inv->subtotal,
-                           .tax = inv->tax,
-                           .total = inv->total,
-                           .balance_applied = inv->balance_applied};
+        const bl_fact f = bl_invoice_fact(inv, BL_SRC_INVOICE, false);
         if ((rc = bl_posting_queue(tx, &f)) != KS_OK) {
                 return rc;
         }
