@@ -411,16 +411,19 @@ int bl_invoice_paid_event(bl_tx *tx, const bl_invoice *inv)
 /*
  * The counter taken once for every invoice still to number, the numbers
  * given in the order they were finalized: "INV-" and six digits, more past
- * 999,999 (as %06lld prints).
+ * 999,999 (as %06lld prints). The invoices are found by "id = ANY": a join
+ * on the array would let a generic plan hash every invoice of the tenant.
  */
 static const char sql_number[] =
     "WITH n AS (INSERT INTO billing.counters AS c (tenant_id, kind, last)"
     " VALUES (billing.ctx_tenant(), 1, $2::int8) ON CONFLICT (tenant_id, kind)"
     " DO UPDATE SET last = c.last + $2::int8 RETURNING last)"
-    " UPDATE billing.invoices i SET number = 'INV-' || CASE WHEN n.last - $2::int8 + u.o < 1000000"
-    " THEN lpad((n.last - $2::int8 + u.o)::text, 6, '0') ELSE (n.last - $2::int8 + u.o)::text END"
-    " FROM n, unnest($1::uuid[]) WITH ORDINALITY AS u(id, o)"
-    " WHERE i.tenant_id = billing.ctx_tenant() AND i.id = u.id RETURNING i.id, i.number";
+    " UPDATE billing.invoices i SET number = 'INV-' || CASE WHEN b.s + array_position($1::uuid[], i.id)"
+    " < 1000000 THEN lpad((b.s + array_position($1::uuid[], i.id))::text, 6, '0')"
+    " ELSE (b.s + array_position($1::uuid[], i.id))::text END"
+    " FROM (SELECT last - $2::int8 AS s FROM n) b"
+    " WHERE i.tenant_id = billing.ctx_tenant() AND i.id = ANY($1::uuid[])"
+    " RETURNING i.id, i.number";
 
 /* The numbers of a sealed batch into their entries, and the events that carry them. */
 static int announce(bl_tx *tx, const PGresult *res)
