@@ -411,19 +411,22 @@ int bl_invoice_paid_event(bl_tx *tx, const bl_invoice *inv)
 /*
  * The counter taken once for every invoice still to number, the numbers
  * given in the order they were finalized: "INV-" and six digits, more past
- * 999,999 (as %06lld prints). The invoices are found by "id = ANY": a join
- * on the array would let a generic plan hash every invoice of the tenant.
+ * 999,999 (as %06lld prints). One invoice (the usual case) is found by its
+ * key, several by "id = ANY": a join on the array lets a plan made on a
+ * young table's statistics hash or walk every invoice of the tenant.
  */
+#define SQL_NUMBER(ID_IS, SEQ)                                                                     \
+        "WITH n AS (INSERT INTO billing.counters AS c (tenant_id, kind, last)"                     \
+        " VALUES (billing.ctx_tenant(), 1, $2::int8) ON CONFLICT (tenant_id, kind)"                \
+        " DO UPDATE SET last = c.last + $2::int8 RETURNING last)"                                  \
+        " UPDATE billing.invoices i SET number = 'INV-' || CASE WHEN " SEQ " < 1000000"            \
+        " THEN lpad((" SEQ ")::text, 6, '0') ELSE (" SEQ ")::text END"                             \
+        " FROM (SELECT last - $2::int8 AS s FROM n) b"                                             \
+        " WHERE i.tenant_id = billing.ctx_tenant() AND " ID_IS " RETURNING i.id, i.number"
+
+static const char sql_number_one[] = SQL_NUMBER("i.id = $1::uuid", "b.s + 1");
 static const char sql_number[] =
-    "WITH n AS (INSERT INTO billing.counters AS c (tenant_id, kind, last)"
-    " VALUES (billing.ctx_tenant(), 1, $2::int8) ON CONFLICT (tenant_id, kind)"
-    " DO UPDATE SET last = c.last + $2::int8 RETURNING last)"
-    " UPDATE billing.invoices i SET number = 'INV-' || CASE WHEN b.s + array_position($1::uuid[], i.id)"
-    " < 1000000 THEN lpad((b.s + array_position($1::uuid[], i.id))::text, 6, '0')"
-    " ELSE (b.s + array_position($1::uuid[], i.id))::text END"
-    " FROM (SELECT last - $2::int8 AS s FROM n) b"
-    " WHERE i.tenant_id = billing.ctx_tenant() AND i.id = ANY($1::uuid[])"
-    " RETURNING i.id, i.number";
+    SQL_NUMBER("i.id = ANY($1::uuid[])", "b.s + array_position($1::uuid[], i.id)");
 
 /* The numbers of a sealed batch into their entries, and the events that carry them. */
 static int announce(bl_tx *tx, const PGresult *res)
@@ -447,6 +450,7 @@ static int announce(bl_tx *tx, const PGresult *res)
 int bl_tx_seal(bl_tx *tx)
 {
         bl_arr ids = {0};
+        const char *one = NULL; /* the id when there is one */
         PGresult *res = NULL;
         int64_t n = 0;
         int rc;
@@ -454,6 +458,7 @@ int bl_tx_seal(bl_tx *tx)
         for (size_t i = 0; i < tx->n_numbered; i++) {
                 if (tx->numbered[i].inv.number[0] == '\0') {
                         bl_arr_text(&ids, tx->numbered[i].inv.id);
+                        one = tx->numbered[i].inv.id;
                         n++;
                 }
         }
@@ -466,7 +471,10 @@ int bl_tx_seal(bl_tx *tx)
                 bl_arr_free(&ids);
                 return tx->call != NULL ? ks_call_oom(tx->call) : KS_RESOURCE_EXHAUSTED;
         }
-        rc = bl_exec(tx, sql_number, 2, p, &res);
+        if (n == 1) {
+                p[0] = one;
+        }
+        rc = bl_exec(tx, n == 1 ? sql_number_one : sql_number, 2, p, &res);
         bl_arr_free(&ids);
         if (rc != KS_OK) {
                 return rc;
