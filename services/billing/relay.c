@@ -80,9 +80,8 @@ static const char sql_posted[] = "UPDATE billing.postings SET posted_ms = billin
 static const char sql_refused[] =
     "UPDATE billing.postings p SET attempts = p.attempts + 1, last_error = u.err,"
     " failed = p.attempts + 1 >= $3::int4"
-    " FROM unnest($1::int8[], $2::text[]) AS u(id, err) WHERE p.id = ANY($1::int8[]) AND p.id = "
-    "u.id"
-    " RETURNING p.id, p.attempts, p.failed";
+    " FROM unnest($1::int8[], $2::text[]) AS u(id, err)"
+    " WHERE p.id = ANY($1::int8[]) AND p.id = u.id RETURNING p.id, p.attempts, p.failed";
 
 /* ---- state ----------------------------------------------------------------------- */
 
