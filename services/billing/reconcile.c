@@ -65,8 +65,8 @@ static const char sql_count[] = "SELECT count(*), COALESCE(max(id), 0),"
  * Each fact comes with the state of its posting: a lateral lookup by the
  * posting's unique key, kept a subquery (LIMIT 1: the planner does not
  * flatten it into a join) so that the plan is one index probe per fact
- * whatever the statistics say. As a join, a generic plan compared every
- * fact with every posting of the tenant (quadratic: seconds at 2,000 facts).
+ * whatever the statistics say (a payment's invoice is found the same way). As a join, a generic
+ * plan compared every fact with every posting of the tenant (quadratic: seconds at 2,000 facts).
  * The state: 0 none queued, 1 posted, 2 queued, 3 failed; and its last error. An
  * invoice's are p1, p4, p5 (finalized, voided, written off); the write-off's
  * amount is in p5's transfers (the last column guesses it when p5 is missing).
@@ -107,7 +107,8 @@ static const char sql_payments[] =
     " CASE WHEN pp.id IS NULL THEN 0 WHEN pp.posted_ms IS NOT NULL THEN 1"
     " WHEN pp.failed THEN 3 ELSE 2 END, COALESCE(pp.last_error, '')"
     " FROM billing.payments p"
-    " JOIN billing.invoices i ON i.tenant_id = p.tenant_id AND i.id = p.invoice_id"
+    " JOIN LATERAL (SELECT currency, uncollectible_ms FROM billing.invoices"
+    " WHERE tenant_id = p.tenant_id AND id = p.invoice_id LIMIT 1) i ON true"
     " LEFT JOIN LATERAL (SELECT id, posted_ms, failed, last_error, transfers FROM billing.postings"
     " WHERE tenant_id = p.tenant_id AND source_type = 2 AND source_id = p.id LIMIT 1) pp ON true"
     " LEFT JOIN LATERAL (SELECT id, posted_ms, failed, last_error, transfers FROM billing.postings"
@@ -131,12 +132,15 @@ static const char sql_credit_notes[] =
     " AND ($2::int8 = 0 OR c.created_ms < $2::int8)"
     " ORDER BY c.created_ms, c.id LIMIT $3::int8";
 
+/* The tenant's invoices summed per customer in one pass, each customer then found by its key. */
 static const char sql_customers[] =
-    "SELECT c.id, c.currency, c.credit_balance, COALESCE(sum(i.amount_due - i.amount_paid -"
-    " i.amount_credited) FILTER (WHERE i.state = 1), 0)"
-    " FROM billing.customers c JOIN billing.invoices i ON i.tenant_id = c.tenant_id"
-    " AND i.customer_id = c.id WHERE c.tenant_id = billing.ctx_tenant() AND i.state <> 0"
-    " GROUP BY c.id, c.currency, c.credit_balance ORDER BY c.id LIMIT $1::int8";
+    "SELECT c.id, c.currency, c.credit_balance, o.owed FROM (SELECT customer_id,"
+    " COALESCE(sum(amount_due - amount_paid - amount_credited) FILTER (WHERE state = 1), 0) AS owed"
+    " FROM billing.invoices WHERE tenant_id = billing.ctx_tenant() AND state <> 0"
+    " GROUP BY customer_id ORDER BY customer_id LIMIT $1::int8) o"
+    " JOIN LATERAL (SELECT id, currency, credit_balance FROM billing.customers"
+    " WHERE tenant_id = billing.ctx_tenant() AND id = o.customer_id LIMIT 1) c ON true"
+    " ORDER BY o.customer_id";
 
 /* ---- state --------------------------------------------------------------------------- */
 
