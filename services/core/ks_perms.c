@@ -22,7 +22,8 @@
 #define P_MEMBER (P_VIEWER)
 #define P_ADMIN                                                                                    \
         (P_MEMBER | KS_PERM_MEMBERS_INVITE | KS_PERM_MEMBERS_REMOVE | KS_PERM_MEMBERS_SET_ROLE |   \
-         KS_PERM_BILLING_READ | KS_PERM_AUDIT_READ | KS_PERM_API_KEYS_MANAGE)
+         KS_PERM_BILLING_READ | KS_PERM_AUDIT_READ | KS_PERM_API_KEYS_MANAGE |                     \
+         KS_PERM_WEBHOOKS_READ | KS_PERM_WEBHOOKS_MANAGE)
 #define P_OWNER (P_ADMIN | KS_PERM_ORG_MANAGE | KS_PERM_BILLING_MANAGE)
 
 static const struct {
@@ -39,8 +40,9 @@ _Static_assert(sizeof(roles) / sizeof(roles[0]) == KS_ROLES_N, "KS_ROLES_N");
 
 /* In bit order: perm_names[i] names 1u << i. */
 static const char *const perm_names[KS_PERM_COUNT] = {
-    "org.read",         "org.manage",   "members.read",   "members.invite", "members.remove",
-    "members.set_role", "billing.read", "billing.manage", "audit.read",     "api_keys.manage",
+    "org.read",       "org.manage",       "members.read",  "members.invite",
+    "members.remove", "members.set_role", "billing.read",  "billing.manage",
+    "audit.read",     "api_keys.manage",  "webhooks.read", "webhooks.manage",
 };
 
 const char *ks_role_name(int i)

@@ -6,7 +6,8 @@
  * reads a caller's role again inside its transactions; every other service
  * takes the role from the caller context and checks the permission its
  * method's row names (methods.def) against this table: billing.read and
- * billing.manage for the billing service. docs/api.md lists the table.
+ * billing.manage for the billing service, webhooks.read and webhooks.manage
+ * for the webhook service. docs/api.md lists the table.
  *
  * Pure: no I/O, no allocation (tests/unit/test_perms.c).
  */
@@ -26,9 +27,11 @@ typedef enum ks_perm {
         KS_PERM_BILLING_MANAGE = 1u << 7,
         KS_PERM_AUDIT_READ = 1u << 8,
         KS_PERM_API_KEYS_MANAGE = 1u << 9,
+        KS_PERM_WEBHOOKS_READ = 1u << 10,
+        KS_PERM_WEBHOOKS_MANAGE = 1u << 11,
 } ks_perm;
 
-#define KS_PERM_COUNT 10
+#define KS_PERM_COUNT 12
 
 #define KS_ROLES_N 4
 

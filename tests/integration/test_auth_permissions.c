@@ -209,11 +209,13 @@ static void test_tenant_methods(void **state)
 /* WhoAmI's permissions are the role table of docs/api.md, in its order. */
 static void test_whoami_lists_the_table(void **state)
 {
-        static const char *const want[][11] = {
+        static const char *const want[][13] = {
             {"owner", "org.read", "org.manage", "members.read", "members.invite", "members.remove",
-             "members.set_role", "billing.read", "billing.manage", "audit.read", "api_keys.manage"},
+             "members.set_role", "billing.read", "billing.manage", "audit.read", "api_keys.manage",
+             "webhooks.read", "webhooks.manage"},
             {"admin", "org.read", "members.read", "members.invite", "members.remove",
-             "members.set_role", "billing.read", "audit.read", "api_keys.manage", NULL},
+             "members.set_role", "billing.read", "audit.read", "api_keys.manage", "webhooks.read",
+             "webhooks.manage", NULL},
             {"member", "org.read", "members.read", NULL},
             {"viewer", "org.read", "members.read", NULL},
         };
@@ -226,7 +228,7 @@ static void test_whoami_lists_the_table(void **state)
 
                 assert_string_equal(ait_str(j, "role"), w[0]);
                 perms = json_object_get(j, "permissions");
-                while (n < 10 && w[n + 1] != NULL) {
+                while (n < 12 && w[n + 1] != NULL) {
                         n++;
                 }
                 assert_int_equal(json_array_size(perms), n);

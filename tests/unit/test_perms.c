@@ -43,6 +43,7 @@ static void test_admin_writes_are_admin_and_owner_only(void **state)
         static const unsigned admin_perms[] = {
             KS_PERM_MEMBERS_INVITE, KS_PERM_MEMBERS_REMOVE,  KS_PERM_MEMBERS_SET_ROLE,
             KS_PERM_AUDIT_READ,     KS_PERM_API_KEYS_MANAGE, KS_PERM_BILLING_READ,
+            KS_PERM_WEBHOOKS_READ,  KS_PERM_WEBHOOKS_MANAGE,
         };
 
         (void)state;
@@ -77,6 +78,7 @@ static void test_names(void **state)
         (void)state;
         assert_string_equal(ks_perm_name(KS_PERM_MEMBERS_INVITE), "members.invite");
         assert_string_equal(ks_perm_name(KS_PERM_API_KEYS_MANAGE), "api_keys.manage");
+        assert_string_equal(ks_perm_name(KS_PERM_WEBHOOKS_MANAGE), "webhooks.manage");
         assert_string_equal(ks_perm_name(KS_PERM_ORG_READ | KS_PERM_ORG_MANAGE), "");
         assert_string_equal(ks_perm_name(0), "");
         assert_int_equal(ks_role_perm_names("owner", names), KS_PERM_COUNT);
