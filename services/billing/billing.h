@@ -223,16 +223,6 @@ void bl_tx_free(bl_tx *tx);
 /* Sends the deferred writes now (before a statement run on tx->conn directly). */
 int bl_flush(bl_tx *tx);
 
-/* Text of a result field, and int64 of one (0 for NULL). */
-const char *bl_text(const PGresult *res, int row, int col);
-int64_t bl_int(const PGresult *res, int row, int col);
-bool bl_bool(const PGresult *res, int row, int col);
-/* int64 as the text of a parameter. */
-typedef struct bl_num {
-        char s[24];
-} bl_num;
-bl_num bl_num_of(int64_t v);
-
 /* How billing's lists run (customers.c): in bl_tx_run, for ks_list_reply. */
 extern const ks_list_runner bl_list_runner;
 

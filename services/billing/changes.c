@@ -38,9 +38,9 @@ static const char sql_pending[] =
 
 static int pending_add(bl_tx *tx, const bl_subscription *s, const bl_line *l, int64_t now)
 {
-        bl_num q = bl_num_of(l->quantity), u = bl_num_of(l->unit_amount), a = bl_num_of(l->amount),
-               ps = bl_num_of(l->period_start_ms), pe = bl_num_of(l->period_end_ms),
-               at = bl_num_of(now);
+        ks_pg_num q = ks_pg_num_of(l->quantity), u = ks_pg_num_of(l->unit_amount),
+                  a = ks_pg_num_of(l->amount), ps = ks_pg_num_of(l->period_start_ms),
+                  pe = ks_pg_num_of(l->period_end_ms), at = ks_pg_num_of(now);
         const char *p[10] = {s->id, bl_line_kind_name(l->kind), l->description, q.s,  u.s,
                              a.s,   l->taxable ? "t" : "f",     ps.s,           pe.s, at.s};
 

@@ -29,7 +29,7 @@ int bl_now_for(bl_tx *tx, const char *test_clock_id, int64_t *now_ms)
                 PQclear(res);
                 return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
         }
-        *now_ms = bl_int(res, 0, 0);
+        *now_ms = ks_pg_int(res, 0, 0);
         PQclear(res);
         return KS_OK;
 }

@@ -30,10 +30,10 @@ static int reply_clock(bl_tx *tx, const PGresult *res, int actions)
             KEELSON__BILLING__V1__TEST_CLOCK_RESPONSE__INIT;
         Keelson__Billing__V1__TestClock c = KEELSON__BILLING__V1__TEST_CLOCK__INIT;
 
-        c.id = (char *)bl_text(res, 0, 0);
-        c.name = (char *)bl_text(res, 0, 1);
-        c.frozen_time_unix_ms = bl_int(res, 0, 2);
-        c.created_at_unix_ms = bl_int(res, 0, 3);
+        c.id = (char *)ks_pg_text(res, 0, 0);
+        c.name = (char *)ks_pg_text(res, 0, 1);
+        c.frozen_time_unix_ms = ks_pg_int(res, 0, 2);
+        c.created_at_unix_ms = ks_pg_int(res, 0, 3);
         c.status = "ready";
         resp.test_clock = &c;
         resp.actions_run = actions;
@@ -54,7 +54,7 @@ typedef struct create_args {
 static int create_tx(bl_tx *tx, void *arg)
 {
         create_args *a = arg;
-        bl_num f = bl_num_of(a->frozen_ms);
+        ks_pg_num f = ks_pg_num_of(a->frozen_ms);
         const char *p[2] = {a->name, f.s};
         PGresult *res = NULL;
         int rc;
@@ -148,7 +148,7 @@ static int reach(bl_tx *tx, const char *id, int64_t frozen, int64_t *limit)
         *limit = bl_boundary(frozen / 1000, (bl_interval){BL_UNIT_YEAR, 2}, 1, &b) ? b * 1000
                                                                                    : INT64_MAX;
         for (int i = 0; i < PQntuples(res); i++) {
-                bl_interval iv = {(bl_unit)bl_int(res, i, 0), (int32_t)bl_int(res, i, 1)};
+                bl_interval iv = {(bl_unit)ks_pg_int(res, i, 0), (int32_t)ks_pg_int(res, i, 1)};
                 if (bl_boundary(frozen / 1000, iv, 2, &b) && b * 1000 < *limit) {
                         *limit = b * 1000;
                 }
@@ -160,7 +160,7 @@ static int reach(bl_tx *tx, const char *id, int64_t frozen, int64_t *limit)
 /* The clock's subscription whose action falls due first, up to target: *found. */
 static int step_next(bl_tx *tx, const char *clock, int64_t target, bool *found)
 {
-        bl_num t = bl_num_of(target);
+        ks_pg_num t = ks_pg_num_of(target);
         const char *p[2] = {clock, t.s};
         PGresult *res = NULL;
         bl_subscription s;
@@ -175,7 +175,7 @@ static int step_next(bl_tx *tx, const char *clock, int64_t target, bool *found)
                 PQclear(res);
                 return KS_OK;
         }
-        rc = bl_sub_load(tx, bl_text(res, 0, 0), true, &s);
+        rc = bl_sub_load(tx, ks_pg_text(res, 0, 0), true, &s);
         PQclear(res);
         if (rc != KS_OK) {
                 return rc == KS_NOT_FOUND ? bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG) : rc;
@@ -214,7 +214,7 @@ static int advance_tx(bl_tx *tx, void *arg)
                 PQclear(res);
                 return rc;
         }
-        frozen = bl_int(res, 0, 2);
+        frozen = ks_pg_int(res, 0, 2);
         PQclear(res);
         if (a->target <= frozen) {
                 return bl_fail(tx, KS_FAILED_PRECONDITION,
@@ -241,7 +241,7 @@ static int advance_tx(bl_tx *tx, void *arg)
                 }
                 actions += found;
         }
-        bl_num t = bl_num_of(a->target);
+        ks_pg_num t = ks_pg_num_of(a->target);
         const char *mp[2] = {a->id, t.s};
         if ((rc = bl_exec(tx, sql_move, 2, mp, &res)) != KS_OK) {
                 return rc;

@@ -41,8 +41,8 @@ static const char sql_insert[] =
 
 static int insert(bl_tx *tx, const bl_invoice *inv, const note *n)
 {
-        bl_num a = bl_num_of(n->amount), s = bl_num_of(n->subtotal), t = bl_num_of(n->tax),
-               at = bl_num_of(n->created_ms);
+        ks_pg_num a = ks_pg_num_of(n->amount), s = ks_pg_num_of(n->subtotal),
+                  t = ks_pg_num_of(n->tax), at = ks_pg_num_of(n->created_ms);
         const char *p[11] = {n->id, n->number, inv->id, inv->customer_id, inv->currency->code,
                              a.s,   s.s,       t.s,     n->reason,        n->credited_to,
                              at.s};

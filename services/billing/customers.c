@@ -39,25 +39,25 @@ static const char sql_clock_exists[] = "SELECT 1 FROM billing.test_clocks"
 static void customer_fields(const PGresult *r, int i, Keelson__Billing__V1__Customer *m)
 {
         keelson__billing__v1__customer__init(m);
-        m->id = (char *)bl_text(r, i, 0);
-        m->email = (char *)bl_text(r, i, 1);
-        m->name = (char *)bl_text(r, i, 2);
-        m->currency = (char *)bl_text(r, i, 3);
-        m->tax_rate_bp = (int32_t)bl_int(r, i, 4);
-        m->tax_exempt = bl_bool(r, i, 5);
-        m->default_payment_method = (char *)bl_text(r, i, 7);
-        m->archived = bl_bool(r, i, 8);
-        m->created_at_unix_ms = bl_int(r, i, 9);
-        m->updated_at_unix_ms = bl_int(r, i, 10);
-        m->credit_balance = bl_int(r, i, 11);
-        m->test_clock_id = (char *)bl_text(r, i, 12);
+        m->id = (char *)ks_pg_text(r, i, 0);
+        m->email = (char *)ks_pg_text(r, i, 1);
+        m->name = (char *)ks_pg_text(r, i, 2);
+        m->currency = (char *)ks_pg_text(r, i, 3);
+        m->tax_rate_bp = (int32_t)ks_pg_int(r, i, 4);
+        m->tax_exempt = ks_pg_bool(r, i, 5);
+        m->default_payment_method = (char *)ks_pg_text(r, i, 7);
+        m->archived = ks_pg_bool(r, i, 8);
+        m->created_at_unix_ms = ks_pg_int(r, i, 9);
+        m->updated_at_unix_ms = ks_pg_int(r, i, 10);
+        m->credit_balance = ks_pg_int(r, i, 11);
+        m->test_clock_id = (char *)ks_pg_text(r, i, 12);
 }
 
 /* The same with its metadata (allocated: bl_metadata_free). */
 static int customer_of(const PGresult *r, int i, Keelson__Billing__V1__Customer *m)
 {
         customer_fields(r, i, m);
-        return bl_metadata_from_json(bl_text(r, i, 6), &m->metadata, &m->n_metadata);
+        return bl_metadata_from_json(ks_pg_text(r, i, 6), &m->metadata, &m->n_metadata);
 }
 
 /* Replies {customer} from the first row of res. */
@@ -94,7 +94,7 @@ static int create_tx(bl_tx *tx, void *arg)
 {
         create_args *a = arg;
         const Keelson__Billing__V1__CreateCustomerRequest *in = a->in;
-        bl_num rate = bl_num_of(in->tax_rate_bp);
+        ks_pg_num rate = ks_pg_num_of(in->tax_rate_bp);
         const char *clock = in->test_clock_id;
         PGresult *res = NULL;
         int64_t now;
@@ -115,7 +115,7 @@ static int create_tx(bl_tx *tx, void *arg)
         if ((rc = bl_now_for(tx, clock, &now)) != KS_OK) {
                 return rc;
         }
-        bl_num created = bl_num_of(now);
+        ks_pg_num created = ks_pg_num_of(now);
         const char *p[9] = {a->email,
                             a->name,
                             in->currency,
@@ -229,7 +229,7 @@ static int archive_tx(bl_tx *tx, void *arg)
         if ((rc = bl_now_for(tx, cust.test_clock_id, &now)) != KS_OK) {
                 return rc;
         }
-        bl_num t = bl_num_of(now);
+        ks_pg_num t = ks_pg_num_of(now);
         const char *params[2] = {arg, t.s};
         if ((rc = bl_exec(tx, sql_archive, 2, params, &res)) != KS_OK) {
                 return rc;
@@ -301,8 +301,8 @@ static int update_tx(bl_tx *tx, void *arg)
         if ((rc = bl_now_for(tx, cust.test_clock_id, &now)) != KS_OK) {
                 return rc;
         }
-        bl_num mask = bl_num_of(a->mask), rate = bl_num_of(a->in->tax_rate_bp), t = bl_num_of(now),
-               keys = bl_num_of(BL_METADATA_KEYS_MAX);
+        ks_pg_num mask = ks_pg_num_of(a->mask), rate = ks_pg_num_of(a->in->tax_rate_bp),
+                  t = ks_pg_num_of(now), keys = ks_pg_num_of(BL_METADATA_KEYS_MAX);
         const char *p[11] = {a->in->id,
                              mask.s,
                              a->email,

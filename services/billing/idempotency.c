@@ -75,7 +75,7 @@ static int fingerprint(const ks_call *call, char out[2 + 64 + 1])
 }
 
 /* The advisory lock's key: 64 bits of SHA-256 over the tenant and the key. */
-static bl_num lock_key(const char *tenant_id, const char *key)
+static ks_pg_num lock_key(const char *tenant_id, const char *key)
 {
         char buf[BL_UUID_LEN + 1 + 256];
         uint8_t h[KS_SHA256_BYTES];
@@ -86,19 +86,19 @@ static bl_num lock_key(const char *tenant_id, const char *key)
         for (int i = 0; i < 8; i++) {
                 v = (int64_t)(((uint64_t)v << 8) | h[i]);
         }
-        return bl_num_of(v);
+        return ks_pg_num_of(v);
 }
 
 /* The stored outcome into the call: its code, message and reply. */
 static int replay(bl_tx *tx, const PGresult *res, int *code)
 {
         ks_call *call = tx->call;
-        const char *reply = bl_text(res, 0, 4);
+        const char *reply = ks_pg_text(res, 0, 4);
         size_t cap = strlen(reply) / 2 + 1;
         long n;
 
-        *code = (int)bl_int(res, 0, 2);
-        snprintf(call->message, sizeof(call->message), "%s", bl_text(res, 0, 3));
+        *code = (int)ks_pg_int(res, 0, 2);
+        snprintf(call->message, sizeof(call->message), "%s", ks_pg_text(res, 0, 3));
         free(call->out_payload);
         call->out_payload = NULL;
         call->out_len = 0;
@@ -119,7 +119,7 @@ static int replay(bl_tx *tx, const PGresult *res, int *code)
 int bl_idem_claim(bl_tx *tx, bl_idem_state *state, int *code)
 {
         const char *key = tx->call != NULL ? tx->call->idempotency_key : "";
-        bl_num lk, ttl = bl_num_of(BL_IDEMPOTENCY_TTL_MS);
+        ks_pg_num lk, ttl = ks_pg_num_of(BL_IDEMPOTENCY_TTL_MS);
         PGresult *locked = NULL, *res = NULL;
         int rc;
 
@@ -138,13 +138,13 @@ int bl_idem_claim(bl_tx *tx, bl_idem_state *state, int *code)
         if ((rc = bl_pipeline(tx, s, 2)) != KS_OK) {
                 return rc;
         }
-        if (!bl_bool(locked, 0, 0)) {
+        if (!ks_pg_bool(locked, 0, 0)) {
                 rc = bl_fail(tx, KS_ABORTED,
                              "a request with this Idempotency-Key is in progress;"
                              " retry it later");
-        } else if (PQntuples(res) == 1 && bl_bool(res, 0, 6)) {
-                if (strcmp(bl_text(res, 0, 0), tx->call->method->name) != 0 ||
-                    strcmp(bl_text(res, 0, 1), tx->idem_fp) != 0) {
+        } else if (PQntuples(res) == 1 && ks_pg_bool(res, 0, 6)) {
+                if (strcmp(ks_pg_text(res, 0, 0), tx->call->method->name) != 0 ||
+                    strcmp(ks_pg_text(res, 0, 1), tx->idem_fp) != 0) {
                         rc = bl_fail(tx, KS_INVALID_ARGUMENT,
                                      "this Idempotency-Key was used with another request; a key"
                                      " may only be reused with the same request");
@@ -168,7 +168,7 @@ static int store(bl_tx *tx, int code)
 {
         ks_call *call = tx->call;
         char *reply = NULL;
-        bl_num c = bl_num_of(code);
+        ks_pg_num c = ks_pg_num_of(code);
         int rc;
 
         if (code == KS_OK && (reply = ks_pg_bytea_text(call->out_payload, call->out_len)) == NULL) {

@@ -395,7 +395,7 @@ int bl_list_invoices(ks_call *call)
                 return ks_call_fail(call, KS_INVALID_ARGUMENT,
                                     "state: draft, open, paid, void or uncollectible");
         }
-        bl_num state = bl_num_of(in->state[0] != '\0' ? (int64_t)st : -1);
+        ks_pg_num state = ks_pg_num_of(in->state[0] != '\0' ? (int64_t)st : -1);
         const char *filters[2] = {state.s, by};
         return ks_list_reply(call, m, in->page_size, in->page_token, filters, by[0] ? 2 : 1,
                              &bl_list_runner);

@@ -83,7 +83,7 @@ static const char sql_create[] =
 
 /* The mutable columns of inv as text ($8..$25 of sql_create, $2..$19 of sql_save). */
 typedef struct inv_state {
-        bl_num v[CREATE_STATE];
+        ks_pg_num v[CREATE_STATE];
         const char *p[CREATE_STATE];
 } inv_state;
 
@@ -97,7 +97,7 @@ static void state_of(const bl_invoice *inv, inv_state *o)
             inv->voided_ms,       inv->uncollectible_ms};
 
         for (int i = 0; i < CREATE_STATE; i++) {
-                o->v[i] = bl_num_of(v[i]);
+                o->v[i] = ks_pg_num_of(v[i]);
                 o->p[i] = o->v[i].s;
         }
         o->p[11] = inv->auto_charge ? "t" : "f";
@@ -123,7 +123,7 @@ static void line_arrays_free(line_arrays *la)
 }
 
 /* The statement that inserts lines[0..n) as line_no first.. of invoice id. */
-static int lines_stmt(const char *id, const bl_num *first, const bl_line *lines, size_t n,
+static int lines_stmt(const char *id, const ks_pg_num *first, const bl_line *lines, size_t n,
                       line_arrays *la, const char *params[11])
 {
         memset(la, 0, sizeof(*la));
@@ -175,7 +175,7 @@ int bl_invoice_create(bl_tx *tx, const bl_customer *cust, bl_invoice *inv, bl_li
         inv->total = t.total;
         inv->n_lines = (int32_t)n;
         inv->created_ms = now_ms;
-        bl_num cr = bl_num_of(now_ms), first = bl_num_of(1);
+        ks_pg_num cr = ks_pg_num_of(now_ms), first = ks_pg_num_of(1);
         const char *p[CREATE_PARAMS] = {inv->id,
                                         inv->customer_id,
                                         inv->subscription_id,
@@ -233,8 +233,8 @@ int bl_invoice_add_lines(bl_tx *tx, const bl_customer *cust, bl_invoice *inv, bl
                 return tx->call != NULL ? ks_call_oom(tx->call) : KS_RESOURCE_EXHAUSTED;
         }
         for (size_t i = 0; i < old; i++) {
-                v[i].amount = bl_int(res, (int)i, 1);
-                v[i].taxable = bl_bool(res, (int)i, 2);
+                v[i].amount = ks_pg_int(res, (int)i, 1);
+                v[i].taxable = ks_pg_bool(res, (int)i, 2);
         }
         PQclear(res);
         memcpy(v + old, lines, n * sizeof(*v));
@@ -249,7 +249,7 @@ int bl_invoice_add_lines(bl_tx *tx, const bl_customer *cust, bl_invoice *inv, bl
         }
         line_arrays la = {0};
         const char *lp[11];
-        bl_num first = bl_num_of((int64_t)old + 1);
+        ks_pg_num first = ks_pg_num_of((int64_t)old + 1);
 
         if (rc == KS_OK && (lines_stmt(inv->id, &first, v + old, n, &la, lp) != KS_OK ||
                             bl_arr_done(&taxes) == NULL)) {
@@ -434,11 +434,11 @@ static int announce(bl_tx *tx, const PGresult *res)
         int rc = KS_OK;
 
         for (int r = 0; r < PQntuples(res); r++) {
-                bl_numbered *e = numbered_find(tx, bl_text(res, r, 0));
+                bl_numbered *e = numbered_find(tx, ks_pg_text(res, r, 0));
                 if (e == NULL) {
                         return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
                 }
-                snprintf(e->inv.number, sizeof(e->inv.number), "%s", bl_text(res, r, 1));
+                snprintf(e->inv.number, sizeof(e->inv.number), "%s", ks_pg_text(res, r, 1));
                 if ((rc = bl_event_invoice_finalized(tx, &e->inv)) != KS_OK ||
                     (e->paid && (rc = bl_event_invoice_paid(tx, &e->inv)) != KS_OK)) {
                         return rc;
@@ -465,7 +465,7 @@ int bl_tx_seal(bl_tx *tx)
         if (n == 0) {
                 return KS_OK;
         }
-        bl_num count = bl_num_of(n);
+        ks_pg_num count = ks_pg_num_of(n);
         const char *p[2] = {bl_arr_done(&ids), count.s};
         if (p[0] == NULL) {
                 bl_arr_free(&ids);
@@ -487,7 +487,7 @@ int bl_tx_seal(bl_tx *tx)
 
 int bl_next_number(bl_tx *tx, int kind, const char *prefix, char *out, size_t out_len)
 {
-        bl_num k = bl_num_of(kind);
+        ks_pg_num k = ks_pg_num_of(kind);
         const char *p[1] = {k.s};
         PGresult *res = NULL;
         int rc;
@@ -495,7 +495,7 @@ int bl_next_number(bl_tx *tx, int kind, const char *prefix, char *out, size_t ou
         if ((rc = bl_exec(tx, sql_next_number, 1, p, &res)) != KS_OK) {
                 return rc;
         }
-        snprintf(out, out_len, "%s-%06lld", prefix, (long long)bl_int(res, 0, 0));
+        snprintf(out, out_len, "%s-%06lld", prefix, (long long)ks_pg_int(res, 0, 0));
         PQclear(res);
         return KS_OK;
 }
@@ -520,7 +520,7 @@ static int apply_balance(bl_tx *tx, bl_customer *cust, bl_invoice *inv)
         if (cust->credit_balance == before) {
                 return KS_OK;
         }
-        bl_num b = bl_num_of(cust->credit_balance);
+        ks_pg_num b = ks_pg_num_of(cust->credit_balance);
         const char *p[2] = {cust->id, b.s};
         return bl_defer(tx, sql_customer_balance, 2, p);
 }
@@ -532,7 +532,7 @@ static const char sql_customer_credit[] =
 
 int bl_customer_credit(bl_tx *tx, const char *customer_id, int64_t amount)
 {
-        bl_num a = bl_num_of(amount);
+        ks_pg_num a = ks_pg_num_of(amount);
         const char *p[2] = {customer_id, a.s};
         PGresult *res = NULL;
         int rc;
@@ -585,8 +585,8 @@ static int insert_payment(bl_tx *tx, const bl_invoice *inv, bl_payment_made *p)
         if (p->id[0] == '\0' && ks_uuid_v4(p->id) != 0) {
                 return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
         }
-        bl_num amount = bl_num_of(p->amount), status = bl_num_of(p->succeeded ? 1 : 2),
-               at = bl_num_of(p->created_ms);
+        ks_pg_num amount = ks_pg_num_of(p->amount), status = ks_pg_num_of(p->succeeded ? 1 : 2),
+                  at = ks_pg_num_of(p->created_ms);
         const char *params[10] = {p->id,     inv->id,  inv->customer_id, amount.s,     status.s,
                                   p->method, p->token, p->failure_code,  p->reference, at.s};
         return bl_defer(tx, sql_insert_payment, 10, params);
@@ -794,7 +794,7 @@ int bl_sub_after_invoice(bl_tx *tx, const bl_invoice *inv, bl_subscription *give
         if ((rc = bl_exec(tx, sql_in_dunning, 1, p, &res)) != KS_OK) {
                 return rc;
         }
-        int64_t left = bl_int(res, 0, 0);
+        int64_t left = ks_pg_int(res, 0, 0);
         PQclear(res);
         if (left > 0) {
                 return KS_OK;

@@ -32,8 +32,8 @@ int bl_sub_record(bl_tx *tx, bl_subscription *s, int from_state, const char *eve
         int rc;
 
         s->history_seq++;
-        bl_num seq = bl_num_of(s->history_seq), from = bl_num_of(from_state),
-               to = bl_num_of(s->state), at = bl_num_of(at_ms);
+        ks_pg_num seq = ks_pg_num_of(s->history_seq), from = ks_pg_num_of(from_state),
+                  to = ks_pg_num_of(s->state), at = ks_pg_num_of(at_ms);
         const char *p[8] = {s->id,
                             seq.s,
                             from.s,
@@ -92,7 +92,7 @@ static int next_retry(bl_tx *tx, const bl_subscription *s, int64_t *at)
         if ((rc = bl_exec(tx, sql_next_retry, 1, p, &res)) != KS_OK) {
                 return rc;
         }
-        *at = bl_int(res, 0, 0);
+        *at = ks_pg_int(res, 0, 0);
         PQclear(res);
         return KS_OK;
 }
@@ -217,7 +217,7 @@ static const char sql_usage[] =
 int bl_sub_usage(bl_tx *tx, const bl_subscription *s, int64_t from_ms, int64_t to_ms,
                  int64_t *units)
 {
-        bl_num f = bl_num_of(from_ms), t = bl_num_of(to_ms);
+        ks_pg_num f = ks_pg_num_of(from_ms), t = ks_pg_num_of(to_ms);
         const char *p[3] = {s->id, f.s, t.s};
         PGresult *res = NULL;
         int rc;
@@ -225,7 +225,7 @@ int bl_sub_usage(bl_tx *tx, const bl_subscription *s, int64_t from_ms, int64_t t
         if ((rc = bl_exec(tx, sql_usage, 3, p, &res)) != KS_OK) {
                 return rc;
         }
-        *units = bl_int(res, 0, 0);
+        *units = ks_pg_int(res, 0, 0);
         PQclear(res);
         return KS_OK;
 }
@@ -270,15 +270,15 @@ static void pending_lines(const PGresult *res, bl_line *lines, size_t *n)
         for (int i = 0; i < PQntuples(res); i++) {
                 bl_line *l = &lines[(*n)++];
                 memset(l, 0, sizeof(*l));
-                l->kind = strcmp(bl_text(res, i, 0), "proration") == 0 ? BL_LINE_PRORATION
-                                                                       : BL_LINE_MANUAL;
-                snprintf(l->description, sizeof(l->description), "%s", bl_text(res, i, 1));
-                l->quantity = bl_int(res, i, 2);
-                l->unit_amount = bl_int(res, i, 3);
-                l->amount = bl_int(res, i, 4);
-                l->taxable = bl_bool(res, i, 5);
-                l->period_start_ms = bl_int(res, i, 6);
-                l->period_end_ms = bl_int(res, i, 7);
+                l->kind = strcmp(ks_pg_text(res, i, 0), "proration") == 0 ? BL_LINE_PRORATION
+                                                                          : BL_LINE_MANUAL;
+                snprintf(l->description, sizeof(l->description), "%s", ks_pg_text(res, i, 1));
+                l->quantity = ks_pg_int(res, i, 2);
+                l->unit_amount = ks_pg_int(res, i, 3);
+                l->amount = ks_pg_int(res, i, 4);
+                l->taxable = ks_pg_bool(res, i, 5);
+                l->period_start_ms = ks_pg_int(res, i, 6);
+                l->period_end_ms = ks_pg_int(res, i, 7);
         }
 }
 
@@ -376,7 +376,7 @@ static const char sql_due_retry[] =
 /* A dunning retry due at or before at: *found and the charge. */
 static int retry_due(bl_tx *tx, bl_subscription *s, bl_customer *cust, int64_t at, bool *found)
 {
-        bl_num t = bl_num_of(at);
+        ks_pg_num t = ks_pg_num_of(at);
         const char *p[2] = {s->id, t.s};
         PGresult *res = NULL;
         bl_invoice inv;
@@ -389,7 +389,7 @@ static int retry_due(bl_tx *tx, bl_subscription *s, bl_customer *cust, int64_t a
         }
         if (PQntuples(res) == 1) {
                 *found = true;
-                rc = bl_invoice_load(tx, bl_text(res, 0, 0), true, &inv);
+                rc = bl_invoice_load(tx, ks_pg_text(res, 0, 0), true, &inv);
         }
         PQclear(res);
         if (!*found || rc != KS_OK) {

@@ -126,9 +126,9 @@ typedef struct create_args {
 /* Inserts p as version p->version, the latest; *res has its row, or none when the code is taken. */
 static int insert_version(bl_tx *tx, const bl_plan *p, const char *tiers, PGresult **res)
 {
-        bl_num ver = bl_num_of(p->version), unit = bl_num_of(p->interval.unit),
-               count = bl_num_of(p->interval.count), trial = bl_num_of(p->trial_days),
-               model = bl_num_of(p->price.model), amount = bl_num_of(p->price.amount);
+        ks_pg_num ver = ks_pg_num_of(p->version), unit = ks_pg_num_of(p->interval.unit),
+                  count = ks_pg_num_of(p->interval.count), trial = ks_pg_num_of(p->trial_days),
+                  model = ks_pg_num_of(p->price.model), amount = ks_pg_num_of(p->price.amount);
         const char *params[10] = {p->code, ver.s,   p->name, p->currency->code, unit.s,
                                   count.s, trial.s, model.s, amount.s,          tiers};
 
@@ -201,7 +201,7 @@ static int get_tx(bl_tx *tx, void *arg)
         if (in->id[0] != '\0') {
                 rc = bl_plan_load(tx, in->id, &p);
         } else if (in->version > 0) {
-                bl_num v = bl_num_of(in->version);
+                ks_pg_num v = ks_pg_num_of(in->version);
                 const char *params[2] = {in->code, v.s};
                 PGresult *res = NULL;
                 if ((rc = bl_exec(tx, sql_by_version, 2, params, &res)) != KS_OK) {
@@ -309,7 +309,7 @@ static int update_tx(bl_tx *tx, void *arg)
                 p.version++;
                 rc = insert_version(tx, &p, a->tiers, &res);
         } else {
-                bl_num trial = bl_num_of(p.trial_days);
+                ks_pg_num trial = ks_pg_num_of(p.trial_days);
                 params[0] = p.id;
                 params[1] = p.name;
                 params[2] = trial.s;
@@ -391,10 +391,10 @@ static void list_item(void *item, const PGresult *r, int i)
         }
         plan_message(&p, pm);
         /* The strings must outlive p: point them into the result instead. */
-        pm->m.id = (char *)bl_text(r, i, 0);
-        pm->m.code = (char *)bl_text(r, i, 1);
-        pm->m.name = (char *)bl_text(r, i, 3);
-        pm->m.currency = (char *)bl_text(r, i, 4);
+        pm->m.id = (char *)ks_pg_text(r, i, 0);
+        pm->m.code = (char *)ks_pg_text(r, i, 1);
+        pm->m.name = (char *)ks_pg_text(r, i, 3);
+        pm->m.currency = (char *)ks_pg_text(r, i, 4);
 }
 
 static const ks_list_method list_plans = {

@@ -284,8 +284,8 @@ static void fact_add(recon *r, const bl_fact *f, const PGresult *res, int i, int
         fact *x = &r->facts[r->n_facts++];
 
         x->valid = bl_chain_of(f, &x->chain);
-        x->posting = (posting_state)bl_int(res, i, col);
-        snprintf(x->error, sizeof(x->error), "%s", bl_text(res, i, col + 1));
+        x->posting = (posting_state)ks_pg_int(res, i, col);
+        snprintf(x->error, sizeof(x->error), "%s", ks_pg_text(res, i, col + 1));
         if (!x->valid) {
                 snprintf(x->chain.source_id, sizeof(x->chain.source_id), "%s", f->source_id);
                 x->chain.type = f->type;
@@ -300,7 +300,7 @@ static void fact_add(recon *r, const bl_fact *f, const PGresult *res, int i, int
 /* The write-off's amount: transfer 141 of the invoice's posting, else the guess (column 16). */
 static int64_t written_off(const PGresult *res, int i)
 {
-        int64_t amount = bl_int(res, i, 16);
+        int64_t amount = ks_pg_int(res, i, 16);
         size_t len = 0;
         unsigned char *b;
         transfers_req *t;
@@ -326,14 +326,14 @@ static int64_t written_off(const PGresult *res, int i)
 static void read_invoices(recon *r, const PGresult *res)
 {
         for (int i = 0; i < PQntuples(res); i++) {
-                bl_fact f = {.source_id = bl_text(res, i, 0),
-                             .customer_id = bl_text(res, i, 1),
-                             .currency = bl_currency_find(bl_text(res, i, 2)),
-                             .subtotal = bl_int(res, i, 3),
-                             .tax = bl_int(res, i, 4),
-                             .total = bl_int(res, i, 5),
-                             .balance_applied = bl_int(res, i, 6)};
-                int64_t voided_ms = bl_int(res, i, 7), uncollectible_ms = bl_int(res, i, 8);
+                bl_fact f = {.source_id = ks_pg_text(res, i, 0),
+                             .customer_id = ks_pg_text(res, i, 1),
+                             .currency = bl_currency_find(ks_pg_text(res, i, 2)),
+                             .subtotal = ks_pg_int(res, i, 3),
+                             .tax = ks_pg_int(res, i, 4),
+                             .total = ks_pg_int(res, i, 5),
+                             .balance_applied = ks_pg_int(res, i, 6)};
+                int64_t voided_ms = ks_pg_int(res, i, 7), uncollectible_ms = ks_pg_int(res, i, 8);
 
                 r->invoices++;
                 f.type = BL_SRC_INVOICE;
@@ -356,11 +356,11 @@ static void read_payments(recon *r, const PGresult *res)
 {
         for (int i = 0; i < PQntuples(res); i++) {
                 bl_fact f = {.type = BL_SRC_PAYMENT,
-                             .source_id = bl_text(res, i, 0),
-                             .customer_id = bl_text(res, i, 1),
-                             .currency = bl_currency_find(bl_text(res, i, 2)),
-                             .amount = bl_int(res, i, 3),
-                             .from_uncollectible = bl_bool(res, i, 4)};
+                             .source_id = ks_pg_text(res, i, 0),
+                             .customer_id = ks_pg_text(res, i, 1),
+                             .currency = bl_currency_find(ks_pg_text(res, i, 2)),
+                             .amount = ks_pg_int(res, i, 3),
+                             .from_uncollectible = ks_pg_bool(res, i, 4)};
                 r->payments++;
                 fact_add(r, &f, res, i, 5);
         }
@@ -370,13 +370,13 @@ static void read_credit_notes(recon *r, const PGresult *res)
 {
         for (int i = 0; i < PQntuples(res); i++) {
                 bl_fact f = {.type = BL_SRC_CREDIT_NOTE,
-                             .source_id = bl_text(res, i, 0),
-                             .customer_id = bl_text(res, i, 1),
-                             .currency = bl_currency_find(bl_text(res, i, 2)),
-                             .amount = bl_int(res, i, 3),
-                             .subtotal = bl_int(res, i, 4),
-                             .tax = bl_int(res, i, 5),
-                             .to_credit = bl_bool(res, i, 6)};
+                             .source_id = ks_pg_text(res, i, 0),
+                             .customer_id = ks_pg_text(res, i, 1),
+                             .currency = bl_currency_find(ks_pg_text(res, i, 2)),
+                             .amount = ks_pg_int(res, i, 3),
+                             .subtotal = ks_pg_int(res, i, 4),
+                             .tax = ks_pg_int(res, i, 5),
+                             .to_credit = ks_pg_bool(res, i, 6)};
                 r->credit_notes++;
                 fact_add(r, &f, res, i, 7);
         }
@@ -386,10 +386,10 @@ static void read_customers(recon *r, const PGresult *res)
 {
         for (int i = 0; i < PQntuples(res); i++) {
                 customer *c = &r->customers[r->n_customers];
-                snprintf(c->id, sizeof(c->id), "%s", bl_text(res, i, 0));
-                c->currency = bl_currency_find(bl_text(res, i, 1));
-                c->credit_balance = bl_int(res, i, 2);
-                c->owed = bl_int(res, i, 3);
+                snprintf(c->id, sizeof(c->id), "%s", ks_pg_text(res, i, 0));
+                c->currency = bl_currency_find(ks_pg_text(res, i, 1));
+                c->credit_balance = ks_pg_int(res, i, 2);
+                c->owed = ks_pg_int(res, i, 3);
                 if (c->currency == NULL || !bl_uuid_valid(c->id)) {
                         continue; /* no write makes such a row; its invoices make no chain */
                 }
@@ -400,9 +400,9 @@ static void read_customers(recon *r, const PGresult *res)
 
 static void read_fingerprint(const PGresult *res, fingerprint *fp)
 {
-        fp->count = bl_int(res, 0, 0);
-        fp->max_id = bl_int(res, 0, 1);
-        fp->queued = bl_int(res, 0, 2);
+        fp->count = ks_pg_int(res, 0, 0);
+        fp->max_id = ks_pg_int(res, 0, 1);
+        fp->queued = ks_pg_int(res, 0, 2);
 }
 
 /* ---- 1: the transaction -------------------------------------------------------------------- */
@@ -449,8 +449,8 @@ static int take_rows(bl_tx *tx, recon *r, PGresult *const *res)
 static int read_tx(bl_tx *tx, void *arg)
 {
         recon *r = arg;
-        bl_num from = bl_num_of(r->from_ms), to = bl_num_of(r->to_ms);
-        bl_num rows = bl_num_of(ROWS_MAX + 1), customers = bl_num_of(CUSTOMERS_MAX + 1);
+        ks_pg_num from = ks_pg_num_of(r->from_ms), to = ks_pg_num_of(r->to_ms);
+        ks_pg_num rows = ks_pg_num_of(ROWS_MAX + 1), customers = ks_pg_num_of(CUSTOMERS_MAX + 1);
         const char *w[3] = {from.s, to.s, rows.s};
         const char *c[1] = {customers.s};
         PGresult *res[R_N] = {NULL};

@@ -623,7 +623,7 @@ static bool mark_rows(bl_relay *r, PGconn *conn, row *rows, size_t n, size_t *n_
 {
         char *ids = NULL, *errs = NULL;
         size_t n_refused = 0;
-        bl_num max = bl_num_of(r->svc->cfg->relay_attempts_max);
+        ks_pg_num max = ks_pg_num_of(r->svc->cfg->relay_attempts_max);
         PGresult *res = NULL;
         bool ok = false;
 
@@ -662,7 +662,7 @@ done:
 /* Claims up to batch_max rows into r->rows; *n. The transaction stays open. */
 static step claim(bl_relay *r, PGconn *conn, size_t *n)
 {
-        bl_num limit = bl_num_of((int64_t)r->batch_max);
+        ks_pg_num limit = ks_pg_num_of((int64_t)r->batch_max);
         PGresult *res = PQexec(conn, sql_open);
         ExecStatusType st = PQresultStatus(res);
 

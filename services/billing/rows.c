@@ -44,7 +44,7 @@ int64_t bl_invoice_remaining(const bl_invoice *inv)
 
 static void copy(char *out, size_t len, const PGresult *res, int row, int col)
 {
-        snprintf(out, len, "%s", bl_text(res, row, col));
+        snprintf(out, len, "%s", ks_pg_text(res, row, col));
 }
 
 /* One row of a query by id in the caller's tenant; KS_NOT_FOUND when none (call not failed). */
@@ -87,12 +87,12 @@ int bl_customer_load(bl_tx *tx, const char *id, bool for_update, bl_customer *ou
         }
         memset(out, 0, sizeof(*out));
         copy(out->id, sizeof(out->id), res, 0, 0);
-        out->currency = bl_currency_find(bl_text(res, 0, 1));
-        out->tax_rate_bp = bl_bool(res, 0, 3) ? 0 : (int32_t)bl_int(res, 0, 2);
+        out->currency = bl_currency_find(ks_pg_text(res, 0, 1));
+        out->tax_rate_bp = ks_pg_bool(res, 0, 3) ? 0 : (int32_t)ks_pg_int(res, 0, 2);
         copy(out->payment_method, sizeof(out->payment_method), res, 0, 4);
-        out->credit_balance = bl_int(res, 0, 5);
+        out->credit_balance = ks_pg_int(res, 0, 5);
         copy(out->test_clock_id, sizeof(out->test_clock_id), res, 0, 6);
-        out->archived = bl_bool(res, 0, 7);
+        out->archived = ks_pg_bool(res, 0, 7);
         PQclear(res);
         if (out->currency == NULL) {
                 return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
@@ -111,18 +111,18 @@ int bl_plan_read(const PGresult *res, int row, bl_plan *out)
         memset(out, 0, sizeof(*out));
         copy(out->id, sizeof(out->id), res, row, 0);
         copy(out->code, sizeof(out->code), res, row, 1);
-        out->version = (int32_t)bl_int(res, row, 2);
+        out->version = (int32_t)ks_pg_int(res, row, 2);
         copy(out->name, sizeof(out->name), res, row, 3);
-        out->currency = bl_currency_find(bl_text(res, row, 4));
-        out->interval.unit = (bl_unit)bl_int(res, row, 5);
-        out->interval.count = (int32_t)bl_int(res, row, 6);
-        out->trial_days = (int32_t)bl_int(res, row, 7);
-        out->price.model = (bl_price_model)bl_int(res, row, 8);
-        out->price.amount = bl_int(res, row, 9);
-        out->archived = bl_bool(res, row, 11);
-        out->created_ms = bl_int(res, row, 12);
-        if (out->currency == NULL ||
-            bl_tiers_from_json(bl_text(res, row, 10), out->price.tiers, &out->price.n_tiers) != 0) {
+        out->currency = bl_currency_find(ks_pg_text(res, row, 4));
+        out->interval.unit = (bl_unit)ks_pg_int(res, row, 5);
+        out->interval.count = (int32_t)ks_pg_int(res, row, 6);
+        out->trial_days = (int32_t)ks_pg_int(res, row, 7);
+        out->price.model = (bl_price_model)ks_pg_int(res, row, 8);
+        out->price.amount = ks_pg_int(res, row, 9);
+        out->archived = ks_pg_bool(res, row, 11);
+        out->created_ms = ks_pg_int(res, row, 12);
+        if (out->currency == NULL || bl_tiers_from_json(ks_pg_text(res, row, 10), out->price.tiers,
+                                                        &out->price.n_tiers) != 0) {
                 return KS_INTERNAL;
         }
         return KS_OK;
@@ -182,23 +182,23 @@ void bl_sub_read(const PGresult *res, int row, bl_subscription *out)
         copy(out->id, sizeof(out->id), res, row, 0);
         copy(out->customer_id, sizeof(out->customer_id), res, row, 1);
         copy(out->plan_id, sizeof(out->plan_id), res, row, 2);
-        out->quantity = bl_int(res, row, 3);
-        out->state = (bl_sub_state)bl_int(res, row, 4);
+        out->quantity = ks_pg_int(res, row, 3);
+        out->state = (bl_sub_state)ks_pg_int(res, row, 4);
         copy(out->currency, sizeof(out->currency), res, row, 5);
-        out->anchor_ms = bl_int(res, row, 6);
-        out->period_n = bl_int(res, row, 7);
-        out->period_start_ms = bl_int(res, row, 8);
-        out->period_end_ms = bl_int(res, row, 9);
-        out->trial_end_ms = bl_int(res, row, 10);
-        out->cancel_at_period_end = bl_bool(res, row, 11);
-        out->canceled_ms = bl_int(res, row, 12);
-        out->paused_ms = bl_int(res, row, 13);
+        out->anchor_ms = ks_pg_int(res, row, 6);
+        out->period_n = ks_pg_int(res, row, 7);
+        out->period_start_ms = ks_pg_int(res, row, 8);
+        out->period_end_ms = ks_pg_int(res, row, 9);
+        out->trial_end_ms = ks_pg_int(res, row, 10);
+        out->cancel_at_period_end = ks_pg_bool(res, row, 11);
+        out->canceled_ms = ks_pg_int(res, row, 12);
+        out->paused_ms = ks_pg_int(res, row, 13);
         copy(out->test_clock_id, sizeof(out->test_clock_id), res, row, 14);
-        out->next_action_ms = bl_int(res, row, 15);
+        out->next_action_ms = ks_pg_int(res, row, 15);
         copy(out->latest_invoice_id, sizeof(out->latest_invoice_id), res, row, 16);
-        out->history_seq = (int32_t)bl_int(res, row, 17);
-        out->created_ms = bl_int(res, row, 18);
-        out->updated_ms = bl_int(res, row, 19);
+        out->history_seq = (int32_t)ks_pg_int(res, row, 17);
+        out->created_ms = ks_pg_int(res, row, 18);
+        out->updated_ms = ks_pg_int(res, row, 19);
 }
 
 int bl_sub_load(bl_tx *tx, const char *id, bool for_update, bl_subscription *out)
@@ -226,12 +226,12 @@ int bl_sub_save(bl_tx *tx, bl_subscription *s, int64_t now_ms)
             " next_action_ms = NULLIF($13::int8, 0), latest_invoice_id = NULLIF($14, '')::uuid,"
             " history_seq = $15::int4, updated_ms = $16::int8"
             " WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid";
-        bl_num q = bl_num_of(s->quantity), st = bl_num_of(s->state), a = bl_num_of(s->anchor_ms),
-               pn = bl_num_of(s->period_n), ps = bl_num_of(s->period_start_ms),
-               pe = bl_num_of(s->period_end_ms), te = bl_num_of(s->trial_end_ms),
-               c = bl_num_of(s->canceled_ms), pa = bl_num_of(s->paused_ms),
-               na = bl_num_of(s->next_action_ms), hs = bl_num_of(s->history_seq),
-               up = bl_num_of(now_ms);
+        ks_pg_num q = ks_pg_num_of(s->quantity), st = ks_pg_num_of(s->state),
+                  a = ks_pg_num_of(s->anchor_ms), pn = ks_pg_num_of(s->period_n),
+                  ps = ks_pg_num_of(s->period_start_ms), pe = ks_pg_num_of(s->period_end_ms),
+                  te = ks_pg_num_of(s->trial_end_ms), c = ks_pg_num_of(s->canceled_ms),
+                  pa = ks_pg_num_of(s->paused_ms), na = ks_pg_num_of(s->next_action_ms),
+                  hs = ks_pg_num_of(s->history_seq), up = ks_pg_num_of(now_ms);
         const char *p[16] = {s->id, s->plan_id,
                              q.s,   st.s,
                              a.s,   pn.s,
@@ -293,27 +293,27 @@ int bl_invoice_read(const PGresult *res, int row, bl_invoice *out)
         copy(out->customer_id, sizeof(out->customer_id), res, row, 1);
         copy(out->subscription_id, sizeof(out->subscription_id), res, row, 2);
         copy(out->number, sizeof(out->number), res, row, 3);
-        out->state = (bl_inv_state)bl_int(res, row, 4);
-        out->reason = reason_parse(bl_text(res, row, 5));
-        out->currency = bl_currency_find(bl_text(res, row, 6));
-        out->subtotal = bl_int(res, row, 7);
-        out->tax = bl_int(res, row, 8);
-        out->total = bl_int(res, row, 9);
-        out->balance_applied = bl_int(res, row, 10);
-        out->amount_due = bl_int(res, row, 11);
-        out->amount_paid = bl_int(res, row, 12);
-        out->amount_credited = bl_int(res, row, 13);
-        out->n_lines = (int32_t)bl_int(res, row, 14);
-        out->period_start_ms = bl_int(res, row, 15);
-        out->period_end_ms = bl_int(res, row, 16);
-        out->auto_charge = bl_bool(res, row, 17);
-        out->attempt_count = (int32_t)bl_int(res, row, 18);
-        out->next_attempt_ms = bl_int(res, row, 19);
-        out->created_ms = bl_int(res, row, 20);
-        out->finalized_ms = bl_int(res, row, 21);
-        out->paid_ms = bl_int(res, row, 22);
-        out->voided_ms = bl_int(res, row, 23);
-        out->uncollectible_ms = bl_int(res, row, 24);
+        out->state = (bl_inv_state)ks_pg_int(res, row, 4);
+        out->reason = reason_parse(ks_pg_text(res, row, 5));
+        out->currency = bl_currency_find(ks_pg_text(res, row, 6));
+        out->subtotal = ks_pg_int(res, row, 7);
+        out->tax = ks_pg_int(res, row, 8);
+        out->total = ks_pg_int(res, row, 9);
+        out->balance_applied = ks_pg_int(res, row, 10);
+        out->amount_due = ks_pg_int(res, row, 11);
+        out->amount_paid = ks_pg_int(res, row, 12);
+        out->amount_credited = ks_pg_int(res, row, 13);
+        out->n_lines = (int32_t)ks_pg_int(res, row, 14);
+        out->period_start_ms = ks_pg_int(res, row, 15);
+        out->period_end_ms = ks_pg_int(res, row, 16);
+        out->auto_charge = ks_pg_bool(res, row, 17);
+        out->attempt_count = (int32_t)ks_pg_int(res, row, 18);
+        out->next_attempt_ms = ks_pg_int(res, row, 19);
+        out->created_ms = ks_pg_int(res, row, 20);
+        out->finalized_ms = ks_pg_int(res, row, 21);
+        out->paid_ms = ks_pg_int(res, row, 22);
+        out->voided_ms = ks_pg_int(res, row, 23);
+        out->uncollectible_ms = ks_pg_int(res, row, 24);
         copy(out->description, sizeof(out->description), res, row, 25);
         return out->currency != NULL ? KS_OK : KS_INTERNAL;
 }
@@ -382,7 +382,7 @@ static const char sql_notes[] =
 
 static char *text(const PGresult *res, int row, int col)
 {
-        return (char *)bl_text(res, row, col);
+        return (char *)ks_pg_text(res, row, col);
 }
 
 static void line_item(void *item, const PGresult *r, int i)
@@ -390,16 +390,16 @@ static void line_item(void *item, const PGresult *r, int i)
         Keelson__Billing__V1__InvoiceLine *l = item;
 
         keelson__billing__v1__invoice_line__init(l);
-        l->line_no = (int32_t)bl_int(r, i, 0);
+        l->line_no = (int32_t)ks_pg_int(r, i, 0);
         l->kind = text(r, i, 1);
         l->description = text(r, i, 2);
-        l->quantity = bl_int(r, i, 3);
-        l->unit_amount = bl_int(r, i, 4);
-        l->amount = bl_int(r, i, 5);
-        l->tax = bl_int(r, i, 6);
-        l->taxable = bl_bool(r, i, 7);
-        l->period_start_unix_ms = bl_int(r, i, 8);
-        l->period_end_unix_ms = bl_int(r, i, 9);
+        l->quantity = ks_pg_int(r, i, 3);
+        l->unit_amount = ks_pg_int(r, i, 4);
+        l->amount = ks_pg_int(r, i, 5);
+        l->tax = ks_pg_int(r, i, 6);
+        l->taxable = ks_pg_bool(r, i, 7);
+        l->period_start_unix_ms = ks_pg_int(r, i, 8);
+        l->period_end_unix_ms = ks_pg_int(r, i, 9);
 }
 
 static void payment_item(void *item, const PGresult *r, int i)
@@ -408,13 +408,13 @@ static void payment_item(void *item, const PGresult *r, int i)
 
         keelson__billing__v1__payment__init(p);
         p->id = text(r, i, 0);
-        p->amount = bl_int(r, i, 1);
+        p->amount = ks_pg_int(r, i, 1);
         p->status = text(r, i, 2);
         p->method = text(r, i, 3);
         p->payment_method = text(r, i, 4);
         p->failure_code = text(r, i, 5);
         p->reference = text(r, i, 6);
-        p->created_at_unix_ms = bl_int(r, i, 7);
+        p->created_at_unix_ms = ks_pg_int(r, i, 7);
 }
 
 void bl_credit_note_item(void *item, const PGresult *r, int i)
@@ -425,12 +425,12 @@ void bl_credit_note_item(void *item, const PGresult *r, int i)
         c->id = text(r, i, 0);
         c->number = text(r, i, 1);
         c->invoice_id = text(r, i, 2);
-        c->amount = bl_int(r, i, 3);
-        c->subtotal = bl_int(r, i, 4);
-        c->tax = bl_int(r, i, 5);
+        c->amount = ks_pg_int(r, i, 3);
+        c->subtotal = ks_pg_int(r, i, 4);
+        c->tax = ks_pg_int(r, i, 5);
         c->reason = text(r, i, 6);
         c->credited_to = text(r, i, 7);
-        c->created_at_unix_ms = bl_int(r, i, 8);
+        c->created_at_unix_ms = ks_pg_int(r, i, 8);
 }
 
 /* The rows of res as an array of items and an array of pointers to them. */
@@ -606,7 +606,7 @@ static void arr_sep(bl_arr *a)
 
 void bl_arr_int(bl_arr *a, int64_t v)
 {
-        bl_num n = bl_num_of(v);
+        ks_pg_num n = ks_pg_num_of(v);
 
         arr_sep(a);
         arr_put(a, n.s, strlen(n.s));

@@ -174,7 +174,7 @@ static int due_tx(bl_tx *tx, void *arg)
 static int run_due(bl_scheduler *sc, int64_t now)
 {
         bl_service *svc = sc->svc;
-        bl_num t = bl_num_of(now), lim = bl_num_of(svc->cfg->scheduler_batch_max);
+        ks_pg_num t = ks_pg_num_of(now), lim = ks_pg_num_of(svc->cfg->scheduler_batch_max);
         bl_arr skip = {0};
         PGresult *res = NULL;
         int n, rc;
@@ -208,7 +208,8 @@ static int run_due(bl_scheduler *sc, int64_t now)
 
 static void prune(bl_scheduler *sc, int64_t now)
 {
-        bl_num before = bl_num_of(now - BL_IDEMPOTENCY_TTL_MS), lim = bl_num_of(PRUNE_BATCH);
+        ks_pg_num before = ks_pg_num_of(now - BL_IDEMPOTENCY_TTL_MS),
+                  lim = ks_pg_num_of(PRUNE_BATCH);
         const char *p[2] = {before.s, lim.s};
 
         if (now - sc->pruned_at_ms < PRUNE_EVERY_MS) {

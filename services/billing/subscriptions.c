@@ -84,11 +84,11 @@ static const char sql_clock_subs[] =
 
 static int insert_sub(bl_tx *tx, const bl_subscription *s)
 {
-        bl_num q = bl_num_of(s->quantity), st = bl_num_of(s->state), a = bl_num_of(s->anchor_ms),
-               n = bl_num_of(s->period_n), ps = bl_num_of(s->period_start_ms),
-               pe = bl_num_of(s->period_end_ms), te = bl_num_of(s->trial_end_ms),
-               na = bl_num_of(s->next_action_ms), hs = bl_num_of(s->history_seq),
-               cr = bl_num_of(s->created_ms);
+        ks_pg_num q = ks_pg_num_of(s->quantity), st = ks_pg_num_of(s->state),
+                  a = ks_pg_num_of(s->anchor_ms), n = ks_pg_num_of(s->period_n),
+                  ps = ks_pg_num_of(s->period_start_ms), pe = ks_pg_num_of(s->period_end_ms),
+                  te = ks_pg_num_of(s->trial_end_ms), na = ks_pg_num_of(s->next_action_ms),
+                  hs = ks_pg_num_of(s->history_seq), cr = ks_pg_num_of(s->created_ms);
         const char *p[16] = {s->id,      s->customer_id,
                              s->plan_id, q.s,
                              st.s,       s->currency,
@@ -134,7 +134,7 @@ static int clock_room(bl_tx *tx, const bl_customer *cust)
         if ((rc = bl_exec(tx, sql_clock_subs, 1, p, &res)) != KS_OK) {
                 return rc;
         }
-        rc = bl_int(res, 0, 0) >= BL_CLOCK_SUBS_MAX
+        rc = ks_pg_int(res, 0, 0) >= BL_CLOCK_SUBS_MAX
                  ? bl_fail(tx, KS_FAILED_PRECONDITION,
                            "a test clock holds at most %d subscriptions", BL_CLOCK_SUBS_MAX)
                  : KS_OK;
@@ -572,8 +572,8 @@ static void list_item(void *item, const PGresult *r, int i)
 
         bl_sub_read(r, i, &it->s);
         memset(&it->plan, 0, sizeof(it->plan));
-        snprintf(it->plan.code, sizeof(it->plan.code), "%s", bl_text(r, i, 20));
-        it->plan.version = (int32_t)bl_int(r, i, 21);
+        snprintf(it->plan.code, sizeof(it->plan.code), "%s", ks_pg_text(r, i, 20));
+        it->plan.version = (int32_t)ks_pg_int(r, i, 21);
         bl_sub_message(&it->s, &it->plan, &it->m);
 }
 
@@ -617,7 +617,7 @@ int bl_list_subscriptions(ks_call *call)
                 return ks_call_fail(call, KS_INVALID_ARGUMENT,
                                     "state: trialing, active, past_due, paused or canceled");
         }
-        bl_num state = bl_num_of(in->state[0] != '\0' ? (int64_t)st : -1);
+        ks_pg_num state = ks_pg_num_of(in->state[0] != '\0' ? (int64_t)st : -1);
         const char *filters[2] = {state.s, in->customer_id};
         return ks_list_reply(call, by_customer ? &list_by_customer : &list_all, in->page_size,
                              in->page_token, filters, by_customer ? 2 : 1, &bl_list_runner);
@@ -628,16 +628,16 @@ int bl_list_subscriptions(ks_call *call)
 static void history_item(void *item, const PGresult *r, int i)
 {
         Keelson__Billing__V1__SubscriptionHistoryEntry *e = item;
-        int from = (int)bl_int(r, i, 1);
+        int from = (int)ks_pg_int(r, i, 1);
 
         keelson__billing__v1__subscription_history_entry__init(e);
-        e->seq = bl_int(r, i, 0);
+        e->seq = ks_pg_int(r, i, 0);
         e->from_state = (char *)(from < 0 ? "" : bl_sub_state_name((bl_sub_state)from));
-        e->to_state = (char *)bl_sub_state_name((bl_sub_state)bl_int(r, i, 2));
-        e->event = (char *)bl_text(r, i, 3);
-        e->at_unix_ms = bl_int(r, i, 4);
-        e->invoice_id = (char *)bl_text(r, i, 5);
-        e->detail = (char *)bl_text(r, i, 6);
+        e->to_state = (char *)bl_sub_state_name((bl_sub_state)ks_pg_int(r, i, 2));
+        e->event = (char *)ks_pg_text(r, i, 3);
+        e->at_unix_ms = ks_pg_int(r, i, 4);
+        e->invoice_id = (char *)ks_pg_text(r, i, 5);
+        e->detail = (char *)ks_pg_text(r, i, 6);
 }
 
 /* Oldest first, by seq; a subscription of another tenant has no rows (and is not_found). */

@@ -96,29 +96,29 @@ static int summary_tx(bl_tx *tx, void *arg)
         if ((rc = bl_pipeline(tx, s, 3)) != KS_OK) {
                 return rc;
         }
-        resp.subscriptions_active = bl_int(st, 0, 0);
-        resp.subscriptions_trialing = bl_int(st, 0, 1);
-        resp.subscriptions_past_due = bl_int(st, 0, 2);
-        resp.subscriptions_paused = bl_int(st, 0, 3);
-        resp.subscriptions_canceled = bl_int(st, 0, 4);
+        resp.subscriptions_active = ks_pg_int(st, 0, 0);
+        resp.subscriptions_trialing = ks_pg_int(st, 0, 1);
+        resp.subscriptions_past_due = ks_pg_int(st, 0, 2);
+        resp.subscriptions_paused = ks_pg_int(st, 0, 3);
+        resp.subscriptions_canceled = ks_pg_int(st, 0, 4);
         for (int i = 0; rc == KS_OK && i < PQntuples(mrr); i++) {
                 char *end;
                 errno = 0;
                 /* numeric in SQL, so the sum cannot fail there; past int64 it is refused here */
-                long long sum = strtoll(bl_text(mrr, i, 3), &end, 10);
+                long long sum = strtoll(ks_pg_text(mrr, i, 3), &end, 10);
                 int64_t month;
                 if (*end != '\0' || errno == ERANGE ||
-                    !monthly(sum, (bl_unit)bl_int(mrr, i, 1), bl_int(mrr, i, 2), &month) ||
-                    !add(&m, bl_text(mrr, i, 0), month)) {
+                    !monthly(sum, (bl_unit)ks_pg_int(mrr, i, 1), ks_pg_int(mrr, i, 2), &month) ||
+                    !add(&m, ks_pg_text(mrr, i, 0), month)) {
                         rc = bl_fail(tx, KS_OUT_OF_RANGE, "MRR leaves the range of int64");
                 }
         }
         for (int i = 0; rc == KS_OK && i < PQntuples(open); i++) {
-                add(&o, bl_text(open, i, 0), bl_int(open, i, 1));
-                if (bl_int(open, i, 2) > 0) {
-                        add(&pd, bl_text(open, i, 0), bl_int(open, i, 2));
+                add(&o, ks_pg_text(open, i, 0), ks_pg_int(open, i, 1));
+                if (ks_pg_int(open, i, 2) > 0) {
+                        add(&pd, ks_pg_text(open, i, 0), ks_pg_int(open, i, 2));
                 }
-                resp.invoices_open += bl_int(open, i, 3);
+                resp.invoices_open += ks_pg_int(open, i, 3);
         }
         if (rc == KS_OK) {
                 resp.mrr = m.p;

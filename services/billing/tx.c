@@ -241,29 +241,6 @@ void bl_tx_free(bl_tx *tx)
         bl_postings_clear(tx);
 }
 
-const char *bl_text(const PGresult *res, int row, int col)
-{
-        return PQgetisnull(res, row, col) ? "" : PQgetvalue(res, row, col);
-}
-
-int64_t bl_int(const PGresult *res, int row, int col)
-{
-        return PQgetisnull(res, row, col) ? 0 : strtoll(PQgetvalue(res, row, col), NULL, 10);
-}
-
-bool bl_bool(const PGresult *res, int row, int col)
-{
-        return !PQgetisnull(res, row, col) && PQgetvalue(res, row, col)[0] == 't';
-}
-
-bl_num bl_num_of(int64_t v)
-{
-        bl_num n;
-
-        snprintf(n.s, sizeof(n.s), "%lld", (long long)v);
-        return n;
-}
-
 /* BEGIN and the tenant: they ride on the transaction's first statement. */
 static int open_tx(bl_tx *tx)
 {

@@ -378,6 +378,29 @@ int ks_pg_ping(ks_pg_pool *pool)
 
 /* ---- statements ------------------------------------------------------------ */
 
+const char *ks_pg_text(const PGresult *res, int row, int col)
+{
+        return PQgetisnull(res, row, col) ? "" : PQgetvalue(res, row, col);
+}
+
+int64_t ks_pg_int(const PGresult *res, int row, int col)
+{
+        return PQgetisnull(res, row, col) ? 0 : strtoll(PQgetvalue(res, row, col), NULL, 10);
+}
+
+bool ks_pg_bool(const PGresult *res, int row, int col)
+{
+        return !PQgetisnull(res, row, col) && PQgetvalue(res, row, col)[0] == 't';
+}
+
+ks_pg_num ks_pg_num_of(int64_t v)
+{
+        ks_pg_num n;
+
+        snprintf(n.s, sizeof(n.s), "%lld", (long long)v);
+        return n;
+}
+
 const char *ks_pg_sqlstate(const PGresult *res)
 {
         return res != NULL ? nz(PQresultErrorField(res, PG_DIAG_SQLSTATE)) : "";

@@ -145,6 +145,17 @@ void ks_pg_rollback(PGconn *conn);
 /* SQLSTATE of a failed result ("23505"), or "" */
 const char *ks_pg_sqlstate(const PGresult *res);
 
+/* A result field as text ("" for NULL), as an int64 (0 for NULL), as a bool (false for NULL). */
+const char *ks_pg_text(const PGresult *res, int row, int col);
+int64_t ks_pg_int(const PGresult *res, int row, int col);
+bool ks_pg_bool(const PGresult *res, int row, int col);
+
+/* An int64 as the text of a parameter: ks_pg_num_of(42).s is "42". */
+typedef struct ks_pg_num {
+        char s[24];
+} ks_pg_num;
+ks_pg_num ks_pg_num_of(int64_t v);
+
 /*
  * bytea in its text form, "\x" + hex: how binary data travels as a text
  * parameter (a $n::bytea) and comes back in a text result.
