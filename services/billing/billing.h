@@ -278,10 +278,6 @@ typedef struct bl_kv {
 } bl_kv;
 bool bl_metadata_valid(const bl_kv *kv, size_t n, bool allow_empty_values, char *err,
                        size_t err_len);
-/* An update mask: every name in allowed (a NULL-terminated list), each once; the bits of the names
- * set in *mask. */
-bool bl_mask_parse(char *const *names, size_t n, const char *const *allowed, unsigned *mask,
-                   char *err, size_t err_len);
 
 /* ---- jsonb (json.c) --------------------------------------------------------- */
 

@@ -331,7 +331,7 @@ static bool update_valid(update_args *a, char *err, size_t err_len)
         const Keelson__Billing__V1__UpdateCustomerRequest *in = a->in;
 
         if (!bl_id_valid("id", in->id, err, err_len) ||
-            !bl_mask_parse(in->update_mask, in->n_update_mask, update_fields, &a->mask, err,
+            !ks_mask_parse(in->update_mask, in->n_update_mask, update_fields, &a->mask, err,
                            err_len)) {
                 return false;
         }

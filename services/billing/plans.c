@@ -9,6 +9,7 @@
  * on it, existing ones go on.
  */
 #include "billing.h"
+#include "ks_text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -330,7 +331,7 @@ int bl_update_plan(ks_call *call)
         int rc;
 
         if (!bl_plan_code_valid(in->code, err, sizeof(err)) ||
-            !bl_mask_parse(in->update_mask, in->n_update_mask, update_fields, &a.mask, err,
+            !ks_mask_parse(in->update_mask, in->n_update_mask, update_fields, &a.mask, err,
                            sizeof(err)) ||
             ((a.mask & M_NAME) != 0 && !bl_name_valid("name", in->name, BL_NAME_CHARS_MAX, a.name,
                                                       sizeof(a.name), err, sizeof(err))) ||

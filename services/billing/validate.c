@@ -147,27 +147,3 @@ bool bl_metadata_valid(const bl_kv *kv, size_t n, bool allow_empty_values, char 
         }
         return true;
 }
-
-bool bl_mask_parse(char *const *names, size_t n, const char *const *allowed, unsigned *mask,
-                   char *err, size_t err_len)
-{
-        *mask = 0;
-        for (size_t i = 0; i < n; i++) {
-                unsigned bit = 0;
-                for (unsigned j = 0; allowed[j] != NULL; j++) {
-                        if (strcmp(names[i], allowed[j]) == 0) {
-                                bit = 1u << j;
-                        }
-                }
-                if (bit == 0) {
-                        snprintf(err, err_len, "update_mask: unknown field \"%.64s\"", names[i]);
-                        return false;
-                }
-                if ((*mask & bit) != 0) {
-                        snprintf(err, err_len, "update_mask: \"%.64s\" named twice", names[i]);
-                        return false;
-                }
-                *mask |= bit;
-        }
-        return true;
-}

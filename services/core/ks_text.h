@@ -63,4 +63,13 @@ int ks_email_validate(const char *email, char *err, size_t err_len);
 int ks_name_normalize(const char *field, const char *in, int chars_max, char *out, size_t out_len,
                       char *err, size_t err_len);
 
+/*
+ * An update mask (a request's update_mask): every name one of allowed (a
+ * NULL-terminated list of at most 32), each once; *mask gets bit j for
+ * allowed[j]. False with "update_mask: unknown field ..." or "... named
+ * twice" in err.
+ */
+bool ks_mask_parse(char *const *names, size_t n, const char *const *allowed, unsigned *mask,
+                   char *err, size_t err_len);
+
 #endif
