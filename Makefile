@@ -12,13 +12,15 @@ STACK_DIR     ?= .local/stack
 GATEWAY_PORT  ?= 8080
 AUTH_REPLICAS ?= 2
 BILLING_REPLICAS ?= 1
+WEBHOOK_REPLICAS ?= 1
 # 1: PostgreSQL's data survives make down / make up (accounts stay); 0: start empty.
 KEEP_DATA     ?= 1
 JOBS          ?= $(shell nproc 2>/dev/null || echo 2)
 STACK         := deploy/local/stack.sh
 STACK_ARGS    := --dir $(STACK_DIR) --bin $(BUILD) --gateway-port $(GATEWAY_PORT) \
                  --auth-replicas $(AUTH_REPLICAS) \
-                 --billing-replicas $(BILLING_REPLICAS) $(if $(filter 1,$(KEEP_DATA)),--keep-data)
+                 --billing-replicas $(BILLING_REPLICAS) --webhook-replicas $(WEBHOOK_REPLICAS) \
+                 $(if $(filter 1,$(KEEP_DATA)),--keep-data)
 # A sanitizer report fails the test that triggers it, services included.
 SAN_ENV       := ASAN_OPTIONS=detect_leaks=1 \
                  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -5,7 +5,7 @@
 #
 #   stack.sh start --dir DIR --bin BUILD_DIR [--free-ports] [--auth-replicas N]
 #                  [--billing-replicas N] [--ledger-replicas N] [--summary-replicas N]
-#                  [--gateway-port P]
+#                  [--webhook-replicas N] [--gateway-port P]
 #                  [--gateway-replicas N] [--keep-data] [--unsafe-fast]
 #   stack.sh run   (same options)   start, print a curl example, wait for Ctrl-C, stop
 #   stack.sh stop  --dir DIR         stop what DIR/pids names, then PostgreSQL
@@ -40,6 +40,7 @@ AUTH_REPLICAS_MAX=8
 # the caller's environment reaches the services unchanged (the test fixture
 # shortens the lockout that way: tests/CMakeLists.txt).
 BILLING_REPLICAS_MAX=8
+WEBHOOK_REPLICAS_MAX=8
 LEDGER_REPLICAS_MAX=8
 SUMMARY_REPLICAS_MAX=8
 GATEWAY_REPLICAS_MAX=8
@@ -53,6 +54,7 @@ BIN=""
 FREE_PORTS=0
 AUTH_REPLICAS=1
 BILLING_REPLICAS=1
+WEBHOOK_REPLICAS=1
 LEDGER_REPLICAS=1
 SUMMARY_REPLICAS=1
 GATEWAY_PORT=""
@@ -73,6 +75,8 @@ SUMMARY_HEALTH_BASE=7501
 SUMMARY_HEALTH_PORTS=()
 BILLING_HEALTH_BASE=7511
 BILLING_HEALTH_PORTS=()
+WEBHOOK_HEALTH_BASE=7521
+WEBHOOK_HEALTH_PORTS=()
 GATEWAY_ADMIN_BASE=7470 # /healthz, /readyz, /metrics of each gateway replica
 GATEWAY_ADMIN_PORTS=()
 USED_PORTS=()
@@ -98,6 +102,7 @@ parse_args() {
                 --free-ports) FREE_PORTS=1; shift ;;
                 --auth-replicas) AUTH_REPLICAS=${2:?--auth-replicas needs a value}; shift 2 ;;
                 --billing-replicas) BILLING_REPLICAS=${2:?--billing-replicas needs a value}; shift 2 ;;
+                --webhook-replicas) WEBHOOK_REPLICAS=${2:?--webhook-replicas needs a value}; shift 2 ;;
                 --ledger-replicas) LEDGER_REPLICAS=${2:?--ledger-replicas needs a value}; shift 2 ;;
                 --summary-replicas) SUMMARY_REPLICAS=${2:?--summary-replicas needs a value}; shift 2 ;;
                 --gateway-port) GATEWAY_PORT=${2:?--gateway-port needs a value}; shift 2 ;;
@@ -118,7 +123,7 @@ check_start_args() {
         BIN=$(cd "$BIN" 2>/dev/null && pwd) || die "--bin: no such folder"
         local b
         for b in keelson-broker keelson-auth keelson-billing keelson-ledger keelson-summary \
-                keelson-gateway; do
+                keelson-webhook keelson-gateway; do
                 [ -x "$BIN/$b" ] || die "$BIN/$b is missing: build first (make)"
         done
         case "$AUTH_REPLICAS" in
@@ -132,6 +137,12 @@ check_start_args() {
         esac
         if [ "$BILLING_REPLICAS" -lt 1 ] || [ "$BILLING_REPLICAS" -gt "$BILLING_REPLICAS_MAX" ]; then
                 die "--billing-replicas must be within 1..$BILLING_REPLICAS_MAX"
+        fi
+        case "$WEBHOOK_REPLICAS" in
+        '' | *[!0-9]*) die "--webhook-replicas must be a number" ;;
+        esac
+        if [ "$WEBHOOK_REPLICAS" -lt 1 ] || [ "$WEBHOOK_REPLICAS" -gt "$WEBHOOK_REPLICAS_MAX" ]; then
+                die "--webhook-replicas must be within 1..$WEBHOOK_REPLICAS_MAX"
         fi
         case "$LEDGER_REPLICAS" in
         '' | *[!0-9]*) die "--ledger-replicas must be a number" ;;
@@ -224,6 +235,9 @@ choose_ports() {
                 for ((i = 0; i < BILLING_REPLICAS; i++)); do
                         pick_ports 1; BILLING_HEALTH_PORTS+=("$REPLY")
                 done
+                for ((i = 0; i < WEBHOOK_REPLICAS; i++)); do
+                        pick_ports 1; WEBHOOK_HEALTH_PORTS+=("$REPLY")
+                done
                 for ((i = 0; i < LEDGER_REPLICAS; i++)); do
                         pick_ports 1; LEDGER_HEALTH_PORTS+=("$REPLY")
                 done
@@ -256,6 +270,10 @@ choose_ports() {
         for ((i = 0; i < BILLING_REPLICAS; i++)); do
                 claim_port $((BILLING_HEALTH_BASE + i)) "billing health"
                 BILLING_HEALTH_PORTS+=($((BILLING_HEALTH_BASE + i)))
+        done
+        for ((i = 0; i < WEBHOOK_REPLICAS; i++)); do
+                claim_port $((WEBHOOK_HEALTH_BASE + i)) "webhook health"
+                WEBHOOK_HEALTH_PORTS+=($((WEBHOOK_HEALTH_BASE + i)))
         done
         for ((i = 0; i < LEDGER_REPLICAS; i++)); do
                 claim_port $((LEDGER_HEALTH_BASE + i)) "ledger health"
@@ -434,16 +452,18 @@ pg_bootstrap() {
                 pg_sql "CREATE DATABASE keelson OWNER keelson" >/dev/null
         fi
         for r in keelson_auth_rt keelson_billing_rt keelson_billing_worker keelson_ledger_rt \
-                keelson_ledger_sweeper keelson_summary_rt; do
+                keelson_ledger_sweeper keelson_summary_rt keelson_webhook_rt \
+                keelson_webhook_worker; do
                 pg_role "$r" NOLOGIN
         done
-        for r in auth billing ledger summary; do
+        for r in auth billing ledger summary webhook; do
                 pg_role "keelson_${r}_login" "LOGIN NOINHERIT"
         done
         pg_sql "GRANT keelson_auth_rt TO keelson_auth_login;
                 GRANT keelson_billing_rt, keelson_billing_worker TO keelson_billing_login;
                 GRANT keelson_ledger_rt, keelson_ledger_sweeper TO keelson_ledger_login;
-                GRANT keelson_summary_rt TO keelson_summary_login" >/dev/null
+                GRANT keelson_summary_rt TO keelson_summary_login;
+                GRANT keelson_webhook_rt, keelson_webhook_worker TO keelson_webhook_login" >/dev/null
 }
 
 # The cluster start made for DIR: PG_HOME, PG_BIN and, as root, PG_USER.
@@ -592,6 +612,13 @@ start_services() {
                         KEELSON_BILLING_HTTP_PORT="${BILLING_HEALTH_PORTS[$i]}" \
                         "$BIN/keelson-billing"
         done
+        for ((i = 0; i < WEBHOOK_REPLICAS; i++)); do
+                spawn "webhook-$((i + 1))" env KEELSON_PG_DSN="$(service_dsn)" \
+                        KEELSON_WEBHOOK_PG_LOGIN_DSN="$(login_dsn webhook)" \
+                        KEELSON_BROKER_URL="$(broker_url)" KEELSON_WEBHOOK_HTTP_HOST=127.0.0.1 \
+                        KEELSON_WEBHOOK_HTTP_PORT="${WEBHOOK_HEALTH_PORTS[$i]}" \
+                        "$BIN/keelson-webhook"
+        done
         # The reader role comes with auth's migrations: /readyz waits for it.
         for ((i = 0; i < SUMMARY_REPLICAS; i++)); do
                 spawn "summary-$((i + 1))" env KEELSON_PG_DSN="$(service_dsn)" \
@@ -626,6 +653,9 @@ ready_targets() {
         done
         for ((i = 0; i < BILLING_REPLICAS; i++)); do
                 echo "billing-$((i + 1)) ${BILLING_HEALTH_PORTS[$i]}"
+        done
+        for ((i = 0; i < WEBHOOK_REPLICAS; i++)); do
+                echo "webhook-$((i + 1)) ${WEBHOOK_HEALTH_PORTS[$i]}"
         done
         for ((i = 0; i < LEDGER_REPLICAS; i++)); do
                 echo "ledger-$((i + 1)) ${LEDGER_HEALTH_PORTS[$i]}"
@@ -682,7 +712,8 @@ join_by_comma() {
 }
 
 write_env() {
-        local pids=() billing_pids=() ledger_pids=() summary_pids=() gw_urls=() gw_pids=() i
+        local pids=() billing_pids=() ledger_pids=() summary_pids=() webhook_pids=() gw_urls=() \
+                gw_pids=() i
         for ((i = 0; i < AUTH_REPLICAS; i++)); do
                 pids+=("$(cat "$DIR/pids/auth-$((i + 1)).pid")")
         done
@@ -691,6 +722,9 @@ write_env() {
         done
         for ((i = 0; i < LEDGER_REPLICAS; i++)); do
                 ledger_pids+=("$(cat "$DIR/pids/ledger-$((i + 1)).pid")")
+        done
+        for ((i = 0; i < WEBHOOK_REPLICAS; i++)); do
+                webhook_pids+=("$(cat "$DIR/pids/webhook-$((i + 1)).pid")")
         done
         for ((i = 0; i < SUMMARY_REPLICAS; i++)); do
                 summary_pids+=("$(cat "$DIR/pids/summary-$((i + 1)).pid")")
@@ -706,6 +740,7 @@ KEELSON_IT_AUTH_LOGIN_DSN=$(login_dsn auth)
 KEELSON_IT_BILLING_LOGIN_DSN=$(login_dsn billing)
 KEELSON_IT_LEDGER_LOGIN_DSN=$(login_dsn ledger)
 KEELSON_IT_SUMMARY_LOGIN_DSN=$(login_dsn summary)
+KEELSON_IT_WEBHOOK_LOGIN_DSN=$(login_dsn webhook)
 KEELSON_IT_REDIS_URL=$(redis_url)
 KEELSON_IT_BROKER_URL=$(broker_url)
 KEELSON_IT_GATEWAY_URL=http://127.0.0.1:$GATEWAY_PORT
@@ -718,6 +753,8 @@ KEELSON_IT_LEDGER_HEALTH_PORTS=$(join_by_comma "${LEDGER_HEALTH_PORTS[@]}")
 KEELSON_IT_LEDGER_PIDS=$(join_by_comma "${ledger_pids[@]}")
 KEELSON_IT_SUMMARY_HEALTH_PORTS=$(join_by_comma "${SUMMARY_HEALTH_PORTS[@]}")
 KEELSON_IT_SUMMARY_PIDS=$(join_by_comma "${summary_pids[@]}")
+KEELSON_IT_WEBHOOK_HEALTH_PORTS=$(join_by_comma "${WEBHOOK_HEALTH_PORTS[@]}")
+KEELSON_IT_WEBHOOK_PIDS=$(join_by_comma "${webhook_pids[@]}")
 KEELSON_IT_GATEWAY_PID=$(cat "$DIR/pids/gateway.pid")
 KEELSON_IT_GATEWAY_URLS=$(join_by_comma "${gw_urls[@]}")
 KEELSON_IT_GATEWAY_PIDS=$(join_by_comma "${gw_pids[@]}")

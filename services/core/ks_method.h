@@ -41,6 +41,11 @@ enum {
         /* The method the gateway calls to turn a bearer token into a caller
          * (auth's ResolveContext): exactly one row of all carries it. */
         KS_M_RESOLVER = 1u << 5,
+        /* A webhook intake (with KS_M_PUBLIC): the gateway routes it only at
+         * /webhooks/<provider>/<id>, never at its Connect path, and makes its
+         * request (ReceiveWebhookRequest) from the raw body and the signature
+         * headers (services/gateway/intake.c). At most one row of all. */
+        KS_M_INTAKE = 1u << 6,
 };
 
 /* Which bearer a caller must hold; checked by the RPC server before the handler. */

@@ -10,6 +10,7 @@
 #include "keelson/billing/v1/billing.pb-c.h"
 #include "keelson/ledger/v1/ledger.pb-c.h"
 #include "keelson/summary/v1/summary.pb-c.h"
+#include "keelson/webhook/v1/webhook.pb-c.h"
 
 #define KS_METHOD(name, fn, flags, bearer, perm, revokes)                                          \
         KS_METHOD_ROW(name, NULL, flags, bearer, 0, revokes)
@@ -26,6 +27,9 @@ static const ks_method_row ledger_rows[] = {
 static const ks_method_row summary_rows[] = {
 #include "../summary/methods.def"
 };
+static const ks_method_row webhook_rows[] = {
+#include "../webhook/methods.def"
+};
 #undef KS_METHOD
 
 #define TABLE(descriptor, rows)                                                                    \
@@ -38,5 +42,6 @@ const ks_method_table gw_catalog[] = {
     TABLE(keelson__billing__v1__billing_service__descriptor, billing_rows),
     TABLE(keelson__ledger__v1__ledger_service__descriptor, ledger_rows),
     TABLE(keelson__summary__v1__admin_summary_service__descriptor, summary_rows),
+    TABLE(keelson__webhook__v1__webhook_service__descriptor, webhook_rows),
 };
 const size_t gw_catalog_n = sizeof(gw_catalog) / sizeof(gw_catalog[0]);

@@ -22,7 +22,13 @@
  * by client address, so that a flood of made-up tokens is bounded before it
  * reaches auth and PostgreSQL.
  */
-typedef enum gw_scope { GW_SCOPE_AUTH, GW_SCOPE_API, GW_SCOPE_RESOLVE, GW_SCOPE_COUNT } gw_scope;
+typedef enum gw_scope {
+        GW_SCOPE_AUTH,
+        GW_SCOPE_API,
+        GW_SCOPE_RESOLVE,
+        GW_SCOPE_INTAKE, /* webhooks received, keyed by intake endpoint */
+        GW_SCOPE_COUNT
+} gw_scope;
 
 #define GW_OVERRIDES_MAX 64
 
@@ -68,6 +74,7 @@ typedef struct gw_config {
         char *rate_auth;
         char *rate_api;
         char *rate_resolve;
+        char *rate_intake;
         char *rate_overrides;
         int64_t rate_local_keys;
         int64_t redis_timeout_ms;

@@ -65,6 +65,7 @@
 #include "front.h"
 #include "handler.h"
 #include "inflight.h"
+#include "intake.h"
 #include "keelson/auth/v1/auth.pb-c.h"
 #include "ks_clock.h"
 #include "ks_crypto.h"
@@ -802,9 +803,65 @@ void gw_handler_complete(gw_call *call, void *arg)
         gw_inflight_check(inflight);
 }
 
+/*
+ * A webhook a provider sends to /webhooks/<provider>/<id> (intake.h): no
+ * Connect headers, no caller; the body and the scheme's headers go to the
+ * intake method as they came, limited per endpoint. Its reply is JSON, its
+ * refusals Connect's error JSON (404 unknown endpoint, 400 refused, 503 not
+ * stored: the provider sends it again).
+ */
+static void intake_begin(gw_request *g)
+{
+        gw_intake_target t;
+        const char *values[GW_INTAKE_HEADERS_MAX];
+        size_t n = 0, len = 0;
+
+        g->codec = GW_CODEC_JSON;
+        g->deadline_unix_ms = ks_now_ms() + g->h->env->cfg->timeout_ms;
+        if (strcmp(gw_req_method(g->req), "POST") != 0) {
+                add_header(g, "Allow", "POST");
+                request_fail(g, 405, KS_UNIMPLEMENTED, "method not allowed: use POST");
+                return;
+        }
+        if (gw_intake_target_of(gw_req_path(g->req), &t) != 0) {
+                request_fail(g, 404, KS_NOT_FOUND, "unknown webhook endpoint");
+                return;
+        }
+        const char *const *names = gw_intake_headers(t.provider);
+        for (; names[n] != NULL && n < GW_INTAKE_HEADERS_MAX; n++) {
+                if (gw_req_header_count(g->req, names[n]) > 1) {
+                        char msg[96];
+                        snprintf(msg, sizeof(msg), "webhook refused: %s sent twice", names[n]);
+                        request_fail(g, 400, KS_INVALID_ARGUMENT, msg);
+                        return;
+                }
+                values[n] = gw_req_header(g->req, names[n]);
+        }
+        const uint8_t *body = gw_req_body(g->req, &len);
+        if (gw_intake_pack(&t, body, len, names, values, n, &g->payload, &g->payload_len) != 0) {
+                request_fail(g, 0, KS_INTERNAL, "out of memory");
+                return;
+        }
+        limit_then_call(g, t.endpoint_id); /* caller: unauthenticated + client_ip */
+}
+
 void gw_handler_serve(gw_handler *h, gw_req *req, const char *path, const char *request_id,
                       int64_t start_ns)
 {
+        if (gw_intake_path(path)) {
+                gw_route *intake = gw_routes_intake(h->env->routes);
+                gw_request *g = request_new(
+                    h, req, intake != NULL ? intake : gw_routes_unmatched(h->env->routes),
+                    request_id, start_ns);
+                if (g == NULL) {
+                        gw_send_error(req, 500, KS_INTERNAL, "out of memory", request_id);
+                } else if (intake == NULL) {
+                        request_fail(g, 404, KS_NOT_FOUND, "unknown webhook endpoint");
+                } else {
+                        intake_begin(g);
+                }
+                return;
+        }
         gw_route *route = gw_routes_find(h->env->routes, path);
         gw_request *g =
             request_new(h, req, route != NULL ? route : gw_routes_unmatched(h->env->routes),

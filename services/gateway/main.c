@@ -79,6 +79,9 @@ static const ks_config_var config_vars[] = {
                KS_CFG_NONEMPTY,
                "bearer tokens the context cache does not know (each costs auth a "
                "ResolveContext), per client address: CAPACITY:TOKENS/PERIOD or off"),
+    KS_CFG_STR("KEELSON_GATEWAY_RATE_INTAKE", gw_config, rate_intake, "400:200/1s", KS_CFG_NONEMPTY,
+               "webhooks received (/webhooks/<provider>/<id>) per intake endpoint:"
+               " CAPACITY:TOKENS/PERIOD or off"),
     KS_CFG_STR("KEELSON_GATEWAY_RATE_OVERRIDES", gw_config, rate_overrides, "", 0,
                "per-method limits, comma-separated package.Service/Method=CAPACITY:TOKENS/PERIOD "
                "or =off; each gets a bucket of its own"),

@@ -12,6 +12,10 @@
  *   (KEELSON_GATEWAY_RATE_RESOLVE, default 100, refilling 10 per second). A
  *   made-up token is never cached, so without it every one would cost auth
  *   a call and PostgreSQL a lookup; cached tokens never touch this bucket.
+ * - intake: webhooks a provider sends to /webhooks/<provider>/<id>, keyed
+ *   by the intake endpoint (KEELSON_GATEWAY_RATE_INTAKE, default 400,
+ *   refilling 200 per second): providers send from a few addresses, and
+ *   one tenant's flood must not drain another's.
  * - KEELSON_GATEWAY_RATE_OVERRIDES gives single methods their own
  *   parameters (or "off"); an overridden method gets a bucket of its own
  *   (the method joins the key), so it never drains its scope's bucket.
@@ -22,8 +26,8 @@
  * parameters (divided by KEELSON_GATEWAY_REPLICAS), so the fleet as a whole
  * stays near the configured rate and no request fails because Redis is down.
  *
- * Keys are "a:<method>:<address>", "t:<tenant>", "m:<method>:<tenant>" and
- * "r:<address>"
+ * Keys are "a:<method>:<address>", "t:<tenant>", "m:<method>:<tenant>",
+ * "r:<address>" and "w:<intake endpoint>"
  * (behind KEELSON_GATEWAY_REDIS_PREFIX in Redis). One longer than
  * GW_LIMIT_KEY_MAX becomes "h:" and the hex SHA-256 of it, so replicas still
  * agree on it.
@@ -54,7 +58,7 @@ struct gw_ratelimit {
         ks_counter *decisions[GW_SCOPE_COUNT][2][2];
 };
 
-static const char *const scope_names[GW_SCOPE_COUNT] = {"auth", "api", "resolve"};
+static const char *const scope_names[GW_SCOPE_COUNT] = {"auth", "api", "resolve", "intake"};
 
 /* ---- configuration ---------------------------------------------------------- */
 
@@ -132,9 +136,11 @@ static int parse_overrides(const char *list, gw_rate_config *out, char *why, siz
 int gw_rate_config_parse(const gw_config *cfg, gw_rate_config *out, char *err, size_t err_len)
 {
         char why[ERR_MAX];
-        const char *specs[GW_SCOPE_COUNT] = {cfg->rate_auth, cfg->rate_api, cfg->rate_resolve};
+        const char *specs[GW_SCOPE_COUNT] = {cfg->rate_auth, cfg->rate_api, cfg->rate_resolve,
+                                             cfg->rate_intake};
         const char *vars[GW_SCOPE_COUNT] = {"KEELSON_GATEWAY_RATE_AUTH", "KEELSON_GATEWAY_RATE_API",
-                                            "KEELSON_GATEWAY_RATE_RESOLVE"};
+                                            "KEELSON_GATEWAY_RATE_RESOLVE",
+                                            "KEELSON_GATEWAY_RATE_INTAKE"};
         memset(out, 0, sizeof(*out));
         for (int s = 0; s < GW_SCOPE_COUNT; s++) {
                 if (gw_limit_parse(specs[s], &out->scope[s], &out->scope_off[s], why,
@@ -175,7 +181,9 @@ static const gw_override *override_of(const gw_rate_config *rc, const char *meth
 static void route_limit(gw_route *r, const gw_config *cfg)
 {
         const gw_rate_config *rc = &cfg->rate;
-        r->scope = (r->flags & KS_M_PUBLIC) != 0 ? GW_SCOPE_AUTH : GW_SCOPE_API;
+        r->scope = (r->flags & KS_M_INTAKE) != 0   ? GW_SCOPE_INTAKE
+                   : (r->flags & KS_M_PUBLIC) != 0 ? GW_SCOPE_AUTH
+                                                   : GW_SCOPE_API;
         r->key_method = r->scope == GW_SCOPE_AUTH;
         r->limited = !rc->scope_off[r->scope];
         r->limit = rc->scope[r->scope];
@@ -230,6 +238,8 @@ static void make_key(gw_limit_wait *w, const char *subject)
         int n;
         if (r->scope == GW_SCOPE_RESOLVE) {
                 n = snprintf(full, sizeof(full), "r:%s", subject);
+        } else if (r->scope == GW_SCOPE_INTAKE) {
+                n = snprintf(full, sizeof(full), "w:%s", subject);
         } else if (r->scope == GW_SCOPE_AUTH) {
                 n = snprintf(full, sizeof(full), "a:%s:%s", r->method, subject);
         } else if (r->key_method) {

@@ -8,7 +8,10 @@
  * KS_M_INTERNAL methods are never routed: a request for one is answered
  * exactly like an unknown method. The one KS_M_RESOLVER method (auth's
  * ResolveContext) is kept aside for the handler, which calls it to turn a
- * bearer token into a caller.
+ * bearer token into a caller. The one KS_M_INTAKE method (the webhook
+ * service's ReceiveWebhook) is a route like the others (its rate limit, its
+ * metrics, its upstream) that no Connect path finds: the handler serves it
+ * at /webhooks/<provider>/<id> (intake.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +35,7 @@ struct gw_routes {
         gw_route unmatched;
         gw_route resolver; /* not routed: called by the handler */
         int n_resolvers;
+        gw_route *intake; /* in v; NULL when no service has one */
 };
 
 static int cmp_route(const void *a, const void *b)
@@ -132,6 +136,13 @@ static int build(gw_routes *t)
                 /* qsort moved the entries: point method into each entry's own path. */
                 t->v[i].method = t->v[i].path + 1;
                 route_metrics(&t->v[i]);
+                if ((t->v[i].flags & KS_M_INTAKE) != 0) {
+                        if (t->intake != NULL) {
+                                ks_log_error(NULL, "the catalog has two intake methods", NULL);
+                                return -1;
+                        }
+                        t->intake = &t->v[i];
+                }
         }
         return 0;
 }
@@ -171,7 +182,14 @@ gw_route *gw_routes_find(gw_routes *r, const char *path)
         }
         gw_route key;
         memcpy(key.path, path, strlen(path) + 1);
-        return bsearch(&key, r->v, r->n, sizeof(*r->v), cmp_route);
+        gw_route *found = bsearch(&key, r->v, r->n, sizeof(*r->v), cmp_route);
+        /* The intake is served at /webhooks/... only: its Connect path is unknown. */
+        return found != NULL && (found->flags & KS_M_INTAKE) == 0 ? found : NULL;
+}
+
+gw_route *gw_routes_intake(gw_routes *r)
+{
+        return r->intake;
 }
 
 gw_route *gw_routes_unmatched(gw_routes *r)
@@ -209,7 +227,7 @@ bool gw_method_routed(const char *method)
                 }
                 for (size_t j = 0; j < t->n_rows; j++) {
                         if (strcmp(method + n + 1, t->rows[j].name) == 0) {
-                                return (t->rows[j].flags & KS_M_INTERNAL) == 0;
+                                return (t->rows[j].flags & (KS_M_INTERNAL | KS_M_INTAKE)) == 0;
                         }
                 }
         }

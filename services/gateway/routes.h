@@ -45,6 +45,8 @@ int gw_routes_new(gw_routes **out);
 void gw_routes_free(gw_routes *r);
 /* The route of an exact, case-sensitive path; NULL when none. */
 gw_route *gw_routes_find(gw_routes *r, const char *path);
+/* The webhook intake's route (the KS_M_INTAKE row, intake.h); NULL when the catalog has none. */
+gw_route *gw_routes_intake(gw_routes *r);
 /* The pseudo-route every unknown path is counted under. */
 gw_route *gw_routes_unmatched(gw_routes *r);
 /* The method that turns a bearer token into a caller (KS_M_RESOLVER); never routed. */

@@ -229,6 +229,7 @@ static gw_config base_config(void)
         c.rate_auth = "5:1/5s";
         c.rate_api = "500:500/1m";
         c.rate_resolve = "100:10/1s";
+        c.rate_intake = "400:200/1s";
         c.rate_overrides = "";
         c.trusted_proxies = "";
         c.redis_url = "redis://127.0.0.1:6379";
@@ -268,12 +269,15 @@ static void test_config_overrides(void **state)
         assert_true(rc->overrides[1].off);
         assert_false(rc->scope_off[GW_SCOPE_AUTH]);
         assert_int_equal(rc->scope[GW_SCOPE_API].capacity, 500);
+        assert_int_equal(rc->scope[GW_SCOPE_INTAKE].capacity, 400);
         assert_true(rc->has_redis);
         const char *bad[] = {
             "keelson.auth.v1.AuthService/Nope=1:1/s",           /* unknown method */
             "keelson.auth.v1.AuthService/ResolveContext=1:1/s", /* internal: never routed */
-            "/keelson.auth.v1.AuthService/Login=1:1/s",         /* a path, not a method */
-            "keelson.auth.v1.AuthService/Login",                /* no spec */
+            /* the intake has its scope (KEELSON_GATEWAY_RATE_INTAKE), keyed by endpoint */
+            "keelson.webhook.v1.WebhookService/ReceiveWebhook=1:1/s",
+            "/keelson.auth.v1.AuthService/Login=1:1/s", /* a path, not a method */
+            "keelson.auth.v1.AuthService/Login",        /* no spec */
             "keelson.auth.v1.AuthService/Login=fast",
             "keelson.auth.v1.AuthService/Login=1:1/s,keelson.auth.v1.AuthService/Login=2:1/s",
         };

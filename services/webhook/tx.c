@@ -1,0 +1,99 @@
+/*
+ * The frame of every tenant method: one transaction acting for the caller's
+ * tenant, as keelson_webhook_rt (the pool's role) with keelson.tenant_id
+ * set, so that the row-level security policies of every table match only
+ * that tenant's rows, whatever a query forgets.
+ *
+ * The role is the one the gateway resolved for the caller (session or API
+ * key): the RPC server checked it against the method's permission
+ * (methods.def, services/core/ks_perms.c) before the handler ran, since the
+ * service's spec says role_from_caller (main.c).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ks_crypto.h"
+#include "ks_log.h"
+#include "webhook.h"
+
+static const char sql_act_for[] = "SELECT set_config('keelson.tenant_id', $1, true)";
+
+int wh_db_fail(ks_call *call, int code)
+{
+        ks_log_warn(call->request_id, "webhook database call failed", "{s:s, s:s}", "method",
+                    call->method != NULL ? call->method->name : "", "code", ks_code_name(code));
+        switch (code) {
+        case KS_UNAVAILABLE:
+                return ks_call_fail(call, code, "service temporarily unavailable, retry later");
+        case KS_ABORTED:
+        case KS_ALREADY_EXISTS:
+                /* A conflict with a concurrent write that committed first: a retry sees it. */
+                return ks_call_fail(call, KS_ABORTED, "conflicting concurrent update, retry");
+        case KS_DEADLINE_EXCEEDED:
+                return ks_call_fail(call, code, "the database did not answer in time, retry later");
+        default:
+                return ks_call_fail(call, KS_INTERNAL, WH_INTERNAL_MSG);
+        }
+}
+
+int wh_exec(wh_tx *tx, const char *sql, int n, const char *const *params, PGresult **out)
+{
+        int rc = ks_pg_exec(tx->conn, tx->call->request_id, sql, n, params, out);
+
+        return rc == KS_OK ? KS_OK : wh_db_fail(tx->call, rc);
+}
+
+int wh_tx_run(ks_call *call, wh_tx_fn fn, void *arg)
+{
+        const ks_caller *c = call->caller;
+        wh_tx tx = {.call = call, .svc = call->service};
+        int rc;
+
+        /* From the gateway over the internal network; still, nothing malformed reaches SQL. */
+        if (!c->authenticated || c->tenant_id == NULL || !ks_uuid_valid(c->tenant_id)) {
+                return ks_call_fail(call, KS_UNAUTHENTICATED, "authentication required");
+        }
+        tx.tenant_id = c->tenant_id;
+        if ((rc = ks_pg_acquire(tx.svc->pool, &tx.conn)) != KS_OK) {
+                return wh_db_fail(call, rc);
+        }
+        const char *p[1] = {tx.tenant_id};
+        const ks_pg_stmt open[2] = {{.sql = "BEGIN"},
+                                    {.sql = sql_act_for, .n_params = 1, .params = p}};
+        if ((rc = ks_pg_pipeline(tx.conn, call->request_id, open, 2)) != KS_OK) {
+                rc = wh_db_fail(call, rc);
+        } else if ((rc = fn(&tx, arg)) == KS_OK &&
+                   (rc = ks_pg_commit(tx.conn, call->request_id)) != KS_OK) {
+                rc = wh_db_fail(call, rc);
+        }
+        if (rc != KS_OK) {
+                ks_pg_rollback(tx.conn);
+        }
+        ks_pg_release(tx.svc->pool, tx.conn);
+        return rc;
+}
+
+/* ---- lists ------------------------------------------------------------------------------ */
+
+typedef struct list_query {
+        ks_list_query_fn query;
+        void *query_arg;
+} list_query;
+
+static int list_tx(wh_tx *tx, void *arg)
+{
+        list_query *q = arg;
+        int rc = q->query(tx->conn, q->query_arg);
+
+        return rc == KS_OK ? KS_OK : wh_db_fail(tx->call, rc);
+}
+
+static int list_run(ks_call *call, ks_list_query_fn query, void *query_arg, void *run_arg)
+{
+        list_query q = {query, query_arg};
+
+        (void)run_arg;
+        return wh_tx_run(call, list_tx, &q);
+}
+
+const ks_list_runner wh_list_runner = {.run = list_run, .internal_msg = WH_INTERNAL_MSG};
