@@ -39,7 +39,6 @@
 #define WH_TOLERANCE_DEFAULT_S 300
 #define WH_TOLERANCE_MAX_S     3600
 #define WH_DESCRIPTION_MAX     200   /* characters */
-#define WH_SECRET_BYTES_MAX    200   /* a secret as given: "whsec_..." */
 #define WH_ROTATE_DEFAULT_S    86400 /* the previous secrets' time after a rotation */
 #define WH_ROTATE_MAX_S        604800
 #define WH_EVENT_ID_MAX        255 /* a provider's event id, in bytes */

@@ -72,7 +72,7 @@ CREATE TABLE webhook.intake_secrets (
     tenant_id    uuid  NOT NULL,
     id           uuid  NOT NULL DEFAULT gen_random_uuid(),
     endpoint_id  uuid  NOT NULL,
-    secret       text  NOT NULL CHECK (length(secret) BETWEEN 1 AND 200),
+    secret       text  NOT NULL CHECK (length(secret) BETWEEN 1 AND 256),
     created_ms   int8  NOT NULL,
     expires_ms   int8,
     PRIMARY KEY (tenant_id, id),
