@@ -488,10 +488,13 @@ int wh_sender_submit(wh_sender *s, const wh_attempt *a, wh_done_fn done, void *u
         } else if (s->queued >= (size_t)s->o.queue_max) {
                 rc = KS_RESOURCE_EXHAUSTED;
         } else {
-                /* An inbox that is not empty has a wake-up on its way already. */
+                /* An inbox that is not empty has a wake-up on its way already, or the
+                 * thread will see it before it sleeps: it is this thread, in a callback. */
                 if (s->inbox_head == NULL) {
                         s->inbox_head = t;
-                        (void)curl_multi_wakeup(s->multi);
+                        if (!pthread_equal(pthread_self(), s->thread)) {
+                                (void)curl_multi_wakeup(s->multi);
+                        }
                 } else {
                         s->inbox_tail->next = t;
                 }
@@ -934,6 +937,15 @@ static bool take_inbox(wh_sender *s, attempt **out)
         return stop;
 }
 
+/* Whether nothing was submitted since take_inbox: callbacks submit without a wake-up. */
+static bool inbox_empty(wh_sender *s)
+{
+        pthread_mutex_lock(&s->mu);
+        bool empty = s->inbox_head == NULL;
+        pthread_mutex_unlock(&s->mu);
+        return empty;
+}
+
 static void loop_error(wh_sender *s, const char *call, CURLMcode mc)
 {
         if (!s->loop_error_logged) {
@@ -995,7 +1007,8 @@ static void *run(void *arg)
                 }
                 reap(s);
                 admit(s);
-                if ((mc = curl_multi_poll(s->multi, NULL, 0, POLL_MS, NULL)) != CURLM_OK) {
+                if (inbox_empty(s) &&
+                    (mc = curl_multi_poll(s->multi, NULL, 0, POLL_MS, NULL)) != CURLM_OK) {
                         loop_error(s, "curl_multi_poll", mc);
                 }
         }
