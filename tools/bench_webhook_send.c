@@ -61,7 +61,8 @@ typedef struct options {
 
 /* ---- the sink ---------------------------------------------------------------- */
 
-static atomic_int sink_live; /* connection threads still running */
+static atomic_int sink_live;      /* connection threads still running */
+static atomic_long sink_accepted; /* connections accepted, ever */
 static long sink_body_max;
 
 /* Reads requests (by Content-Length) and answers each 200 until the client closes. */
@@ -114,6 +115,7 @@ static void *sink_accept(void *arg)
                         return NULL; /* the listening socket was shut down */
                 }
                 pthread_t t;
+                atomic_fetch_add(&sink_accepted, 1);
                 atomic_fetch_add(&sink_live, 1);
                 if (pthread_create(&t, NULL, sink_conn, (void *)(intptr_t)fd) != 0) {
                         atomic_fetch_sub(&sink_live, 1);
@@ -157,6 +159,7 @@ typedef struct phase {
         int64_t *start_ns;
         long done;
         long failed;
+        long connections; /* the sink accepted during the phase */
         int64_t wall_ns;
         int64_t cpu_ns; /* the client's thread */
 } phase;
@@ -408,8 +411,8 @@ static bool parse_options(int argc, char **argv, options *o)
 
 static void print_row(long round, const char *name, const phase *p, const figures *f)
 {
-        printf("%-6ld %-11s %8ld %6ld %14.0f %9.2f %9.2f %12.1f\n", round, name, p->done, p->failed,
-               f->rate, f->p50_ms, f->p99_ms, f->cpu_us);
+        printf("%-6ld %-11s %8ld %6ld %6ld %14.0f %9.2f %9.2f %12.1f\n", round, name, p->done,
+               p->failed, p->connections, f->rate, f->p50_ms, f->p99_ms, f->cpu_us);
 }
 
 int main(int argc, char **argv)
@@ -452,19 +455,21 @@ int main(int argc, char **argv)
                "(in-process sink), libcurl %s, %ld CPUs\n",
                o.n, o.rounds, o.c, o.body, url, curl_version_info(CURLVERSION_NOW)->version,
                sysconf(_SC_NPROCESSORS_ONLN));
-        printf("%-6s %-11s %8s %6s %14s %9s %9s %12s\n", "round", "client", "ok", "failed",
-               "deliveries/s", "p50 ms", "p99 ms", "CPU us/POST");
+        printf("%-6s %-11s %8s %6s %6s %14s %9s %9s %12s\n", "round", "client", "ok", "failed",
+               "conns", "deliveries/s", "p50 ms", "p99 ms", "CPU us/POST");
         figures f[2][ROUNDS_MAX];
         for (long r = 0; r < o.rounds; r++) {
                 for (int i = 0; i < 2; i++) {
                         phase *p = &ph[i];
                         p->done = p->failed = 0;
+                        long accepted = atomic_load(&sink_accepted);
                         if (i == 0) {
                                 run_baseline(p);
                         } else if (run_sender(p) != 0) {
                                 fprintf(stderr, "bench_webhook_send: no sender\n");
                                 return 1;
                         }
+                        p->connections = atomic_load(&sink_accepted) - accepted;
                         f[i][r] = figures_of(p);
                         print_row(r + 1, p->name, p, &f[i][r]);
                 }
