@@ -79,14 +79,13 @@ const char *wh_outcome_name(wh_outcome o);
  */
 typedef struct wh_result {
         wh_outcome outcome;
-        int http_status;    /* the final response's status; 0 when none came */
-        int64_t latency_us; /* from the attempt's start to its end; 0 if it never started */
-        int64_t
-            retry_after_s;   /* Retry-After (seconds, or a date made seconds from now); -1: none */
-        const char *excerpt; /* the body's first bytes, NUL-terminated (may hold NULs too) */
-        size_t excerpt_len;  /* at most excerpt_bytes_max */
-        const char *detail;  /* one line for a log or the tenant ("127.0.0.1: loopback",
-                              * libcurl's message); never NULL, never secret */
+        int http_status;       /* the final response's status; 0 when none came */
+        int64_t latency_us;    /* from the attempt's start to its end; 0 if it never started */
+        int64_t retry_after_s; /* Retry-After in seconds (a date: from now); -1: none */
+        const char *excerpt;   /* the body's first bytes, NUL-terminated (may hold NULs too) */
+        size_t excerpt_len;    /* at most excerpt_bytes_max */
+        const char *detail;    /* one line for a log or the tenant ("127.0.0.1: loopback",
+                                * libcurl's message); never NULL, never secret */
 } wh_result;
 
 /* Runs on the sender's thread, once per accepted attempt. It may call wh_sender_submit. */
