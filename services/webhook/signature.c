@@ -564,9 +564,11 @@ static bool standard_id_ok(const char *id, size_t len)
  * (spec; Go and JavaScript split on a single " "). As both libraries do, an
  * entry without ',' or of another version (v1a, v2, an empty entry from a
  * double space) is ignored; "v1,<x>" is a v1 signature whose value is all
- * that follows the first ',' (the JavaScript library compares the whole
- * entry with "v1,<expected>", so "v1,<sig>,junk" matches nothing; the Go
- * library would compare "<sig>" alone: keelson follows JavaScript).
+ * that follows the first ','. So "v1,<sig>,junk" matches nothing, as in the
+ * JavaScript library as published (npm standardwebhooks 1.3.0 compares the
+ * whole entry with "v1,<expected>"); the Go library, and the JavaScript
+ * source before it, compare the part between the first and second ',' and
+ * would accept it.
  */
 static wh_verdict parse_standard_signatures(const char *s, size_t len, wh_parsed *out)
 {
