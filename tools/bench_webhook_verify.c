@@ -158,7 +158,7 @@ static wh_key *key_of(wh_provider provider, const char *secret)
 static void expect_ok(wh_verdict v)
 {
         if (v != WH_OK) {
-                fail(wh_verdict_name(v));
+                fail(wh_verdict_name((int)v));
         }
 }
 

@@ -63,19 +63,16 @@ static const char *const verdict_names[WH_VERDICT_COUNT] = {
     [WH_INTERNAL] = "internal",
 };
 
-const char *wh_verdict_name(wh_verdict verdict)
+const char *wh_verdict_name(int verdict)
 {
-        /* Through unsigned: a value out of the enum's range (a cast) reads as large. */
-        unsigned v = (unsigned)verdict;
-
-        if (v >= (unsigned)WH_VERDICT_COUNT) {
+        if (verdict < 0 || verdict >= WH_VERDICT_COUNT) {
                 return "unknown";
         }
-        KS_ASSERT(verdict_names[v] != NULL);
-        return verdict_names[v];
+        KS_ASSERT(verdict_names[verdict] != NULL);
+        return verdict_names[verdict];
 }
 
-const char *wh_provider_name(wh_provider provider)
+const char *wh_provider_name(int provider)
 {
         switch (provider) {
         case WH_PROVIDER_STRIPE:

@@ -84,10 +84,10 @@ typedef enum wh_verdict {
  * "timestamp_too_old", "timestamp_too_new", "signature_mismatch",
  * "internal"; "unknown" out of range.
  */
-const char *wh_verdict_name(wh_verdict verdict);
+const char *wh_verdict_name(int verdict);
 
 /* "stripe", "standard"; "unknown" otherwise. */
-const char *wh_provider_name(wh_provider provider);
+const char *wh_provider_name(int provider);
 
 /*
  * What a webhook request brings: header values and the raw body as

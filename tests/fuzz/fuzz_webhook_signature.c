@@ -349,8 +349,8 @@ static void check_parse(const input *in, const wh_request *req, wh_parsed *p, wh
         *ref = in->standard ? ref_standard(in->id, in->ts, in->sig, &ref_t, &ref_n)
                             : ref_stripe(in->sig, &ref_t, &ref_n);
         if (v != *ref) {
-                fprintf(stderr, "wh_parse %s, reference %s\n", wh_verdict_name(v),
-                        wh_verdict_name(*ref));
+                fprintf(stderr, "wh_parse %s, reference %s\n", wh_verdict_name((int)v),
+                        wh_verdict_name((int)*ref));
                 die("wh_parse disagrees with the reference");
         }
         if (v != WH_OK) {

@@ -270,13 +270,13 @@ static void test_verdict_names(void **state)
             "internal"};
         (void)state;
         for (int v = 0; v < WH_VERDICT_COUNT; v++) {
-                assert_string_equal(wh_verdict_name((wh_verdict)v), want[v]);
+                assert_string_equal(wh_verdict_name(v), want[v]);
         }
-        assert_string_equal(wh_verdict_name((wh_verdict)-1), "unknown");
+        assert_string_equal(wh_verdict_name(-1), "unknown");
         assert_string_equal(wh_verdict_name(WH_VERDICT_COUNT), "unknown");
         assert_string_equal(wh_provider_name(WH_PROVIDER_STRIPE), "stripe");
         assert_string_equal(wh_provider_name(WH_PROVIDER_STANDARD), "standard");
-        assert_string_equal(wh_provider_name((wh_provider)0), "unknown");
+        assert_string_equal(wh_provider_name(0), "unknown");
 }
 
 /* ---- the libraries' vectors ----------------------------------------------------------- */
