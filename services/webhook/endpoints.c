@@ -63,7 +63,7 @@ static const char sql_touch[] = "UPDATE webhook.intake_endpoints SET updated_ms 
 
 static void path_of(Keelson__Webhook__V1__Provider p, const char *id, char *out, size_t len)
 {
-        const char *name = wh_provider_name(p);
+        const char *name = wh_provider_name((int)p);
 
         snprintf(out, len, "/webhooks/%s/%s", name != NULL ? name : "", id);
 }

@@ -233,7 +233,7 @@ static int verify(intake *t)
         count(t, WH_IN_REFUSED);
         ks_counter_inc(t->svc->refused[v]);
         return ks_call_fail(t->call, KS_INVALID_ARGUMENT, "webhook refused: %s",
-                            wh_verdict_name(v));
+                            wh_verdict_name((int)v));
 }
 
 /* ---- 3. the event's id and type ----------------------------------------------------------------

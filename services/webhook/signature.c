@@ -11,7 +11,12 @@
  *
  * Speed: a key keeps an HMAC context keyed once (the ipad/opad states);
  * each MAC re-initialises it from those states (EVP_MAC_init with a NULL
- * key), so a verification costs the hash of its bytes and little else.
+ * key), so a verification costs the hash of its bytes and little else
+ * (tools/bench_webhook_verify.c measures it against OpenSSL alone).
+ *
+ * When OpenSSL fails, the thread's OpenSSL error queue is cleared: this
+ * module answers with its own status, and a stale entry would mislead the
+ * next OpenSSL caller on the thread (TLS, libpq).
  */
 #include "signature.h"
 
@@ -173,24 +178,41 @@ static int stripe_secret_check(const char *secret, size_t len, char *err, size_t
         return KS_OK;
 }
 
-/* The value of c in the standard base64 alphabet, or -1. */
-static int b64_std_value(char c)
-{
-        if (c >= 'A' && c <= 'Z') {
-                return c - 'A';
-        }
-        if (c >= 'a' && c <= 'z') {
-                return c - 'a' + 26;
-        }
-        if (c >= '0' && c <= '9') {
-                return c - '0' + 52;
-        }
-        return c == '+' ? 62 : c == '/' ? 63 : -1;
-}
+/*
+ * Character classes for the parsers, one lookup per byte: the digits of a
+ * signature are random, and branching on each of them mispredicts about
+ * every other time (the branches cost more than the rest of a parse).
+ * b64_std: the standard base64 alphabet. hex_hi, hex_lo: a hex digit (either
+ * case) as the high or low half of a byte, flagged valid by 0x200 or 0x100.
+ */
+static const uint8_t b64_std[256] = {
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1,
+    ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1,
+    ['Q'] = 1, ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1,
+    ['Y'] = 1, ['Z'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1,
+    ['g'] = 1, ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1,
+    ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1,
+    ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1, ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1,
+    ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1, ['+'] = 1, ['/'] = 1,
+};
+
+static const uint16_t hex_hi[256] = {
+    ['0'] = 0x200, ['1'] = 0x210, ['2'] = 0x220, ['3'] = 0x230, ['4'] = 0x240, ['5'] = 0x250,
+    ['6'] = 0x260, ['7'] = 0x270, ['8'] = 0x280, ['9'] = 0x290, ['a'] = 0x2a0, ['b'] = 0x2b0,
+    ['c'] = 0x2c0, ['d'] = 0x2d0, ['e'] = 0x2e0, ['f'] = 0x2f0, ['A'] = 0x2a0, ['B'] = 0x2b0,
+    ['C'] = 0x2c0, ['D'] = 0x2d0, ['E'] = 0x2e0, ['F'] = 0x2f0,
+};
+
+static const uint16_t hex_lo[256] = {
+    ['0'] = 0x100, ['1'] = 0x101, ['2'] = 0x102, ['3'] = 0x103, ['4'] = 0x104, ['5'] = 0x105,
+    ['6'] = 0x106, ['7'] = 0x107, ['8'] = 0x108, ['9'] = 0x109, ['a'] = 0x10a, ['b'] = 0x10b,
+    ['c'] = 0x10c, ['d'] = 0x10d, ['e'] = 0x10e, ['f'] = 0x10f, ['A'] = 0x10a, ['B'] = 0x10b,
+    ['C'] = 0x10c, ['D'] = 0x10d, ['E'] = 0x10e, ['F'] = 0x10f,
+};
 
 static bool b64_std_char(char c)
 {
-        return b64_std_value(c) >= 0;
+        return b64_std[(unsigned char)c] != 0;
 }
 
 /*
@@ -317,7 +339,7 @@ void wh_key_free(wh_key *key)
         if (key == NULL) {
                 return;
         }
-        EVP_MAC_CTX_free(key->mac); /* OpenSSL wipes the key material it held */
+        EVP_MAC_CTX_free(key->mac); /* OpenSSL clears the key and states it held */
         OPENSSL_clear_free(key, sizeof(*key));
 }
 
@@ -385,39 +407,46 @@ static bool parse_timestamp(const char *s, size_t len, wh_parsed *out)
 /* 64 hex digits, either case (Go's hex.DecodeString), into a MAC. */
 static bool decode_hex_mac(const char *s, size_t len, uint8_t mac[WH_MAC_BYTES])
 {
+        unsigned valid = 0x300;
+
         if (len != MAC_HEX_CHARS) {
                 return false;
         }
         for (size_t i = 0; i < WH_MAC_BYTES; i++) {
-                int hi = ks_hex_digit(s[2 * i]), lo = ks_hex_digit(s[2 * i + 1]);
-                if (hi < 0 || lo < 0) {
-                        return false;
-                }
-                mac[i] = (uint8_t)(hi << 4 | lo);
+                unsigned v = hex_hi[(unsigned char)s[2 * i]] | hex_lo[(unsigned char)s[2 * i + 1]];
+                valid &= v;
+                mac[i] = (uint8_t)v;
         }
-        return true;
+        return valid == 0x300;
 }
 
 /*
- * The canonical standard base64 of a MAC: 43 characters, the last holding 4
- * bits and two zero bits, then '='. Both reference libraries compare the
- * text with their own encoding, so only this form can match; decoding it
- * lets both providers compare 32 bytes.
+ * The canonical standard base64 of a MAC: 43 characters of the alphabet,
+ * the last holding 4 bits and two zero bits, then '='. Both reference
+ * libraries compare the text with their own encoding, so only this form can
+ * match; decoding it lets both providers compare 32 bytes. OpenSSL's
+ * EVP_DecodeBlock decodes (it takes a '=' anywhere as zero bits, hence the
+ * alphabet check first); its 33rd byte holds the two bits that must be zero
+ * and the padding's.
  */
 static bool decode_base64_mac(const char *s, size_t len, uint8_t mac[WH_MAC_BYTES])
 {
+        unsigned char out[WH_MAC_BYTES + 1];
+        unsigned bad = 0;
+
         if (len != MAC_BASE64_CHARS || s[MAC_BASE64_CHARS - 1] != '=') {
                 return false;
         }
         for (size_t i = 0; i < MAC_BASE64_CHARS - 1; i++) {
-                if (!b64_std_char(s[i])) {
-                        return false;
-                }
+                bad |= b64_std[(unsigned char)s[i]] ^ 1u;
         }
-        if ((b64_std_value(s[MAC_BASE64_CHARS - 2]) & 3) != 0) {
+        if (bad != 0 ||
+            EVP_DecodeBlock(out, (const unsigned char *)s, MAC_BASE64_CHARS) != WH_MAC_BYTES + 1 ||
+            out[WH_MAC_BYTES] != 0) {
                 return false;
         }
-        return ks_base64_decode(s, len, mac, WH_MAC_BYTES) == WH_MAC_BYTES;
+        memcpy(mac, out, WH_MAC_BYTES);
+        return true;
 }
 
 /* One v1 value: counted against WH_SIGNATURES_MAX, kept when it can be a MAC. */
@@ -532,9 +561,11 @@ static bool standard_id_ok(const char *id, size_t len)
  * (spec; Go and JavaScript split on a single " "). As both libraries do, an
  * entry without ',' or of another version (v1a, v2, an empty entry from a
  * double space) is ignored; "v1,<x>" is a v1 signature whose value is all
- * that follows the first ',' (the JavaScript library compares the whole
- * entry with "v1,<expected>", so "v1,<sig>,junk" matches nothing; the Go
- * library would compare "<sig>" alone: keelson follows JavaScript).
+ * that follows the first ','. So "v1,<sig>,junk" matches nothing, as in the
+ * JavaScript library as published (npm standardwebhooks 1.3.0 compares the
+ * whole entry with "v1,<expected>"); the Go library, and the JavaScript
+ * source before it, compare the part between the first and second ',' and
+ * would accept it.
  */
 static wh_verdict parse_standard_signatures(const char *s, size_t len, wh_parsed *out)
 {
@@ -585,7 +616,13 @@ wh_verdict wh_parse(wh_provider provider, const wh_request *req, wh_parsed *out)
         KS_ASSERT(provider_valid(provider));
         KS_ASSERT(req != NULL && out != NULL);
         KS_ASSERT(req->body != NULL || req->body_len == 0);
-        memset(out, 0, sizeof(*out));
+        /* Not the signature slots: they are written before they count. */
+        out->timestamp = 0;
+        out->timestamp_digits = NULL;
+        out->timestamp_digits_len = 0;
+        out->id = NULL;
+        out->id_len = 0;
+        out->n_signatures = 0;
         if (provider == WH_PROVIDER_STRIPE) {
                 return parse_stripe(req, out);
         }
@@ -691,7 +728,8 @@ static wh_verdict match_signatures(const wh_parsed *p, const wh_request *req, wh
         }
         verdict = matched ? WH_OK : WH_SIGNATURE_MISMATCH;
 done:
-        OPENSSL_cleanse(macs, sizeof(macs));
+        /* A MAC of a body the sender chose is a forgery if it leaks: leave none behind. */
+        OPENSSL_cleanse(macs, n_keys * WH_MAC_BYTES);
         return verdict;
 }
 
