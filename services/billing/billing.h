@@ -397,6 +397,22 @@ int bl_plan_load(bl_tx *tx, const char *id, bl_plan *out);
 /* The latest version of a code. */
 int bl_plan_load_code(bl_tx *tx, const char *code, bl_plan *out);
 int bl_sub_load(bl_tx *tx, const char *id, bool for_update, bl_subscription *out);
+
+/*
+ * What a payment provider says of a subscription (provider_events.c),
+ * applied as CancelSubscription would (subscriptions.c): canceled now, to
+ * be canceled at its period's end, or not any more. *changed is false, and
+ * nothing happens, when the subscription is already so (a canceled one
+ * stays canceled); a move the subscription's state forbids is refused as
+ * CancelSubscription refuses it. s: loaded and locked by the caller.
+ */
+typedef enum bl_provider_cancel {
+        BL_PROVIDER_CANCEL_NOW,
+        BL_PROVIDER_CANCEL_AT_END,
+        BL_PROVIDER_CANCEL_WITHDRAW,
+} bl_provider_cancel;
+int bl_sub_cancel_as_provider(bl_tx *tx, const bl_subscription *s, bl_provider_cancel how,
+                              bool *changed);
 int bl_invoice_load(bl_tx *tx, const char *id, bool for_update, bl_invoice *out);
 /* SELECT lists matching the readers below, for queries of other files. */
 extern const char bl_sub_columns[];
@@ -610,6 +626,13 @@ int bl_invoice_charge(bl_tx *tx, bl_customer *cust, bl_invoice *inv, bl_subscrip
                       const char *token, bool automatic, int64_t at_ms, bl_payment_made *out);
 /* Applies a succeeded payment of amount (<= remaining) to inv: row, posting, paid, events. */
 int bl_invoice_apply_payment(bl_tx *tx, bl_invoice *inv, bl_subscription *sub, bl_payment_made *p);
+/*
+ * A payment of open invoice inv that failed at the provider (p: failed,
+ * its code): the failed payment's row, and its active subscription past
+ * due, as after a declined automatic charge; keelson schedules no retry of
+ * its own (the provider retries).
+ */
+int bl_invoice_payment_failed(bl_tx *tx, bl_invoice *inv, bl_payment_made *p);
 /* The tenant's next number of kind (1 invoices "INV", 2 credit notes "CN"): "INV-000042". */
 int bl_next_number(bl_tx *tx, int kind, const char *prefix, char *out, size_t out_len);
 /* Adds amount (> 0) to a customer's credit balance (the row is locked by the update). */
@@ -762,5 +785,6 @@ int bl_create_credit_note(ks_call *call);
 int bl_list_credit_notes(ks_call *call);
 int bl_get_reconciliation(ks_call *call);
 int bl_get_billing_summary(ks_call *call);
+int bl_apply_provider_event(ks_call *call);
 
 #endif

@@ -772,6 +772,28 @@ int bl_invoice_charge(bl_tx *tx, bl_customer *cust, bl_invoice *inv, bl_subscrip
         return charge_failed(tx, inv, sub, automatic, at_ms);
 }
 
+int bl_invoice_payment_failed(bl_tx *tx, bl_invoice *inv, bl_payment_made *p)
+{
+        bl_subscription mine, *s;
+        bool own;
+        int rc;
+
+        KS_ASSERT(!p->succeeded && inv->state == BL_INV_OPEN);
+        if ((rc = insert_payment(tx, inv, p)) != KS_OK ||
+            (rc = sub_of(tx, inv, NULL, &mine, &s, &own)) != KS_OK) {
+                return rc;
+        }
+        /* Past due, as after a declined automatic charge; the provider retries, not keelson. */
+        if (s != NULL && s->state == BL_SUB_ACTIVE &&
+            ((rc = bl_sub_move(tx, s, BL_SE_PAYMENT_FAILED, p->created_ms, inv->id,
+                               "payment failed at the provider")) != KS_OK ||
+             (rc = bl_sub_plan_next(tx, s)) != KS_OK ||
+             (rc = bl_sub_save(tx, s, p->created_ms)) != KS_OK)) {
+                return rc;
+        }
+        return bl_event_summary(tx, "ChargeFailed");
+}
+
 /* ---- the subscription after an invoice left dunning ----------------------------------------- */
 
 static const char sql_in_dunning[] =

@@ -482,33 +482,62 @@ static int act(bl_tx *tx, action what, bl_subscription *s, const bl_plan *plan, 
         return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
 }
 
-static int action_tx(bl_tx *tx, void *arg)
+/* The action on subscription a->id, locked, saved; *s, *plan and *inv as they are after it. */
+static int action_do(bl_tx *tx, const action_args *a, bl_subscription *s, bl_plan *plan,
+                     bl_invoice *inv)
 {
-        action_args *a = arg;
-        bl_invoice inv = {.id = ""};
-        bl_subscription s;
         bl_customer cust;
-        bl_plan plan;
         int64_t now;
         int rc;
 
-        if ((rc = bl_sub_load(tx, a->id, true, &s)) != KS_OK) {
+        if ((rc = bl_sub_load(tx, a->id, true, s)) != KS_OK) {
                 return rc == KS_NOT_FOUND ? not_found(tx) : rc;
         }
-        if ((rc = bl_customer_load(tx, s.customer_id, true, &cust)) != KS_OK ||
-            (rc = bl_plan_load(tx, s.plan_id, &plan)) != KS_OK ||
-            (rc = bl_now_for(tx, s.test_clock_id, &now)) != KS_OK) {
+        if ((rc = bl_customer_load(tx, s->customer_id, true, &cust)) != KS_OK ||
+            (rc = bl_plan_load(tx, s->plan_id, plan)) != KS_OK ||
+            (rc = bl_now_for(tx, s->test_clock_id, &now)) != KS_OK) {
                 return rc == KS_NOT_FOUND ? bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG) : rc;
         }
         now = whole_second(now);
-        if ((rc = act(tx, a->what, &s, &plan, &cust, now, &inv)) != KS_OK ||
-            (rc = bl_sub_plan_next(tx, &s)) != KS_OK || (rc = bl_sub_save(tx, &s, now)) != KS_OK) {
+        if ((rc = act(tx, a->what, s, plan, &cust, now, inv)) != KS_OK ||
+            (rc = bl_sub_plan_next(tx, s)) != KS_OK || (rc = bl_sub_save(tx, s, now)) != KS_OK) {
+                return rc;
+        }
+        return KS_OK;
+}
+
+static int action_tx(bl_tx *tx, void *arg)
+{
+        bl_invoice inv = {.id = ""};
+        bl_subscription s;
+        bl_plan plan;
+        int rc;
+
+        if ((rc = action_do(tx, arg, &s, &plan, &inv)) != KS_OK) {
                 return rc;
         }
         if (inv.id[0] != '\0' && (rc = bl_invoice_load(tx, inv.id, false, &inv)) != KS_OK) {
                 return rc;
         }
         return bl_reply_subscription(tx, &s, &plan, &inv);
+}
+
+int bl_sub_cancel_as_provider(bl_tx *tx, const bl_subscription *s, bl_provider_cancel how,
+                              bool *changed)
+{
+        static const action what[] = {[BL_PROVIDER_CANCEL_NOW] = A_CANCEL_NOW,
+                                      [BL_PROVIDER_CANCEL_AT_END] = A_CANCEL_AT_END,
+                                      [BL_PROVIDER_CANCEL_WITHDRAW] = A_WITHDRAW};
+        bl_invoice inv = {.id = ""};
+        bl_subscription after;
+        bl_plan plan;
+        const action_args a = {.id = s->id, .what = what[how]};
+
+        /* Already so: nothing to do, and no refusal (the provider says what is, not what to do). */
+        *changed = !(s->state == BL_SUB_CANCELED ||
+                     (how == BL_PROVIDER_CANCEL_AT_END && s->cancel_at_period_end) ||
+                     (how == BL_PROVIDER_CANCEL_WITHDRAW && !s->cancel_at_period_end));
+        return *changed ? action_do(tx, &a, &after, &plan, &inv) : KS_OK;
 }
 
 static int run_action(ks_call *call, const char *id, action what)

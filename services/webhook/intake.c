@@ -375,6 +375,9 @@ static int store(intake *t)
                 return unavailable(t, rc);
         }
         count(t, t->duplicate ? WH_IN_DUPLICATE : WH_IN_STORED);
+        if (!t->duplicate && strcmp(t->status, STATUS_PENDING) == 0) {
+                wh_applier_wake(t->svc->applier);
+        }
         return KS_OK;
 }
 

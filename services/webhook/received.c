@@ -1,7 +1,8 @@
 /*
  * The events received through the tenant's intake endpoints, as operators
  * read them: ListReceivedEvents (newest first; of one endpoint, of one
- * status) and GetReceivedEvent (with the body, as it arrived).
+ * status) and GetReceivedEvent (with the body, as it arrived); and
+ * ReapplyReceivedEvent, which hands one to the applier again.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,4 +132,40 @@ int wh_get_received_event(ks_call *call)
                 return ks_call_fail(call, KS_NOT_FOUND, "received event not found");
         }
         return wh_tx_run(call, get_tx, (void *)in->id);
+}
+
+/* ---- ReapplyReceivedEvent ---------------------------------------------------------------- */
+
+static const char sql_reapply[] =
+    "UPDATE webhook.received_events SET status = 1, attempts = 0, last_error = '',"
+    " next_attempt_ms = webhook.now_ms() WHERE tenant_id = webhook.ctx_tenant() AND id = $1::uuid"
+    " RETURNING id";
+
+static int reapply_tx(wh_tx *tx, void *arg)
+{
+        const char *p[1] = {arg};
+        PGresult *res = NULL;
+        int rc;
+
+        if ((rc = wh_exec(tx, sql_reapply, 1, p, &res)) != KS_OK) {
+                return rc;
+        }
+        int n = PQntuples(res);
+        PQclear(res);
+        return n == 0 ? ks_call_fail(tx->call, KS_NOT_FOUND, "received event not found")
+                      : get_tx(tx, arg);
+}
+
+int wh_reapply_received_event(ks_call *call)
+{
+        const Keelson__Webhook__V1__ReapplyReceivedEventRequest *in = (const void *)call->in;
+        int rc;
+
+        if (!ks_uuid_valid(in->id)) {
+                return ks_call_fail(call, KS_NOT_FOUND, "received event not found");
+        }
+        if ((rc = wh_tx_run(call, reapply_tx, (void *)in->id)) == KS_OK) {
+                wh_applier_wake(((wh_service *)call->service)->applier);
+        }
+        return rc;
 }

@@ -13,7 +13,11 @@
  *                 for the caller's tenant; row and uuid helpers
  *   endpoints.c   intake endpoints and their secrets
  *   intake.c      ReceiveWebhook: verify, store, deduplicate
- *   received.c    the received events, as operators read them
+ *   received.c    the received events, as operators read them (and re-apply)
+ *   apply.c       the applier: pending events applied to billing, at least once
+ *   stripe.c      what billing needs of a Stripe event (pure)
+ *   sender.c      HTTP attempts to subscribers' URLs (libcurl); addrpolicy.c
+ *                 the addresses they may not reach
  *   signature.c   Stripe and Standard Webhooks signatures (pure)
  *   migrations/   schema "webhook"
  */
@@ -47,6 +51,11 @@
 typedef struct wh_config {
         ks_service_settings base; /* first: the skeleton's shared settings */
         int64_t intake_body_max_bytes;
+        bool apply;
+        int64_t apply_poll_ms;
+        int64_t apply_batch_max;
+        int64_t apply_attempts_max;
+        int64_t billing_timeout_ms;
 } wh_config;
 
 extern const ks_config_var wh_config_vars[];
@@ -63,9 +72,14 @@ typedef enum wh_intake_result {
         WH_IN_RESULTS
 } wh_intake_result;
 
+typedef struct wh_applier wh_applier;
+
 typedef struct wh_service {
         wh_config *cfg;
         ks_pg_pool *pool;
+        wh_applier *applier;             /* NULL when this replica applies nothing */
+        ks_counter *applied[5];          /* by the status an application left (ReceivedStatus) */
+        ks_histogram *apply_lag_seconds; /* received to applied, ignored or failed */
         ks_counter *intake[WH_IN_RESULTS];
         ks_counter *refused[WH_VERDICT_COUNT]; /* by the signature's verdict */
         ks_histogram *intake_seconds;
@@ -76,6 +90,15 @@ extern const ks_method_table wh_methods;
 int wh_check_config(void *service, char *err, size_t err_len);
 int wh_start(void *service, ks_service_env *env);
 void wh_stop(void *service);
+
+/* ---- apply.c ------------------------------------------------------------------------------ */
+
+/* Starts the applier's ticker and its billing client. KS_OK, or a code (logged by the caller). */
+int wh_applier_start(wh_applier **out, wh_service *svc, const ks_service_env *env);
+/* Its next step now (a pending event was just stored here). NULL is ignored. */
+void wh_applier_wake(wh_applier *a);
+/* Lets a step finish, stops. NULL is ignored. */
+void wh_applier_stop(wh_applier *a);
 
 /* ---- tx.c ---------------------------------------------------------------------------------- */
 
@@ -121,5 +144,6 @@ int wh_rotate_intake_secret(ks_call *call);
 int wh_receive_webhook(ks_call *call);
 int wh_list_received_events(ks_call *call);
 int wh_get_received_event(ks_call *call);
+int wh_reapply_received_event(ks_call *call);
 
 #endif

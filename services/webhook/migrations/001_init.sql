@@ -138,6 +138,11 @@ CREATE POLICY worker_intake ON webhook.intake_endpoints FOR SELECT TO keelson_we
     USING (true);
 CREATE POLICY worker_intake ON webhook.intake_secrets FOR SELECT TO keelson_webhook_worker
     USING (true);
+-- The applier's claim of pending events, and its verdicts (apply.c).
+CREATE POLICY worker_apply_read ON webhook.received_events FOR SELECT TO keelson_webhook_worker
+    USING (true);
+CREATE POLICY worker_apply ON webhook.received_events FOR UPDATE TO keelson_webhook_worker
+    USING (true) WITH CHECK (true);
 
 -- ---- grants --------------------------------------------------------------------
 
@@ -156,3 +161,9 @@ GRANT SELECT (tenant_id, id, provider, tolerance_s, enabled) ON webhook.intake_e
     TO keelson_webhook_worker;
 GRANT SELECT (tenant_id, endpoint_id, secret, created_ms, expires_ms, id) ON webhook.intake_secrets
     TO keelson_webhook_worker;
+GRANT SELECT (tenant_id, id, provider, provider_event_id, type, body, attempts, status,
+              next_attempt_ms, received_ms),
+      UPDATE (status, attempts, last_error, next_attempt_ms, applied_ms)
+    ON webhook.received_events TO keelson_webhook_worker;
+GRANT UPDATE (status, attempts, last_error, next_attempt_ms) ON webhook.received_events
+    TO keelson_webhook_rt;
