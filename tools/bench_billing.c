@@ -47,7 +47,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <dirent.h>
 #include <jansson.h>
 
 #include "bench_support.h"
@@ -305,96 +304,19 @@ static int run_phase(bool list, int clients, int seconds, phase *out)
 enum { G_GATEWAY, G_BROKER, G_BILLING, G_LEDGER, G_POSTGRES, G_N };
 static const char *const g_names[G_N] = {"gateway", "broker", "billing", "ledger", "postgres"};
 
-/* utime + stime of pid in clock ticks (0 when gone); its parent in *ppid. */
-static long long proc_ticks(long pid, long *ppid)
-{
-        char path[64], buf[1024];
-        long long ut = 0, st = 0;
-        FILE *f;
-
-        snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-        if ((f = fopen(path, "r")) == NULL) {
-                return 0;
-        }
-        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        buf[n] = '\0';
-        const char *p = strrchr(buf, ')');
-        if (p == NULL || sscanf(p + 2, "%*c %ld %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld",
-                                ppid, &ut, &st) != 3) {
-                return 0;
-        }
-        return ut + st;
-}
-
-/* The pids of a stack env's comma-separated list KEY, summed. */
-static long long list_ticks(const char *key)
-{
-        char v[512], *save = NULL;
-        long long sum = 0;
-        long ppid;
-
-        if (bench_stack_env(g_dir, key, v, sizeof(v)) != 0) {
-                return 0;
-        }
-        for (char *t = strtok_r(v, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
-                sum += proc_ticks(atol(t), &ppid);
-        }
-        return sum;
-}
-
-static long file_pid(const char *rel)
-{
-        char path[600];
-        long pid = 0;
-        FILE *f;
-
-        snprintf(path, sizeof(path), "%s/%s", g_dir, rel);
-        if ((f = fopen(path, "r")) != NULL) {
-                if (fscanf(f, "%ld", &pid) != 1) {
-                        pid = 0;
-                }
-                fclose(f);
-        }
-        return pid;
-}
-
-/* The postmaster and every process it started (backends of every service, its workers). */
-static long long postgres_ticks(void)
-{
-        long pm = file_pid("pg/postmaster.pid"), ppid = 0;
-        long long sum = proc_ticks(pm, &ppid);
-        DIR *d = opendir("/proc");
-        struct dirent *e;
-
-        while (d != NULL && pm > 0 && (e = readdir(d)) != NULL) {
-                long pid = atol(e->d_name);
-                long long t;
-                if (pid > 0 && (t = proc_ticks(pid, &ppid)) > 0 && ppid == pm) {
-                        sum += t;
-                }
-        }
-        if (d != NULL) {
-                closedir(d);
-        }
-        return sum;
-}
-
 static void cpu_snapshot(long long out[G_N])
 {
-        long ppid;
-
-        out[G_GATEWAY] = list_ticks("KEELSON_IT_GATEWAY_PIDS");
-        out[G_BROKER] = proc_ticks(file_pid("pids/broker.pid"), &ppid);
-        out[G_BILLING] = list_ticks("KEELSON_IT_BILLING_PIDS");
-        out[G_LEDGER] = list_ticks("KEELSON_IT_LEDGER_PIDS");
-        out[G_POSTGRES] = postgres_ticks();
+        out[G_GATEWAY] = bench_env_pids_ticks(g_dir, "KEELSON_IT_GATEWAY_PIDS");
+        out[G_BROKER] = bench_pid_file_ticks(g_dir, "pids/broker.pid");
+        out[G_BILLING] = bench_env_pids_ticks(g_dir, "KEELSON_IT_BILLING_PIDS");
+        out[G_LEDGER] = bench_env_pids_ticks(g_dir, "KEELSON_IT_LEDGER_PIDS");
+        out[G_POSTGRES] = bench_postgres_ticks(g_dir);
 }
 
 /* CPU µs per request of each group between two snapshots. */
 static void print_cpu(const char *what, const long long a[G_N], const long long b[G_N], long n)
 {
-        double tick_us = 1e6 / (double)sysconf(_SC_CLK_TCK), total = 0;
+        double tick_us = bench_tick_us(), total = 0;
 
         printf("%s CPU per request:", what);
         for (int g = 0; g < G_N; g++) {

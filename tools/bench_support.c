@@ -1,11 +1,13 @@
 #include "bench_support.h"
 
+#include <dirent.h>
 #include <libpq-fe.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ks_topology.h"
 
@@ -83,6 +85,100 @@ int bench_broker_option(const char *flag, const char *value, char *broker, size_
         }
         return 1;
 }
+
+/* ---- CPU of a stack's processes ------------------------------------------------------------ */
+
+/* utime + stime of pid in clock ticks (0 when gone); its parent in *ppid. */
+static long long proc_ticks(long pid, long *ppid)
+{
+        char path[64], buf[1024];
+        long long ut = 0, st = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+        if ((f = fopen(path, "r")) == NULL) {
+                return 0;
+        }
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        /* after "(comm)", which may hold spaces and parentheses: state, ppid, ..., utime, stime */
+        const char *p = strrchr(buf, ')');
+        if (p == NULL || sscanf(p + 2, "%*c %ld %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld",
+                                ppid, &ut, &st) != 3) {
+                return 0;
+        }
+        return ut + st;
+}
+
+long long bench_pid_ticks(long pid)
+{
+        long ppid;
+
+        return pid > 0 ? proc_ticks(pid, &ppid) : 0;
+}
+
+long long bench_env_pids_ticks(const char *dir, const char *key)
+{
+        char v[512], *save = NULL;
+        long long sum = 0;
+
+        if (bench_stack_env(dir, key, v, sizeof(v)) != 0) {
+                return 0;
+        }
+        for (char *t = strtok_r(v, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+                sum += bench_pid_ticks(atol(t));
+        }
+        return sum;
+}
+
+static long file_pid(const char *dir, const char *rel)
+{
+        char path[1024];
+        long pid = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "%s/%s", dir, rel);
+        if ((f = fopen(path, "r")) != NULL) {
+                if (fscanf(f, "%ld", &pid) != 1) {
+                        pid = 0;
+                }
+                fclose(f);
+        }
+        return pid;
+}
+
+long long bench_pid_file_ticks(const char *dir, const char *rel)
+{
+        return bench_pid_ticks(file_pid(dir, rel));
+}
+
+long long bench_postgres_ticks(const char *dir)
+{
+        long pm = file_pid(dir, "pg/postmaster.pid"), ppid = 0;
+        long long sum = bench_pid_ticks(pm);
+        DIR *d = pm > 0 ? opendir("/proc") : NULL;
+        struct dirent *e;
+
+        while (d != NULL && (e = readdir(d)) != NULL) {
+                long pid = atol(e->d_name);
+                long long t;
+                if (pid > 0 && (t = proc_ticks(pid, &ppid)) > 0 && ppid == pm) {
+                        sum += t;
+                }
+        }
+        if (d != NULL) {
+                closedir(d);
+        }
+        return sum;
+}
+
+double bench_tick_us(void)
+{
+        return 1e6 / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* ---- clock and percentiles ------------------------------------------------------------------ */
 
 int64_t bench_now_ns(void)
 {

@@ -1,7 +1,7 @@
 /*
  * bench_support: what the benchmarks under tools/ share — a stack's env
- * file, its PostgreSQL's durability, a monotonic clock, latency percentiles, and an RPC client to
- * auth through the broker.
+ * file, its PostgreSQL's durability, the CPU its processes used, a monotonic clock, latency
+ * percentiles, and an RPC client to auth through the broker.
  */
 #ifndef BENCH_SUPPORT_H
 #define BENCH_SUPPORT_H
@@ -38,6 +38,30 @@ int bench_broker_option(const char *flag, const char *value, char *broker, size_
  * Returns 0, or -1 when the server cannot be asked (out says so).
  */
 int bench_pg_durability(const char *dsn, char *out, size_t out_len);
+
+/*
+ * CPU time (user + system, every thread) a stack's processes have used, in
+ * clock ticks (bench_tick_us), read from /proc/PID/stat: sampled before and
+ * after a phase, the difference over the requests served is the CPU each
+ * request cost a process group, a figure that other load on the machine
+ * disturbs less than requests per second. A process that is gone counts 0.
+ */
+long long bench_pid_ticks(long pid);
+
+/* The processes of DIR/env's comma-separated pid list KEY, summed; 0 without KEY. */
+long long bench_env_pids_ticks(const char *dir, const char *key);
+
+/* The process whose pid is the first number of the file DIR/REL (e.g. "pids/broker.pid"). */
+long long bench_pid_file_ticks(const char *dir, const char *rel);
+
+/*
+ * A stack's PostgreSQL: the postmaster (DIR/pg/postmaster.pid) and every
+ * process it started (the backends of every service, its workers).
+ */
+long long bench_postgres_ticks(const char *dir);
+
+/* The length of a clock tick in microseconds. */
+double bench_tick_us(void);
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 int64_t bench_now_ns(void);
