@@ -38,7 +38,9 @@ AUTH_REPLICAS_MAX=8
 # Auth replicas share this machine's cores, so each hashes on one thread
 # unless the environment says otherwise. Every other KEELSON_* variable in
 # the caller's environment reaches the services unchanged (the test fixture
-# shortens the lockout that way: tests/CMakeLists.txt).
+# shortens the lockout that way: tests/CMakeLists.txt). Webhook deliveries
+# may reach 127.0.0.1 here (KEELSON_WEBHOOK_DELIVERY_ALLOW), so that a
+# receiver on this machine can be tried; set the variable to override.
 BILLING_REPLICAS_MAX=8
 WEBHOOK_REPLICAS_MAX=8
 LEDGER_REPLICAS_MAX=8
@@ -617,6 +619,7 @@ start_services() {
                         KEELSON_WEBHOOK_PG_LOGIN_DSN="$(login_dsn webhook)" \
                         KEELSON_BROKER_URL="$(broker_url)" KEELSON_WEBHOOK_HTTP_HOST=127.0.0.1 \
                         KEELSON_WEBHOOK_HTTP_PORT="${WEBHOOK_HEALTH_PORTS[$i]}" \
+                        KEELSON_WEBHOOK_DELIVERY_ALLOW="${KEELSON_WEBHOOK_DELIVERY_ALLOW-127.0.0.1/32}" \
                         "$BIN/keelson-webhook"
         done
         # The reader role comes with auth's migrations: /readyz waits for it.

@@ -10,7 +10,25 @@
 
 #include "keelson/auth/v1/events.pb-c.h"
 #include "keelson/billing/v1/events.pb-c.h"
+#include "ks_assert.h"
 #include "ks_outbox.h"
+
+/* The topics tenants may subscribe to (topics.def). */
+enum {
+#define KS_TOPIC(id, topic, desc) BL_TOPIC_##id,
+#include "topics.def"
+#undef KS_TOPIC
+        BL_TOPIC_COUNT
+};
+
+static const struct {
+        const char *name;
+        const ProtobufCMessageDescriptor *desc;
+} topics[BL_TOPIC_COUNT] = {
+#define KS_TOPIC(id, topic, d) [BL_TOPIC_##id] = {topic, &d},
+#include "topics.def"
+#undef KS_TOPIC
+};
 
 /*
  * The event joins the transaction's batch (ks_outbox_batch): every event of
@@ -39,6 +57,13 @@ static int publish(bl_tx *tx, const char *topic, const ProtobufCMessage *m)
                 return tx->call != NULL ? ks_call_oom(tx->call) : rc;
         }
         return rc == KS_OK ? KS_OK : bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
+}
+
+/* One of topics.def, with the message it names. */
+static int publish_topic(bl_tx *tx, int topic, const ProtobufCMessage *m)
+{
+        KS_ASSERT(topic >= 0 && topic < BL_TOPIC_COUNT && m->descriptor == topics[topic].desc);
+        return publish(tx, topics[topic].name, m);
 }
 
 int bl_events_flush(bl_tx *tx)
@@ -78,7 +103,7 @@ int bl_event_invoice_finalized(bl_tx *tx, const bl_invoice *inv)
         m.total = inv->total;
         m.amount_due = inv->amount_due;
         m.finalized_at_unix_ms = inv->finalized_ms;
-        return publish(tx, "billing.invoice_finalized", &m.base);
+        return publish_topic(tx, BL_TOPIC_INVOICE_FINALIZED, &m.base);
 }
 
 int bl_event_invoice_paid(bl_tx *tx, const bl_invoice *inv)
@@ -93,7 +118,7 @@ int bl_event_invoice_paid(bl_tx *tx, const bl_invoice *inv)
         m.currency = (char *)inv->currency->code;
         m.amount_paid = inv->amount_paid;
         m.paid_at_unix_ms = inv->paid_ms;
-        return publish(tx, "billing.invoice_paid", &m.base);
+        return publish_topic(tx, BL_TOPIC_INVOICE_PAID, &m.base);
 }
 
 int bl_event_subscription_changed(bl_tx *tx, const bl_subscription *s, int from_state,
@@ -112,7 +137,7 @@ int bl_event_subscription_changed(bl_tx *tx, const bl_subscription *s, int from_
         m.quantity = s->quantity;
         m.at_unix_ms = at_ms;
         m.invoice_id = (char *)(invoice_id != NULL ? invoice_id : "");
-        return publish(tx, "billing.subscription_changed", &m.base);
+        return publish_topic(tx, BL_TOPIC_SUBSCRIPTION_CHANGED, &m.base);
 }
 
 int bl_event_summary(bl_tx *tx, const char *reason)

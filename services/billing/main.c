@@ -38,7 +38,13 @@ int main(int argc, char **argv)
                          .pg_acquire_timeout_ms = "5000",
                          .pg_statement_timeout_ms = "10000",
                          /* its events send no NOTIFY (events.c): the relay polls */
-                         .outbox_poll_ms = "100"},
+                         .outbox_poll_ms = "100",
+                         /* keelson-webhook reads the outbox as its feed (003_feed.sql): a
+                          * day of events waits for it */
+                         .outbox_retention_s = "86400",
+                         .outbox_retention_help =
+                             "published events are deleted after this many seconds; the webhook"
+                             " service delivers from the outbox, so it must not be down longer"},
             .schema = "billing",
             .migrations = ks_service_migrations,
             .n_migrations = ks_service_migrations_n,

@@ -72,6 +72,7 @@ typedef struct ks_service_defaults {
         const char *pg_statement_timeout_ms;
         /* with spec->outbox: NULL is "1000" (a service whose events wake no relay polls sooner) */
         const char *outbox_poll_ms;
+        const char *outbox_retention_s;    /* NULL: "3600" */
         const char *outbox_retention_help; /* NULL: a generic line */
 } ks_service_defaults;
 

@@ -136,7 +136,7 @@ static const char *const OUTCOME_NAMES[WH_OUTCOME_COUNT] = {
     [WH_RESPONSE_TOO_LARGE] = "response_too_large",
     [WH_INVALID_URL] = "invalid_url",
     [WH_SHUTDOWN] = "shutdown",
-    [WH_INTERNAL] = "internal",
+    [WH_SEND_INTERNAL] = "internal",
 };
 
 const char *wh_outcome_name(wh_outcome o)
@@ -267,7 +267,7 @@ static bool header_valid(const wh_header *h)
                 }
         }
         /* libcurl reads "Name:" with nothing but blanks after it as "do not send Name". */
-        size_t value_len = strnlen(h->value, WH_HEADER_BYTES_MAX + 1);
+        size_t value_len = strnlen(h->value, WH_ATTEMPT_HEADER_BYTES_MAX + 1);
         bool visible = false;
         for (size_t i = 0; i < value_len; i++) {
                 unsigned char c = (unsigned char)h->value[i];
@@ -276,7 +276,7 @@ static bool header_valid(const wh_header *h)
                 }
                 visible = visible || (c != ' ' && c != '\t');
         }
-        return visible && name_len + value_len <= WH_HEADER_BYTES_MAX;
+        return visible && name_len + value_len <= WH_ATTEMPT_HEADER_BYTES_MAX;
 }
 
 static int attempt_valid(const wh_sender *s, const wh_attempt *a)
@@ -384,12 +384,40 @@ out:
         return rc;
 }
 
+int wh_url_check(const char *url, char *host, size_t host_len, char *why, size_t why_len)
+{
+        url_parts p;
+        int rc = url_check(url, &p, why, why_len);
+
+        if (rc != KS_OK) {
+                return rc;
+        }
+        curl_free(p.url);
+        /* The destination's key is "host:port": the host is what comes before the last colon. */
+        const char *colon = strrchr(p.key, ':');
+        KS_ASSERT(colon != NULL);
+        const char *h = p.key;
+        size_t n = (size_t)(colon - p.key);
+        if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+                h++;
+                n -= 2;
+        }
+        if (n == 0 || n >= host_len) {
+                snprintf(why, why_len, "%s",
+                         n == 0 ? "no host in the URL" : "the host is too long");
+                return KS_INVALID_ARGUMENT;
+        }
+        memcpy(host, h, n);
+        host[n] = '\0';
+        return KS_OK;
+}
+
 /* libcurl's header list for a: the caller's headers, and ours. NULL when memory is out. */
 static struct curl_slist *header_list(const wh_attempt *a)
 {
         struct curl_slist *list = NULL;
         bool content_type = false;
-        char line[WH_HEADER_BYTES_MAX + 3];
+        char line[WH_ATTEMPT_HEADER_BYTES_MAX + 3];
         for (size_t i = 0; i < a->headers_n; i++) {
                 const wh_header *h = &a->headers[i];
                 snprintf(line, sizeof line, "%s: %s", h->name, h->value);
@@ -804,7 +832,7 @@ static void start(wh_sender *s, attempt *a)
         if (a->easy == NULL || !configure(s, a, a->easy) ||
             curl_multi_add_handle(s->multi, a->easy) != CURLM_OK) {
                 detach(s, a);
-                complete_as(s, a, WH_INTERNAL, "libcurl refused the transfer");
+                complete_as(s, a, WH_SEND_INTERNAL, "libcurl refused the transfer");
                 return;
         }
         a->in_multi = true;
@@ -876,7 +904,7 @@ static wh_outcome outcome_of(const attempt *a, CURLcode rc, long status)
         case CURLE_URL_MALFORMAT:
                 return WH_INVALID_URL;
         default:
-                return WH_INTERNAL;
+                return WH_SEND_INTERNAL;
         }
 }
 

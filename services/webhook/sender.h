@@ -45,12 +45,12 @@
 #include "ks_code.h"
 #include "ks_metrics.h"
 
-#define WH_URL_BYTES_MAX        2048 /* a URL, NUL excluded */
-#define WH_HOST_BYTES_MAX       253  /* a host in a URL: a DNS name's longest */
-#define WH_HEADERS_MAX          16   /* headers of one attempt */
-#define WH_HEADER_NAME_MAX      64   /* bytes of a header's name */
-#define WH_HEADER_BYTES_MAX     2048 /* bytes of a header's name and value together */
-#define WH_USER_AGENT_BYTES_MAX 128
+#define WH_URL_BYTES_MAX            2048 /* a URL, NUL excluded */
+#define WH_HOST_BYTES_MAX           253  /* a host in a URL: a DNS name's longest */
+#define WH_HEADERS_MAX              16   /* headers of one attempt */
+#define WH_HEADER_NAME_MAX          64   /* bytes of a header's name */
+#define WH_ATTEMPT_HEADER_BYTES_MAX 2048 /* bytes of a header's name and value together */
+#define WH_USER_AGENT_BYTES_MAX     128
 
 /* How an attempt ended. */
 typedef enum wh_outcome {
@@ -66,9 +66,22 @@ typedef enum wh_outcome {
                                 * whether its head had come: a 2xx there was received) */
         WH_INVALID_URL,        /* unparsable, too long, not http(s), credentials in it */
         WH_SHUTDOWN,           /* wh_sender_free came first; it may have been received */
-        WH_INTERNAL,           /* out of memory, a libcurl call of ours failed */
+        WH_SEND_INTERNAL,      /* out of memory, a libcurl call of ours failed */
         WH_OUTCOME_COUNT
 } wh_outcome;
+
+/*
+ * Whether the sender would attempt url, checked as every attempt is (an
+ * attempt at a URL refused here ends WH_INVALID_URL): at most
+ * WH_URL_BYTES_MAX bytes, parsed as libcurl parses it, http or https, no
+ * credentials, no IPv6 zone, a host of at most WH_HOST_BYTES_MAX bytes. The
+ * host is not resolved. KS_OK with the host, as libcurl reads it and
+ * lowercased (an IPv6 address without its brackets), in host (host_len:
+ * WH_HOST_BYTES_MAX + 1 always suffices); KS_INVALID_ARGUMENT with why set
+ * (never quoting the URL); KS_INTERNAL when memory is out.
+ */
+int wh_url_check(const char *url, char *host, size_t host_len, char *why,
+                 size_t why_len) KS_MUST_CHECK;
 
 /* "delivered", "http_error", ...: the names used in metrics and logs. */
 const char *wh_outcome_name(wh_outcome o);

@@ -26,15 +26,62 @@ const ks_config_var wh_config_vars[] = {
                " it is marked failed; retried after 1 s doubling to 5 min"),
     KS_CFG_INT("KEELSON_WEBHOOK_BILLING_TIMEOUT_MS", C, billing_timeout_ms, "5000", 100, 60000,
                "deadline of each call to billing (ApplyProviderEvent)"),
+    KS_CFG_BOOL("KEELSON_WEBHOOK_DELIVER", C, deliver, "true",
+                "run the feed and the delivery worker in this replica (any number of replicas"
+                " may: they share the work)"),
+    KS_CFG_INT("KEELSON_WEBHOOK_DELIVERY_POLL_MS", C, delivery_poll_ms, "200", 10, 60000,
+               "pause of the feed and of the delivery worker when nothing is due"),
+    KS_CFG_INT("KEELSON_WEBHOOK_DELIVERY_BATCH_MAX", C, delivery_batch_max, "100", 1, 1000,
+               "due deliveries the worker claims at once"),
+    KS_CFG_INT("KEELSON_WEBHOOK_FEED_BATCH_MAX", C, feed_batch_max, "500", 1, 10000,
+               "events the feed reads from a source's outbox per transaction"),
+    KS_CFG_STR("KEELSON_WEBHOOK_DELIVERY_RETRY_SCHEDULE", C, delivery_retry_schedule,
+               "5s,5m,30m,2h,5h,10h,10h", KS_CFG_NONEMPTY,
+               "waits between the attempts of a delivery (s, m, h, d; each ±20% jitter); after"
+               " the last the delivery fails. The default spans 27.6 hours over 8 attempts"),
+    KS_CFG_INT("KEELSON_WEBHOOK_DELIVERY_DISABLE_AFTER_S", C, delivery_disable_after_s, "432000",
+               60, 31536000,
+               "a subscription whose deliveries have all failed for this long is disabled"),
+    KS_CFG_INT("KEELSON_WEBHOOK_DELIVERY_TIMEOUT_MS", C, delivery_timeout_ms, "15000", 100, 300000,
+               "the whole of one attempt: connect, send, and the response"),
+    KS_CFG_INT("KEELSON_WEBHOOK_DELIVERY_CONNECT_TIMEOUT_MS", C, delivery_connect_timeout_ms,
+               "5000", 100, 60000, "DNS, TCP and TLS of one attempt"),
+    KS_CFG_INT("KEELSON_WEBHOOK_DELIVERY_CONCURRENCY", C, delivery_concurrency, "64", 1, 4096,
+               "attempts this replica runs at once"),
+    KS_CFG_INT("KEELSON_WEBHOOK_DELIVERY_DESTINATION_CONCURRENCY", C,
+               delivery_destination_concurrency, "4", 1, 4096,
+               "attempts this replica runs at once to one host and port, and deliveries of one"
+               " subscription it claims at once: a slow URL holds up no other"),
+    KS_CFG_STR("KEELSON_WEBHOOK_DELIVERY_ALLOW", C, delivery_allow, "", 0,
+               "addresses and CIDR blocks (comma-separated) that deliveries may reach although"
+               " they are loopback, private, link-local or otherwise special; empty: only"
+               " public addresses (docs/security.md)"),
 };
 #undef C
 const size_t wh_config_vars_n = sizeof(wh_config_vars) / sizeof(wh_config_vars[0]);
 
 int wh_check_config(void *service, char *err, size_t err_len)
 {
-        (void)service;
-        (void)err;
-        (void)err_len;
+        wh_service *svc = service;
+        wh_config *c = svc->cfg;
+        char why[WH_ADDR_ERR_MAX];
+
+        if (wh_retry_parse(c->delivery_retry_schedule, c->retry_ms, WH_RETRY_MAX, &c->retry_n, why,
+                           sizeof(why)) != 0) {
+                snprintf(err, err_len, "KEELSON_WEBHOOK_DELIVERY_RETRY_SCHEDULE: %s", why);
+                return -1;
+        }
+        if (wh_addr_policy_parse(&c->allow, c->delivery_allow, why, sizeof(why)) != 0) {
+                snprintf(err, err_len, "KEELSON_WEBHOOK_DELIVERY_ALLOW: %s", why);
+                return -1;
+        }
+        if (c->delivery_connect_timeout_ms > c->delivery_timeout_ms) {
+                snprintf(err, err_len,
+                         "KEELSON_WEBHOOK_DELIVERY_CONNECT_TIMEOUT_MS: at most"
+                         " KEELSON_WEBHOOK_DELIVERY_TIMEOUT_MS (%lld)",
+                         (long long)c->delivery_timeout_ms);
+                return -1;
+        }
         return 0;
 }
 
@@ -76,6 +123,30 @@ static void init_metrics(wh_service *svc)
             reg, "keelson_webhook_apply_lag_seconds",
             "Time from an event's arrival to its application (applied, ignored or failed)", NULL,
             KS_LATENCY_BUCKETS, KS_LATENCY_BUCKETS_N);
+        static const char *const deliveries[4] = {NULL, "retry", "delivered", "failed"};
+        for (int st = 1; st < 4; st++) {
+                snprintf(labels, sizeof(labels), "status=\"%s\"", deliveries[st]);
+                svc->deliveries[st] = ks_counter_get(
+                    reg, "keelson_webhook_deliveries_total",
+                    "Delivery attempts recorded, by what they left the delivery (retry: pending"
+                    " again after the schedule's wait)",
+                    labels);
+        }
+        svc->delivery_lag_seconds = ks_histogram_get(
+            reg, "keelson_webhook_delivery_lag_seconds",
+            "Time from a delivery's creation (its event's fan-out) to its delivered attempt", NULL,
+            KS_LATENCY_BUCKETS, KS_LATENCY_BUCKETS_N);
+        svc->deliveries_in_flight =
+            ks_gauge_get(reg, "keelson_webhook_deliveries_in_flight",
+                         "Deliveries this replica has claimed and not yet recorded", NULL);
+        svc->feed_events = ks_counter_get(reg, "keelson_webhook_feed_events_total",
+                                          "Events the feed read from the sources' outboxes", NULL);
+        svc->feed_deliveries = ks_counter_get(reg, "keelson_webhook_feed_deliveries_total",
+                                              "Deliveries the feed's events became", NULL);
+        svc->feed_lag_seconds =
+            ks_histogram_get(reg, "keelson_webhook_feed_lag_seconds",
+                             "Time from an event's transaction to its fan-out into deliveries",
+                             NULL, KS_LATENCY_BUCKETS, KS_LATENCY_BUCKETS_N);
         svc->intake_seconds =
             ks_histogram_get(reg, "keelson_webhook_intake_seconds",
                              "Time from an intake call's arrival to its answer (verify and store)",
@@ -91,6 +162,12 @@ int wh_start(void *service, ks_service_env *env)
                 ks_log_error(NULL, "webhook: cannot start the applier", NULL);
                 return -1;
         }
+        if (svc->cfg->deliver && wh_deliverer_start(&svc->deliverer, svc) != KS_OK) {
+                ks_log_error(NULL, "webhook: cannot start the delivery worker", NULL);
+                wh_applier_stop(svc->applier);
+                svc->applier = NULL;
+                return -1;
+        }
         return 0;
 }
 
@@ -98,6 +175,8 @@ void wh_stop(void *service)
 {
         wh_service *svc = service;
 
+        wh_deliverer_stop(svc->deliverer);
+        svc->deliverer = NULL;
         wh_applier_stop(svc->applier);
         svc->applier = NULL;
 }

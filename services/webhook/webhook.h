@@ -19,7 +19,21 @@
  *   sender.c      HTTP attempts to subscribers' URLs (libcurl); addrpolicy.c
  *                 the addresses they may not reach
  *   signature.c   Stripe and Standard Webhooks signatures (pure)
- *   migrations/   schema "webhook"
+ *
+ * Delivery: keelson's own events reach tenants' URLs as Standard Webhooks
+ * requests, at least once.
+ *
+ *   topics.c         the topics tenants may subscribe to (each source's
+ *                    topics.def), and the JSON body of one event
+ *   subscriptions.c  webhook subscriptions and their signing secrets
+ *   feed.c           the feed: other services' outboxes, read in commit
+ *                    order and fanned out into deliveries, exactly once
+ *   deliver.c        the worker: due deliveries claimed, signed, POSTed
+ *                    (sender.c), their outcomes recorded and retried
+ *   retry.c          the retry schedule (pure)
+ *   deliveries.c     deliveries and their attempts, as tenants read them;
+ *                    Redeliver
+ *   migrations/      schema "webhook"
  */
 #ifndef WH_WEBHOOK_H
 #define WH_WEBHOOK_H
@@ -36,6 +50,7 @@
 #include "ks_pg.h"
 #include "ks_rpc.h"
 #include "ks_service.h"
+#include "addrpolicy.h"
 #include "signature.h"
 
 #define WH_INTERNAL_MSG        "internal error"
@@ -47,6 +62,11 @@
 #define WH_ROTATE_MAX_S        604800
 #define WH_EVENT_ID_MAX        255 /* a provider's event id, in bytes */
 #define WH_EVENT_TYPE_MAX      255
+#define WH_SUB_TOPICS_MAX      32   /* topics of one subscription */
+#define WH_SUB_URL_MAX         2048 /* bytes of a subscription's URL */
+#define WH_SUB_SECRET_BYTES    32   /* random bytes of a signing secret ("whsec_" + base64) */
+#define WH_RETRY_MAX           32   /* waits in a retry schedule */
+#define WH_EXCERPT_MAX         1024 /* bytes of a response kept in the delivery log */
 
 typedef struct wh_config {
         ks_service_settings base; /* first: the skeleton's shared settings */
@@ -56,6 +76,21 @@ typedef struct wh_config {
         int64_t apply_batch_max;
         int64_t apply_attempts_max;
         int64_t billing_timeout_ms;
+        /* delivery */
+        bool deliver;
+        int64_t delivery_poll_ms;
+        int64_t delivery_batch_max;
+        int64_t feed_batch_max;
+        char *delivery_retry_schedule; /* text; parsed into retry_ms by wh_check_config */
+        int64_t retry_ms[WH_RETRY_MAX];
+        size_t retry_n;
+        int64_t delivery_disable_after_s;
+        int64_t delivery_timeout_ms;
+        int64_t delivery_connect_timeout_ms;
+        int64_t delivery_concurrency;
+        int64_t delivery_destination_concurrency;
+        char *delivery_allow; /* text; parsed into allow by wh_check_config */
+        wh_addr_policy allow;
 } wh_config;
 
 extern const ks_config_var wh_config_vars[];
@@ -73,6 +108,7 @@ typedef enum wh_intake_result {
 } wh_intake_result;
 
 typedef struct wh_applier wh_applier;
+typedef struct wh_deliverer wh_deliverer;
 
 typedef struct wh_service {
         wh_config *cfg;
@@ -83,6 +119,13 @@ typedef struct wh_service {
         ks_counter *intake[WH_IN_RESULTS];
         ks_counter *refused[WH_VERDICT_COUNT]; /* by the signature's verdict */
         ks_histogram *intake_seconds;
+        wh_deliverer *deliverer; /* NULL when this replica delivers nothing */
+        ks_counter *feed_events;       /* events read from the sources' outboxes */
+        ks_counter *feed_deliveries;   /* deliveries they became */
+        ks_histogram *feed_lag_seconds; /* an event's commit to its fan-out */
+        ks_counter *deliveries[4];     /* by the status an attempt left (DeliveryStatus) */
+        ks_histogram *delivery_lag_seconds; /* a delivery's creation to its delivered attempt */
+        ks_gauge *deliveries_in_flight;
 } wh_service;
 
 extern const ks_method_table wh_methods;
@@ -99,6 +142,65 @@ int wh_applier_start(wh_applier **out, wh_service *svc, const ks_service_env *en
 void wh_applier_wake(wh_applier *a);
 /* Lets a step finish, stops. NULL is ignored. */
 void wh_applier_stop(wh_applier *a);
+
+/* ---- topics.c ---------------------------------------------------------------------------- */
+
+/* A topic tenants may subscribe to: its name, the schema whose outbox has it, its message. */
+typedef struct wh_topic {
+        const char *name;
+        const char *source;
+        const ProtobufCMessageDescriptor *desc;
+} wh_topic;
+
+extern const wh_topic wh_topics[];
+extern const size_t wh_topics_n;
+/* The schemas whose outboxes the feed reads (each once). */
+extern const char *const wh_sources[];
+extern const size_t wh_sources_n;
+
+/* The topic of that name, or NULL. */
+const wh_topic *wh_topic_find(const char *name);
+
+/*
+ * The body POSTed for one event: {"type":topic,"timestamp":"<RFC 3339, ms, Z>","data":<the
+ * payload in the proto3 JSON mapping>}. KS_OK with *out (malloc'd, NUL-terminated, *out_len
+ * bytes); KS_INVALID_ARGUMENT when the payload is not the topic's message; KS_RESOURCE_EXHAUSTED.
+ */
+int wh_event_body(const wh_topic *t, int64_t at_ms, const uint8_t *payload, size_t len,
+                  char **out, size_t *out_len);
+
+/* ---- retry.c ------------------------------------------------------------------------------ */
+
+/*
+ * A retry schedule: comma-separated waits, each a whole number and a unit
+ * (s, m, h, d): "5s,5m,30m,2h". The first attempt is at once; after the
+ * k-th failure the (k)th wait is taken, and after the last the delivery
+ * fails. 1..WH_RETRY_MAX waits of 1 s..7 d. 0, or -1 with the reason in err.
+ */
+int wh_retry_parse(const char *text, int64_t *ms, size_t cap, size_t *n, char *err,
+                   size_t err_len);
+
+/*
+ * The wait after failed try number tries (1-based) with jitter: the
+ * schedule's wait times a factor in [0.8, 1.2] from r (any 32 random bits);
+ * -1 when the schedule has run out.
+ */
+int64_t wh_retry_delay_ms(const int64_t *ms, size_t n, int64_t tries, uint32_t r);
+
+/* ---- feed.c, deliver.c --------------------------------------------------------------------- */
+
+/*
+ * One step of the feed on conn (pool's, idle): a page of each source. *more: a
+ * page was full. KS_OK, or the first failure's code (logged; the next step retries).
+ */
+int wh_feed_step(wh_service *svc, PGconn *conn, bool *more);
+
+/* Starts the feed and the delivery worker of this replica. KS_OK or a code (logged here). */
+int wh_deliverer_start(wh_deliverer **out, wh_service *svc);
+/* Its next claim now (a Redeliver was committed here). NULL is ignored. */
+void wh_deliverer_wake(wh_deliverer *d);
+/* Lets the steps finish, ends the attempts in flight, stops. NULL is ignored. */
+void wh_deliverer_stop(wh_deliverer *d);
 
 /* ---- tx.c ---------------------------------------------------------------------------------- */
 
@@ -127,6 +229,16 @@ int wh_db_fail(ks_call *call, int code);
 
 extern const ks_list_runner wh_list_runner;
 
+/* A description in UTF-8, and its NUL. */
+#define WH_DESCRIPTION_BYTES (WH_DESCRIPTION_MAX * 4 + 1)
+
+/*
+ * A request's description: trimmed, valid UTF-8, no control character, at
+ * most WH_DESCRIPTION_MAX characters, into out (len: WH_DESCRIPTION_BYTES).
+ * KS_OK, or the call failed invalid_argument "description: ...".
+ */
+int wh_description_of(ks_call *call, const char *in, char *out, size_t len);
+
 /*
  * Whether secret is one provider p signs with (its form: signature.h);
  * 0, or -1 with the reason in err (never quoting the secret).
@@ -145,5 +257,13 @@ int wh_receive_webhook(ks_call *call);
 int wh_list_received_events(ks_call *call);
 int wh_get_received_event(ks_call *call);
 int wh_reapply_received_event(ks_call *call);
+int wh_create_subscription(ks_call *call);
+int wh_get_subscription(ks_call *call);
+int wh_list_subscriptions(ks_call *call);
+int wh_update_subscription(ks_call *call);
+int wh_rotate_subscription_secret(ks_call *call);
+int wh_list_deliveries(ks_call *call);
+int wh_get_delivery(ks_call *call);
+int wh_redeliver(ks_call *call);
 
 #endif
