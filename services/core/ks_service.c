@@ -155,8 +155,7 @@ static int add_outbox(table *t, const ks_service_defaults *d)
                         " notification"));
         rc |= add(t, "_OUTBOX_RETENTION_S",
                   v_int(S(outbox_retention_s),
-                        d->outbox_retention_s != NULL ? d->outbox_retention_s : "3600", 0,
-                        31536000,
+                        d->outbox_retention_s != NULL ? d->outbox_retention_s : "3600", 0, 31536000,
                         d->outbox_retention_help != NULL
                             ? d->outbox_retention_help
                             : "published events are deleted after this many seconds"));

@@ -148,17 +148,6 @@ static int tolerance_of(ks_call *call, int32_t in, int32_t *out)
         return KS_OK;
 }
 
-static int description_of(ks_call *call, const char *in, char *out, size_t len)
-{
-        char err[KS_MESSAGE_MAX];
-
-        if (ks_name_normalize("description", in, WH_DESCRIPTION_MAX, out, len, err, sizeof(err)) !=
-            KS_OK) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
-        }
-        return KS_OK;
-}
-
 static int secret_of(ks_call *call, Keelson__Webhook__V1__Provider p, const char *secret)
 {
         char err[KS_MESSAGE_MAX];
@@ -180,7 +169,7 @@ static int endpoint_id_of(ks_call *call, const char *id)
 
 typedef struct create_args {
         const Keelson__Webhook__V1__CreateIntakeEndpointRequest *in;
-        char description[WH_DESCRIPTION_MAX * 4 + 1];
+        char description[WH_DESCRIPTION_BYTES];
         int32_t tolerance_s;
 } create_args;
 
@@ -212,8 +201,8 @@ int wh_create_intake_endpoint(ks_call *call)
                                     "provider: PROVIDER_STRIPE or PROVIDER_STANDARD");
         }
         if ((rc = secret_of(call, a.in->provider, a.in->secret)) != KS_OK ||
-            (rc = description_of(call, a.in->description, a.description, sizeof(a.description))) !=
-                KS_OK ||
+            (rc = wh_description_of(call, a.in->description, a.description,
+                                    sizeof(a.description))) != KS_OK ||
             (rc = tolerance_of(call, a.in->tolerance_s, &a.tolerance_s)) != KS_OK) {
                 return rc;
         }
@@ -290,7 +279,7 @@ static const char sql_update[] =
 typedef struct update_args {
         const Keelson__Webhook__V1__UpdateIntakeEndpointRequest *in;
         unsigned mask;
-        char description[WH_DESCRIPTION_MAX * 4 + 1];
+        char description[WH_DESCRIPTION_BYTES];
         int32_t tolerance_s;
 } update_args;
 
@@ -338,8 +327,8 @@ int wh_update_intake_endpoint(ks_call *call)
                                     " enabled");
         }
         if ((a.mask & MASK_DESCRIPTION) != 0 &&
-            (rc = description_of(call, a.in->description, a.description, sizeof(a.description))) !=
-                KS_OK) {
+            (rc = wh_description_of(call, a.in->description, a.description,
+                                    sizeof(a.description))) != KS_OK) {
                 return rc;
         }
         if ((a.mask & MASK_TOLERANCE) != 0 &&

@@ -14,6 +14,7 @@
 
 #include "ks_crypto.h"
 #include "ks_log.h"
+#include "ks_text.h"
 #include "webhook.h"
 
 static const char sql_act_for[] = "SELECT set_config('keelson.tenant_id', $1, true)";
@@ -71,6 +72,19 @@ int wh_tx_run(ks_call *call, wh_tx_fn fn, void *arg)
         }
         ks_pg_release(tx.svc->pool, tx.conn);
         return rc;
+}
+
+/* ---- fields ------------------------------------------------------------------------------ */
+
+int wh_description_of(ks_call *call, const char *in, char *out, size_t len)
+{
+        char err[KS_MESSAGE_MAX];
+
+        if (ks_name_normalize("description", in, WH_DESCRIPTION_MAX, out, len, err, sizeof(err)) !=
+            KS_OK) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
+        }
+        return KS_OK;
 }
 
 /* ---- lists ------------------------------------------------------------------------------ */

@@ -119,11 +119,11 @@ typedef struct wh_service {
         ks_counter *intake[WH_IN_RESULTS];
         ks_counter *refused[WH_VERDICT_COUNT]; /* by the signature's verdict */
         ks_histogram *intake_seconds;
-        wh_deliverer *deliverer; /* NULL when this replica delivers nothing */
-        ks_counter *feed_events;       /* events read from the sources' outboxes */
-        ks_counter *feed_deliveries;   /* deliveries they became */
-        ks_histogram *feed_lag_seconds; /* an event's commit to its fan-out */
-        ks_counter *deliveries[4];     /* by the status an attempt left (DeliveryStatus) */
+        wh_deliverer *deliverer;            /* NULL when this replica delivers nothing */
+        ks_counter *feed_events;            /* events read from the sources' outboxes */
+        ks_counter *feed_deliveries;        /* deliveries they became */
+        ks_histogram *feed_lag_seconds;     /* an event's commit to its fan-out */
+        ks_counter *deliveries[4];          /* by the status an attempt left (DeliveryStatus) */
         ks_histogram *delivery_lag_seconds; /* a delivery's creation to its delivered attempt */
         ks_gauge *deliveries_in_flight;
 } wh_service;
@@ -166,8 +166,8 @@ const wh_topic *wh_topic_find(const char *name);
  * payload in the proto3 JSON mapping>}. KS_OK with *out (malloc'd, NUL-terminated, *out_len
  * bytes); KS_INVALID_ARGUMENT when the payload is not the topic's message; KS_RESOURCE_EXHAUSTED.
  */
-int wh_event_body(const wh_topic *t, int64_t at_ms, const uint8_t *payload, size_t len,
-                  char **out, size_t *out_len);
+int wh_event_body(const wh_topic *t, int64_t at_ms, const uint8_t *payload, size_t len, char **out,
+                  size_t *out_len);
 
 /* ---- retry.c ------------------------------------------------------------------------------ */
 
@@ -177,8 +177,7 @@ int wh_event_body(const wh_topic *t, int64_t at_ms, const uint8_t *payload, size
  * k-th failure the (k)th wait is taken, and after the last the delivery
  * fails. 1..WH_RETRY_MAX waits of 1 s..7 d. 0, or -1 with the reason in err.
  */
-int wh_retry_parse(const char *text, int64_t *ms, size_t cap, size_t *n, char *err,
-                   size_t err_len);
+int wh_retry_parse(const char *text, int64_t *ms, size_t cap, size_t *n, char *err, size_t err_len);
 
 /*
  * The wait after failed try number tries (1-based) with jitter: the
