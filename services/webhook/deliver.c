@@ -102,6 +102,25 @@ static const char sql_health[] =
     " THEN failing_since_ms IS NOT NULL ELSE failing_since_ms IS NULL OR $4::bool"
     " OR failing_since_ms <= webhook.now_ms() - $5::int8 * 1000 END";
 
+/* $1 retention s. A batch of what is done and old, attempts first (their foreign key). */
+static const char sql_sweep[] =
+    "WITH old AS (SELECT tenant_id, id FROM webhook.deliveries WHERE status <> 1"
+    " AND created_ms < webhook.now_ms() - $1::int8 * 1000 ORDER BY created_ms LIMIT 1000"
+    " FOR UPDATE SKIP LOCKED),"
+    " a AS (DELETE FROM webhook.delivery_attempts t USING old"
+    " WHERE t.tenant_id = old.tenant_id AND t.delivery_id = old.id)"
+    " DELETE FROM webhook.deliveries t USING old WHERE t.tenant_id = old.tenant_id"
+    " AND t.id = old.id";
+
+/* $1 retention s. Events no delivery refers to any more. */
+static const char sql_sweep_events[] =
+    "DELETE FROM webhook.events e WHERE (e.tenant_id, e.id) IN (SELECT x.tenant_id, x.id"
+    " FROM webhook.events x WHERE x.created_ms < webhook.now_ms() - $1::int8 * 1000"
+    " AND NOT EXISTS (SELECT 1 FROM webhook.deliveries d WHERE d.tenant_id = x.tenant_id"
+    " AND d.event_id = x.id) ORDER BY x.created_ms LIMIT 1000)";
+
+#define SWEEP_EVERY_MS 60000
+
 /* An attempt in the sender's hands, and then its outcome. */
 typedef struct job {
         struct job *next;
@@ -135,6 +154,7 @@ struct wh_deliverer {
         int n_busy;
         int64_t in_flight; /* (mu) */
         bool stopping;     /* (mu): the tickers are going; wake none */
+        int64_t swept_ms;  /* the feed ticker's: its last sweep */
 };
 
 /* ---- in flight -------------------------------------------------------------------------- */
@@ -534,6 +554,35 @@ static ks_ticker_next claims_step(void *arg)
         return n == d->svc->cfg->delivery_batch_max ? KS_TICKER_AGAIN : KS_TICKER_REST;
 }
 
+/* Retention: at most once a minute, from the feed's ticker (any replica; they skip each
+ * other's rows). */
+static void sweep(wh_deliverer *d, PGconn *conn)
+{
+        int64_t now = ks_now_ms();
+        ks_pg_num keep = ks_pg_num_of(d->svc->cfg->delivery_retention_s);
+        const char *p[1] = {keep.s};
+        PGresult *res = NULL;
+
+        if (now - d->swept_ms < SWEEP_EVERY_MS) {
+                return;
+        }
+        d->swept_ms = now;
+        const ks_pg_stmt s[5] = {{.sql = "BEGIN"},
+                                 {.sql = "SET LOCAL ROLE keelson_webhook_worker"},
+                                 {.sql = sql_sweep, .n_params = 1, .params = p, .out = &res},
+                                 {.sql = sql_sweep_events, .n_params = 1, .params = p},
+                                 {.sql = "COMMIT"}};
+        int rc = ks_pg_pipeline(conn, "sweep", s, 5);
+        if (rc != KS_OK) {
+                ks_pg_rollback(conn);
+                ks_log_warn(NULL, "webhook delivery retention step failed", "{s:s}", "code",
+                            ks_code_name(rc));
+        } else if (atol(PQcmdTuples(res)) == 1000) {
+                d->swept_ms = 0; /* more to delete: again at the next step */
+        }
+        PQclear(res);
+}
+
 static ks_ticker_next feed_step(void *arg)
 {
         wh_deliverer *d = arg;
@@ -543,6 +592,7 @@ static ks_ticker_next feed_step(void *arg)
         if (ks_pg_acquire(d->svc->pool, &conn) != KS_OK) {
                 return KS_TICKER_REST;
         }
+        sweep(d, conn);
         int rc = wh_feed_step(d->svc, conn, &more);
         ks_pg_release(d->svc->pool, conn);
         if (rc == KS_OK && !more) {

@@ -52,6 +52,10 @@ const ks_config_var wh_config_vars[] = {
                delivery_destination_concurrency, "4", 1, 4096,
                "attempts this replica runs at once to one host and port, and deliveries of one"
                " subscription it claims at once: a slow URL holds up no other"),
+    KS_CFG_INT("KEELSON_WEBHOOK_DELIVERY_RETENTION_S", C, delivery_retention_s, "2592000", 3600,
+               315360000,
+               "delivered and failed deliveries, their attempts and their events are deleted this"
+               " long after the event (pending ones are kept)"),
     KS_CFG_STR("KEELSON_WEBHOOK_DELIVERY_ALLOW", C, delivery_allow, "", 0,
                "addresses and CIDR blocks (comma-separated) that deliveries may reach although"
                " they are loopback, private, link-local or otherwise special; empty: only"

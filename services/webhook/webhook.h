@@ -85,6 +85,7 @@ typedef struct wh_config {
         int64_t retry_ms[WH_RETRY_MAX];
         size_t retry_n;
         int64_t delivery_disable_after_s;
+        int64_t delivery_retention_s;
         int64_t delivery_timeout_ms;
         int64_t delivery_connect_timeout_ms;
         int64_t delivery_concurrency;

@@ -73,6 +73,8 @@ CREATE TABLE webhook.events (
     PRIMARY KEY (tenant_id, id)
 );
 
+CREATE INDEX events_by_age ON webhook.events (created_ms);
+
 -- status: keelson.webhook.v1.DeliveryStatus (1 pending, 2 delivered,
 -- 3 failed). attempts counts every attempt; tries those since the last
 -- Redeliver (the retry schedule's position). A pending delivery is due at
@@ -104,6 +106,9 @@ CREATE INDEX deliveries_due ON webhook.deliveries (tenant_id, subscription_id, n
 CREATE INDEX deliveries_by_time ON webhook.deliveries (tenant_id, created_ms DESC, id DESC);
 CREATE INDEX deliveries_by_subscription
     ON webhook.deliveries (tenant_id, subscription_id, created_ms DESC, id DESC);
+-- Retention (deliver.c): what is done, oldest first; and an event's deliveries.
+CREATE INDEX deliveries_done_by_age ON webhook.deliveries (created_ms) WHERE status <> 1;
+CREATE INDEX deliveries_by_event ON webhook.deliveries (tenant_id, event_id);
 
 -- Every attempt, as the delivery log shows it. outcome: the sender's
 -- (services/webhook/sender.h, wh_outcome_name).
@@ -167,9 +172,9 @@ GRANT SELECT (tenant_id, id, url, topics, enabled, failing_since_ms, created_ms)
     ON webhook.subscriptions TO keelson_webhook_worker;
 GRANT SELECT (tenant_id, subscription_id, secret, created_ms, expires_ms)
     ON webhook.subscription_secrets TO keelson_webhook_worker;
-GRANT SELECT, INSERT ON webhook.events TO keelson_webhook_worker;
-GRANT SELECT, INSERT ON webhook.deliveries TO keelson_webhook_worker;
+GRANT SELECT, INSERT, DELETE ON webhook.events TO keelson_webhook_worker;
+GRANT SELECT, INSERT, DELETE ON webhook.deliveries TO keelson_webhook_worker;
 GRANT UPDATE (status, attempts, tries, next_attempt_ms, delivered_ms, last_http_status,
               last_error) ON webhook.deliveries TO keelson_webhook_worker;
-GRANT SELECT, INSERT ON webhook.delivery_attempts TO keelson_webhook_worker;
+GRANT SELECT, INSERT, DELETE ON webhook.delivery_attempts TO keelson_webhook_worker;
 GRANT SELECT, INSERT, UPDATE ON webhook.feed_cursors TO keelson_webhook_worker;
