@@ -47,6 +47,7 @@
 #define STEP_RESULTS_MAX 30 /* outcomes recorded per pipeline: two statements each */
 #define BUSY_MAX         256
 #define LEASE_SLACK_MS   10000
+#define RECORD_TRIES_MAX 3
 
 /* $1 per subscription, $2 busy subscriptions, $3 batch, $4 lease ms. */
 static const char sql_claim[] =
@@ -152,9 +153,10 @@ struct wh_deliverer {
         job *done;           /* ended attempts, to record (mu) */
         busy busy[BUSY_MAX]; /* subscriptions with attempts in flight here (mu) */
         int n_busy;
-        int64_t in_flight; /* (mu) */
-        bool stopping;     /* (mu): the tickers are going; wake none */
-        int64_t swept_ms;  /* the feed ticker's: its last sweep */
+        int64_t in_flight;   /* (mu) */
+        bool stopping;       /* (mu): the tickers are going; wake none */
+        int64_t swept_ms;    /* the feed ticker's: its last sweep */
+        int record_failures; /* the claims ticker's: in a row */
 };
 
 /* ---- in flight -------------------------------------------------------------------------- */
@@ -332,7 +334,10 @@ static int record(wh_deliverer *d, PGconn *conn, job **jobs, int n)
 
 /*
  * Records what ended. On a database failure the outcomes wait for the next
- * step (the leases keep the deliveries from others meanwhile).
+ * step (the leases keep the deliveries from others meanwhile); after
+ * RECORD_TRIES_MAX failures in a row they are dropped, logged, and left to
+ * their leases, so that an outcome the database keeps refusing cannot stop
+ * this replica's deliveries: the claims go on.
  */
 static int record_done(wh_deliverer *d, PGconn *conn)
 {
@@ -348,9 +353,18 @@ static int record_done(wh_deliverer *d, PGconn *conn)
                 for (job *j = list; j != NULL && n < STEP_RESULTS_MAX; j = j->next) {
                         batch[n++] = j;
                 }
-                if ((rc = record(d, conn, batch, n)) != KS_OK) {
+                if ((rc = record(d, conn, batch, n)) != KS_OK &&
+                    ++d->record_failures < RECORD_TRIES_MAX) {
                         break;
                 }
+                if (rc != KS_OK) {
+                        ks_log_error(NULL,
+                                     "webhook delivery: outcomes the database refused, dropped;"
+                                     " their deliveries are attempted again when their leases end",
+                                     "{s:i, s:s}", "count", n, "code", ks_code_name(rc));
+                        rc = KS_OK;
+                }
+                d->record_failures = 0;
                 list = batch[n - 1]->next;
                 pthread_mutex_lock(&d->mu);
                 for (int i = 0; i < n; i++) {

@@ -167,7 +167,8 @@ GRANT SELECT ON webhook.events, webhook.delivery_attempts TO keelson_webhook_rt;
 GRANT SELECT ON webhook.deliveries TO keelson_webhook_rt;
 GRANT UPDATE (status, tries, next_attempt_ms) ON webhook.deliveries TO keelson_webhook_rt;
 
-GRANT SELECT (tenant_id, id, url, topics, enabled, failing_since_ms, created_ms),
+GRANT SELECT (tenant_id, id, url, topics, enabled, disabled_reason, failing_since_ms, created_ms,
+              updated_ms),
       UPDATE (enabled, disabled_reason, failing_since_ms, updated_ms)
     ON webhook.subscriptions TO keelson_webhook_worker;
 GRANT SELECT (tenant_id, subscription_id, secret, created_ms, expires_ms)
