@@ -6,8 +6,9 @@
  *   bench_webhook_send [-n attempts] [-c concurrency] [-b body bytes]
  *                      [-r rounds] [-t seconds per phase]
  *
- * The sink listens on 127.0.0.1 (a thread per connection, keep-alive) and
- * answers every request 200 with an empty body once it has read it whole.
+ * The sink (tools/bench_sink.c) listens on 127.0.0.1 (a thread per
+ * connection, keep-alive) and answers every request 200 with an empty body
+ * once it has read it whole.
  * Each round runs two phases against it, N POSTs each with K in flight:
  *
  *   curl-multi  the baseline: one thread driving libcurl's multi interface
@@ -29,21 +30,18 @@
  * callback). Phases alternate, so that warm-up and a noisy neighbour fall on
  * both; the summary takes each phase's median round.
  */
-#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "bench_sink.h"
 #include "bench_support.h"
 #include "sender.h"
 
@@ -52,104 +50,10 @@
 #define BODY_MAX        (1024 * 1024)
 #define ROUNDS_MAX      9
 #define SECONDS_MAX     600
-#define SINK_HEAD_MAX   16384
-#define DRAIN_WAIT_MS   10000 /* for the sink's threads to see their connections close */
 
 typedef struct options {
         long n, c, body, rounds, seconds;
 } options;
-
-/* ---- the sink ---------------------------------------------------------------- */
-
-static atomic_int sink_live;      /* connection threads still running */
-static atomic_long sink_accepted; /* connections accepted, ever */
-static long sink_body_max;
-
-/* Reads requests (by Content-Length) and answers each 200 until the client closes. */
-static void *sink_conn(void *arg)
-{
-        int fd = (int)(intptr_t)arg;
-        static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
-        size_t cap = SINK_HEAD_MAX + (size_t)sink_body_max;
-        char *buf = malloc(cap);
-        size_t have = 0;
-        while (buf != NULL) {
-                char *end = memmem(buf, have, "\r\n\r\n", 4);
-                if (end != NULL) {
-                        size_t head = (size_t)(end - buf) + 4;
-                        char *cl = memmem(buf, head, "Content-Length: ", 16);
-                        size_t total = head + (cl == NULL ? 0 : strtoul(cl + 16, NULL, 10));
-                        if (total > cap) {
-                                break;
-                        }
-                        if (have >= total) {
-                                if (send(fd, ok, sizeof ok - 1, MSG_NOSIGNAL) != sizeof ok - 1) {
-                                        break;
-                                }
-                                memmove(buf, buf + total, have - total);
-                                have -= total;
-                                continue;
-                        }
-                }
-                ssize_t n = have == cap ? 0 : recv(fd, buf + have, cap - have, 0);
-                if (n <= 0) {
-                        break;
-                }
-                have += (size_t)n;
-        }
-        free(buf);
-        close(fd);
-        atomic_fetch_sub(&sink_live, 1);
-        return NULL;
-}
-
-static void *sink_accept(void *arg)
-{
-        int lfd = (int)(intptr_t)arg;
-        for (;;) {
-                int fd = accept(lfd, NULL, NULL);
-                if (fd < 0) {
-                        if (errno == EINTR || errno == ECONNABORTED) {
-                                continue;
-                        }
-                        return NULL; /* the listening socket was shut down */
-                }
-                pthread_t t;
-                atomic_fetch_add(&sink_accepted, 1);
-                atomic_fetch_add(&sink_live, 1);
-                if (pthread_create(&t, NULL, sink_conn, (void *)(intptr_t)fd) != 0) {
-                        atomic_fetch_sub(&sink_live, 1);
-                        close(fd);
-                        continue;
-                }
-                pthread_detach(t);
-        }
-}
-
-/* Listens on a free loopback port; returns the port, or -1. */
-static int sink_start(int *lfd, pthread_t *t)
-{
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t len = sizeof a;
-        *lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (*lfd < 0 || bind(*lfd, (struct sockaddr *)&a, sizeof a) != 0 ||
-            listen(*lfd, 1024) != 0 || getsockname(*lfd, (struct sockaddr *)&a, &len) != 0 ||
-            pthread_create(t, NULL, sink_accept, (void *)(intptr_t)*lfd) != 0) {
-                return -1;
-        }
-        return ntohs(a.sin_port);
-}
-
-static void sink_stop(int lfd, pthread_t t)
-{
-        shutdown(lfd, SHUT_RDWR);
-        pthread_join(t, NULL);
-        close(lfd);
-        int64_t until = bench_now_ns() + DRAIN_WAIT_MS * 1000000LL;
-        while (atomic_load(&sink_live) > 0 && bench_now_ns() < until) {
-                usleep(1000);
-        }
-}
 
 /* ---- what a phase measured ---------------------------------------------------- */
 
@@ -164,13 +68,6 @@ typedef struct phase {
         int64_t cpu_ns; /* the client's thread */
 } phase;
 
-static int64_t thread_cpu_ns(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-        return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static const options *opt;
 static char url[64];
 static char *body;
@@ -181,88 +78,35 @@ static const wh_header HEADERS[] = {
     {"content-type", "application/json"},
 };
 
-/* ---- the baseline: libcurl's multi interface, nothing else -------------------- */
-
-static size_t discard(char *p, size_t size, size_t n, void *user)
-{
-        (void)p, (void)user;
-        return size * n;
-}
-
-static CURL *baseline_easy(struct curl_slist *headers, long id)
-{
-        CURL *e = curl_easy_init();
-        if (e == NULL) {
-                return NULL;
-        }
-        curl_easy_setopt(e, CURLOPT_URL, url);
-        curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-        curl_easy_setopt(e, CURLOPT_PROXY, "");
-        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 15000L);
-        curl_easy_setopt(e, CURLOPT_POST, 1L);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)opt->body);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
-        curl_easy_setopt(e, CURLOPT_USERAGENT, "keelson-webhook/1");
-        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard);
-        curl_easy_setopt(e, CURLOPT_PRIVATE, (void *)(intptr_t)id);
-        return e;
-}
-
-static bool baseline_start(CURLM *m, struct curl_slist *h, phase *p, long id)
-{
-        CURL *e = baseline_easy(h, id);
-        p->start_ns[id] = bench_now_ns();
-        return e != NULL && curl_multi_add_handle(m, e) == CURLM_OK;
-}
+/* ---- the baseline: libcurl's multi interface, nothing else (bench_sink.c) ------------- */
 
 static void run_baseline(phase *p)
 {
-        struct curl_slist *h = NULL;
+        char lines[sizeof HEADERS / sizeof HEADERS[0]][256];
+        const char *h[sizeof HEADERS / sizeof HEADERS[0]];
+        const char *urls[1] = {url};
         for (size_t i = 0; i < sizeof HEADERS / sizeof HEADERS[0]; i++) {
-                char line[256];
-                snprintf(line, sizeof line, "%s: %s", HEADERS[i].name, HEADERS[i].value);
-                h = curl_slist_append(h, line);
+                snprintf(lines[i], sizeof lines[i], "%s: %s", HEADERS[i].name, HEADERS[i].value);
+                h[i] = lines[i];
         }
-        h = curl_slist_append(h, "Expect:");
-        CURLM *m = curl_multi_init();
-        curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, opt->c);
-        int64_t t0 = bench_now_ns(), c0 = thread_cpu_ns();
-        int64_t until = t0 + opt->seconds * 1000000000LL;
-        long started = 0;
-        while (started < opt->c && started < opt->n && baseline_start(m, h, p, started)) {
-                started++;
+        const bench_posts load = {.urls = urls,
+                                  .urls_n = 1,
+                                  .body = body,
+                                  .body_len = (size_t)opt->body,
+                                  .headers = h,
+                                  .headers_n = sizeof h / sizeof h[0],
+                                  .n = opt->n,
+                                  .concurrency = opt->c,
+                                  .deadline_ns = bench_now_ns() + opt->seconds * 1000000000LL,
+                                  .lat_ns = p->lat_ns};
+        bench_posts_result r;
+        if (bench_curl_posts(&load, &r) != 0) {
+                fprintf(stderr, "bench_webhook_send: the baseline could not start every POST\n");
         }
-        while (p->done + p->failed < started) {
-                int running;
-                curl_multi_perform(m, &running);
-                CURLMsg *msg;
-                int left;
-                while ((msg = curl_multi_info_read(m, &left)) != NULL) {
-                        intptr_t id = 0;
-                        long status = 0;
-                        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&id);
-                        curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
-                        bool ok = msg->data.result == CURLE_OK && status == 200;
-                        p->lat_ns[p->done] = bench_now_ns() - p->start_ns[id];
-                        ok ? p->done++ : p->failed++;
-                        curl_multi_remove_handle(m, msg->easy_handle);
-                        curl_easy_cleanup(msg->easy_handle);
-                        if (started < opt->n && bench_now_ns() < until &&
-                            baseline_start(m, h, p, started)) {
-                                started++;
-                        }
-                }
-                if (p->done + p->failed < started) {
-                        curl_multi_poll(m, NULL, 0, 1000, NULL);
-                }
-        }
-        p->cpu_ns = thread_cpu_ns() - c0;
-        p->wall_ns = bench_now_ns() - t0;
-        curl_multi_cleanup(m);
-        curl_slist_free_all(h);
+        p->done = r.done;
+        p->failed = r.failed;
+        p->wall_ns = r.wall_ns;
+        p->cpu_ns = r.cpu_ns;
 }
 
 /* ---- the sender ------------------------------------------------------------------ */
@@ -303,7 +147,7 @@ static void on_done(const wh_result *r, void *user)
                 run.submitted++;
         }
         if (p->done + p->failed == run.submitted) {
-                run.cpu_ns = thread_cpu_ns();
+                run.cpu_ns = bench_thread_cpu_ns();
                 pthread_mutex_lock(&run.mu);
                 run.finished = true;
                 pthread_cond_signal(&run.cv);
@@ -427,7 +271,6 @@ int main(int argc, char **argv)
                 return 2;
         }
         opt = &o;
-        sink_body_max = o.body;
         body = malloc((size_t)o.body + 1);
         phase ph[2] = {{.name = "curl-multi"}, {.name = "wh_sender"}};
         for (int i = 0; i < 2; i++) {
@@ -443,13 +286,13 @@ int main(int argc, char **argv)
         for (long i = 0; i < o.body; i++) {
                 body[i] = (char)('a' + i % 26);
         }
-        int lfd;
-        pthread_t acceptor;
-        int port = sink_start(&lfd, &acceptor);
-        if (port < 0) {
+        bench_sink *sink;
+        const bench_sink_options so = {.body_bytes_max = (size_t)o.body};
+        if (bench_sink_start(&sink, &so) != 0) {
                 fprintf(stderr, "bench_webhook_send: no sink: %s\n", strerror(errno));
                 return 1;
         }
+        int port = bench_sink_port(sink);
         snprintf(url, sizeof url, "http://127.0.0.1:%d/hook", port);
         printf("bench_webhook_send: %ld POSTs x %ld rounds, %ld in flight, body %ld B, to %s "
                "(in-process sink), libcurl %s, %ld CPUs\n",
@@ -462,14 +305,14 @@ int main(int argc, char **argv)
                 for (int i = 0; i < 2; i++) {
                         phase *p = &ph[i];
                         p->done = p->failed = 0;
-                        long accepted = atomic_load(&sink_accepted);
+                        long accepted = bench_sink_accepted(sink);
                         if (i == 0) {
                                 run_baseline(p);
                         } else if (run_sender(p) != 0) {
                                 fprintf(stderr, "bench_webhook_send: no sender\n");
                                 return 1;
                         }
-                        p->connections = atomic_load(&sink_accepted) - accepted;
+                        p->connections = bench_sink_accepted(sink) - accepted;
                         f[i][r] = figures_of(p);
                         print_row(r + 1, p->name, p, &f[i][r]);
                 }
@@ -483,7 +326,7 @@ int main(int argc, char **argv)
                "deliveries/s %.2f, p50 %.2f, p99 %.2f, client CPU per POST %.2f\n",
                med[0].rate, med[1].rate, med[1].rate / med[0].rate, med[1].p50_ms / med[0].p50_ms,
                med[1].p99_ms / med[0].p99_ms, med[1].cpu_us / med[0].cpu_us);
-        sink_stop(lfd, acceptor);
+        bench_sink_stop(sink);
         curl_global_cleanup();
         for (int i = 0; i < 2; i++) {
                 free(ph[i].lat_ns);

@@ -49,16 +49,23 @@
 #define LEASE_SLACK_MS   10000
 #define RECORD_TRIES_MAX 3
 
-/* $1 per subscription, $2 busy subscriptions, $3 batch, $4 lease ms. */
-static const char sql_claim[] =
+/*
+ * $1 busy subscriptions, $2 room (at most the batch), $3 lease ms. The limits
+ * per subscription and per claim are written into the text (wh_deliverer_start):
+ * every statement is planned generically (ks_pg.h), and a parameter's LIMIT
+ * is guessed at thousands of rows, which hash-joins the whole of deliveries;
+ * a constant one keeps the plan on the primary key however large it grows.
+ */
+static const char sql_claim_fmt[] =
     "WITH c AS (SELECT d.tenant_id, d.id FROM webhook.subscriptions s CROSS JOIN LATERAL"
     " (SELECT d.tenant_id, d.id FROM webhook.deliveries d WHERE d.tenant_id = s.tenant_id"
     " AND d.subscription_id = s.id AND d.status = 1 AND d.next_attempt_ms <= webhook.now_ms()"
-    " ORDER BY d.next_attempt_ms LIMIT $1::int4 FOR UPDATE SKIP LOCKED) d"
-    " WHERE s.enabled AND s.id <> ALL ($2::uuid[]) LIMIT $3::int4)"
-    " UPDATE webhook.deliveries d SET next_attempt_ms = webhook.now_ms() + $4::int8"
-    " FROM c, webhook.events e, webhook.subscriptions s"
-    " WHERE d.tenant_id = c.tenant_id AND d.id = c.id AND e.tenant_id = d.tenant_id"
+    " ORDER BY d.next_attempt_ms LIMIT %lld FOR UPDATE SKIP LOCKED) d"
+    " WHERE s.enabled AND s.id <> ALL ($1::uuid[]) LIMIT %lld),"
+    " k AS (SELECT tenant_id, id FROM c LIMIT $2::int4)"
+    " UPDATE webhook.deliveries d SET next_attempt_ms = webhook.now_ms() + $3::int8"
+    " FROM k, webhook.events e, webhook.subscriptions s"
+    " WHERE d.tenant_id = k.tenant_id AND d.id = k.id AND e.tenant_id = d.tenant_id"
     " AND e.id = d.event_id AND s.tenant_id = d.tenant_id AND s.id = d.subscription_id"
     " RETURNING d.tenant_id, d.id, d.subscription_id, d.event_id, d.tries, d.created_ms, s.url,"
     " e.body, (SELECT array_agg(x.secret ORDER BY x.created_ms DESC)"
@@ -153,10 +160,11 @@ struct wh_deliverer {
         job *done;           /* ended attempts, to record (mu) */
         busy busy[BUSY_MAX]; /* subscriptions with attempts in flight here (mu) */
         int n_busy;
-        int64_t in_flight;   /* (mu) */
-        bool stopping;       /* (mu): the tickers are going; wake none */
-        int64_t swept_ms;    /* the feed ticker's: its last sweep */
-        int record_failures; /* the claims ticker's: in a row */
+        int64_t in_flight;                          /* (mu) */
+        bool stopping;                              /* (mu): the tickers are going; wake none */
+        int64_t swept_ms;                           /* the feed ticker's: its last sweep */
+        int record_failures;                        /* the claims ticker's: in a row */
+        char claim_sql[sizeof(sql_claim_fmt) + 48]; /* its limits written in */
 };
 
 /* ---- in flight -------------------------------------------------------------------------- */
@@ -519,15 +527,14 @@ static int claim(wh_deliverer *d, PGconn *conn, int *n_claimed)
         if (room <= 0) {
                 return KS_OK;
         }
-        ks_pg_num per = ks_pg_num_of(c->delivery_destination_concurrency);
         ks_pg_num batch = ks_pg_num_of(room < c->delivery_batch_max ? room : c->delivery_batch_max);
         /* Long enough for the attempt to wait its turn behind others to its host, and run. */
         ks_pg_num lease = ks_pg_num_of(c->delivery_timeout_ms * 4 + LEASE_SLACK_MS);
-        const char *p[4] = {per.s, busy_ids, batch.s, lease.s};
+        const char *p[3] = {busy_ids, batch.s, lease.s};
         PGresult *res = NULL;
         const ks_pg_stmt s[3] = {{.sql = "BEGIN"},
                                  {.sql = "SET LOCAL ROLE keelson_webhook_worker"},
-                                 {.sql = sql_claim, .n_params = 4, .params = p, .out = &res}};
+                                 {.sql = d->claim_sql, .n_params = 3, .params = p, .out = &res}};
         int rc = ks_pg_pipeline(conn, "deliver", s, 3);
         if (rc == KS_OK) {
                 rc = ks_pg_commit(conn, "deliver");
@@ -629,6 +636,8 @@ int wh_deliverer_start(wh_deliverer **out, wh_service *svc)
         }
         d->svc = svc;
         pthread_mutex_init(&d->mu, NULL);
+        snprintf(d->claim_sql, sizeof(d->claim_sql), sql_claim_fmt,
+                 (long long)c->delivery_destination_concurrency, (long long)c->delivery_batch_max);
         wh_sender_options_init(&o);
         o.attempts_max = c->delivery_concurrency;
         o.destination_attempts_max = c->delivery_destination_concurrency < c->delivery_concurrency

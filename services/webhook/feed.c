@@ -33,16 +33,20 @@
 #define FEED_LOCK_CLASS "7523" /* advisory lock space of the feed: (class, hashtext(source)) */
 #define SQL_MAX         2048
 
-/* $1 source, $2 page size. The schema is one of wh_sources, written into the text. */
+/* $1 source. Where the feed stands; no row: at the start. */
+static const char sql_cursor_read[] = "SELECT xid, id FROM webhook.feed_cursors WHERE source = $1";
+
+/*
+ * $1 cursor xid, $2 cursor id, $3 page size. The schema is one of wh_sources,
+ * written into the text. The cursor comes as parameters, not a join: only a
+ * row comparison with values bounds the index scan of (xid, id).
+ */
 static const char sql_read_fmt[] =
-    "WITH c AS (SELECT xid, id FROM webhook.feed_cursors WHERE source = $1"
-    " UNION ALL SELECT '0'::xid8, 0 WHERE NOT EXISTS"
-    " (SELECT 1 FROM webhook.feed_cursors WHERE source = $1)),"
-    " e AS (SELECT o.xid, o.id, o.event_id, o.topic, o.tenant_id, o.payload,"
+    "WITH e AS (SELECT o.xid, o.id, o.event_id, o.topic, o.tenant_id, o.payload,"
     " (extract(epoch FROM o.created_at) * 1000)::int8 AS created_ms"
-    " FROM %s.outbox o, c WHERE (o.xid, o.id) > (c.xid, c.id)"
+    " FROM %s.outbox o WHERE (o.xid, o.id) > ($1::xid8, $2::int8)"
     " AND o.xid < pg_snapshot_xmin(pg_current_snapshot())"
-    " ORDER BY o.xid, o.id LIMIT $2::int4)"
+    " ORDER BY o.xid, o.id LIMIT $3::int4)"
     " SELECT e.xid, e.id, e.event_id, e.topic, e.tenant_id, e.created_ms, s.ids,"
     " CASE WHEN s.ids IS NOT NULL THEN e.payload END"
     " FROM e LEFT JOIN LATERAL (SELECT array_agg(s.id) AS ids FROM webhook.subscriptions s"
@@ -145,30 +149,38 @@ static int page(wh_service *svc, PGconn *conn, const char *source, int *n_read)
         char sql[SQL_MAX];
         ks_pg_num limit = ks_pg_num_of(svc->cfg->feed_batch_max);
         const char *lp[2] = {FEED_LOCK_CLASS, source};
-        const char *rp[2] = {source, limit.s};
-        PGresult *locked = NULL, *res = NULL;
+        const char *cp[1] = {source};
+        PGresult *locked = NULL, *cursor = NULL, *res = NULL;
         int64_t n_deliveries = 0;
         int rc;
 
         *n_read = 0;
         snprintf(sql, sizeof(sql), sql_read_fmt, source);
-        const ks_pg_stmt open[3] = {
+        const ks_pg_stmt open[4] = {
             {.sql = "BEGIN"},
             {.sql = "SET LOCAL ROLE keelson_webhook_worker"},
             {.sql = "SELECT pg_try_advisory_xact_lock($1::int4, hashtext($2))",
              .n_params = 2,
              .params = lp,
-             .out = &locked}};
-        if ((rc = ks_pg_pipeline(conn, "feed", open, 3)) != KS_OK) {
+             .out = &locked},
+            {.sql = sql_cursor_read, .n_params = 1, .params = cp, .out = &cursor}};
+        if ((rc = ks_pg_pipeline(conn, "feed", open, 4)) != KS_OK) {
                 return rc;
         }
         bool mine = ks_pg_bool(locked, 0, 0);
         PQclear(locked);
         if (!mine) {
+                PQclear(cursor);
                 ks_pg_rollback(conn);
                 return KS_OK;
         }
-        if ((rc = ks_pg_exec(conn, "feed", sql, 2, rp, &res)) != KS_OK) {
+        /* No row yet: from the start (xid 0 is below every real one). */
+        bool started = PQntuples(cursor) > 0;
+        const char *rp[3] = {started ? ks_pg_text(cursor, 0, 0) : "0",
+                             started ? ks_pg_text(cursor, 0, 1) : "0", limit.s};
+        rc = ks_pg_exec(conn, "feed", sql, 3, rp, &res);
+        PQclear(cursor);
+        if (rc != KS_OK) {
                 return rc;
         }
         int rows = PQntuples(res);
@@ -177,9 +189,9 @@ static int page(wh_service *svc, PGconn *conn, const char *source, int *n_read)
                 rc = fan_out(svc, conn, source, res, from, to, &n_deliveries);
         }
         if (rc == KS_OK && rows > 0) {
-                const char *cp[3] = {source, ks_pg_text(res, rows - 1, 0),
+                const char *up[3] = {source, ks_pg_text(res, rows - 1, 0),
                                      ks_pg_text(res, rows - 1, 1)};
-                rc = ks_pg_exec(conn, "feed", sql_cursor, 3, cp, NULL);
+                rc = ks_pg_exec(conn, "feed", sql_cursor, 3, up, NULL);
         }
         if (rc == KS_OK && (rc = ks_pg_commit(conn, "feed")) == KS_OK) {
                 *n_read = rows;
