@@ -130,6 +130,13 @@ typedef struct ks_pg_stmt {
         PGresult **out;
         /* A failure with this SQLSTATE is one the caller plans for (ks_pg_failure_expected). */
         const char *expected_sqlstate;
+        /*
+         * Planned at every execution, never prepared: for a statement whose best
+         * plan depends on how large its tables are now (a queue's claim), since a
+         * prepared plan keeps the statistics of the moment it was made (an empty
+         * table's, on a new database) until the next ANALYZE.
+         */
+        bool unprepared;
 } ks_pg_stmt;
 
 #define KS_PG_PIPELINE_MAX 64

@@ -32,6 +32,10 @@ static int prepare(PGconn *c, const char *request_id, const ks_pg_stmt *s, const
         Oid types[PARAMS_MAX];
         PGresult *failed = NULL;
 
+        if (s->unprepared) {
+                *name = NULL;
+                return KS_OK;
+        }
         if (s->args != NULL) {
                 stmt_types(s, types);
         }

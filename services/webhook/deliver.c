@@ -48,6 +48,7 @@
 #define BUSY_MAX         256
 #define LEASE_SLACK_MS   10000
 #define RECORD_TRIES_MAX 3
+#define PENDING          "1" /* DELIVERY_STATUS_PENDING, as a parameter (sql_record says why) */
 
 /*
  * $1 busy subscriptions, $2 room (at most the batch), $3 lease ms. The limits
@@ -55,6 +56,8 @@
  * every statement is planned generically (ks_pg.h), and a parameter's LIMIT
  * is guessed at thousands of rows, which hash-joins the whole of deliveries;
  * a constant one keeps the plan on the primary key however large it grows.
+ * And it is planned at each claim (unprepared): a plan prepared while the
+ * table was empty would scan it whole until the next ANALYZE.
  */
 static const char sql_claim_fmt[] =
     "WITH c AS (SELECT d.tenant_id, d.id FROM webhook.subscriptions s CROSS JOIN LATERAL"
@@ -73,24 +76,30 @@ static const char sql_claim_fmt[] =
     " AND x.subscription_id = d.subscription_id"
     " AND (x.expires_ms IS NULL OR x.expires_ms > webhook.now_ms()))";
 
-/* $1 tenant, $2 delivery, $3 status, $4 wait ms, $5 outcome, $6 http status, $7 latency ms,
- * $8 excerpt, $9 detail, $10 last error. Only a delivery still pending (a lease that ran
- * out may have let another replica finish it). */
+/*
+ * $1 tenant, $2 delivery, $3 status, $4 wait ms, $5 outcome, $6 http status, $7 latency ms,
+ * $8 excerpt, $9 detail, $10 last error, $11 PENDING ("1"). Only a delivery still pending (a
+ * lease that ran out may have let another replica finish it). "Pending" is a parameter, not
+ * the literal 1: a generic plan could then prove "status = 1" and scan the partial index of
+ * due deliveries for the tenant (every pending row of it) instead of taking the primary key.
+ */
 static const char sql_record[] =
     "WITH d AS (UPDATE webhook.deliveries SET status = $3::int2, attempts = attempts + 1,"
     " tries = tries + 1, next_attempt_ms = CASE WHEN $3::int2 = 1"
     " THEN webhook.now_ms() + $4::int8 END,"
     " delivered_ms = CASE WHEN $3::int2 = 2 THEN webhook.now_ms() END,"
     " last_http_status = $6::int4, last_error = $10"
-    " WHERE tenant_id = $1::uuid AND id = $2::uuid AND status = 1"
+    " WHERE tenant_id = $1::uuid AND id = $2::uuid AND status = $11::int2"
     " RETURNING tenant_id, id, attempts)"
     " INSERT INTO webhook.delivery_attempts (tenant_id, delivery_id, n, at_ms, outcome,"
     " http_status, latency_ms, excerpt, detail)"
     " SELECT tenant_id, id, attempts, webhook.now_ms(), $5, $6::int4, $7::int8, $8, $9 FROM d";
 
-/* An attempt cut short by a stop: due again at once, for whichever replica runs. */
+/* An attempt cut short by a stop: due again at once, for whichever replica runs. $3 as
+ * sql_record's $11. */
 static const char sql_release[] = "UPDATE webhook.deliveries SET next_attempt_ms = webhook.now_ms()"
-                                  " WHERE tenant_id = $1::uuid AND id = $2::uuid AND status = 1";
+                                  " WHERE tenant_id = $1::uuid AND id = $2::uuid"
+                                  " AND status = $3::int2";
 
 /* $1 tenant, $2 subscription, $3 succeeded, $4 gone (410), $5 disable after s. Touches the row
  * only when something changes. */
@@ -283,7 +292,7 @@ static int record(wh_deliverer *d, PGconn *conn, job **jobs, int n)
 {
         const wh_config *c = d->svc->cfg;
         verdict v[STEP_RESULTS_MAX];
-        const char *rp[STEP_RESULTS_MAX][10], *hp[STEP_RESULTS_MAX][5];
+        const char *rp[STEP_RESULTS_MAX][11], *hp[STEP_RESULTS_MAX][5];
         ks_pg_stmt s[2 + 2 * STEP_RESULTS_MAX];
         ks_pg_num disable = ks_pg_num_of(c->delivery_disable_after_s);
         int k = 0;
@@ -296,10 +305,11 @@ static int record(wh_deliverer *d, PGconn *conn, job **jobs, int n)
                 if (j->outcome == WH_SHUTDOWN) {
                         rp[i][0] = j->tenant_id;
                         rp[i][1] = j->id;
-                        s[k++] = (ks_pg_stmt){.sql = sql_release, .n_params = 2, .params = rp[i]};
+                        rp[i][2] = PENDING;
+                        s[k++] = (ks_pg_stmt){.sql = sql_release, .n_params = 3, .params = rp[i]};
                         continue;
                 }
-                const char *p[10] = {j->tenant_id,
+                const char *p[11] = {j->tenant_id,
                                      j->id,
                                      v[i].status_s.s,
                                      v[i].wait_s.s,
@@ -308,9 +318,10 @@ static int record(wh_deliverer *d, PGconn *conn, job **jobs, int n)
                                      v[i].latency_s.s,
                                      j->excerpt,
                                      j->detail,
-                                     v[i].error};
+                                     v[i].error,
+                                     PENDING};
                 memcpy(rp[i], p, sizeof(p));
-                s[k++] = (ks_pg_stmt){.sql = sql_record, .n_params = 10, .params = rp[i]};
+                s[k++] = (ks_pg_stmt){.sql = sql_record, .n_params = 11, .params = rp[i]};
                 bool ok = j->outcome == WH_DELIVERED, gone = j->http_status == 410;
                 const char *h[5] = {j->tenant_id, j->subscription_id, ok ? "true" : "false",
                                     gone ? "true" : "false", disable.s};
@@ -532,9 +543,10 @@ static int claim(wh_deliverer *d, PGconn *conn, int *n_claimed)
         ks_pg_num lease = ks_pg_num_of(c->delivery_timeout_ms * 4 + LEASE_SLACK_MS);
         const char *p[3] = {busy_ids, batch.s, lease.s};
         PGresult *res = NULL;
-        const ks_pg_stmt s[3] = {{.sql = "BEGIN"},
-                                 {.sql = "SET LOCAL ROLE keelson_webhook_worker"},
-                                 {.sql = d->claim_sql, .n_params = 3, .params = p, .out = &res}};
+        const ks_pg_stmt s[3] = {
+            {.sql = "BEGIN"},
+            {.sql = "SET LOCAL ROLE keelson_webhook_worker"},
+            {.sql = d->claim_sql, .n_params = 3, .params = p, .out = &res, .unprepared = true}};
         int rc = ks_pg_pipeline(conn, "deliver", s, 3);
         if (rc == KS_OK) {
                 rc = ks_pg_commit(conn, "deliver");
