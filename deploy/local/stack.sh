@@ -6,10 +6,14 @@
 #   stack.sh start --dir DIR --bin BUILD_DIR [--free-ports] [--auth-replicas N]
 #                  [--billing-replicas N] [--ledger-replicas N] [--summary-replicas N]
 #                  [--webhook-replicas N] [--gateway-port P]
-#                  [--gateway-replicas N] [--keep-data] [--unsafe-fast]
+#                  [--gateway-replicas N] [--broker-replicas N] [--keep-data] [--unsafe-fast]
 #   stack.sh run   (same options)   start, print a curl example, wait for Ctrl-C, stop
 #   stack.sh stop  --dir DIR         stop what DIR/pids names, then PostgreSQL
 #   stack.sh status --dir DIR        which of the started processes still run
+#   stack.sh restart --dir DIR NAME [--signal TERM|KILL]
+#                                    stop one process (auth-2, broker-2, gateway-1,
+#                                    ...; TERM: graceful, the default) and start it
+#                                    again as start did; exits 0 once it is ready
 #   stack.sh ensure-packages         install deploy/local/packages.txt (root) or say how
 #   stack.sh curl-example [--dir DIR]
 #   stack.sh redis-stop --dir DIR    stop the stack's Redis (tests of the fallback)
@@ -33,6 +37,7 @@ PACKAGES_FILE="$SCRIPT_DIR/packages.txt"
 
 READY_TIMEOUT_S=60 # every /readyz must answer 200 within this
 STOP_TIMEOUT_S=10  # SIGTERM grace before SIGKILL
+RESTART_TRIES=3    # restart: starts of a process that exits at once
 BROKER_SPAN=42     # the broker uses base .. base+41 (services/core/ks_topology.h)
 AUTH_REPLICAS_MAX=8
 # Auth replicas share this machine's cores, so each hashes on one thread
@@ -46,6 +51,7 @@ WEBHOOK_REPLICAS_MAX=8
 LEDGER_REPLICAS_MAX=8
 SUMMARY_REPLICAS_MAX=8
 GATEWAY_REPLICAS_MAX=8
+BROKER_REPLICAS_MAX=4
 # Random ports come from below Linux's ephemeral range (32768-60999), so an
 # outgoing connection cannot take one between our check and the bind.
 FREE_PORT_LO=15000
@@ -61,6 +67,7 @@ LEDGER_REPLICAS=1
 SUMMARY_REPLICAS=1
 GATEWAY_PORT=""
 GATEWAY_REPLICAS=1
+BROKER_REPLICAS=1
 GATEWAY_PORTS=() # one per replica; the first is GATEWAY_PORT
 KEEP_DATA=0
 UNSAFE_FAST=0 # --unsafe-fast: PostgreSQL without fsync, synchronous_commit, full_page_writes
@@ -69,6 +76,11 @@ PG_PORT=55432
 REDIS_PORT=56379
 BROKER_BASE=7400
 BROKER_HEALTH_PORT=7480
+# Brokers 2..4 without --free-ports: spans from 7600, health ports from 7531.
+BROKER_EXTRA_BASE=7600
+BROKER_EXTRA_HEALTH_BASE=7531
+BROKER_BASES=()        # one per broker; the first is BROKER_BASE
+BROKER_HEALTH_PORTS=() # one per broker; the first is BROKER_HEALTH_PORT
 AUTH_HEALTH_BASE=7481
 AUTH_HEALTH_PORTS=()
 LEDGER_HEALTH_BASE=7491
@@ -109,6 +121,7 @@ parse_args() {
                 --summary-replicas) SUMMARY_REPLICAS=${2:?--summary-replicas needs a value}; shift 2 ;;
                 --gateway-port) GATEWAY_PORT=${2:?--gateway-port needs a value}; shift 2 ;;
                 --gateway-replicas) GATEWAY_REPLICAS=${2:?--gateway-replicas needs a value}; shift 2 ;;
+                --broker-replicas) BROKER_REPLICAS=${2:?--broker-replicas needs a value}; shift 2 ;;
                 --keep-data) KEEP_DATA=1; shift ;;
                 --unsafe-fast) UNSAFE_FAST=1; shift ;;
                 -h | --help) usage; exit 0 ;;
@@ -166,6 +179,12 @@ check_start_args() {
         esac
         if [ "$GATEWAY_REPLICAS" -lt 1 ] || [ "$GATEWAY_REPLICAS" -gt "$GATEWAY_REPLICAS_MAX" ]; then
                 die "--gateway-replicas must be within 1..$GATEWAY_REPLICAS_MAX"
+        fi
+        case "$BROKER_REPLICAS" in
+        '' | *[!0-9]*) die "--broker-replicas must be a number" ;;
+        esac
+        if [ "$BROKER_REPLICAS" -lt 1 ] || [ "$BROKER_REPLICAS" -gt "$BROKER_REPLICAS_MAX" ]; then
+                die "--broker-replicas must be within 1..$BROKER_REPLICAS_MAX"
         fi
 }
 
@@ -227,10 +246,14 @@ choose_ports() {
         local i
         read_listening
         if [ $FREE_PORTS = 1 ]; then
-                pick_ports $BROKER_SPAN; BROKER_BASE=$REPLY
+                for ((i = 0; i < BROKER_REPLICAS; i++)); do
+                        pick_ports $BROKER_SPAN; BROKER_BASES+=("$REPLY")
+                        pick_ports 1; BROKER_HEALTH_PORTS+=("$REPLY")
+                done
+                BROKER_BASE=${BROKER_BASES[0]}
+                BROKER_HEALTH_PORT=${BROKER_HEALTH_PORTS[0]}
                 pick_ports 1; PG_PORT=$REPLY
                 pick_ports 1; REDIS_PORT=$REPLY
-                pick_ports 1; BROKER_HEALTH_PORT=$REPLY
                 for ((i = 0; i < AUTH_REPLICAS; i++)); do
                         pick_ports 1; AUTH_HEALTH_PORTS+=("$REPLY")
                 done
@@ -261,10 +284,20 @@ choose_ports() {
                 return
         fi
         GATEWAY_PORT=${GATEWAY_PORT:-8080}
-        for ((i = 0; i < BROKER_SPAN; i++)); do claim_port $((BROKER_BASE + i)) broker; done
+        local b j
+        BROKER_BASES=("$BROKER_BASE")
+        BROKER_HEALTH_PORTS=("$BROKER_HEALTH_PORT")
+        for ((i = 1; i < BROKER_REPLICAS; i++)); do
+                BROKER_BASES+=($((BROKER_EXTRA_BASE + (i - 1) * BROKER_SPAN)))
+                BROKER_HEALTH_PORTS+=($((BROKER_EXTRA_HEALTH_BASE + i - 1)))
+        done
+        for ((i = 0; i < BROKER_REPLICAS; i++)); do
+                b=${BROKER_BASES[$i]}
+                for ((j = 0; j < BROKER_SPAN; j++)); do claim_port $((b + j)) "$(broker_name $i)"; done
+                claim_port "${BROKER_HEALTH_PORTS[$i]}" "$(broker_name $i) health"
+        done
         claim_port "$PG_PORT" postgres
         claim_port "$REDIS_PORT" redis
-        claim_port "$BROKER_HEALTH_PORT" "broker health"
         for ((i = 0; i < AUTH_REPLICAS; i++)); do
                 claim_port $((AUTH_HEALTH_BASE + i)) "auth health"
                 AUTH_HEALTH_PORTS+=($((AUTH_HEALTH_BASE + i)))
@@ -520,23 +553,42 @@ pg_remove_outside() {
 
 # ---- processes ---------------------------------------------------------------
 
+# What restart gives a process again, besides its command line: the
+# variables that configure keelson (every KEELSON_*) and those the C runtime,
+# libpq, OpenSSL and the sanitizers read. Nothing else of the caller's
+# environment is written down (DIR/cmd is a plain folder).
+SPAWN_ENV_RE='^(KEELSON_[A-Z0-9_]*|PATH|HOME|USER|LANG|LC_[A-Z]*|TZ|TMPDIR|LD_LIBRARY_PATH|[A-Z]SAN_OPTIONS|PG[A-Z]*|SSL_CERT_FILE|SSL_CERT_DIR|OPENSSL_CONF)='
+
 # spawn NAME COMMAND [ARG ...]: runs COMMAND in its own session (a Ctrl-C in
 # the terminal reaches only this script, which then stops everything in
 # order), stdin from /dev/null and output to DIR/logs/NAME.log so that no
 # inherited descriptor keeps a caller such as CTest waiting. The pid goes to
-# DIR/pids/NAME.pid, the process's start time to DIR/pids/NAME.start.
+# DIR/pids/NAME.pid, the process's start time to DIR/pids/NAME.start. The
+# command line goes to DIR/cmd/NAME.argv and its environment to
+# DIR/cmd/NAME.env (NUL-separated), for restart.
 spawn() {
-        local name=$1 pid
+        local name=$1
         shift
         : >"$DIR/logs/$name.log"
+        mkdir -p "$DIR/cmd"
+        (umask 077 && printf '%s\0' "$@" >"$DIR/cmd/$name.argv")
+        (umask 077 && { env -0 | grep -zE "$SPAWN_ENV_RE" || true; } >"$DIR/cmd/$name.env")
+        launch "$name" "$@"
+}
+
+# launch NAME COMMAND [ARG ...]: the process itself, its log appended to.
+launch() {
+        local name=$1 pid
+        shift
         if command -v setsid >/dev/null 2>&1; then
                 setsid "$@" </dev/null >>"$DIR/logs/$name.log" 2>&1 &
         else
                 "$@" </dev/null >>"$DIR/logs/$name.log" 2>&1 &
         fi
         pid=$!
-        echo "$pid" >"$DIR/pids/$name.pid"
+        echo "$pid" >"$DIR/pids/$name.pid.tmp"
         start_time "$pid" >"$DIR/pids/$name.start" || true
+        mv "$DIR/pids/$name.pid.tmp" "$DIR/pids/$name.pid"
 }
 
 # A zombie counts as dead: it holds no socket, and an init that does not
@@ -580,7 +632,17 @@ start_redis() {
                 --dir "$DIR/redis" --daemonize no
 }
 
-broker_url() { echo "tcp://127.0.0.1:$BROKER_BASE"; }
+# Every broker's base, comma-separated: what services and gateways dial.
+broker_url() {
+        local urls=() b
+        for b in "${BROKER_BASES[@]}"; do urls+=("tcp://127.0.0.1:$b"); done
+        join_by_comma "${urls[@]}"
+}
+
+# Broker 1 is "broker" (its pid and log names predate several brokers), then broker-2...
+broker_name() {
+        if [ "$1" = 0 ]; then echo broker; else echo "broker-$(($1 + 1))"; fi
+}
 redis_url() { echo "redis://127.0.0.1:$REDIS_PORT"; }
 service_dsn() { echo "postgresql://keelson@127.0.0.1:$PG_PORT/keelson"; }
 login_dsn() { echo "postgresql://keelson_$1_login@127.0.0.1:$PG_PORT/keelson"; }
@@ -588,9 +650,13 @@ super_dsn() { echo "postgresql://postgres@127.0.0.1:$PG_PORT/keelson"; }
 
 start_services() {
         local i
-        spawn broker env KEELSON_BROKER_URL="$(broker_url)" \
-                KEELSON_BROKER_HTTP_HOST=127.0.0.1 KEELSON_BROKER_HTTP_PORT="$BROKER_HEALTH_PORT" \
-                "$BIN/keelson-broker"
+        # Each broker listens on its own base alone; everyone else dials them all.
+        for ((i = 0; i < BROKER_REPLICAS; i++)); do
+                spawn "$(broker_name $i)" env KEELSON_BROKER_URL="tcp://127.0.0.1:${BROKER_BASES[$i]}" \
+                        KEELSON_BROKER_HTTP_HOST=127.0.0.1 \
+                        KEELSON_BROKER_HTTP_PORT="${BROKER_HEALTH_PORTS[$i]}" \
+                        "$BIN/keelson-broker"
+        done
         for ((i = 0; i < AUTH_REPLICAS; i++)); do
                 spawn "auth-$((i + 1))" env KEELSON_PG_DSN="$(service_dsn)" \
                         KEELSON_AUTH_PG_LOGIN_DSN="$(login_dsn auth)" \
@@ -650,7 +716,9 @@ gateway_name() {
 # Each "name port" pair: what must answer GET /readyz with 200.
 ready_targets() {
         local i
-        echo "broker $BROKER_HEALTH_PORT"
+        for ((i = 0; i < BROKER_REPLICAS; i++)); do
+                echo "$(broker_name $i) ${BROKER_HEALTH_PORTS[$i]}"
+        done
         for ((i = 0; i < AUTH_REPLICAS; i++)); do
                 echo "auth-$((i + 1)) ${AUTH_HEALTH_PORTS[$i]}"
         done
@@ -716,7 +784,11 @@ join_by_comma() {
 
 write_env() {
         local pids=() billing_pids=() ledger_pids=() summary_pids=() webhook_pids=() gw_urls=() \
-                gw_pids=() i
+                gw_pids=() broker_urls=() broker_pids=() i
+        for ((i = 0; i < BROKER_REPLICAS; i++)); do
+                broker_urls+=("tcp://127.0.0.1:${BROKER_BASES[$i]}")
+                broker_pids+=("$(cat "$DIR/pids/$(broker_name $i).pid")")
+        done
         for ((i = 0; i < AUTH_REPLICAS; i++)); do
                 pids+=("$(cat "$DIR/pids/auth-$((i + 1)).pid")")
         done
@@ -745,7 +817,10 @@ KEELSON_IT_LEDGER_LOGIN_DSN=$(login_dsn ledger)
 KEELSON_IT_SUMMARY_LOGIN_DSN=$(login_dsn summary)
 KEELSON_IT_WEBHOOK_LOGIN_DSN=$(login_dsn webhook)
 KEELSON_IT_REDIS_URL=$(redis_url)
-KEELSON_IT_BROKER_URL=$(broker_url)
+KEELSON_IT_BROKER_URL=tcp://127.0.0.1:$BROKER_BASE
+KEELSON_IT_BROKER_URLS=$(join_by_comma "${broker_urls[@]}")
+KEELSON_IT_BROKER_PIDS=$(join_by_comma "${broker_pids[@]}")
+KEELSON_IT_BROKER_HEALTH_PORTS=$(join_by_comma "${BROKER_HEALTH_PORTS[@]}")
 KEELSON_IT_GATEWAY_URL=http://127.0.0.1:$GATEWAY_PORT
 KEELSON_IT_BROKER_HEALTH_PORT=$BROKER_HEALTH_PORT
 KEELSON_IT_AUTH_HEALTH_PORTS=$(join_by_comma "${AUTH_HEALTH_PORTS[@]}")
@@ -766,6 +841,7 @@ KEELSON_IT_BIN=$BIN
 KEELSON_IT_STACK_SH=$SCRIPT_DIR/stack.sh
 EOT
         mv "$DIR/env.tmp" "$DIR/env"
+        ready_targets >"$DIR/cmd/ready" # the health port of each process, for restart
 }
 
 on_start_exit() {
@@ -808,14 +884,17 @@ do_start() {
 stop_order() {
         local f
         for f in "$DIR/pids/gateway.pid" "$DIR"/pids/gateway-*.pid "$DIR"/pids/auth-*.pid \
-                "$DIR/pids/broker.pid" \
+                "$DIR/pids/broker.pid" "$DIR"/pids/broker-*.pid \
                 "$DIR/pids/redis.pid"; do
                 [ -f "$f" ] && basename "$f" .pid
         done
         for f in "$DIR"/pids/*.pid; do
                 [ -f "$f" ] || continue
                 f=$(basename "$f" .pid)
-                case "$f" in gateway | gateway-* | auth-* | broker | redis) ;; *) echo "$f" ;; esac
+                case "$f" in
+                gateway | gateway-* | auth-* | broker | broker-* | redis) ;;
+                *) echo "$f" ;;
+                esac
         done
 }
 
@@ -845,21 +924,23 @@ stop_names() {
 # In stages, so that nothing is left waiting on what already stopped: the
 # gateway (no new requests), the services, the broker, Redis, PostgreSQL.
 do_stop() {
-        local services=() gateways=() name
+        local services=() gateways=() brokers=() name
         if [ -d "$DIR/pids" ]; then
                 for name in $(stop_order); do
                         case "$name" in
                         gateway | gateway-*) gateways+=("$name") ;;
-                        broker | redis) ;;
+                        broker | broker-*) brokers+=("$name") ;;
+                        redis) ;;
                         *) services+=("$name") ;;
                         esac
                 done
                 stop_names "${gateways[@]+"${gateways[@]}"}"
                 stop_names "${services[@]+"${services[@]}"}"
-                stop_names broker
+                stop_names "${brokers[@]+"${brokers[@]}"}"
                 stop_names redis
                 rm -f "$DIR"/pids/*.pid "$DIR"/pids/*.start
         fi
+        rm -rf "$DIR/cmd" "$DIR/env.lock"
         rm -f "$DIR/env"
         pg_stop
 }
@@ -893,6 +974,144 @@ do_redis_start() {
                 [ $SECONDS -lt $deadline ] || fail_with_log redis "not ready after ${READY_TIMEOUT_S}s"
                 sleep 0.1
         done
+}
+
+# ---- restart -------------------------------------------------------------------
+
+RESTART_NAME=""
+RESTART_SIGNAL=TERM
+
+# restart's own arguments (NAME, --signal); the rest goes to parse_args.
+parse_restart_args() {
+        local rest=()
+        while [ $# -gt 0 ]; do
+                case "$1" in
+                --signal) RESTART_SIGNAL=${2:?--signal needs TERM or KILL}; shift 2 ;;
+                --dir) rest+=("$1" "${2:?--dir needs a value}"); shift 2 ;;
+                -*) rest+=("$1"); shift ;;
+                *)
+                        [ -z "$RESTART_NAME" ] || die "restart takes one NAME (got $RESTART_NAME and $1)"
+                        RESTART_NAME=$1
+                        shift
+                        ;;
+                esac
+        done
+        case "$RESTART_SIGNAL" in
+        TERM | KILL) ;;
+        SIGTERM | SIGKILL) RESTART_SIGNAL=${RESTART_SIGNAL#SIG} ;;
+        *) die "--signal must be TERM or KILL" ;;
+        esac
+        parse_args "${rest[@]+"${rest[@]}"}"
+        [ -n "$RESTART_NAME" ] || die "restart needs the NAME of a process (see: stack.sh status)"
+        # The first gateway and broker are named gateway and broker: gateway-1
+        # and broker-1 name them too.
+        case "$RESTART_NAME" in
+        gateway-1 | broker-1)
+                [ -f "$DIR/cmd/$RESTART_NAME.argv" ] || RESTART_NAME=${RESTART_NAME%-1}
+                ;;
+        esac
+        case "$RESTART_NAME" in
+        */* | .*) die "restart: bad NAME $RESTART_NAME" ;;
+        esac
+        [ -f "$DIR/cmd/$RESTART_NAME.argv" ] ||
+                die "restart: no process $RESTART_NAME was started in $DIR (see: stack.sh status --dir $DIR)"
+}
+
+# Stops NAME: SIGTERM and STOP_TIMEOUT_S to exit, then SIGKILL; or SIGKILL at once.
+restart_stop() {
+        local name=$1 sig=$2 pid deadline
+        pid=$(cat "$DIR/pids/$name.pid" 2>/dev/null || true)
+        pid_is_ours "$name" "$pid" || return 0 # already gone (a test killed it itself)
+        kill -"$sig" "$pid" 2>/dev/null || true
+        deadline=$((SECONDS + STOP_TIMEOUT_S))
+        while alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
+        if alive "$pid" && [ "$sig" = TERM ]; then
+                log "$name (pid $pid) ignored SIGTERM for ${STOP_TIMEOUT_S}s: SIGKILL"
+                kill -KILL "$pid" 2>/dev/null || true
+                deadline=$((SECONDS + STOP_TIMEOUT_S))
+                while alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
+        fi
+        ! alive "$pid" || die "$name (pid $pid) is still there after SIGKILL"
+}
+
+# The env file's list of pids for NAME's group, rewritten from the pid files
+# (under a lock: several restarts may run at once).
+restart_update_env() {
+        local name=$1 key names=() n i pids=() prefix
+        [ -f "$DIR/env" ] || return 0
+        case "$name" in
+        broker | broker-*) key=KEELSON_IT_BROKER_PIDS; prefix=broker ;;
+        gateway | gateway-*) key=KEELSON_IT_GATEWAY_PIDS; prefix=gateway ;;
+        auth-* | billing-* | ledger-* | summary-* | webhook-*)
+                prefix=${name%-*}
+                key=KEELSON_IT_$(echo "$prefix" | tr '[:lower:]' '[:upper:]')_PIDS
+                ;;
+        *) return 0 ;;
+        esac
+        (
+                flock 9
+                n=$(sed -n "s/^$key=//p" "$DIR/env" | tr ',' '\n' | grep -c . || true)
+                for ((i = 1; i <= n; i++)); do
+                        if [ $i = 1 ] && { [ "$prefix" = broker ] || [ "$prefix" = gateway ]; }; then
+                                names+=("$prefix")
+                        else
+                                names+=("$prefix-$i")
+                        fi
+                done
+                for i in "${names[@]}"; do pids+=("$(cat "$DIR/pids/$i.pid" 2>/dev/null || echo 0)"); done
+                sed -e "s/^$key=.*/$key=$(join_by_comma "${pids[@]}")/" \
+                        -e "s/^KEELSON_IT_GATEWAY_PID=.*/KEELSON_IT_GATEWAY_PID=$(cat "$DIR/pids/gateway.pid" 2>/dev/null || echo 0)/" \
+                        "$DIR/env" >"$DIR/env.restart.tmp"
+                mv "$DIR/env.restart.tmp" "$DIR/env"
+        ) 9>>"$DIR/env.lock"
+}
+
+# Waits for NAME's /readyz (Redis: PING) for READY_TIMEOUT_S; 1 when it exited.
+restart_wait_ready() {
+        local name=$1 port deadline=$((SECONDS + READY_TIMEOUT_S)) code=""
+        if [ "$name" = redis ]; then
+                REDIS_PORT=$(sed -n 's|^KEELSON_IT_REDIS_URL=redis://127.0.0.1:||p' "$DIR/env" 2>/dev/null)
+                until redis_ready; do
+                        alive "$(cat "$DIR/pids/redis.pid")" || fail_with_log redis "exited"
+                        [ $SECONDS -lt $deadline ] || fail_with_log redis "not ready after ${READY_TIMEOUT_S}s"
+                        sleep 0.1
+                done
+                return 0
+        fi
+        port=$(awk -v n="$name" '$1 == n { print $2 }' "$DIR/cmd/ready" 2>/dev/null)
+        [ -n "$port" ] || die "restart: no health port known for $name ($DIR/cmd/ready)"
+        while true; do
+                alive "$(cat "$DIR/pids/$name.pid")" || return 1
+                code=$(http_status "$port" /readyz)
+                [ "$code" != 200 ] || return 0
+                [ $SECONDS -lt $deadline ] ||
+                        fail_with_log "$name" "not ready after ${READY_TIMEOUT_S}s (/readyz: ${code:-no answer})"
+                sleep 0.1
+        done
+}
+
+# Stops one process and starts it again with the command line and
+# environment start gave it (DIR/cmd/NAME.*), its log appended to.
+do_restart() {
+        local name=$RESTART_NAME argv=() envs=() a try
+        while IFS= read -r -d '' a; do argv+=("$a"); done <"$DIR/cmd/$name.argv"
+        while IFS= read -r -d '' a; do envs+=("$a"); done <"$DIR/cmd/$name.env"
+        [ ${#argv[@]} -gt 0 ] || die "restart: $DIR/cmd/$name.argv is empty"
+        restart_stop "$name" "$RESTART_SIGNAL"
+        printf '{"ts":"%s","level":"info","service":"stack.sh","msg":"restart after SIG%s"}\n' \
+                "$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)" "$RESTART_SIGNAL" >>"$DIR/logs/$name.log"
+        # A process that exits at once is started again, RESTART_TRIES times in
+        # all: a binary being relinked by a build in the same folder cannot be
+        # executed for a moment ("Permission denied", "Text file busy").
+        for ((try = 1; ; try++)); do
+                launch "$name" env -i "${envs[@]+"${envs[@]}"}" "${argv[@]}"
+                restart_update_env "$name"
+                restart_wait_ready "$name" && break
+                [ $try -lt $RESTART_TRIES ] || fail_with_log "$name" "exited after restart ($try tries)"
+                log "$name exited after restart; trying again"
+                sleep 1
+        done
+        log "$name restarted (pid $(cat "$DIR/pids/$name.pid")), ready"
 }
 
 # ---- run, curl example, packages ----------------------------------------------
@@ -989,6 +1208,7 @@ main() {
         run) parse_args "$@"; do_run ;;
         stop) parse_args "$@"; do_stop; pg_remove_outside; check_sanitizer_reports ;;
         status) parse_args "$@"; do_status ;;
+        restart) parse_restart_args "$@"; do_restart ;;
         ensure-packages) do_ensure_packages ;;
         redis-stop) parse_args "$@"; stop_names redis ;;
         redis-start) parse_args "$@"; do_redis_start ;;
