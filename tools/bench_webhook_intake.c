@@ -748,16 +748,20 @@ static long stored_rows(PGconn *pg, long *pending)
         return n;
 }
 
-/* The seed plus one row per event answered as stored now; 0 when so, else -1. */
+/*
+ * The seed plus one row per event answered as stored now; 0 when so, else -1.
+ * The applier works through them meanwhile (billing knows none of the
+ * invoices: each ends failed), so "pending" is what it had not reached yet.
+ */
 static int check_rows(PGconn *pg, const char *after, long answered)
 {
         long pending, rows = stored_rows(pg, &pending);
 
-        printf("after the %s: %ld rows stored for the endpoint (%ld pending invoice.paid);"
-               " 200 stored-now answers %ld + 1 seed = %ld: %s\n",
+        printf("after the %s: %ld rows stored for the endpoint (%ld still pending for the"
+               " applier); 200 stored-now answers %ld + 1 seed = %ld: %s\n",
                after, rows, pending, answered, answered + 1,
-               rows == answered + 1 && pending == rows ? "equal" : "DIFFERENT");
-        return rows == answered + 1 && pending == rows ? 0 : -1;
+               rows == answered + 1 ? "equal" : "DIFFERENT");
+        return rows == answered + 1 ? 0 : -1;
 }
 
 /* ---- main ------------------------------------------------------------------------------------ */
