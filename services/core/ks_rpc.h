@@ -107,7 +107,11 @@ typedef struct ks_rpc_server_options {
 int ks_rpc_server_start(ks_rpc_server **out, const ks_rpc_server_options *opts) KS_MUST_CHECK;
 /* Connected pipes to brokers (readiness: > 0). */
 int ks_rpc_server_connected(const ks_rpc_server *s);
-/* Stops receiving, lets in-flight calls finish, joins the workers, frees. */
+/*
+ * Drains, then stops: every call queued or running finishes and is answered
+ * (at most 10 s), a call arriving meanwhile is answered unavailable at once
+ * (nothing done); then joins the workers, closes the socket, frees.
+ */
 void ks_rpc_server_stop(ks_rpc_server *s);
 
 typedef struct ks_rpc_client ks_rpc_client;

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ks_log.h"
 #include "ks_topology.h"
@@ -42,6 +43,15 @@
 #define REDIAL_CHECK_MS     1000
 #define REDIAL_AFTER_CHECKS 3
 #define LIVE_PIPES_MAX      (4 * KS_BROKERS_MAX) /* one per broker, and some closing */
+/*
+ * Stopping drains first: the calls queued or running finish and their
+ * replies go out, for at most DRAIN_MS (under KS_SHUTDOWN_DEADLINE_MS, 15 s,
+ * which also covers the service's own stop hook), looking every
+ * DRAIN_POLL_MS.
+ */
+#define DRAIN_MS      10000
+#define DRAIN_POLL_MS 2
+#define DRAIN_MESSAGE "replica stopping, retry"
 
 typedef enum slot_state { SLOT_RECV, SLOT_SEND } slot_state;
 
@@ -83,8 +93,13 @@ struct ks_rpc_server {
         bool redial_logged[KS_BROKERS_MAX]; /* once per outage */
         ks_ticker *redial;
         atomic_int connected;
-        atomic_int heavy; /* KS_M_HEAVY calls queued or running */
-        atomic_bool stopping;
+        atomic_int heavy;            /* KS_M_HEAVY calls queued or running */
+        atomic_bool draining;        /* stop began: new arrivals are answered unavailable */
+        atomic_bool stopping;        /* drained: workers leave */
+        atomic_bool closing;         /* the socket closes: receives are not re-armed */
+        atomic_int sending;          /* replies handed to nng and not yet completed */
+        atomic_int refused_draining; /* answered unavailable while draining */
+        atomic_int dropped_closing;  /* arrived as the socket closed: never answered */
         slot *slots;
         int n_slots;
         pthread_t *threads;
@@ -94,6 +109,7 @@ struct ks_rpc_server {
         pthread_cond_t cv;
         slot *head, *tail;
         int queued;
+        int running;        /* calls a worker took and has not answered yet */
         method_metrics *mm; /* one per method */
         ks_counter *rejected_full;
         ks_counter *rejected_deadline;
@@ -183,13 +199,14 @@ static void slot_reply(slot *s, int code, const char *message, const uint8_t *pa
                 return;
         }
         s->state = SLOT_SEND;
+        atomic_fetch_add(&s->srv->sending, 1);
         nng_aio_set_msg(s->aio, msg);
         nng_ctx_send(s->ctx, s->aio);
 }
 
 static void slot_recv(slot *s)
 {
-        if (atomic_load(&s->srv->stopping)) {
+        if (atomic_load(&s->srv->closing)) {
                 return;
         }
         s->state = SLOT_RECV;
@@ -197,7 +214,9 @@ static void slot_recv(slot *s)
         nng_ctx_recv(s->ctx, s->aio);
 }
 
-static bool enqueue(ks_rpc_server *srv, slot *s);
+typedef enum queue_result { QUEUED, QUEUE_FULL, QUEUE_DRAINING } queue_result;
+
+static queue_result enqueue(ks_rpc_server *srv, slot *s);
 
 static bool is_bounded_heavy(const ks_rpc_server *srv, const ks_method *m)
 {
@@ -229,6 +248,7 @@ static void admit(ks_rpc_server *srv, slot *s)
 {
         const char *msg = srv->opts.heavy_message != NULL ? srv->opts.heavy_message
                                                           : "too many expensive calls, retry later";
+        queue_result q;
 
         if (!heavy_take(srv, s->method)) {
                 ks_counter_inc(srv->rejected_full);
@@ -237,22 +257,35 @@ static void admit(ks_rpc_server *srv, slot *s)
                 }
                 count_call(srv, s->method, KS_RESOURCE_EXHAUSTED, 0);
                 slot_reply(s, KS_RESOURCE_EXHAUSTED, msg, NULL, 0, false);
-        } else if (!enqueue(srv, s)) {
+        } else if ((q = enqueue(srv, s)) == QUEUE_FULL) {
                 heavy_give(srv, s->method);
                 ks_counter_inc(srv->rejected_full);
                 count_call(srv, s->method, KS_RESOURCE_EXHAUSTED, 0);
                 slot_reply(s, KS_RESOURCE_EXHAUSTED, "service overloaded, retry later", NULL, 0,
                            false);
+        } else if (q == QUEUE_DRAINING) {
+                heavy_give(srv, s->method);
+                atomic_fetch_add(&srv->refused_draining, 1);
+                count_call(srv, s->method, KS_UNAVAILABLE, 0);
+                slot_reply(s, KS_UNAVAILABLE, DRAIN_MESSAGE, NULL, 0, false);
         }
 }
 
-/* Queues a decoded request; false when the queue is full. */
-static bool enqueue(ks_rpc_server *srv, slot *s)
+/*
+ * Queues a decoded request, unless the queue is full or the server drains
+ * (checked under mu, which drain() sets it under: nothing joins the queue
+ * after drain() has seen it empty).
+ */
+static queue_result enqueue(ks_rpc_server *srv, slot *s)
 {
         pthread_mutex_lock(&srv->mu);
+        if (atomic_load(&srv->draining)) {
+                pthread_mutex_unlock(&srv->mu);
+                return QUEUE_DRAINING;
+        }
         if (srv->queued >= srv->opts.queue_max) {
                 pthread_mutex_unlock(&srv->mu);
-                return false;
+                return QUEUE_FULL;
         }
         s->next = NULL;
         if (srv->tail != NULL) {
@@ -265,7 +298,7 @@ static bool enqueue(ks_rpc_server *srv, slot *s)
         ks_gauge_set(srv->queue_depth, srv->queued);
         pthread_cond_signal(&srv->cv);
         pthread_mutex_unlock(&srv->mu);
-        return true;
+        return QUEUED;
 }
 
 static void on_request(slot *s, nng_msg *msg)
@@ -283,6 +316,13 @@ static void on_request(slot *s, nng_msg *msg)
         if (s->method == NULL) {
                 count_call(srv, NULL, KS_UNIMPLEMENTED, 0);
                 slot_reply(s, KS_UNIMPLEMENTED, "unknown method", NULL, 0, false);
+                return;
+        }
+        if (atomic_load(&srv->draining)) {
+                /* Nothing was done: the caller may send it again, to another replica. */
+                atomic_fetch_add(&srv->refused_draining, 1);
+                count_call(srv, s->method, KS_UNAVAILABLE, 0);
+                slot_reply(s, KS_UNAVAILABLE, DRAIN_MESSAGE, NULL, 0, false);
                 return;
         }
         if (s->req->deadline_unix_ms != 0 && s->req->deadline_unix_ms <= received_unix_ms) {
@@ -304,10 +344,16 @@ static void slot_cb(void *arg)
                 if (rv != 0) {
                         nng_msg_free(nng_aio_get_msg(s->aio));
                 }
+                atomic_fetch_sub(&s->srv->sending, 1);
                 slot_recv(s);
                 return;
         }
-        if (rv == NNG_ECLOSED || atomic_load(&s->srv->stopping)) {
+        /* Until the socket closes, what arrives is answered (unavailable once draining). */
+        if (rv == NNG_ECLOSED || atomic_load(&s->srv->closing)) {
+                if (rv == 0) {
+                        nng_msg_free(nng_aio_get_msg(s->aio));
+                        atomic_fetch_add(&s->srv->dropped_closing, 1);
+                }
                 return;
         }
         if (rv != 0) {
@@ -400,9 +446,13 @@ static void *worker_main(void *arg)
                         srv->tail = NULL;
                 }
                 srv->queued--;
+                srv->running++;
                 ks_gauge_set(srv->queue_depth, srv->queued);
                 pthread_mutex_unlock(&srv->mu);
                 run_call(srv, s, state);
+                pthread_mutex_lock(&srv->mu);
+                srv->running--;
+                pthread_mutex_unlock(&srv->mu);
         }
         if (srv->opts.worker_fini != NULL) {
                 srv->opts.worker_fini(srv->opts.service, state);
@@ -654,26 +704,80 @@ int ks_rpc_server_connected(const ks_rpc_server *s)
         return atomic_load(&s->connected);
 }
 
+/* True when no call is queued or running and every reply has been handed to the connection. */
+static bool drained(ks_rpc_server *srv)
+{
+        bool idle;
+
+        pthread_mutex_lock(&srv->mu);
+        idle = srv->head == NULL && srv->running == 0;
+        pthread_mutex_unlock(&srv->mu);
+        return idle && atomic_load(&srv->sending) == 0;
+}
+
+/*
+ * The first half of a stop: what this replica holds is finished and
+ * answered (the workers keep taking queued calls), while what arrives now is
+ * answered unavailable at once, nothing done, so that its caller sends it
+ * again (to another replica) instead of waiting out its deadline. nng cannot
+ * stop a broker sending to a connected replica, so the connection stays up
+ * until the replies are out; what arrives in the instant between the last
+ * look and the close is lost as with a replica that dies (the gateway
+ * resends an idempotent call; a client retries its writes after a 504).
+ */
+static void drain(ks_rpc_server *srv)
+{
+        int64_t until_ms = ks_mono_ms() + DRAIN_MS;
+        struct timespec pause = {0, DRAIN_POLL_MS * 1000000L};
+
+        pthread_mutex_lock(&srv->mu);
+        atomic_store(&srv->draining, true);
+        pthread_mutex_unlock(&srv->mu);
+        while (!drained(srv)) {
+                if (ks_mono_ms() >= until_ms) {
+                        ks_log_warn(NULL, "rpc drain time is up: stopping with calls held", "{s:i}",
+                                    "drain_ms", DRAIN_MS);
+                        return;
+                }
+                nanosleep(&pause, NULL);
+        }
+}
+
 void ks_rpc_server_stop(ks_rpc_server *srv)
 {
         if (srv == NULL) {
                 return;
         }
+        bool served = srv->n_threads > 0 && nng_socket_id(srv->sock) > 0;
+        int64_t drain_from_ms = ks_mono_ms(), drain_ms = 0;
+
         ks_ticker_stop(srv->redial); /* before the socket it dials on closes */
-        /* Workers finish the call they are in, then leave; queued calls are dropped
-         * (their clients time out, as with any lost replica). */
+        if (served) {
+                drain(srv);
+                drain_ms = ks_mono_ms() - drain_from_ms;
+        }
+        /* Workers finish the call they are in, then leave; a call still queued
+         * (the drain ran out of time) is dropped: its client times out. */
         pthread_mutex_lock(&srv->mu);
+        atomic_store(&srv->draining, true); /* what still arrives: unavailable (no worker) */
         atomic_store(&srv->stopping, true);
         pthread_cond_broadcast(&srv->cv);
         pthread_mutex_unlock(&srv->mu);
         for (int i = 0; i < srv->n_threads; i++) {
                 pthread_join(srv->threads[i], NULL);
         }
+        atomic_store(&srv->closing, true);
         if (nng_socket_id(srv->sock) > 0) {
                 nng_close(srv->sock);
         }
         for (int i = 0; i < srv->n_slots; i++) {
                 nng_aio_stop(srv->slots[i].aio);
+        }
+        if (served) {
+                ks_log_info(NULL, "rpc server stopped", "{s:i, s:i, s:i}", "drain_ms",
+                            (int)drain_ms, "refused_while_draining",
+                            atomic_load(&srv->refused_draining), "dropped_at_close",
+                            atomic_load(&srv->dropped_closing));
         }
         for (int i = 0; i < srv->n_slots; i++) {
                 slot *s = &srv->slots[i];

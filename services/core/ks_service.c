@@ -502,6 +502,7 @@ int ks_service_run(const ks_service_spec *spec, int argc, char **argv)
         }
         ks_process_wait(&stop);
         stop_all(&r);
-        ks_log_info(NULL, "stopped", NULL);
+        /* Last, with the exit status: a supervisor's log shows a clean stop. */
+        ks_log_info(NULL, "stopped", "{s:i}", "exit_status", 0);
         return 0;
 }

@@ -148,7 +148,11 @@ int main(int argc, char **argv)
         status = gw_server_run(server) == 0 ? 0 : 1;
         /* drained (or out of drain time): what is left is closing sockets */
         ks_shutdown_deadline(KS_SHUTDOWN_DEADLINE_MS);
-        ks_log_info(NULL, "gateway stopped", NULL);
+        gw_server_free(server);
+        /* Last, with the exit status: the line says the teardown finished too. */
+        ks_log_info(NULL, "gateway stopped", "{s:i}", "exit_status", status);
+        ks_config_free(config_vars, n_vars, &cfg);
+        return status;
 out:
         gw_server_free(server);
         ks_config_free(config_vars, n_vars, &cfg);
