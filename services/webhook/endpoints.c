@@ -380,20 +380,14 @@ static int rotate_tx(wh_tx *tx, void *arg)
 
 int wh_rotate_intake_secret(ks_call *call)
 {
-        rotate_args a = {.in = (const void *)call->in, .previous_s = WH_ROTATE_DEFAULT_S};
+        rotate_args a = {.in = (const void *)call->in};
         int rc;
 
         if ((rc = endpoint_id_of(call, a.in->id)) != KS_OK) {
                 return rc;
         }
-        if (a.in->previous_expires_in_s != 0) {
-                if (a.in->previous_expires_in_s < 1 ||
-                    a.in->previous_expires_in_s > WH_ROTATE_MAX_S) {
-                        return ks_call_fail(call, KS_INVALID_ARGUMENT,
-                                            "previous_expires_in_s: 1..%d seconds (0: %d)",
-                                            WH_ROTATE_MAX_S, WH_ROTATE_DEFAULT_S);
-                }
-                a.previous_s = a.in->previous_expires_in_s;
+        if ((rc = wh_rotate_window(call, a.in->previous_expires_in_s, &a.previous_s)) != KS_OK) {
+                return rc;
         }
         return wh_tx_run(call, rotate_tx, &a);
 }

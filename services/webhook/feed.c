@@ -73,8 +73,8 @@ typedef struct fan {
 } fan;
 
 /* The events of rows [from, to) of res that go somewhere, stored with their deliveries. */
-static int fan_out(wh_service *svc, PGconn *conn, const char *source, PGresult *res, int from,
-                   int to, int64_t *n_deliveries)
+static int fan_out(PGconn *conn, const char *source, PGresult *res, int from, int to,
+                   int64_t *n_deliveries)
 {
         fan f[KS_PG_PIPELINE_MAX];
         ks_pg_stmt s[KS_PG_PIPELINE_MAX];
@@ -139,7 +139,6 @@ static int fan_out(wh_service *svc, PGconn *conn, const char *source, PGresult *
         for (int i = 0; i < n; i++) {
                 free(f[i].body);
         }
-        (void)svc;
         return rc;
 }
 
@@ -186,7 +185,7 @@ static int page(wh_service *svc, PGconn *conn, const char *source, int *n_read)
         int rows = PQntuples(res);
         for (int from = 0; from < rows && rc == KS_OK; from += KS_PG_PIPELINE_MAX) {
                 int to = from + KS_PG_PIPELINE_MAX < rows ? from + KS_PG_PIPELINE_MAX : rows;
-                rc = fan_out(svc, conn, source, res, from, to, &n_deliveries);
+                rc = fan_out(conn, source, res, from, to, &n_deliveries);
         }
         if (rc == KS_OK && rows > 0) {
                 const char *up[3] = {source, ks_pg_text(res, rows - 1, 0),

@@ -47,8 +47,6 @@ _Static_assert(WH_SUB_TOPICS_MAX == 32, "SUB_TOPICS names 32 columns");
         " created_ms, updated_ms, cardinality(topics), " SUB_TOPICS
 #define SUB_TOPIC_COLUMN 9 /* the first of SUB_TOPICS */
 #define SECRET_ACTIVE    "(expires_ms IS NULL OR expires_ms > webhook.now_ms())"
-#define SECRET_PREFIX    "whsec_"
-#define SECRET_TEXT_MAX  (sizeof(SECRET_PREFIX) - 1 + KS_BASE64_LEN(WH_SUB_SECRET_BYTES))
 #define SECRETS_MAX      8 /* signing at once: two after a rotation; room for what rotations race */
 #define QUOTE_BYTES_MAX  64 /* of a client's text quoted in an error */
 
@@ -276,20 +274,12 @@ static int topics_of(ks_call *call, char *const *topics, size_t n, char **out)
         return KS_OK;
 }
 
-/* A new signing secret: "whsec_" and standard base64 of WH_SUB_SECRET_BYTES random bytes. */
+/* A new signing secret (wh_secret_generate: "whsec_" and base64 of 32 random bytes). */
 static int secret_new(ks_call *call, char *out, size_t len)
 {
-        uint8_t raw[WH_SUB_SECRET_BYTES];
-        size_t prefix = sizeof(SECRET_PREFIX) - 1;
-        int rc = KS_OK;
-
-        memcpy(out, SECRET_PREFIX, prefix);
-        if (ks_random_bytes(raw, sizeof(raw)) != 0 ||
-            ks_base64_encode(raw, sizeof(raw), out + prefix, len - prefix) < 0) {
-                rc = ks_call_fail(call, KS_INTERNAL, WH_INTERNAL_MSG);
-        }
-        OPENSSL_cleanse(raw, sizeof(raw));
-        return rc;
+        return wh_secret_generate(out, len) == KS_OK
+                   ? KS_OK
+                   : ks_call_fail(call, KS_INTERNAL, WH_INTERNAL_MSG);
 }
 
 /* ---- CreateWebhookSubscription ------------------------------------------------------------- */
@@ -298,7 +288,7 @@ typedef struct create_args {
         const Keelson__Webhook__V1__CreateWebhookSubscriptionRequest *in;
         char *topics; /* an array's text */
         char description[WH_DESCRIPTION_BYTES];
-        char secret[SECRET_TEXT_MAX];
+        char secret[WH_SECRET_BYTES];
 } create_args;
 
 static int create_tx(wh_tx *tx, void *arg)
@@ -504,7 +494,7 @@ static const char sql_touch[] = "UPDATE webhook.subscriptions SET updated_ms = w
 typedef struct rotate_args {
         const Keelson__Webhook__V1__RotateWebhookSubscriptionSecretRequest *in;
         int64_t previous_s;
-        char secret[SECRET_TEXT_MAX];
+        char secret[WH_SECRET_BYTES];
 } rotate_args;
 
 static int rotate_tx(wh_tx *tx, void *arg)
@@ -536,20 +526,14 @@ static int rotate_tx(wh_tx *tx, void *arg)
 
 int wh_rotate_subscription_secret(ks_call *call)
 {
-        rotate_args a = {.in = (const void *)call->in, .previous_s = WH_ROTATE_DEFAULT_S};
+        rotate_args a = {.in = (const void *)call->in};
         int rc;
 
         if ((rc = subscription_id_of(call, a.in->id)) != KS_OK) {
                 return rc;
         }
-        if (a.in->previous_expires_in_s != 0) {
-                if (a.in->previous_expires_in_s < 1 ||
-                    a.in->previous_expires_in_s > WH_ROTATE_MAX_S) {
-                        return ks_call_fail(call, KS_INVALID_ARGUMENT,
-                                            "previous_expires_in_s: 1..%d seconds (0: %d)",
-                                            WH_ROTATE_MAX_S, WH_ROTATE_DEFAULT_S);
-                }
-                a.previous_s = a.in->previous_expires_in_s;
+        if ((rc = wh_rotate_window(call, a.in->previous_expires_in_s, &a.previous_s)) != KS_OK) {
+                return rc;
         }
         if ((rc = secret_new(call, a.secret, sizeof(a.secret))) != KS_OK) {
                 return rc;

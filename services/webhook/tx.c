@@ -87,6 +87,21 @@ int wh_description_of(ks_call *call, const char *in, char *out, size_t len)
         return KS_OK;
 }
 
+int wh_rotate_window(ks_call *call, int64_t in_s, int64_t *out_s)
+{
+        if (in_s == 0) {
+                *out_s = WH_ROTATE_DEFAULT_S;
+                return KS_OK;
+        }
+        if (in_s < 1 || in_s > WH_ROTATE_MAX_S) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT,
+                                    "previous_expires_in_s: 1..%d seconds (0: %d)", WH_ROTATE_MAX_S,
+                                    WH_ROTATE_DEFAULT_S);
+        }
+        *out_s = in_s;
+        return KS_OK;
+}
+
 /* ---- lists ------------------------------------------------------------------------------ */
 
 typedef struct list_query {

@@ -64,7 +64,6 @@
 #define WH_EVENT_TYPE_MAX      255
 #define WH_SUB_TOPICS_MAX      32   /* topics of one subscription */
 #define WH_SUB_URL_MAX         2048 /* bytes of a subscription's URL */
-#define WH_SUB_SECRET_BYTES    32   /* random bytes of a signing secret ("whsec_" + base64) */
 #define WH_RETRY_MAX           32   /* waits in a retry schedule */
 #define WH_EXCERPT_MAX         1024 /* bytes of a response kept in the delivery log */
 
@@ -223,6 +222,13 @@ int wh_tx_run(ks_call *call, wh_tx_fn fn, void *arg);
 
 /* Runs statement sql in tx; a database failure is answered (wh_db_fail) and returned. */
 int wh_exec(wh_tx *tx, const char *sql, int n, const char *const *params, PGresult **out);
+
+/*
+ * How long a rotation keeps the previous secrets (RotateIntakeSecret,
+ * RotateWebhookSubscriptionSecret): 0 is WH_ROTATE_DEFAULT_S, else
+ * 1..WH_ROTATE_MAX_S, into *out_s. KS_OK, or the call's invalid_argument.
+ */
+int wh_rotate_window(ks_call *call, int64_t in_s, int64_t *out_s);
 
 /* A database failure of the call: logged, answered unavailable / aborted / internal. */
 int wh_db_fail(ks_call *call, int code);
