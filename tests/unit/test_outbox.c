@@ -18,6 +18,8 @@
 
 #include <cmocka.h>
 
+#include "broker.h"
+
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -68,15 +70,9 @@ static int group_setup(void **state)
         if (pg_cluster_start(&fx.pg) != 0) {
                 return -1;
         }
-        srand((unsigned)getpid() ^ (unsigned)time(NULL));
-        for (int attempt = 0; attempt < 20 && fx.broker == NULL; attempt++) {
-                snprintf(fx.base, sizeof(fx.base), "tcp://127.0.0.1:%d", 15000 + rand() % 16900);
-                if (ks_broker_start(&fx.broker, fx.base) != KS_OK) {
-                        fx.broker = NULL;
-                }
-        }
         const char *bases[] = {fx.base};
-        if (fx.broker == NULL || ks_publisher_new(&fx.pub, bases, 1) != KS_OK) {
+        if (test_broker_start(&fx.broker, fx.base, sizeof(fx.base)) != 0 ||
+            ks_publisher_new(&fx.pub, bases, 1) != KS_OK) {
                 return -1;
         }
         return 0;
@@ -735,13 +731,7 @@ static void test_no_broker_leaves_rows_unpublished(void **state)
         ks_outbox_relay *r = NULL;
 
         /* An address where no broker listens (one that just started and stopped there). */
-        for (int attempt = 0; attempt < 20 && probe == NULL; attempt++) {
-                snprintf(base, sizeof(base), "tcp://127.0.0.1:%d", 15000 + rand() % 16900);
-                if (ks_broker_start(&probe, base) != KS_OK) {
-                        probe = NULL;
-                }
-        }
-        assert_non_null(probe);
+        assert_int_equal(test_broker_start(&probe, base, sizeof(base)), 0);
         ks_broker_stop(probe);
         const char *bases[] = {base};
         assert_int_equal(ks_publisher_new(&lonely, bases, 1), KS_OK);

@@ -11,6 +11,8 @@
 
 #include <cmocka.h>
 
+#include "broker.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -107,14 +109,7 @@ static int setup(void **state)
         assert_non_null(f);
         pthread_mutex_init(&f->svc.mu, NULL);
         pthread_cond_init(&f->svc.cv, NULL);
-        srand((unsigned)getpid() ^ (unsigned)time(NULL));
-        for (int attempt = 0; attempt < 20 && f->broker == NULL; attempt++) {
-                snprintf(f->base, sizeof(f->base), "tcp://127.0.0.1:%d", 15000 + rand() % 16900);
-                if (ks_broker_start(&f->broker, f->base) != KS_OK) {
-                        f->broker = NULL;
-                }
-        }
-        assert_non_null(f->broker);
+        assert_int_equal(test_broker_start(&f->broker, f->base, sizeof(f->base)), 0);
         assert_int_equal(
             ks_broker_url(f->back, sizeof(f->back), f->base, KS_SVC_AUTH, KS_SIDE_BACK), 0);
         assert_int_equal(
