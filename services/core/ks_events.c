@@ -89,7 +89,12 @@ void ks_publisher_free(ks_publisher *p)
         if (p == NULL) {
                 return;
         }
-        nng_close(p->sock);
+        if (!ks_broker_close(p->sock, KS_BROKER_CLOSE_MS)) {
+                /* nng may still call publisher_pipe_event with p: left to the exit */
+                ks_log_warn(NULL, "event publisher's socket did not close in time", "{s:i}",
+                            "waited_ms", KS_BROKER_CLOSE_MS);
+                return;
+        }
         free(p);
 }
 
@@ -152,8 +157,11 @@ void ks_subscriber_free(ks_subscriber *s)
         if (s == NULL) {
                 return;
         }
-        nng_close(s->sock);
-        nng_aio_free(s->aio);
+        if (!ks_broker_close(s->sock, KS_BROKER_CLOSE_MS)) {
+                ks_log_warn(NULL, "event subscriber's socket did not close in time", "{s:i}",
+                            "waited_ms", KS_BROKER_CLOSE_MS);
+        }
+        nng_aio_free(s->aio); /* idle: its receiver has returned */
         free(s);
 }
 

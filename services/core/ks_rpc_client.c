@@ -138,7 +138,12 @@ void ks_rpc_client_free(ks_rpc_client *c)
         if (c == NULL) {
                 return;
         }
-        nng_close(c->sock);
+        if (!ks_broker_close(c->sock, KS_BROKER_CLOSE_MS)) {
+                /* nng may still use the slots and call back with c: left to the exit */
+                ks_log_warn(NULL, "rpc client's socket did not close in time", "{s:i}", "waited_ms",
+                            KS_BROKER_CLOSE_MS);
+                return;
+        }
         for (call_slot *s = c->all; s != NULL; s = s->next_all) {
                 nng_aio_stop(s->aio);
         }
