@@ -64,6 +64,7 @@ typedef struct gw_config {
         int64_t read_timeout_ms; /* one request, head and body, from its first byte */
         int64_t max_connections;
         int64_t max_connections_per_address;
+        int64_t h2_max_streams;   /* HTTP/2: open streams per connection */
         int64_t decode_threads;   /* threads decoding large bodies off the loop */
         int64_t decode_queue_max; /* bodies waiting for them; more get resource_exhausted */
         int64_t drain_ms;         /* after SIGTERM: how long in-flight calls may finish */

@@ -55,7 +55,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "front.h"
+#include "front_internal.h"
+#include "h2.h"
 #include "http1.h"
 #include "ks_code.h"
 #include "ks_hmap.h"
@@ -65,86 +66,9 @@
 #define KEEP_CLOSING_MS   2000
 #define ACCEPT_PAUSE_MS   100
 #define CHUNK_LINE_MAX    (32 + GW_H1_CHUNK_EXT_MAX) /* hex digits, BWS, extensions, CRLF */
-#define INPUT_SLACK_BYTES 65536  /* socket input buffered beyond the head limit */
-#define OUTPUT_HIGH_BYTES 262144 /* replies not yet read: no next request past this */
-#define FD_RESERVE        128    /* descriptors kept for everything but client connections */
+#define INPUT_SLACK_BYTES 65536 /* socket input buffered beyond the head limit */
+#define FD_RESERVE        128   /* descriptors kept for everything but client connections */
 #define XFF_NAME_MAX      64
-#define STATUS_KINDS      7
-
-typedef enum conn_state {
-        C_HEAD,
-        C_BODY,
-        C_CHUNK_LINE,
-        C_CHUNK_DATA,
-        C_CHUNK_CRLF,
-        C_TRAILER,
-        C_WAITING,
-        C_CLOSING,
-} conn_state;
-
-typedef struct conn conn;
-
-struct gw_req {
-        conn *c;
-        char *head; /* a copy of the head; every string below points into it */
-        gw_h1_head h;
-        const char *path;
-        bool is_head; /* HEAD: the reply has no body */
-        struct evbuffer *body;
-        struct evbuffer *out; /* reply fields, "Name: value\r\n" each */
-        void (*cancel)(void *arg);
-        void *cancel_arg;
-};
-
-struct conn {
-        gw_front *f;
-        struct bufferevent *bev;
-        struct event *timer;
-        LIST_ENTRY(conn) link;
-        conn_state state;
-        bool started;    /* a byte of the current request has come */
-        bool processing; /* inside process(): replies do not re-enter it */
-        bool keep_alive;
-        char *hb; /* head bytes so far (head_max + 1 at most) */
-        size_t hb_len;
-        size_t scanned;      /* hb bytes already looked at for line ends */
-        uint64_t remaining;  /* body bytes still to come (BODY, CHUNK_DATA) */
-        uint64_t body_bytes; /* decoded body so far (chunked) */
-        size_t trailer_bytes;
-        gw_req *req;
-        uint32_t ip_slot; /* KS_HMAP_NONE: not counted per address */
-        char peer[GW_IP_MAX];
-};
-
-typedef struct ip_entry {
-        uint8_t addr[16];
-        uint32_t count;
-} ip_entry;
-
-struct gw_front {
-        struct event_base *base;
-        struct evconnlistener *listener;
-        struct event *resume_ev;
-        gw_front_limits lim;
-        gw_front_fn fn;
-        void *arg;
-        int port;
-        bool draining;
-        bool paused;
-        int64_t nconns;
-        LIST_HEAD(, conn) conns;
-        ks_hmap by_ip; /* peer address -> its entry in ips */
-        ip_entry *ips;
-        uint32_t *free_ips;
-        uint32_t n_free_ips;
-        ks_gauge *open_gauge;
-        ks_counter *refused_limit;
-        ks_counter *refused_address;
-        ks_counter *accept_paused;
-        ks_counter *errors[STATUS_KINDS];
-        char refused_reply[256]; /* the 503 written to a connection over a cap */
-        size_t refused_reply_len;
-};
 
 static const int error_statuses[STATUS_KINDS] = {400, 408, 413, 417, 431, 501, 503};
 
@@ -230,7 +154,7 @@ static void peer_of(const struct sockaddr *sa, uint8_t addr[16], char text[GW_IP
 }
 
 /* HTTP-date (RFC 9110 §5.6.7), formatted once per second. */
-static const char *http_date(void)
+const char *front_http_date(void)
 {
         static char buf[40];
         static time_t at = -1;
@@ -244,7 +168,7 @@ static const char *http_date(void)
         return buf;
 }
 
-static void count_error(gw_front *f, int status)
+void front_count_error(gw_front *f, int status)
 {
         for (int i = 0; i < STATUS_KINDS; i++) {
                 if (error_statuses[i] == status) {
@@ -300,7 +224,7 @@ static void ip_release(gw_front *f, uint32_t i)
 
 /* ---- requests ---------------------------------------------------------------------- */
 
-static void req_free(gw_req *r)
+void front_req_free(gw_req *r)
 {
         if (r == NULL) {
                 return;
@@ -316,7 +240,7 @@ static void req_free(gw_req *r)
 }
 
 /* The path of a request target: origin-form, absolute-form or "*"; NULL if none. */
-static const char *target_path(char *target)
+const char *front_target_path(char *target)
 {
         if (target[0] == '/' || strcmp(target, "*") == 0) {
                 target[strcspn(target, "?#")] = '\0';
@@ -346,7 +270,7 @@ static gw_req *req_new(conn *c, const gw_h1_head *h, int *status)
         gw_req *r = calloc(1, sizeof(*r));
         if (r == NULL || (r->head = malloc(h->head_bytes + 1)) == NULL ||
             (r->body = evbuffer_new()) == NULL || (r->out = evbuffer_new()) == NULL) {
-                req_free(r);
+                front_req_free(r);
                 return NULL;
         }
         memcpy(r->head, c->hb, h->head_bytes);
@@ -365,9 +289,9 @@ static gw_req *req_new(conn *c, const gw_h1_head *h, int *status)
                 r->head[fl->value - r->head + (ptrdiff_t)fl->value_len] = '\0';
         }
         r->is_head = strcmp(r->h.method, "HEAD") == 0;
-        if ((r->path = target_path((char *)r->h.target)) == NULL) {
+        if ((r->path = front_target_path((char *)r->h.target)) == NULL) {
                 *status = 400;
-                req_free(r);
+                front_req_free(r);
                 return NULL;
         }
         r->c = c;
@@ -455,16 +379,19 @@ void gw_req_on_cancel(gw_req *r, void (*fn)(void *arg), void *arg)
 
 static void process(conn *c);
 
-static void conn_free(conn *c)
+void front_conn_free(conn *c)
 {
         gw_front *f = c->f;
+        if (c->h2 != NULL) {
+                gw_h2_free(c);
+        }
         if (c->req != NULL) {
                 gw_req *r = c->req;
                 c->req = NULL;
                 if (r->cancel != NULL) {
                         r->cancel(r->cancel_arg);
                 }
-                req_free(r);
+                front_req_free(r);
         }
         LIST_REMOVE(c, link);
         f->nconns--;
@@ -482,7 +409,7 @@ static void conn_free(conn *c)
 }
 
 /* Writes what is queued, then stops sending and drops what still comes. */
-static void conn_close(conn *c)
+void front_conn_close(conn *c)
 {
         c->state = C_CLOSING;
         evtimer_del(c->timer);
@@ -493,25 +420,31 @@ static void conn_close(conn *c)
         }
 }
 
-/* An error the front answers itself: Connect error JSON, then close. */
-static void conn_fail(conn *c, int status, const char *message)
+int front_error_json(int status, const char *message, char *buf, size_t len)
 {
         int code = status == 408                    ? KS_DEADLINE_EXCEEDED
                    : status == 413 || status == 431 ? KS_RESOURCE_EXHAUSTED
                    : status == 501                  ? KS_UNIMPLEMENTED
                    : status == 503                  ? KS_UNAVAILABLE
                                                     : KS_INVALID_ARGUMENT;
+        int n =
+            snprintf(buf, len, "{\"code\":\"%s\",\"message\":\"%s\"}", ks_code_name(code), message);
+        return n < 0 ? 0 : (size_t)n >= len ? (int)len - 1 : n;
+}
+
+/* An error the front answers itself: Connect error JSON, then close. */
+static void conn_fail(conn *c, int status, const char *message)
+{
         char body[192];
-        int n = snprintf(body, sizeof(body), "{\"code\":\"%s\",\"message\":\"%s\"}",
-                         ks_code_name(code), message);
+        int n = front_error_json(status, message, body, sizeof(body));
         evbuffer_add_printf(bufferevent_get_output(c->bev),
                             "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: application/json\r\n"
                             "Content-Length: %d\r\nConnection: close\r\n\r\n%s",
-                            status, reason(status), http_date(), n, body);
-        count_error(c->f, status);
-        req_free(c->req);
+                            status, reason(status), front_http_date(), n, body);
+        front_count_error(c->f, status);
+        front_req_free(c->req);
         c->req = NULL;
-        conn_close(c);
+        front_conn_close(c);
 }
 
 static const char *framing_message(int status)
@@ -533,6 +466,15 @@ static void dispatch(conn *c)
 {
         c->state = C_WAITING;
         evtimer_del(c->timer);
+        c->served++;
+        if (gw_h2_wants_upgrade(c->req)) {
+                gw_req *r = c->req;
+                c->req = NULL;
+                if (gw_h2_upgrade(c, r) == 0) {
+                        return; /* r is stream 1's now */
+                }
+                c->req = r; /* not honoured: answered as HTTP/1.1 */
+        }
         c->f->fn(c->req, c->f->arg);
 }
 
@@ -699,6 +641,22 @@ static bool step(conn *c, struct evbuffer *in)
                          * waits here: on_write goes on once they drain. */
                         return false;
                 }
+                if (c->served == 0 && !c->started && c->hb_len == 0) {
+                        /* The HTTP/2 preface, or the start of one: wait for all 24 bytes. */
+                        size_t look = n < GW_H2_PREFACE_LEN ? n : GW_H2_PREFACE_LEN;
+                        const void *p = evbuffer_pullup(in, (ev_ssize_t)look);
+                        if (p != NULL && memcmp(p, GW_H2_PREFACE, look) == 0) {
+                                if (look < GW_H2_PREFACE_LEN) {
+                                        return false;
+                                }
+                                if (gw_h2_start(c) != 0) {
+                                        conn_fail(c, 503, "out of memory");
+                                        return false;
+                                }
+                                gw_h2_read(c);
+                                return false;
+                        }
+                }
                 read_head(c, in);
                 return c->state != before || evbuffer_get_length(in) < n;
         case C_BODY:
@@ -763,12 +721,16 @@ static void process(conn *c)
 
 void gw_req_reply(gw_req *r, int status, const char *content_type, const void *body, size_t len)
 {
+        if (r->h2 != NULL) {
+                gw_h2_reply(r, status, content_type, body, len);
+                return;
+        }
         conn *c = r->c;
         gw_front *f = c->f;
         bool close = !c->keep_alive || f->draining;
         struct evbuffer *out = bufferevent_get_output(c->bev);
         evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\nDate: %s\r\n", status, reason(status),
-                            http_date());
+                            front_http_date());
         if (content_type != NULL) {
                 evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
         }
@@ -781,9 +743,9 @@ void gw_req_reply(gw_req *r, int status, const char *content_type, const void *b
                 evbuffer_add(out, body, len);
         }
         c->req = NULL;
-        req_free(r);
+        front_req_free(r);
         if (close) {
-                conn_close(c);
+                front_conn_close(c);
                 return;
         }
         c->state = C_HEAD;
@@ -798,7 +760,12 @@ void gw_req_reply(gw_req *r, int status, const char *content_type, const void *b
 static void on_read(struct bufferevent *bev, void *arg)
 {
         (void)bev;
-        process(arg);
+        conn *c = arg;
+        if (c->h2 != NULL && c->state != C_CLOSING) {
+                gw_h2_read(c);
+                return;
+        }
+        process(c);
 }
 
 /* The output drained to its low watermark (or emptied). */
@@ -811,6 +778,10 @@ static void on_write(struct bufferevent *bev, void *arg)
                 }
                 return;
         }
+        if (c->h2 != NULL) {
+                gw_h2_write(c); /* frames held back while the output was full */
+                return;
+        }
         if (c->state == C_HEAD && !c->processing) {
                 process(c); /* pipelined requests held back while replies waited */
         }
@@ -820,7 +791,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 {
         (void)bev;
         (void)what; /* EOF, an error or the write timeout: the connection is done */
-        conn_free(arg);
+        front_conn_free(arg);
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -828,8 +799,12 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         (void)fd;
         (void)what;
         conn *c = arg;
+        if (c->h2 != NULL && c->state != C_CLOSING) {
+                gw_h2_timer(c);
+                return;
+        }
         if (c->state == C_CLOSING || (c->state == C_HEAD && !c->started)) {
-                conn_free(c);
+                front_conn_free(c);
                 return;
         }
         conn_fail(c, 408, "request not received in time");
@@ -1071,8 +1046,10 @@ void gw_front_drain(gw_front *f)
         conn *c = LIST_FIRST(&f->conns);
         while (c != NULL) {
                 conn *next = LIST_NEXT(c, link);
-                if (c->state == C_HEAD && !c->started) {
-                        conn_free(c); /* idle: nothing to finish */
+                if (c->h2 != NULL && c->state != C_CLOSING) {
+                        gw_h2_drain(c); /* GOAWAY; closes once its streams are answered */
+                } else if (c->state == C_HEAD && !c->started) {
+                        front_conn_free(c); /* idle: nothing to finish */
                 }
                 c = next;
         }
@@ -1088,7 +1065,7 @@ void gw_front_free(gw_front *f)
                 f->listener = NULL;
         }
         while (!LIST_EMPTY(&f->conns)) {
-                conn_free(LIST_FIRST(&f->conns));
+                front_conn_free(LIST_FIRST(&f->conns));
         }
         if (f->resume_ev != NULL) {
                 event_free(f->resume_ev);

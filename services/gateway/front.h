@@ -1,10 +1,16 @@
 /*
- * front.c: the gateway's HTTP/1.1 server on libevent bufferevents. It
+ * front.c: the gateway's HTTP server on libevent bufferevents. It
  * accepts connections (a global cap and one per client address, refused
  * cheaply over them; accept paused while descriptors run out), reads each
  * request with http1.c's strict framing under a whole-request deadline,
  * hands complete requests to one callback, and writes the replies. One
  * request per connection at a time; pipelined bytes wait in the buffer.
+ *
+ * HTTP/2 in cleartext (h2c) on the same port (h2.c, nghttp2): a connection
+ * that opens with the HTTP/2 preface (prior knowledge), or an HTTP/1.1
+ * request with `Upgrade: h2c`, carries many requests at once, one per
+ * stream; each reaches the same callback as a gw_req, with the same
+ * accessors, so nothing above the front knows which version it came in.
  *
  * Framing errors, bodies over the limit and expired request deadlines are
  * answered here (Connect error JSON, Connection: close) and never reach the
@@ -31,6 +37,7 @@ typedef struct gw_front_limits {
         int64_t conns_max;         /* open connections in all */
         int64_t conns_per_ip_max;  /* per peer address (trusted proxies are not counted) */
         const gw_proxies *proxies; /* the trusted proxies, or NULL */
+        int64_t h2_streams_max;    /* HTTP/2: concurrent streams per connection */
 } gw_front_limits;
 
 /* A complete request: the callback answers it now or later with gw_req_reply. */

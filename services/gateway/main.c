@@ -50,6 +50,9 @@ static const ks_config_var config_vars[] = {
                max_connections_per_address, "256", 1, 1000000,
                "open connections per client address (the socket peer; trusted proxies "
                "are not counted); more are refused at accept with 503"),
+    KS_CFG_INT("KEELSON_GATEWAY_H2_MAX_STREAMS", gw_config, h2_max_streams, "100", 1, 10000,
+               "HTTP/2: streams one connection may have open at once "
+               "(SETTINGS_MAX_CONCURRENT_STREAMS); a stream over it is refused"),
     KS_CFG_INT("KEELSON_GATEWAY_DRAIN_MS", gw_config, drain_ms, "10000", 0, 600000,
                "after SIGTERM/SIGINT: how long calls in flight may finish"),
     KS_CFG_INT("KEELSON_GATEWAY_RESEND_MS", gw_config, resend_ms, "1000", 0, 600000,

@@ -154,6 +154,7 @@ static int http_setup(gw_server *s)
             .idle_ms = cfg->io_timeout_s * 1000,
             .conns_max = cfg->max_connections,
             .conns_per_ip_max = cfg->max_connections_per_address,
+            .h2_streams_max = cfg->h2_max_streams,
             .proxies = &cfg->rate.proxies,
         };
         if (gw_front_new(&s->front, s->base, cfg->host, (int)cfg->port, &lim, on_request, s) != 0) {

@@ -1,0 +1,640 @@
+/*
+ * See h2.h. nghttp2 owns the framing, HPACK, flow control (windows are
+ * given back as the body is taken in) and the checks of RFC 9113 §8 on
+ * every request (pseudo-header fields present and in order, no
+ * connection-specific fields, Content-Length against the DATA received):
+ * a stream that fails them is reset by nghttp2 and never reaches us.
+ *
+ * A stream's request is built as it comes: its header fields are copied
+ * into one block of head_max bytes (the gw_req's head, each name and value
+ * NUL-terminated, found by the same gw_h1_head the HTTP/1.1 reader fills),
+ * its DATA into the request's body buffer. At END_STREAM it goes to the
+ * front's callback, or, over a limit, is answered by the front itself.
+ *
+ * nghttp2 must not send from inside its own callbacks, and a reply may be
+ * given inside one (the callback answers a request at once): replies are
+ * submitted at any time, and framed into the output by flush() after the
+ * read that caused them, or at once when they come from elsewhere.
+ */
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <nghttp2/nghttp2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "h2.h"
+#include "ks_clock.h"
+#include "ks_crypto.h"
+#include "ks_log.h"
+#include "ks_metrics.h"
+
+#define SETTINGS_PAYLOAD_MAX 1024 /* HTTP2-Settings, decoded: 6 bytes a setting */
+#define REPLY_FIELDS_MAX     64   /* fields of one reply, pseudo-header and front's own included */
+
+struct gw_h2_stream {
+        gw_req *req;
+        gw_h2_stream *prev, *next; /* the connection's streams, oldest first */
+        int64_t begun_ms;
+        size_t head_used;
+        int fail_status; /* answered by the front at END_STREAM: 413, 431 */
+        bool complete;   /* END_STREAM came */
+        bool dispatched; /* the callback has it */
+        bool replied;
+        struct evbuffer *reply;
+};
+
+struct gw_h2 {
+        conn *c;
+        nghttp2_session *session;
+        gw_h2_stream *first, *last;
+        bool in_recv; /* inside nghttp2_session_mem_recv: no sending */
+        bool draining;
+};
+
+/* ---- streams ------------------------------------------------------------------- */
+
+static void stream_unlink(gw_h2 *h, gw_h2_stream *st)
+{
+        if (st->prev != NULL) {
+                st->prev->next = st->next;
+        } else {
+                h->first = st->next;
+        }
+        if (st->next != NULL) {
+                st->next->prev = st->prev;
+        } else {
+                h->last = st->prev;
+        }
+        st->prev = st->next = NULL;
+}
+
+/* Frees a stream's request: a dispatched one not answered hears of it first. */
+static void stream_free(gw_h2 *h, gw_h2_stream *st)
+{
+        gw_req *r = st->req;
+        stream_unlink(h, st);
+        if (st->dispatched && !st->replied && r->cancel != NULL) {
+                r->cancel(r->cancel_arg);
+        }
+        front_req_free(r);
+        if (st->reply != NULL) {
+                evbuffer_free(st->reply);
+        }
+        free(st);
+}
+
+static gw_h2_stream *stream_new(gw_h2 *h, int32_t id)
+{
+        conn *c = h->c;
+        gw_h2_stream *st = calloc(1, sizeof(*st));
+        gw_req *r = calloc(1, sizeof(*r));
+        if (st == NULL || r == NULL || (r->head = malloc(c->f->lim.head_max + 1)) == NULL ||
+            (r->body = evbuffer_new()) == NULL || (r->out = evbuffer_new()) == NULL ||
+            (st->reply = evbuffer_new()) == NULL) {
+                if (r != NULL) {
+                        front_req_free(r);
+                }
+                if (st != NULL && st->reply != NULL) {
+                        evbuffer_free(st->reply);
+                }
+                free(st);
+                return NULL;
+        }
+        r->c = c;
+        r->stream_id = id;
+        r->h2 = st;
+        r->h.minor_version = 1;
+        r->h.keep_alive = true;
+        st->req = r;
+        st->begun_ms = ks_mono_ms();
+        st->prev = h->last;
+        if (h->last != NULL) {
+                h->last->next = st;
+        } else {
+                h->first = st;
+        }
+        h->last = st;
+        return st;
+}
+
+/* Copies len bytes and a NUL into the stream's head block; NULL when it is full. */
+static const char *head_copy(gw_h2_stream *st, const uint8_t *p, size_t len, size_t cap)
+{
+        if (len + 1 > cap - st->head_used) {
+                return NULL;
+        }
+        char *dst = st->req->head + st->head_used;
+        memcpy(dst, p, len);
+        dst[len] = '\0';
+        st->head_used += len + 1;
+        return dst;
+}
+
+static bool add_field(gw_h2_stream *st, const uint8_t *name, size_t nlen, const uint8_t *value,
+                      size_t vlen, size_t cap)
+{
+        gw_h1_head *h = &st->req->h;
+        if (h->nfields == GW_H1_FIELDS_MAX) {
+                return false;
+        }
+        const char *n = head_copy(st, name, nlen, cap);
+        const char *v = n != NULL ? head_copy(st, value, vlen, cap) : NULL;
+        if (v == NULL) {
+                return false;
+        }
+        h->fields[h->nfields++] = (gw_h1_field){n, nlen, v, vlen};
+        return true;
+}
+
+/* ---- sending --------------------------------------------------------------------- */
+
+static void arm_timer(gw_h2 *h);
+
+/* Frames what nghttp2 has to send into the output; closes the connection when it is done. */
+static void flush(gw_h2 *h)
+{
+        conn *c = h->c;
+        struct evbuffer *out = bufferevent_get_output(c->bev);
+        while (evbuffer_get_length(out) < OUTPUT_HIGH_BYTES) {
+                const uint8_t *data = NULL;
+                ssize_t n = nghttp2_session_mem_send(h->session, &data);
+                if (n < 0) {
+                        front_conn_close(c);
+                        return;
+                }
+                if (n == 0) {
+                        break;
+                }
+                evbuffer_add(out, data, (size_t)n);
+        }
+        bool done =
+            !nghttp2_session_want_read(h->session) && !nghttp2_session_want_write(h->session);
+        if (done || (h->draining && h->first == NULL && !nghttp2_session_want_write(h->session))) {
+                front_conn_close(c);
+                return;
+        }
+        arm_timer(h);
+}
+
+static ssize_t reply_read(nghttp2_session *session, int32_t id, uint8_t *buf, size_t len,
+                          uint32_t *flags, nghttp2_data_source *src, void *user)
+{
+        (void)session;
+        (void)id;
+        (void)user;
+        struct evbuffer *body = src->ptr;
+        int n = evbuffer_remove(body, buf, len);
+        if (n < 0) {
+                return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        }
+        if (evbuffer_get_length(body) == 0) {
+                *flags |= NGHTTP2_DATA_FLAG_EOF;
+        }
+        return n;
+}
+
+/* Connection-specific fields (RFC 9113 §8.2.2) never go out on HTTP/2. */
+static bool connection_specific(const char *name)
+{
+        static const char *const names[] = {"connection", "keep-alive", "proxy-connection",
+                                            "transfer-encoding", "upgrade"};
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+                if (strcasecmp(name, names[i]) == 0) {
+                        return true;
+                }
+        }
+        return false;
+}
+
+#define NV(n, nl, v, vl)                                                                           \
+        (nghttp2_nv)                                                                               \
+        {                                                                                          \
+                (uint8_t *)(n), (uint8_t *)(v), (nl), (vl), NGHTTP2_NV_FLAG_NONE                   \
+        }
+
+static void submit(gw_h2 *h, gw_h2_stream *st, int status, const char *content_type,
+                   const void *body, size_t len)
+{
+        gw_req *r = st->req;
+        nghttp2_nv nva[REPLY_FIELDS_MAX];
+        size_t n = 0;
+        char status_s[8], length_s[24];
+        const char *date = front_http_date();
+
+        st->replied = true;
+        r->cancel = NULL;
+        snprintf(status_s, sizeof(status_s), "%d", status);
+        snprintf(length_s, sizeof(length_s), "%zu", len);
+        nva[n++] = NV(":status", 7, status_s, strlen(status_s));
+        nva[n++] = NV("date", 4, date, strlen(date));
+        if (content_type != NULL) {
+                nva[n++] = NV("content-type", 12, content_type, strlen(content_type));
+        }
+        /* The reply's own fields, "Name: value\r\n" each: names lowercased in place. */
+        size_t out_len = evbuffer_get_length(r->out);
+        char *fields = out_len > 0 ? (char *)evbuffer_pullup(r->out, -1) : NULL;
+        for (size_t at = 0; fields != NULL && at < out_len && n < REPLY_FIELDS_MAX - 1;) {
+                char *line = fields + at, *eol = memchr(line, '\r', out_len - at);
+                char *colon = memchr(line, ':', out_len - at);
+                if (eol == NULL || colon == NULL || colon > eol) {
+                        break;
+                }
+                *colon = '\0';
+                *eol = '\0';
+                for (char *p = line; p < colon; p++) {
+                        *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+                }
+                const char *value = colon + 1 + (colon[1] == ' ');
+                if (!connection_specific(line)) {
+                        nva[n++] = NV(line, (size_t)(colon - line), value, strlen(value));
+                }
+                at = (size_t)(eol - fields) + 2;
+        }
+        nva[n++] = NV("content-length", 14, length_s, strlen(length_s));
+        bool has_body = len > 0 && !r->is_head;
+        if (has_body) {
+                evbuffer_add(st->reply, body, len);
+        }
+        nghttp2_data_provider dp = {.source.ptr = st->reply, .read_callback = reply_read};
+        if (nghttp2_submit_response(h->session, r->stream_id, nva, n, has_body ? &dp : NULL) != 0) {
+                nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, r->stream_id,
+                                          NGHTTP2_INTERNAL_ERROR);
+        }
+}
+
+/* A request the front answers itself (a limit), as on HTTP/1.1 but without closing. */
+static void fail_stream(gw_h2 *h, gw_h2_stream *st, int status, const char *message)
+{
+        char body[192];
+        int n = front_error_json(status, message, body, sizeof(body));
+        front_count_error(h->c->f, status);
+        submit(h, st, status, "application/json", body, (size_t)n);
+}
+
+void gw_h2_reply(gw_req *r, int status, const char *content_type, const void *body, size_t len)
+{
+        gw_h2 *h = r->c->h2;
+        submit(h, r->h2, status, content_type, body, len);
+        if (!h->in_recv) {
+                flush(h);
+        }
+}
+
+/* ---- receiving ----------------------------------------------------------------- */
+
+static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user)
+{
+        gw_h2 *h = user;
+        if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
+                return 0;
+        }
+        gw_h2_stream *st = stream_new(h, frame->hd.stream_id);
+        if (st == NULL) {
+                return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the stream is reset */
+        }
+        nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, st);
+        return 0;
+}
+
+static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name,
+                     size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *user)
+{
+        (void)flags;
+        gw_h2 *h = user;
+        gw_h2_stream *st = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+        if (st == NULL || st->fail_status != 0 || frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
+                return 0; /* trailers are dropped, as on HTTP/1.1 */
+        }
+        size_t cap = h->c->f->lim.head_max;
+        gw_h1_head *hd = &st->req->h;
+        bool ok = true;
+        if (nlen > 0 && name[0] == ':') {
+                const char *v = head_copy(st, value, vlen, cap);
+                ok = v != NULL;
+                if (ok && nlen == 7 && memcmp(name, ":method", 7) == 0) {
+                        hd->method = v;
+                        hd->method_len = vlen;
+                } else if (ok && nlen == 5 && memcmp(name, ":path", 5) == 0) {
+                        hd->target = v;
+                        hd->target_len = vlen;
+                } else if (ok && nlen == 10 && memcmp(name, ":authority", 10) == 0) {
+                        ok = add_field(st, (const uint8_t *)"host", 4, value, vlen, cap);
+                }
+        } else {
+                ok = add_field(st, name, nlen, value, vlen, cap);
+        }
+        if (!ok) {
+                st->fail_status = 431;
+        }
+        return 0;
+}
+
+static int on_data(nghttp2_session *session, uint8_t flags, int32_t id, const uint8_t *data,
+                   size_t len, void *user)
+{
+        (void)flags;
+        gw_h2 *h = user;
+        gw_h2_stream *st = nghttp2_session_get_stream_user_data(session, id);
+        if (st == NULL || st->fail_status != 0) {
+                return 0;
+        }
+        if (len > h->c->f->lim.body_max - evbuffer_get_length(st->req->body)) {
+                st->fail_status = 413;
+                evbuffer_drain(st->req->body, evbuffer_get_length(st->req->body));
+                return 0;
+        }
+        evbuffer_add(st->req->body, data, len);
+        return 0;
+}
+
+/* END_STREAM: the request is whole. */
+static void complete(gw_h2 *h, gw_h2_stream *st)
+{
+        gw_req *r = st->req;
+        st->complete = true;
+        if (st->fail_status != 0) {
+                fail_stream(h, st, st->fail_status,
+                            st->fail_status == 413 ? "request body too large"
+                                                   : "request header section too large");
+                return;
+        }
+        /* nghttp2 has checked :method and :path are there (RFC 9113 §8.3.1). */
+        if (r->h.method == NULL || r->h.target == NULL ||
+            (r->path = front_target_path((char *)r->h.target)) == NULL) {
+                fail_stream(h, st, 400, "request target without a path");
+                return;
+        }
+        r->is_head = strcmp(r->h.method, "HEAD") == 0;
+        r->h.head_bytes = st->head_used;
+        r->h.body_bytes = evbuffer_get_length(r->body);
+        st->dispatched = true;
+        h->c->f->fn(r, h->c->f->arg);
+}
+
+static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user)
+{
+        gw_h2 *h = user;
+        if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
+            (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) == 0) {
+                return 0;
+        }
+        gw_h2_stream *st = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+        if (st != NULL && !st->complete) {
+                complete(h, st);
+        }
+        return 0;
+}
+
+static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t code, void *user)
+{
+        (void)code;
+        gw_h2 *h = user;
+        gw_h2_stream *st = nghttp2_session_get_stream_user_data(session, id);
+        if (st != NULL) {
+                nghttp2_session_set_stream_user_data(session, id, NULL);
+                stream_free(h, st);
+        }
+        return 0;
+}
+
+/* ---- the session --------------------------------------------------------------- */
+
+static nghttp2_session_callbacks *callbacks(void)
+{
+        static nghttp2_session_callbacks *cbs; /* made once, on the loop's thread */
+        if (cbs == NULL && nghttp2_session_callbacks_new(&cbs) == 0) {
+                nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
+                nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+                nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
+                nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+                nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+        }
+        return cbs;
+}
+
+static ks_counter *opened_counter(bool upgrade)
+{
+        static ks_counter *counters[2];
+        if (counters[upgrade] == NULL) {
+                counters[upgrade] =
+                    ks_counter_get(ks_metrics_default(), "keelson_gateway_http2_connections_total",
+                                   "Connections that became HTTP/2, by how",
+                                   upgrade ? "how=\"upgrade\"" : "how=\"prior_knowledge\"");
+        }
+        return counters[upgrade];
+}
+
+static gw_h2 *session_new(conn *c)
+{
+        const gw_front_limits *lim = &c->f->lim;
+        nghttp2_session_callbacks *cbs = callbacks();
+        gw_h2 *h = calloc(1, sizeof(*h));
+        if (h == NULL || cbs == NULL || nghttp2_session_server_new(&h->session, cbs, h) != 0) {
+                free(h);
+                return NULL;
+        }
+        nghttp2_settings_entry iv[] = {
+            {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, (uint32_t)lim->h2_streams_max},
+            {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)lim->head_max},
+        };
+        if (nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, iv, 2) != 0) {
+                nghttp2_session_del(h->session);
+                free(h);
+                return NULL;
+        }
+        h->c = c;
+        return h;
+}
+
+/* c is HTTP/2 from now on: the HTTP/1.1 reader's timer and state are done with. */
+static void adopt(conn *c, gw_h2 *h, bool upgrade)
+{
+        c->h2 = h;
+        c->state = C_WAITING;
+        evtimer_del(c->timer);
+        ks_counter_inc(opened_counter(upgrade));
+}
+
+int gw_h2_start(conn *c)
+{
+        gw_h2 *h = session_new(c);
+        if (h == NULL) {
+                return -1;
+        }
+        adopt(c, h, false);
+        return 0;
+}
+
+/* Whether the comma-separated list in value holds token (case-insensitive). */
+static bool list_has(const char *value, const char *token)
+{
+        size_t tl = strlen(token);
+        for (const char *p = value; p != NULL && *p != '\0';) {
+                while (*p == ' ' || *p == '\t' || *p == ',') {
+                        p++;
+                }
+                size_t n = strcspn(p, ", \t");
+                if (n == tl && strncasecmp(p, token, tl) == 0) {
+                        return true;
+                }
+                p += n;
+        }
+        return false;
+}
+
+bool gw_h2_wants_upgrade(const gw_req *r)
+{
+        const char *upgrade = gw_req_header(r, "Upgrade");
+        const char *connection = gw_req_header(r, "Connection");
+        return r->h.minor_version == 1 && upgrade != NULL && connection != NULL &&
+               list_has(upgrade, "h2c") && list_has(connection, "upgrade") &&
+               list_has(connection, "http2-settings") &&
+               gw_req_header_count(r, "HTTP2-Settings") == 1;
+}
+
+int gw_h2_upgrade(conn *c, gw_req *r)
+{
+        /* HTTP2-Settings: a SETTINGS payload in base64url without padding. */
+        const char *b64 = gw_req_header(r, "HTTP2-Settings");
+        uint8_t payload[SETTINGS_PAYLOAD_MAX];
+        int plen = ks_base64_decode(b64, strlen(b64), payload, sizeof(payload));
+        if (plen < 0) {
+                return -1;
+        }
+        gw_h2 *h = session_new(c);
+        if (h == NULL) {
+                return -1;
+        }
+        if (nghttp2_session_upgrade2(h->session, payload, (size_t)plen, r->is_head, NULL) != 0) {
+                nghttp2_session_del(h->session);
+                free(h);
+                return -1;
+        }
+        gw_h2_stream *st = stream_new(h, 1);
+        if (st == NULL) {
+                nghttp2_session_del(h->session);
+                free(h);
+                return -1;
+        }
+        /* The HTTP/1.1 request becomes stream 1's: its own block replaces the new one. */
+        front_req_free(st->req);
+        st->req = r;
+        r->stream_id = 1;
+        r->h2 = st;
+        st->complete = true;
+        nghttp2_session_set_stream_user_data(h->session, 1, st);
+        evbuffer_add_printf(bufferevent_get_output(c->bev),
+                            "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
+                            "Upgrade: h2c\r\n\r\n");
+        adopt(c, h, true);
+        st->dispatched = true;
+        h->in_recv = true; /* a reply given at once waits for the flush below */
+        c->f->fn(r, c->f->arg);
+        h->in_recv = false;
+        flush(h);
+        if (c->state != C_CLOSING && evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
+                gw_h2_read(c); /* the client preface, if it came with the request */
+        }
+        return 0;
+}
+
+void gw_h2_read(conn *c)
+{
+        gw_h2 *h = c->h2;
+        struct evbuffer *in = bufferevent_get_input(c->bev);
+        size_t len = evbuffer_get_length(in);
+        if (len == 0) {
+                return;
+        }
+        h->in_recv = true;
+        ssize_t n = nghttp2_session_mem_recv(h->session, evbuffer_pullup(in, -1), len);
+        h->in_recv = false;
+        if (n < 0) {
+                ks_log_debug(NULL, "http/2 connection error", "{s:s,s:s}", "peer", c->peer, "error",
+                             nghttp2_strerror((int)n));
+                evbuffer_drain(in, len);
+                flush(h); /* the GOAWAY nghttp2 queued, if any */
+                front_conn_close(c);
+                return;
+        }
+        evbuffer_drain(in, (size_t)n);
+        flush(h);
+}
+
+void gw_h2_write(conn *c)
+{
+        flush(c->h2);
+}
+
+/* Idle (no stream): the idle limit. A stream still coming in: its deadline. Else none. */
+static void arm_timer(gw_h2 *h)
+{
+        const gw_front_limits *lim = &h->c->f->lim;
+        struct timeval tv;
+        int64_t ms = -1;
+        if (h->first == NULL) {
+                ms = lim->idle_ms;
+        } else {
+                for (gw_h2_stream *st = h->first; st != NULL; st = st->next) {
+                        if (!st->complete) {
+                                int64_t left = st->begun_ms + lim->request_ms - ks_mono_ms();
+                                ms = left > 0 ? left : 0;
+                                break;
+                        }
+                }
+        }
+        if (ms < 0) {
+                evtimer_del(h->c->timer);
+                return;
+        }
+        tv.tv_sec = (time_t)(ms / 1000);
+        tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
+        evtimer_add(h->c->timer, &tv);
+}
+
+void gw_h2_timer(conn *c)
+{
+        gw_h2 *h = c->h2;
+        if (h->first == NULL) { /* idle */
+                nghttp2_session_terminate_session(h->session, NGHTTP2_NO_ERROR);
+                flush(h);
+                front_conn_close(c);
+                return;
+        }
+        int64_t now = ks_mono_ms();
+        for (gw_h2_stream *st = h->first; st != NULL; st = st->next) {
+                if (!st->complete && now - st->begun_ms >= c->f->lim.request_ms) {
+                        front_count_error(c->f, 408);
+                        nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, st->req->stream_id,
+                                                  NGHTTP2_CANCEL);
+                        st->complete = true; /* freed when nghttp2 closes the stream */
+                }
+        }
+        flush(h);
+}
+
+void gw_h2_drain(conn *c)
+{
+        gw_h2 *h = c->h2;
+        h->draining = true;
+        nghttp2_submit_goaway(h->session, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(h->session), NGHTTP2_NO_ERROR,
+                              NULL, 0);
+        flush(h);
+}
+
+void gw_h2_free(conn *c)
+{
+        gw_h2 *h = c->h2;
+        c->h2 = NULL;
+        while (h->first != NULL) {
+                nghttp2_session_set_stream_user_data(h->session, h->first->req->stream_id, NULL);
+                stream_free(h, h->first);
+        }
+        nghttp2_session_del(h->session); /* calls no stream callback */
+        free(h);
+}

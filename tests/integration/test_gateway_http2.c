@@ -1,0 +1,594 @@
+/*
+ * HTTP/2 in cleartext on the gateway's one port (services/gateway/h2.c),
+ * driven by libcurl for single calls, by nghttp2's own client session (the
+ * reference implementation) for many calls on one connection (libcurl
+ * 7.88.1 fails calls on a reused prior-knowledge connection: curl/curl
+ * #10634, fixed in 8.0), and by raw frames where a client must misbehave
+ * or a frame must be seen:
+ *
+ * - prior knowledge: WhoAmI over h2c answers exactly what HTTP/1.1 answers;
+ * - `Upgrade: h2c` (curl's --http2 on http://): 101, then the reply on
+ *   stream 1; an upgrade with a malformed HTTP2-Settings is served as
+ *   HTTP/1.1;
+ * - 64 calls multiplexed on one connection all answered, one connection
+ *   opened;
+ * - limits: a header section over KEELSON_GATEWAY_HEADERS_MAX_BYTES gets
+ *   431, a body over KEELSON_GATEWAY_BODY_MAX_BYTES 413, each as Connect
+ *   error JSON, and the connection goes on serving;
+ * - SETTINGS as configured (KEELSON_GATEWAY_H2_MAX_STREAMS on a gateway of
+ *   the test's own), and the stream over the limit refused (RST_STREAM
+ *   REFUSED_STREAM);
+ * - a stream whose request does not end within the request deadline is
+ *   reset (RST_STREAM CANCEL);
+ * - on SIGTERM the gateway sends GOAWAY (NO_ERROR) on an open connection
+ *   and closes it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+#include <nghttp2/nghttp2.h>
+
+#include "it_support.h"
+#include "raw_http.h"
+
+#define WHOAMI       "/keelson.auth.v1.AuthService/WhoAmI"
+#define TOKEN_MAX    512
+#define MULTIPLEXED  64
+#define OWN_STREAMS  4
+#define OWN_READ_MS  "1500"
+#define FRAME_MAX    16384
+#define PREFACE      "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+#define F_DATA       0x0
+#define F_HEADERS    0x1
+#define F_RST_STREAM 0x3
+#define F_SETTINGS   0x4
+#define F_GOAWAY     0x7
+#define FLAG_ES      0x1 /* END_STREAM */
+#define FLAG_EH      0x4 /* END_HEADERS */
+
+static it_stack g_stack;
+static it_gateway g_own;
+static int g_own_port;
+static char g_token[TOKEN_MAX];
+static char g_user_id[64];
+
+static int setup(void **state)
+{
+        (void)state;
+        char streams[64];
+        snprintf(streams, sizeof(streams), "KEELSON_GATEWAY_H2_MAX_STREAMS=%d", OWN_STREAMS);
+        const char *env[] = {streams, "KEELSON_GATEWAY_READ_TIMEOUT_MS=" OWN_READ_MS, NULL};
+        if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0 || it_stack_load(&g_stack) != 0 ||
+            it_new_session(g_stack.gateway_url, "h2", g_token, NULL, g_user_id) != 0 ||
+            it_gateway_start(&g_stack, env, 1, &g_own) != 0) {
+                return -1;
+        }
+        const char *colon = strrchr(g_own.url, ':');
+        g_own_port = colon != NULL ? atoi(colon + 1) : 0;
+        return g_own_port > 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+        (void)state;
+        it_gateway_stop(&g_own);
+        curl_global_cleanup();
+        return 0;
+}
+
+/* ---- libcurl -------------------------------------------------------------------- */
+
+typedef struct reply {
+        long status;
+        long version; /* CURL_HTTP_VERSION_* */
+        long connects;
+        char body[4096];
+        size_t len;
+} reply;
+
+static size_t collect(char *p, size_t size, size_t n, void *arg)
+{
+        reply *r = arg;
+        size_t len = size * n, room = sizeof(r->body) - 1 - r->len;
+        memcpy(r->body + r->len, p, len < room ? len : room);
+        r->len += len < room ? len : room;
+        r->body[r->len] = '\0';
+        return len;
+}
+
+/* An easy handle POSTing body to url + path as Connect JSON, over the given HTTP version. */
+static CURL *easy(const char *url, const char *path, const char *body, size_t len, long version,
+                  struct curl_slist **headers, reply *out)
+{
+        char full[512], auth[TOKEN_MAX + 32];
+        CURL *h = curl_easy_init();
+        assert_non_null(h);
+        snprintf(full, sizeof(full), "%s%s", url, path);
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", g_token);
+        *headers = curl_slist_append(*headers, "Content-Type: application/json");
+        *headers = curl_slist_append(*headers, auth);
+        memset(out, 0, sizeof(*out));
+        curl_easy_setopt(h, CURLOPT_URL, full);
+        curl_easy_setopt(h, CURLOPT_HTTP_VERSION, version);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, *headers);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 10000L);
+        return h;
+}
+
+static void finish(CURL *h, reply *out)
+{
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
+        curl_easy_getinfo(h, CURLINFO_HTTP_VERSION, &out->version);
+        curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &out->connects);
+}
+
+/* One call on handle h (reused: its connection is kept between calls). */
+static void perform(CURL *h, reply *out)
+{
+        memset(out->body, 0, sizeof(out->body));
+        out->len = 0;
+        assert_int_equal(curl_easy_perform(h), CURLE_OK);
+        finish(h, out);
+}
+
+static void whoami(const char *url, long version, reply *out)
+{
+        struct curl_slist *headers = NULL;
+        CURL *h = easy(url, WHOAMI, "{}", 2, version, &headers, out);
+        perform(h, out);
+        curl_easy_cleanup(h);
+        curl_slist_free_all(headers);
+}
+
+/* ---- raw frames ------------------------------------------------------------------- */
+
+static void frame_send(int fd, int type, int flags, uint32_t stream, const void *p, size_t len)
+{
+        uint8_t hd[9] = {(uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len, (uint8_t)type,
+                         (uint8_t)flags};
+        uint32_t id = htonl(stream);
+        memcpy(hd + 5, &id, 4);
+        raw_send(fd, hd, sizeof(hd));
+        if (len > 0) {
+                raw_send(fd, p, len);
+        }
+}
+
+static bool read_exact(int fd, uint8_t *p, size_t len, int timeout_ms)
+{
+        size_t got = 0;
+        while (got < len) {
+                struct pollfd pfd = {fd, POLLIN, 0};
+                if (poll(&pfd, 1, timeout_ms) <= 0) {
+                        return false;
+                }
+                ssize_t n = recv(fd, p + got, len - got, 0);
+                if (n <= 0) {
+                        return false;
+                }
+                got += (size_t)n;
+        }
+        return true;
+}
+
+typedef struct frame {
+        int type, flags;
+        uint32_t stream;
+        size_t len;
+        uint8_t payload[FRAME_MAX];
+} frame;
+
+/* The next frame; false on a close or after timeout_ms of silence. */
+static bool frame_read(int fd, frame *f, int timeout_ms)
+{
+        uint8_t hd[9];
+        if (!read_exact(fd, hd, 9, timeout_ms)) {
+                return false;
+        }
+        f->len = (size_t)hd[0] << 16 | (size_t)hd[1] << 8 | hd[2];
+        f->type = hd[3];
+        f->flags = hd[4];
+        f->stream = ((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 | (uint32_t)hd[7] << 8 | hd[8]) &
+                    0x7fffffffU;
+        assert_true(f->len <= FRAME_MAX);
+        return f->len == 0 || read_exact(fd, f->payload, f->len, timeout_ms);
+}
+
+static uint32_t be32(const uint8_t *p)
+{
+        return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Reads frames until one of type (on stream, when stream > 0) comes; false if none. */
+static bool frame_wait(int fd, int type, uint32_t stream, frame *f, int timeout_ms)
+{
+        while (frame_read(fd, f, timeout_ms)) {
+                if (f->type == type && (stream == 0 || f->stream == stream)) {
+                        return true;
+                }
+        }
+        return false;
+}
+
+/* A connection that has sent the preface and an empty SETTINGS. */
+static int h2_dial(int port)
+{
+        int fd = raw_dial(NULL, port);
+        assert_true(fd >= 0);
+        raw_send(fd, PREFACE, strlen(PREFACE));
+        frame_send(fd, F_SETTINGS, 0, 0, NULL, 0);
+        return fd;
+}
+
+/*
+ * The HPACK block of a POST to path with no header field but :authority:
+ * :method POST and :scheme http from the static table (0x83, 0x86), :path
+ * and :authority as literals without indexing of static names 4 and 1.
+ */
+static size_t request_block(uint8_t *out, const char *path)
+{
+        size_t n = 0, pl = strlen(path);
+        out[n++] = 0x83;
+        out[n++] = 0x86;
+        out[n++] = 0x04;
+        out[n++] = (uint8_t)pl;
+        memcpy(out + n, path, pl);
+        n += pl;
+        out[n++] = 0x01;
+        out[n++] = 9;
+        memcpy(out + n, "127.0.0.1", 9);
+        return n + 9;
+}
+
+/* ---- tests ------------------------------------------------------------------------ */
+
+static void test_prior_knowledge_answers_as_http1(void **state)
+{
+        (void)state;
+        reply one, two;
+        whoami(g_stack.gateway_url, CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE, &two);
+        whoami(g_stack.gateway_url, CURL_HTTP_VERSION_1_1, &one);
+        assert_int_equal(two.status, 200);
+        assert_int_equal(two.version, CURL_HTTP_VERSION_2_0);
+        assert_int_equal(one.version, CURL_HTTP_VERSION_1_1);
+        assert_non_null(strstr(two.body, g_user_id));
+        assert_string_equal(two.body, one.body);
+}
+
+static void test_upgrade(void **state)
+{
+        (void)state;
+        double before = it_metric_of(g_stack.gateway_admin_urls[0],
+                                     "keelson_gateway_http2_connections_total{how=\"upgrade\"}");
+        reply r;
+        whoami(g_stack.gateway_url, CURL_HTTP_VERSION_2_0, &r); /* http://: Upgrade: h2c */
+        assert_int_equal(r.status, 200);
+        assert_int_equal(r.version, CURL_HTTP_VERSION_2_0);
+        assert_non_null(strstr(r.body, g_user_id));
+        assert_true(it_metric_of(g_stack.gateway_admin_urls[0],
+                                 "keelson_gateway_http2_connections_total{how=\"upgrade\"}") ==
+                    before + 1);
+
+        /* A malformed HTTP2-Settings: the request is served as HTTP/1.1. */
+        const char *colon = strrchr(g_stack.gateway_url, ':');
+        char raw[1024];
+        snprintf(raw, sizeof(raw),
+                 "POST " WHOAMI " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 "Authorization: Bearer %s\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+                 "Upgrade: h2c\r\nHTTP2-Settings: !!!!\r\nContent-Length: 2\r\n\r\n{}",
+                 g_token);
+        raw_reply rr;
+        raw_exchange(atoi(colon + 1), raw, 1, &rr);
+        assert_int_equal(raw_status(&rr), 200);
+        assert_memory_equal(rr.text, "HTTP/1.1 200", 12);
+}
+
+/* ---- an nghttp2 client session ----------------------------------------------- */
+
+typedef struct call {
+        int status;
+        char body[4096];
+        size_t len;
+        bool closed;
+        uint32_t error; /* RST_STREAM's code, 0 if none */
+        const uint8_t *send;
+        size_t send_len, sent;
+} call;
+
+typedef struct client {
+        int fd;
+        nghttp2_session *s;
+        int open;
+} client;
+
+static ssize_t cl_send(nghttp2_session *s, const uint8_t *p, size_t len, int flags, void *user)
+{
+        (void)s;
+        (void)flags;
+        client *c = user;
+        raw_send(c->fd, p, len);
+        return (ssize_t)len;
+}
+
+static int cl_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
+                     const uint8_t *value, size_t vlen, uint8_t flags, void *user)
+{
+        (void)flags;
+        (void)user;
+        call *k = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
+        if (k != NULL && nlen == 7 && memcmp(name, ":status", 7) == 0) {
+                k->status = atoi((const char *)value);
+                (void)vlen;
+        }
+        return 0;
+}
+
+static int cl_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *p, size_t len,
+                   void *user)
+{
+        (void)flags;
+        (void)user;
+        call *k = nghttp2_session_get_stream_user_data(s, id);
+        size_t room = k != NULL ? sizeof(k->body) - 1 - k->len : 0;
+        if (k != NULL) {
+                memcpy(k->body + k->len, p, len < room ? len : room);
+                k->len += len < room ? len : room;
+                k->body[k->len] = '\0';
+        }
+        return 0;
+}
+
+static int cl_close(nghttp2_session *s, int32_t id, uint32_t code, void *user)
+{
+        client *c = user;
+        call *k = nghttp2_session_get_stream_user_data(s, id);
+        if (k != NULL) {
+                k->closed = true;
+                k->error = code;
+                c->open--;
+        }
+        return 0;
+}
+
+static ssize_t cl_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
+                       nghttp2_data_source *src, void *user)
+{
+        (void)s;
+        (void)id;
+        (void)user;
+        call *k = src->ptr;
+        size_t n = k->send_len - k->sent < len ? k->send_len - k->sent : len;
+        memcpy(buf, k->send + k->sent, n);
+        k->sent += n;
+        if (k->sent == k->send_len) {
+                *flags |= NGHTTP2_DATA_FLAG_EOF;
+        }
+        return (ssize_t)n;
+}
+
+static void client_open(client *c, const char *base_url)
+{
+        nghttp2_session_callbacks *cbs;
+        const char *colon = strrchr(base_url, ':');
+        memset(c, 0, sizeof(*c));
+        c->fd = raw_dial(NULL, atoi(colon + 1));
+        assert_true(c->fd >= 0);
+        assert_int_equal(nghttp2_session_callbacks_new(&cbs), 0);
+        nghttp2_session_callbacks_set_send_callback(cbs, cl_send);
+        nghttp2_session_callbacks_set_on_header_callback(cbs, cl_header);
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, cl_data);
+        nghttp2_session_callbacks_set_on_stream_close_callback(cbs, cl_close);
+        assert_int_equal(nghttp2_session_client_new(&c->s, cbs, c), 0);
+        nghttp2_session_callbacks_del(cbs);
+        assert_int_equal(nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, NULL, 0), 0);
+}
+
+static void client_close(client *c)
+{
+        nghttp2_session_del(c->s);
+        close(c->fd);
+}
+
+#define NV(n, v)                                                                                   \
+        {                                                                                          \
+                (uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE         \
+        }
+
+/* Submits a POST of body to path with the session token (and one more field, if any). */
+static void client_post(client *c, call *k, const char *path, const void *body, size_t len,
+                        const char *extra_name, const char *extra_value)
+{
+        char auth[TOKEN_MAX + 16];
+        snprintf(auth, sizeof(auth), "Bearer %s", g_token);
+        nghttp2_nv nva[] = {
+            NV(":method", "POST"),
+            NV(":scheme", "http"),
+            NV(":authority", "127.0.0.1"),
+            NV(":path", path),
+            NV("content-type", "application/json"),
+            NV("authorization", auth),
+            NV(extra_name != NULL ? extra_name : "x-none", extra_value != NULL ? extra_value : "")};
+        memset(k, 0, sizeof(*k));
+        k->send = body;
+        k->send_len = len;
+        nghttp2_data_provider dp = {.source.ptr = k, .read_callback = cl_body};
+        int32_t id = nghttp2_submit_request(c->s, NULL, nva, sizeof(nva) / sizeof(nva[0]), &dp, k);
+        assert_true(id > 0);
+        c->open++;
+}
+
+/* Runs the session until every submitted call is closed (10 s at most). */
+static void client_run(client *c)
+{
+        uint8_t buf[65536];
+        for (int idle = 0; c->open > 0 && idle < 100;) {
+                assert_int_equal(nghttp2_session_send(c->s), 0);
+                struct pollfd pfd = {c->fd, POLLIN, 0};
+                if (poll(&pfd, 1, 100) <= 0) {
+                        idle++;
+                        continue;
+                }
+                ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
+                assert_true(n > 0);
+                assert_int_equal(nghttp2_session_mem_recv(c->s, buf, (size_t)n), n);
+        }
+        assert_int_equal(c->open, 0);
+}
+
+static void test_multiplexed_on_one_connection(void **state)
+{
+        (void)state;
+        const char *series = "keelson_gateway_http2_connections_total{how=\"prior_knowledge\"}";
+        double before = it_metric_of(g_stack.gateway_admin_urls[0], series);
+        static call calls[MULTIPLEXED];
+        client c;
+        client_open(&c, g_stack.gateway_url);
+        for (int i = 0; i < MULTIPLEXED; i++) {
+                client_post(&c, &calls[i], WHOAMI, "{}", 2, NULL, NULL);
+        }
+        client_run(&c);
+        for (int i = 0; i < MULTIPLEXED; i++) {
+                assert_int_equal(calls[i].status, 200);
+                assert_int_equal(calls[i].error, 0);
+                assert_non_null(strstr(calls[i].body, g_user_id));
+        }
+        client_close(&c);
+        assert_true(it_metric_of(g_stack.gateway_admin_urls[0], series) == before + 1);
+}
+
+static void test_limits_answered_and_connection_kept(void **state)
+{
+        (void)state;
+        client c;
+        call k;
+        client_open(&c, g_stack.gateway_url);
+
+        /* A header section over 16 KiB (the stack's KEELSON_GATEWAY_HEADERS_MAX_BYTES). */
+        static char pad[20000];
+        memset(pad, 'a', sizeof(pad) - 1);
+        client_post(&c, &k, WHOAMI, "{}", 2, "x-padding", pad);
+        client_run(&c);
+        assert_int_equal(k.status, 431);
+        assert_non_null(strstr(k.body, "\"code\":\"resource_exhausted\""));
+
+        /* A body over 1 MiB (KEELSON_GATEWAY_BODY_MAX_BYTES), on the same connection. */
+        size_t big_len = 1100000;
+        char *body = malloc(big_len);
+        assert_non_null(body);
+        memset(body, ' ', big_len);
+        body[0] = '{';
+        body[big_len - 1] = '}';
+        client_post(&c, &k, WHOAMI, body, big_len, NULL, NULL);
+        client_run(&c);
+        assert_int_equal(k.status, 413);
+        assert_non_null(strstr(k.body, "\"code\":\"resource_exhausted\""));
+
+        /* And the connection still serves. */
+        client_post(&c, &k, WHOAMI, "{}", 2, NULL, NULL);
+        client_run(&c);
+        assert_int_equal(k.status, 200);
+        assert_non_null(strstr(k.body, g_user_id));
+        free(body);
+        client_close(&c);
+}
+
+static void test_settings_and_refused_stream(void **state)
+{
+        (void)state;
+        static frame f;
+        int fd = h2_dial(g_own_port);
+        assert_true(frame_wait(fd, F_SETTINGS, 0, &f, 3000));
+        assert_int_equal(f.flags & 1, 0); /* the server's own, not an ACK */
+        uint32_t streams = 0, list = 0;
+        for (size_t at = 0; at + 6 <= f.len; at += 6) {
+                unsigned id = (unsigned)f.payload[at] << 8 | f.payload[at + 1];
+                uint32_t v = be32(f.payload + at + 2);
+                streams = id == 0x3 ? v : streams;
+                list = id == 0x6 ? v : list;
+        }
+        assert_int_equal(streams, OWN_STREAMS);
+        assert_int_equal(list, 16384);
+
+        /* OWN_STREAMS requests left open (no END_STREAM), then one more: refused. (Sent
+         * before the client acknowledges the limit; after, nghttp2 treats a stream over it
+         * as a connection error, which RFC 9113 §5.1.2 also allows.) */
+        uint8_t block[128];
+        size_t n = request_block(block, WHOAMI);
+        for (uint32_t i = 0; i <= OWN_STREAMS; i++) {
+                frame_send(fd, F_HEADERS, FLAG_EH, 1 + 2 * i, block, n);
+        }
+        uint32_t over = 1 + 2 * OWN_STREAMS;
+        assert_true(frame_wait(fd, F_RST_STREAM, over, &f, 3000));
+        assert_int_equal(be32(f.payload), 0x7); /* REFUSED_STREAM */
+        close(fd);
+}
+
+static void test_unfinished_stream_reset_at_deadline(void **state)
+{
+        (void)state;
+        static frame f;
+        int fd = h2_dial(g_own_port);
+        uint8_t block[128];
+        size_t n = request_block(block, WHOAMI);
+        frame_send(fd, F_HEADERS, FLAG_EH, 1, block, n);
+        frame_send(fd, F_DATA, 0, 1, "{", 1); /* and the rest never comes */
+        /* Reset with CANCEL once the request deadline (1.5 s here) has passed. */
+        assert_true(frame_wait(fd, F_RST_STREAM, 1, &f, 5000));
+        assert_int_equal(be32(f.payload), 0x8); /* CANCEL */
+
+        /* The connection serves on: a whole request on stream 3. */
+        frame_send(fd, F_HEADERS, FLAG_EH, 3, block, n);
+        frame_send(fd, F_DATA, FLAG_ES, 3, "{}", 2);
+        assert_true(frame_wait(fd, F_HEADERS, 3, &f, 3000));
+        close(fd);
+}
+
+static void test_goaway_on_drain(void **state)
+{
+        (void)state;
+        static frame f;
+        it_gateway gw;
+        assert_int_equal(it_gateway_start(&g_stack, NULL, 1, &gw), 0);
+        const char *colon = strrchr(gw.url, ':');
+        int fd = h2_dial(atoi(colon + 1));
+        assert_true(frame_wait(fd, F_SETTINGS, 0, &f, 3000));
+        kill(gw.pid, SIGTERM);
+        assert_true(frame_wait(fd, F_GOAWAY, 0, &f, 5000));
+        assert_true(f.len >= 8);
+        assert_int_equal(be32(f.payload + 4), 0); /* NO_ERROR */
+        assert_false(frame_read(fd, &f, 5000));   /* then closed */
+        close(fd);
+        it_gateway_stop(&gw);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_prior_knowledge_answers_as_http1),
+            cmocka_unit_test(test_upgrade),
+            cmocka_unit_test(test_multiplexed_on_one_connection),
+            cmocka_unit_test(test_limits_answered_and_connection_kept),
+            cmocka_unit_test(test_settings_and_refused_stream),
+            cmocka_unit_test(test_unfinished_stream_reset_at_deadline),
+            cmocka_unit_test(test_goaway_on_drain),
+        };
+        return cmocka_run_group_tests(tests, setup, teardown);
+}
