@@ -31,3 +31,6 @@ const size_t gw_ratelimit_lua_len = ${lua_len};
 
 target_sources(keelson_gateway_lib PRIVATE ${gw_lua_c})
 target_link_libraries(keelson_gateway_lib PUBLIC ZLIB::ZLIB PkgConfig::NGHTTP2)
+
+# The gRPC protocol layer's own steps: the embedded descriptors, descriptor.proto.
+include(${CMAKE_CURRENT_LIST_DIR}/grpc.cmake)
