@@ -217,6 +217,15 @@ int bl_defer_row(bl_tx *tx, const char *row, const char *sql, int n, const char 
  */
 int bl_defer_rewrite(bl_tx *tx, const char *row, const char *sql, int from, int n,
                      const char *const *params, bool *found);
+/*
+ * Takes the bl_defer_row of (row, sql) out of the queue into *out, to be
+ * sent as another statement later than the rest (the caller frees it,
+ * bl_deferred_free): true. False, and nothing changes, when none waits or
+ * a statement deferred after it names table (it may need the row first).
+ */
+bool bl_defer_take(bl_tx *tx, const char *row, const char *sql, const char *table,
+                   bl_deferred *out);
+void bl_deferred_free(bl_deferred *d);
 /* Frees what a transaction holds (deferred writes, numbers, events, postings); not its connection.
  */
 void bl_tx_free(bl_tx *tx);
@@ -397,6 +406,17 @@ int bl_plan_load(bl_tx *tx, const char *id, bl_plan *out);
 /* The latest version of a code. */
 int bl_plan_load_code(bl_tx *tx, const char *code, bl_plan *out);
 int bl_sub_load(bl_tx *tx, const char *id, bool for_update, bl_subscription *out);
+/*
+ * The statements of those loads ($1 the id, or the code), for a caller
+ * that sends them in one pipeline with others, and the rows they return
+ * read into out: the result is cleared; KS_NOT_FOUND (call not failed) or
+ * KS_OK.
+ */
+extern const char bl_customer_sql_locked[];
+extern const char bl_plan_sql_id[];
+extern const char bl_plan_sql_code[];
+int bl_customer_from(bl_tx *tx, PGresult *res, bl_customer *out);
+int bl_plan_from(bl_tx *tx, PGresult *res, bl_plan *out);
 
 /*
  * What a payment provider says of a subscription (provider_events.c),
@@ -639,12 +659,14 @@ int bl_next_number(bl_tx *tx, int kind, const char *prefix, char *out, size_t ou
 int bl_customer_credit(bl_tx *tx, const char *customer_id, int64_t amount);
 /*
  * Numbers the invoices finalized in tx so far (one statement: the tenant's
- * counter taken once, for all of them, in the order they were finalized)
- * and queues their invoice_finalized and invoice_paid events, which carry
- * the number. Called as late as can be: the counter's row is held from
- * here to COMMIT, so the tenant's finalizations wait for each other only
- * that long. bl_tx_run does it before COMMIT; a reply that shows an
- * invoice finalized in tx does it first, then bl_number_of.
+ * counter taken once, for all of them, in the order they were finalized;
+ * a lone invoice whose insert still waits is inserted numbered, after the
+ * other waiting writes, rather than updated) and queues their
+ * invoice_finalized and invoice_paid events, which carry the number.
+ * Called as late as can be: the counter's row is held from here to
+ * COMMIT, so the tenant's finalizations wait for each other only that
+ * long. bl_tx_run does it before COMMIT; a reply that shows an invoice
+ * finalized in tx does it first, then bl_number_of.
  */
 int bl_tx_seal(bl_tx *tx);
 /*

@@ -62,20 +62,65 @@ static bool tax_lines(const bl_customer *cust, bl_line *lines, size_t n, bl_tota
  * invoice rewrites its values instead of adding an UPDATE (bl_invoice_save):
  * an invoice made, finalized and paid in one call is one row written once.
  */
-static const char sql_create[] =
-    "WITH inv AS (INSERT INTO billing.invoices (tenant_id, id, customer_id, subscription_id,"
-    " billing_reason, currency, description, created_ms, state, subtotal, tax, total,"
-    " balance_applied, amount_due, amount_paid, amount_credited, n_lines, period_start_ms,"
-    " period_end_ms, auto_charge, attempt_count, next_attempt_ms, finalized_ms, paid_ms,"
-    " voided_ms, uncollectible_ms) VALUES (billing.ctx_tenant(), $1::uuid, $2::uuid,"
-    " NULLIF($3, '')::uuid, $4, $5, $6, $7::int8, $8::int2, $9::int8, $10::int8, $11::int8,"
-    " $12::int8, $13::int8, $14::int8, $15::int8, $16::int4, $17::int8, $18::int8, $19::bool,"
-    " $20::int4, NULLIF($21::int8, 0), $22::int8, $23::int8, $24::int8, $25::int8))"
-    " INSERT INTO billing.invoice_lines (tenant_id, invoice_id, line_no, kind, description,"
-    " quantity, unit_amount, amount, tax, taxable, period_start_ms, period_end_ms)"
-    " SELECT billing.ctx_tenant(), $1::uuid, $26::int4 + o - 1, k, d, q, u, a, t, x, ps, pe"
-    " FROM unnest($27::text[], $28::text[], $29::int8[], $30::int8[], $31::int8[], $32::int8[],"
-    " $33::bool[], $34::int8[], $35::int8[]) WITH ORDINALITY AS l(k, d, q, u, a, t, x, ps, pe, o)";
+#define INV_COLUMNS                                                                                \
+        "tenant_id, id, customer_id, subscription_id, billing_reason, currency, description,"      \
+        " created_ms, state, subtotal, tax, total, balance_applied, amount_due, amount_paid,"      \
+        " amount_credited, n_lines, period_start_ms, period_end_ms, auto_charge, attempt_count,"   \
+        " next_attempt_ms, finalized_ms, paid_ms, voided_ms, uncollectible_ms"
+#define INV_VALUES                                                                                 \
+        "billing.ctx_tenant(), $1::uuid, $2::uuid, NULLIF($3, '')::uuid, $4, $5, $6, $7::int8,"    \
+        " $8::int2, $9::int8, $10::int8, $11::int8, $12::int8, $13::int8, $14::int8, $15::int8,"   \
+        " $16::int4, $17::int8, $18::int8, $19::bool, $20::int4, NULLIF($21::int8, 0), $22::int8," \
+        " $23::int8, $24::int8, $25::int8"
+#define INV_LINES                                                                                  \
+        "INSERT INTO billing.invoice_lines (tenant_id, invoice_id, line_no, kind, description,"    \
+        " quantity, unit_amount, amount, tax, taxable, period_start_ms, period_end_ms)"            \
+        " SELECT billing.ctx_tenant(), $1::uuid, $26::int4 + o - 1, k, d, q, u, a, t, x, ps, pe"   \
+        " FROM unnest($27::text[], $28::text[], $29::int8[], $30::int8[], $31::int8[],"            \
+        " $32::int8[], $33::bool[], $34::int8[], $35::int8[])"                                     \
+        " WITH ORDINALITY AS l(k, d, q, u, a, t, x, ps, pe, o)"
+
+/*
+ * The tenant's counter of KIND moved on by K, as CTE n (its new last): an
+ * UPDATE, which queues the waiters of a busy row on its tuple lock and
+ * wakes one at each commit, where INSERT ... ON CONFLICT's check would wake
+ * every waiter to look again; the insert only for the tenant's first number.
+ */
+#define COUNTER_TAKE(KIND, K)                                                                      \
+        "cu AS (UPDATE billing.counters SET last = last + " K                                      \
+        " WHERE tenant_id = billing.ctx_tenant() AND kind = " KIND " RETURNING last),"             \
+        " ci AS (INSERT INTO billing.counters AS c (tenant_id, kind, last)"                        \
+        " SELECT billing.ctx_tenant(), " KIND ", " K " WHERE NOT EXISTS (SELECT FROM cu)"          \
+        " ON CONFLICT (tenant_id, kind) DO UPDATE SET last = c.last + " K " RETURNING last),"      \
+        " n AS (SELECT last FROM cu UNION ALL SELECT last FROM ci)"
+
+/* "INV-" and six digits of column seq, more past 999,999 (as %06lld prints). */
+#define INV_NUMBER                                                                                 \
+        "'INV-' || CASE WHEN seq < 1000000 THEN lpad(seq::text, 6, '0') ELSE seq::text END"
+
+/*
+ * A new invoice and its lines in one statement: the invoice with every
+ * column ($1..$25), then its lines from line_no $26 on, from arrays
+ * ($27..$35). While it still waits to be sent (bl_defer), a save of the
+ * invoice rewrites its values instead of adding an UPDATE (bl_invoice_save):
+ * an invoice made, finalized and paid in one call is one row written once.
+ */
+static const char sql_create[] = "WITH inv AS (INSERT INTO billing.invoices (" INV_COLUMNS
+                                 ") VALUES (" INV_VALUES ")) " INV_LINES;
+
+/*
+ * The same, numbered: when the transaction seals and the invoice is still
+ * to be written (bl_tx_seal), its insert takes the counter and carries the
+ * number, instead of an UPDATE that would write the row again (in all seven
+ * of its indexes, since the number is one of them). Sent last, so the
+ * counter is held from there to COMMIT only.
+ */
+#define SQL_CREATE_NUMBERED(TAKE)                                                                  \
+        "WITH " TAKE ", inv AS (INSERT INTO billing.invoices (" INV_COLUMNS ", number)"            \
+        " SELECT " INV_VALUES ", " INV_NUMBER " FROM (SELECT last AS seq FROM n) s"                \
+        " RETURNING id, number), ln AS (" INV_LINES ") SELECT id, number FROM inv"
+
+static const char sql_create_numbered[] = SQL_CREATE_NUMBERED(COUNTER_TAKE("1", "1"));
 
 #define CREATE_HEAD   7  /* $1..$7: what never changes */
 #define CREATE_STATE  18 /* $8..$25: every mutable column, as bl_invoice_save writes them */
@@ -328,9 +373,7 @@ int bl_invoice_move(bl_tx *tx, bl_invoice *inv, bl_inv_event ev, int64_t at_ms)
 /* ---- finalize ------------------------------------------------------------------------------ */
 
 /* The next number of kind (1 invoices, 2 credit notes) in the tenant, gapless. */
-static const char sql_next_number[] =
-    "INSERT INTO billing.counters AS c (tenant_id, kind, last) VALUES (billing.ctx_tenant(),"
-    " $1::int2, 1) ON CONFLICT (tenant_id, kind) DO UPDATE SET last = c.last + 1 RETURNING last";
+static const char sql_next_number[] = "WITH " COUNTER_TAKE("$1::int2", "1") " SELECT last FROM n";
 
 static const char sql_customer_balance[] =
     "UPDATE billing.customers SET credit_balance = $2::int8"
@@ -415,18 +458,15 @@ int bl_invoice_paid_event(bl_tx *tx, const bl_invoice *inv)
  * key, several by "id = ANY": a join on the array lets a plan made on a
  * young table's statistics hash or walk every invoice of the tenant.
  */
-#define SQL_NUMBER(ID_IS, SEQ)                                                                     \
-        "WITH n AS (INSERT INTO billing.counters AS c (tenant_id, kind, last)"                     \
-        " VALUES (billing.ctx_tenant(), 1, $2::int8) ON CONFLICT (tenant_id, kind)"                \
-        " DO UPDATE SET last = c.last + $2::int8 RETURNING last)"                                  \
-        " UPDATE billing.invoices i SET number = 'INV-' || CASE WHEN " SEQ " < 1000000"            \
-        " THEN lpad((" SEQ ")::text, 6, '0') ELSE (" SEQ ")::text END"                             \
-        " FROM (SELECT last - $2::int8 AS s FROM n) b"                                             \
+#define SQL_NUMBER(TAKE, ID_IS, SEQ)                                                               \
+        "WITH " TAKE " UPDATE billing.invoices i SET number = (SELECT " INV_NUMBER                 \
+        " FROM (SELECT " SEQ " AS seq) q) FROM (SELECT last - $2::int8 AS s FROM n) b"             \
         " WHERE i.tenant_id = billing.ctx_tenant() AND " ID_IS " RETURNING i.id, i.number"
 
-static const char sql_number_one[] = SQL_NUMBER("i.id = $1::uuid", "b.s + 1");
-static const char sql_number[] =
-    SQL_NUMBER("i.id = ANY($1::uuid[])", "b.s + array_position($1::uuid[], i.id)");
+static const char sql_number_one[] =
+    SQL_NUMBER(COUNTER_TAKE("1", "$2::int8"), "i.id = $1::uuid", "b.s + 1");
+static const char sql_number[] = SQL_NUMBER(COUNTER_TAKE("1", "$2::int8"), "i.id = ANY($1::uuid[])",
+                                            "b.s + array_position($1::uuid[], i.id)");
 
 /* The numbers of a sealed batch into their entries, and the events that carry them. */
 static int announce(bl_tx *tx, const PGresult *res)
@@ -445,6 +485,27 @@ static int announce(bl_tx *tx, const PGresult *res)
                 }
         }
         return KS_OK;
+}
+
+/*
+ * The numbering of the one invoice id: its insert, when it still waits to
+ * be sent, taking the counter and carrying the number, sent after every
+ * other deferred write; else an UPDATE of the row.
+ */
+static int number_one(bl_tx *tx, const char *id, PGresult **res)
+{
+        ks_pg_num one = ks_pg_num_of(1);
+        const char *p[2] = {id, one.s};
+        bl_deferred d;
+        int rc;
+
+        if (!bl_defer_take(tx, id, sql_create, "billing.invoice", &d)) {
+                return bl_exec(tx, sql_number_one, 2, p, res);
+        }
+        KS_ASSERT(d.n == CREATE_PARAMS);
+        rc = bl_exec(tx, sql_create_numbered, d.n, (const char *const *)d.params, res);
+        bl_deferred_free(&d);
+        return rc;
 }
 
 int bl_tx_seal(bl_tx *tx)
@@ -471,10 +532,7 @@ int bl_tx_seal(bl_tx *tx)
                 bl_arr_free(&ids);
                 return tx->call != NULL ? ks_call_oom(tx->call) : KS_RESOURCE_EXHAUSTED;
         }
-        if (n == 1) {
-                p[0] = one;
-        }
-        rc = bl_exec(tx, n == 1 ? sql_number_one : sql_number, 2, p, &res);
+        rc = n == 1 ? number_one(tx, one, &res) : bl_exec(tx, sql_number, 2, p, &res);
         bl_arr_free(&ids);
         if (rc != KS_OK) {
                 return rc;

@@ -75,17 +75,15 @@ static int load_one(bl_tx *tx, const char *sql, const char *id, PGresult **res)
         " test_clock_id, archived FROM billing.customers"                                          \
         " WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid"
 
-int bl_customer_load(bl_tx *tx, const char *id, bool for_update, bl_customer *out)
-{
-        static const char sql[] = "SELECT " CUSTOMER_COLS;
-        static const char sql_locked[] = "SELECT " CUSTOMER_COLS " FOR UPDATE";
-        PGresult *res;
-        int rc;
+const char bl_customer_sql_locked[] = "SELECT " CUSTOMER_COLS " FOR UPDATE";
 
-        if ((rc = load_one(tx, for_update ? sql_locked : sql, id, &res)) != KS_OK) {
-                return rc;
-        }
+int bl_customer_from(bl_tx *tx, PGresult *res, bl_customer *out)
+{
         memset(out, 0, sizeof(*out));
+        if (PQntuples(res) != 1) {
+                PQclear(res);
+                return KS_NOT_FOUND;
+        }
         copy(out->id, sizeof(out->id), res, 0, 0);
         out->currency = bl_currency_find(ks_pg_text(res, 0, 1));
         out->tax_rate_bp = ks_pg_bool(res, 0, 3) ? 0 : (int32_t)ks_pg_int(res, 0, 2);
@@ -98,6 +96,18 @@ int bl_customer_load(bl_tx *tx, const char *id, bool for_update, bl_customer *ou
                 return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
         }
         return KS_OK;
+}
+
+int bl_customer_load(bl_tx *tx, const char *id, bool for_update, bl_customer *out)
+{
+        static const char sql[] = "SELECT " CUSTOMER_COLS;
+        PGresult *res;
+        int rc;
+
+        if ((rc = load_one(tx, for_update ? bl_customer_sql_locked : sql, id, &res)) != KS_OK) {
+                return rc;
+        }
+        return bl_customer_from(tx, res, out);
 }
 
 /* ---- plans ------------------------------------------------------------------------ */
@@ -128,15 +138,10 @@ int bl_plan_read(const PGresult *res, int row, bl_plan *out)
         return KS_OK;
 }
 
-static int plan_load(bl_tx *tx, const char *sql, const char *key, bl_plan *out)
+int bl_plan_from(bl_tx *tx, PGresult *res, bl_plan *out)
 {
-        const char *params[1] = {key};
-        PGresult *res = NULL;
         int rc;
 
-        if ((rc = bl_exec(tx, sql, 1, params, &res)) != KS_OK) {
-                return rc;
-        }
         if (PQntuples(res) != 1) {
                 PQclear(res);
                 return KS_NOT_FOUND;
@@ -146,20 +151,31 @@ static int plan_load(bl_tx *tx, const char *sql, const char *key, bl_plan *out)
         return rc == KS_OK ? KS_OK : bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
 }
 
+static int plan_load(bl_tx *tx, const char *sql, const char *key, bl_plan *out)
+{
+        const char *params[1] = {key};
+        PGresult *res = NULL;
+        int rc;
+
+        if ((rc = bl_exec(tx, sql, 1, params, &res)) != KS_OK) {
+                return rc;
+        }
+        return bl_plan_from(tx, res, out);
+}
+
+const char bl_plan_sql_id[] =
+    "SELECT " PLAN_COLS " WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid";
+const char bl_plan_sql_code[] =
+    "SELECT " PLAN_COLS " WHERE tenant_id = billing.ctx_tenant() AND code = $1 AND latest";
+
 int bl_plan_load(bl_tx *tx, const char *id, bl_plan *out)
 {
-        static const char sql[] =
-            "SELECT " PLAN_COLS " WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid";
-
-        return bl_uuid_valid(id) ? plan_load(tx, sql, id, out) : KS_NOT_FOUND;
+        return bl_uuid_valid(id) ? plan_load(tx, bl_plan_sql_id, id, out) : KS_NOT_FOUND;
 }
 
 int bl_plan_load_code(bl_tx *tx, const char *code, bl_plan *out)
 {
-        static const char sql[] =
-            "SELECT " PLAN_COLS " WHERE tenant_id = billing.ctx_tenant() AND code = $1 AND latest";
-
-        return plan_load(tx, sql, code, out);
+        return plan_load(tx, bl_plan_sql_code, code, out);
 }
 
 /* ---- subscriptions ----------------------------------------------------------------- */

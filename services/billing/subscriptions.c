@@ -256,6 +256,45 @@ static int reply_created(bl_tx *tx, const bl_subscription *s, const bl_plan *pla
         return rc;
 }
 
+/*
+ * The customer, locked, and the plan, read in one round trip (the plan's
+ * read needs nothing of the customer's), then refused in the order the
+ * request is checked: the customer, then the plan.
+ */
+static int load_inputs(bl_tx *tx, const create_args *a, bl_customer *cust, bl_plan *plan)
+{
+        const char *cp[1] = {a->in->customer_id};
+        const char *pp[1] = {a->in->plan_id[0] != '\0' ? a->in->plan_id : a->in->plan_code};
+        PGresult *cres = NULL, *pres = NULL;
+        const ks_pg_stmt s[2] = {
+            {.sql = bl_customer_sql_locked, .n_params = 1, .params = cp, .out = &cres},
+            {.sql = a->in->plan_id[0] != '\0' ? bl_plan_sql_id : bl_plan_sql_code,
+             .n_params = 1,
+             .params = pp,
+             .out = &pres}};
+        int rc, prc;
+
+        if ((rc = bl_pipeline(tx, s, 2)) != KS_OK) {
+                return rc;
+        }
+        if ((rc = bl_customer_from(tx, cres, cust)) != KS_OK || cust->archived) {
+                PQclear(pres);
+                if (rc == KS_NOT_FOUND) {
+                        return bl_fail(tx, KS_NOT_FOUND, "customer not found");
+                }
+                return rc != KS_OK
+                           ? rc
+                           : bl_fail(tx, KS_FAILED_PRECONDITION, "the customer is archived");
+        }
+        if ((prc = bl_plan_from(tx, pres, plan)) == KS_NOT_FOUND) {
+                return bl_fail(tx, KS_NOT_FOUND, "plan not found");
+        }
+        if (prc == KS_OK && plan->archived) {
+                return bl_fail(tx, KS_FAILED_PRECONDITION, "the plan is archived");
+        }
+        return prc;
+}
+
 static int create_tx(bl_tx *tx, void *arg)
 {
         create_args *a = arg;
@@ -266,13 +305,7 @@ static int create_tx(bl_tx *tx, void *arg)
         int64_t now;
         int rc;
 
-        if ((rc = bl_customer_load(tx, a->in->customer_id, true, &cust)) != KS_OK) {
-                return rc == KS_NOT_FOUND ? bl_fail(tx, KS_NOT_FOUND, "customer not found") : rc;
-        }
-        if (cust.archived) {
-                return bl_fail(tx, KS_FAILED_PRECONDITION, "the customer is archived");
-        }
-        if ((rc = bl_plan_named(tx, a->in->plan_id, a->in->plan_code, &plan)) != KS_OK) {
+        if ((rc = load_inputs(tx, a, &cust, &plan)) != KS_OK) {
                 return rc;
         }
         if (plan.currency != cust.currency) {

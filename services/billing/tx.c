@@ -132,6 +132,36 @@ int bl_defer_rewrite(bl_tx *tx, const char *row, const char *sql, int from, int 
         return KS_OK;
 }
 
+/* Whether a statement deferred after index i names table (a string in its text). */
+static bool named_after(const bl_tx *tx, size_t i, const char *table)
+{
+        for (size_t k = i + 1; k < tx->n_deferred; k++) {
+                if (strstr(tx->deferred[k].sql, table) != NULL) {
+                        return true;
+                }
+        }
+        return false;
+}
+
+bool bl_defer_take(bl_tx *tx, const char *row, const char *sql, const char *table, bl_deferred *out)
+{
+        bl_deferred *d = deferred_of(tx, row, sql);
+
+        if (d == NULL || named_after(tx, (size_t)(d - tx->deferred), table)) {
+                return false;
+        }
+        *out = *d;
+        size_t i = (size_t)(d - tx->deferred);
+        memmove(d, d + 1, (tx->n_deferred - i - 1) * sizeof(*d));
+        tx->n_deferred--;
+        return true;
+}
+
+void bl_deferred_free(bl_deferred *d)
+{
+        deferred_free(d);
+}
+
 int bl_defer_row(bl_tx *tx, const char *row, const char *sql, int n, const char *const *params)
 {
         bool found;
