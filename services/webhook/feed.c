@@ -22,6 +22,8 @@
  * the broker is down nothing here notices, since the feed is the database.
  * A transaction that stays open holds the xmin back, and the feed with it.
  */
+#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,16 +39,25 @@
 static const char sql_cursor_read[] = "SELECT xid, id FROM webhook.feed_cursors WHERE source = $1";
 
 /*
- * $1 cursor xid, $2 cursor id, $3 page size. The schema is one of wh_sources,
- * written into the text. The cursor comes as parameters, not a join: only a
- * row comparison with values bounds the index scan of (xid, id).
+ * The schema (one of wh_sources), the cursor (xid, id) and the page size are
+ * written into the text, and the statement is planned at each page
+ * (unprepared). Prepared, it was planned once, generically, on whatever the
+ * outbox looked like then (empty, on a new database): the planner knew
+ * neither where the cursor stands nor how small the page is, guessed that a
+ * third of the outbox follows the cursor and ten per cent of it is the page,
+ * and chose to gather every row from the cursor to the snapshot's xmin (or
+ * the whole table) and sort it, in parallel workers started at each step
+ * (docs/performance.md, "the webhook feed's read"). With the values in the
+ * text, the plan is a walk of outbox_feed from the cursor (the row
+ * comparison with constants is the scan's start key), stopped by the xmin or
+ * the LIMIT: no row below the cursor is touched again.
  */
 static const char sql_read_fmt[] =
     "WITH e AS (SELECT o.xid, o.id, o.event_id, o.topic, o.tenant_id, o.payload,"
     " (extract(epoch FROM o.created_at) * 1000)::int8 AS created_ms"
-    " FROM %s.outbox o WHERE (o.xid, o.id) > ($1::xid8, $2::int8)"
+    " FROM %s.outbox o WHERE (o.xid, o.id) > ('%" PRIu64 "'::xid8, %" PRId64 "::int8)"
     " AND o.xid < pg_snapshot_xmin(pg_current_snapshot())"
-    " ORDER BY o.xid, o.id LIMIT $3::int4)"
+    " ORDER BY o.xid, o.id LIMIT %" PRId64 ")"
     " SELECT e.xid, e.id, e.event_id, e.topic, e.tenant_id, e.created_ms, s.ids,"
     " CASE WHEN s.ids IS NOT NULL THEN e.payload END"
     " FROM e LEFT JOIN LATERAL (SELECT array_agg(s.id) AS ids FROM webhook.subscriptions s"
@@ -142,11 +153,53 @@ static int fan_out(PGconn *conn, const char *source, PGresult *res, int from, in
         return rc;
 }
 
+/* A decimal field of the cursor's row: digits only, no sign, at most max. */
+static int cursor_field(const PGresult *cursor, int col, uint64_t max, uint64_t *out)
+{
+        const char *v = ks_pg_text(cursor, 0, col);
+        char *end = NULL;
+
+        if (v[0] < '0' || v[0] > '9') {
+                return KS_INTERNAL;
+        }
+        errno = 0;
+        unsigned long long n = strtoull(v, &end, 10);
+        if (errno != 0 || *end != '\0' || n > max) {
+                return KS_INTERNAL;
+        }
+        *out = (uint64_t)n;
+        return KS_OK;
+}
+
+/*
+ * The page after the cursor's row (none: from the start, xid 0 being below
+ * every real one), as sql_read_fmt says, into *res.
+ */
+static int read_page(wh_service *svc, PGconn *conn, const char *source, const PGresult *cursor,
+                     PGresult **res)
+{
+        char sql[SQL_MAX];
+        uint64_t xid = 0, id = 0;
+        int rc;
+
+        if (PQntuples(cursor) > 0 && ((rc = cursor_field(cursor, 0, UINT64_MAX, &xid)) != KS_OK ||
+                                      (rc = cursor_field(cursor, 1, INT64_MAX, &id)) != KS_OK)) {
+                ks_log_error(NULL, "webhook feed: the cursor is not (xid, id)", "{s:s}", "source",
+                             source);
+                return rc;
+        }
+        int n = snprintf(sql, sizeof(sql), sql_read_fmt, source, xid, (int64_t)id,
+                         svc->cfg->feed_batch_max);
+        if (n < 0 || (size_t)n >= sizeof(sql)) {
+                return KS_INTERNAL;
+        }
+        const ks_pg_stmt s = {.sql = sql, .out = res, .unprepared = true};
+        return ks_pg_pipeline(conn, "feed", &s, 1);
+}
+
 /* One page of source in one transaction. *n_read: events read (0: none, or another's turn). */
 static int page(wh_service *svc, PGconn *conn, const char *source, int *n_read)
 {
-        char sql[SQL_MAX];
-        ks_pg_num limit = ks_pg_num_of(svc->cfg->feed_batch_max);
         const char *lp[2] = {FEED_LOCK_CLASS, source};
         const char *cp[1] = {source};
         PGresult *locked = NULL, *cursor = NULL, *res = NULL;
@@ -154,7 +207,6 @@ static int page(wh_service *svc, PGconn *conn, const char *source, int *n_read)
         int rc;
 
         *n_read = 0;
-        snprintf(sql, sizeof(sql), sql_read_fmt, source);
         const ks_pg_stmt open[4] = {
             {.sql = "BEGIN"},
             {.sql = "SET LOCAL ROLE keelson_webhook_worker"},
@@ -173,11 +225,7 @@ static int page(wh_service *svc, PGconn *conn, const char *source, int *n_read)
                 ks_pg_rollback(conn);
                 return KS_OK;
         }
-        /* No row yet: from the start (xid 0 is below every real one). */
-        bool started = PQntuples(cursor) > 0;
-        const char *rp[3] = {started ? ks_pg_text(cursor, 0, 0) : "0",
-                             started ? ks_pg_text(cursor, 0, 1) : "0", limit.s};
-        rc = ks_pg_exec(conn, "feed", sql, 3, rp, &res);
+        rc = read_page(svc, conn, source, cursor, &res);
         PQclear(cursor);
         if (rc != KS_OK) {
                 return rc;

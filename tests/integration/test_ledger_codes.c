@@ -4,7 +4,8 @@
  * and CreateTransfers is provoked on purpose and checked (the last test
  * asserts that none was missed), with the balances each scenario must
  * leave; then the reads (lookups, account transfers and balances, trial
- * balance, query filters), imported events, the request-level errors and
+ * balance, query filters), a batch of accounts that all exist answered
+ * without the tenant's clock, imported events, the request-level errors and
  * tenant isolation, in the API and in the database's row-level security.
  *
  * overflows_timeout is the one code no request can reach before the year
@@ -735,6 +736,65 @@ static void test_result_timestamps(void **state)
         protobuf_c_message_free_unpacked(&tr->base, NULL);
 }
 
+/* The tenant's clock (ledger.clocks.last_ns), read as the superuser. */
+static uint64_t clock_ns(const lt_tenant *t)
+{
+        PGconn *c = it_pg_connect(&g_stack);
+        const char *p[1] = {t->tenant_id};
+        PGresult *r =
+            it_sql(c, "SELECT last_ns FROM ledger.clocks WHERE tenant_id = $1::uuid", 1, p);
+        assert_int_equal(PQntuples(r), 1);
+        uint64_t ns = strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+        PQfinish(c);
+        return ns;
+}
+
+/*
+ * A batch of accounts that all exist as asked is answered without the
+ * tenant's clock (accounts.c): exists, each with the account's own
+ * timestamp, and the clock not moved. A batch with anything else in it
+ * still takes the clock: a refusal's timestamp comes after the last one
+ * given. A tenant of its own, so that no other writer moves its clock.
+ */
+static void test_accounts_that_exist_take_no_clock(void **state)
+{
+        lt_tenant t;
+        lt_account_pb a[2];
+        (void)state;
+
+        lt_tenant_new(&g_stack, "ledger-exist", &t);
+        lt_account_init(&a[0], 190, 1, 7, 0);
+        lt_account_init(&a[1], 191, 1, 7, 0);
+        Keelson__Ledger__V1__CreateAccountsResponse *ar = create_accounts_reply_of(&t, a, 2);
+        assert_int_equal(ar->results[0], AR(ok));
+        assert_int_equal(ar->results[1], AR(ok));
+        uint64_t t190 = ar->timestamps[0], t191 = ar->timestamps[1];
+        protobuf_c_message_free_unpacked(&ar->base, NULL);
+        uint64_t c0 = clock_ns(&t);
+        assert_true(c0 >= t191 && t191 > t190);
+
+        for (int round = 0; round < 2; round++) {
+                ar = create_accounts_reply_of(&t, a, 2);
+                assert_int_equal(ar->n_results, 2);
+                assert_int_equal(ar->results[0], AR(exists));
+                assert_int_equal(ar->results[1], AR(exists));
+                assert_int_equal(ar->timestamps[0], t190);
+                assert_int_equal(ar->timestamps[1], t191);
+                protobuf_c_message_free_unpacked(&ar->base, NULL);
+                assert_int_equal(clock_ns(&t), c0);
+        }
+
+        lt_account_init(&a[1], 191, 1, 8, 0); /* exists_with_different_code: judged in time */
+        ar = create_accounts_reply_of(&t, a, 2);
+        assert_int_equal(ar->results[0], AR(exists));
+        assert_int_equal(ar->results[1], AR(exists_with_different_code));
+        assert_int_equal(ar->timestamps[0], t190);
+        assert_true(ar->timestamps[1] > c0);
+        protobuf_c_message_free_unpacked(&ar->base, NULL);
+        assert_true(clock_ns(&t) > c0);
+}
+
 /* ---- imported events -------------------------------------------------------------- */
 
 static lt_tenant g_imp; /* a tenant of its own: its history starts near the epoch */
@@ -1452,6 +1512,7 @@ int main(void)
             cmocka_unit_test(test_closed_accounts),
             cmocka_unit_test(test_matches_tigerbeetle_0_17),
             cmocka_unit_test(test_result_timestamps),
+            cmocka_unit_test(test_accounts_that_exist_take_no_clock),
             cmocka_unit_test(test_imported_accounts),
             cmocka_unit_test(test_imported_transfers),
             cmocka_unit_test(test_imported_at_an_expiry),

@@ -28,6 +28,11 @@
  * - kill -9 of the only delivering replica with a backlog of 20 events:
  *   once replicas run again, every event reached the sink (at least once),
  *   and there is exactly one delivery per event, each delivered.
+ * - A transaction still open when later ones commit (it took its xid
+ *   first): while it is open, the feed's cursor stays below its xid and the
+ *   events committed after it are not delivered; once it commits with an
+ *   event (a larger outbox id than theirs), that event is delivered too,
+ *   and every event of the subscription has exactly one delivery.
  *
  * Tests that stop the stack's webhook replicas (SIGSTOP) resume them in
  * their teardown, whatever happened.
@@ -894,6 +899,67 @@ static void test_killed_during_backlog(void **state)
         print_message("killed after %d of %d events had reached the sink\n", before, BACKLOG_N);
 }
 
+/*
+ * The feed reads below the xmin of its snapshot: an event whose transaction
+ * took its xid before others committed is neither skipped nor doubled when
+ * it commits after them, with an outbox id above theirs.
+ */
+static void test_late_commit_not_skipped(void **state)
+{
+        (void)state;
+        bit_tenant t;
+        char cust[BIT_ID_MAX], inv[2][BIT_ID_MAX], xid[32], late_id[40];
+        sub s;
+        wsink *sink = new_sink(200, 0);
+
+        bit_tenant_new("wh-dlv-late", &t);
+        sink_subscribe(&t, sink, "\"" PAID "\"", &s);
+        bit_customer(&t, "USD", 0, "pm_card_visa", "", cust);
+        paid_invoice(&t, cust, inv[0]);
+        wait_all(sink, inv, 1, WAIT_MS);
+
+        PGconn *late = it_pg_connect(wit_stack());
+        PGconn *pg = it_pg_connect(wit_stack());
+        PQclear(it_sql(late, "BEGIN", 0, NULL));
+        PGresult *r = it_sql(late, "SELECT pg_current_xact_id()::text", 0, NULL);
+        snprintf(xid, sizeof(xid), "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+        paid_invoice(&t, cust, inv[1]); /* commits after late took its xid */
+        it_sleep_ms(1000);              /* the feed polls every 100 ms meanwhile */
+        const char *xp[1] = {xid};
+        assert_int_equal(it_sql_long(pg,
+                                     "SELECT count(*) FROM webhook.feed_cursors"
+                                     " WHERE source = 'billing' AND xid >= $1::xid8",
+                                     1, xp),
+                         0);
+        assert_int_equal(wsink_count(sink, NULL, inv[1]), 0);
+
+        /* A copy of the first invoice_paid under a new event id, in late: its id is the largest. */
+        const char *tp[1] = {t.owner.tenant_id};
+        r = it_sql(late,
+                   "INSERT INTO billing.outbox (event_id, topic, tenant_id, payload)"
+                   " SELECT gen_random_uuid(), topic, tenant_id, payload FROM billing.outbox"
+                   " WHERE tenant_id = $1::uuid AND topic = '" PAID "' ORDER BY id LIMIT 1"
+                   " RETURNING event_id::text",
+                   1, tp);
+        assert_int_equal(PQntuples(r), 1);
+        snprintf(late_id, sizeof(late_id), "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+        PQclear(it_sql(late, "COMMIT", 0, NULL));
+        PQfinish(late);
+
+        wait_all(sink, inv, 2, WAIT_MS);
+        assert_int_equal(wsink_wait(sink, late_id, NULL, 1, WAIT_MS), 1);
+        assert_all_delivered(pg, s.id, 3);
+        const char *ep[2] = {s.id, late_id};
+        assert_int_equal(it_sql_long(pg,
+                                     "SELECT count(*) FROM webhook.deliveries"
+                                     " WHERE subscription_id = $1 AND event_id = $2::uuid",
+                                     2, ep),
+                         1);
+        PQfinish(pg);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -904,6 +970,7 @@ int main(void)
             cmocka_unit_test_teardown(test_refused_at_connect, teardown_replicas),
             cmocka_unit_test(test_slow_sink_holds_up_no_other),
             cmocka_unit_test_teardown(test_killed_during_backlog, teardown_replicas),
+            cmocka_unit_test(test_late_commit_not_skipped),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }
