@@ -235,6 +235,9 @@ void front_req_free(gw_req *r)
         if (r->out != NULL) {
                 evbuffer_free(r->out);
         }
+        if (r->trailers != NULL) {
+                evbuffer_free(r->trailers);
+        }
         free(r->head);
         free(r);
 }
@@ -367,6 +370,22 @@ void gw_req_add_header(gw_req *r, const char *name, const char *value)
         if (name[0] != '\0' && token_ok(name, false) && token_ok(value, true)) {
                 evbuffer_add_printf(r->out, "%s: %s\r\n", name, value);
         }
+}
+
+bool gw_req_http2(const gw_req *r)
+{
+        return r->h2 != NULL;
+}
+
+void gw_req_add_trailer(gw_req *r, const char *name, const char *value)
+{
+        if (r->h2 == NULL || name[0] == '\0' || !token_ok(name, false) || !token_ok(value, true)) {
+                return;
+        }
+        if (r->trailers == NULL && (r->trailers = evbuffer_new()) == NULL) {
+                return;
+        }
+        evbuffer_add_printf(r->trailers, "%s: %s\r\n", name, value);
 }
 
 void gw_req_on_cancel(gw_req *r, void (*fn)(void *arg), void *arg)

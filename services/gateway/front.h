@@ -67,8 +67,17 @@ const char *gw_req_peer(const gw_req *r);
 /* The body, contiguous (len 0: an empty body; never NULL). */
 const uint8_t *gw_req_body(gw_req *r, size_t *len);
 
+/* Whether the request came on an HTTP/2 stream. */
+bool gw_req_http2(const gw_req *r);
+
 /* Adds a reply field (Content-Length, Date and Connection are the front's). */
 void gw_req_add_header(gw_req *r, const char *name, const char *value);
+/*
+ * Adds a trailer field, sent after the body (gRPC's grpc-status). HTTP/2
+ * only: an HTTP/1.1 reply carries none, and a reply with trailers has no
+ * Content-Length.
+ */
+void gw_req_add_trailer(gw_req *r, const char *name, const char *value);
 /* Writes the reply (no body for HEAD); r is gone afterwards. */
 void gw_req_reply(gw_req *r, int status, const char *content_type, const void *body, size_t len);
 /*

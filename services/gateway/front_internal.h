@@ -44,7 +44,8 @@ struct gw_req {
         const char *path;
         bool is_head; /* HEAD: the reply has no body */
         struct evbuffer *body;
-        struct evbuffer *out; /* reply fields, "Name: value\r\n" each */
+        struct evbuffer *out;      /* reply fields, "Name: value\r\n" each */
+        struct evbuffer *trailers; /* HTTP/2: trailer fields, the same way; NULL if none */
         void (*cancel)(void *arg);
         void *cancel_arg;
         gw_h2_stream *h2; /* HTTP/2: what h2.c keeps of the stream; NULL on HTTP/1.1 */

@@ -180,19 +180,29 @@ static void flush(gw_h2 *h)
         arm_timer(h);
 }
 
+/* The names and values of "Name: value\r\n" lines in b, lowercased in place, as nv; how many. */
+static size_t fields_nv(struct evbuffer *b, nghttp2_nv *nva, size_t max);
+
+/* The body from the stream's buffer; its trailers, if any, once it is all out. */
 static ssize_t reply_read(nghttp2_session *session, int32_t id, uint8_t *buf, size_t len,
                           uint32_t *flags, nghttp2_data_source *src, void *user)
 {
-        (void)session;
-        (void)id;
         (void)user;
-        struct evbuffer *body = src->ptr;
-        int n = evbuffer_remove(body, buf, len);
+        gw_h2_stream *st = src->ptr;
+        int n = evbuffer_remove(st->reply, buf, len);
         if (n < 0) {
                 return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
         }
-        if (evbuffer_get_length(body) == 0) {
+        if (evbuffer_get_length(st->reply) == 0) {
                 *flags |= NGHTTP2_DATA_FLAG_EOF;
+                struct evbuffer *t = st->req->trailers;
+                if (t != NULL && evbuffer_get_length(t) > 0) {
+                        nghttp2_nv nva[REPLY_FIELDS_MAX];
+                        size_t nt = fields_nv(t, nva, REPLY_FIELDS_MAX);
+                        if (nghttp2_submit_trailer(session, id, nva, nt) == 0) {
+                                *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+                        }
+                }
         }
         return n;
 }
@@ -216,6 +226,30 @@ static bool connection_specific(const char *name)
                 (uint8_t *)(n), (uint8_t *)(v), (nl), (vl), NGHTTP2_NV_FLAG_NONE                   \
         }
 
+static size_t fields_nv(struct evbuffer *b, nghttp2_nv *nva, size_t max)
+{
+        size_t n = 0, len = evbuffer_get_length(b);
+        char *fields = len > 0 ? (char *)evbuffer_pullup(b, -1) : NULL;
+        for (size_t at = 0; fields != NULL && at < len && n < max;) {
+                char *line = fields + at, *eol = memchr(line, '\r', len - at);
+                char *colon = memchr(line, ':', len - at);
+                if (eol == NULL || colon == NULL || colon > eol) {
+                        break;
+                }
+                *colon = '\0';
+                *eol = '\0';
+                for (char *p = line; p < colon; p++) {
+                        *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+                }
+                const char *value = colon + 1 + (colon[1] == ' ');
+                if (!connection_specific(line)) {
+                        nva[n++] = NV(line, (size_t)(colon - line), value, strlen(value));
+                }
+                at = (size_t)(eol - fields) + 2;
+        }
+        return n;
+}
+
 static void submit(gw_h2 *h, gw_h2_stream *st, int status, const char *content_type,
                    const void *body, size_t len)
 {
@@ -234,32 +268,20 @@ static void submit(gw_h2 *h, gw_h2_stream *st, int status, const char *content_t
         if (content_type != NULL) {
                 nva[n++] = NV("content-type", 12, content_type, strlen(content_type));
         }
-        /* The reply's own fields, "Name: value\r\n" each: names lowercased in place. */
-        size_t out_len = evbuffer_get_length(r->out);
-        char *fields = out_len > 0 ? (char *)evbuffer_pullup(r->out, -1) : NULL;
-        for (size_t at = 0; fields != NULL && at < out_len && n < REPLY_FIELDS_MAX - 1;) {
-                char *line = fields + at, *eol = memchr(line, '\r', out_len - at);
-                char *colon = memchr(line, ':', out_len - at);
-                if (eol == NULL || colon == NULL || colon > eol) {
-                        break;
-                }
-                *colon = '\0';
-                *eol = '\0';
-                for (char *p = line; p < colon; p++) {
-                        *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
-                }
-                const char *value = colon + 1 + (colon[1] == ' ');
-                if (!connection_specific(line)) {
-                        nva[n++] = NV(line, (size_t)(colon - line), value, strlen(value));
-                }
-                at = (size_t)(eol - fields) + 2;
+        n += fields_nv(r->out, nva + n, REPLY_FIELDS_MAX - 1 - n);
+        bool trailers = r->trailers != NULL && evbuffer_get_length(r->trailers) > 0;
+        if (!trailers) {
+                nva[n++] = NV("content-length", 14, length_s, strlen(length_s));
         }
-        nva[n++] = NV("content-length", 14, length_s, strlen(length_s));
         bool has_body = len > 0 && !r->is_head;
         if (has_body) {
                 evbuffer_add(st->reply, body, len);
         }
-        nghttp2_data_provider dp = {.source.ptr = st->reply, .read_callback = reply_read};
+        nghttp2_data_provider dp = {.source.ptr = st, .read_callback = reply_read};
+        /* Trailers after no body at all go in the one HEADERS (gRPC's Trailers-Only). */
+        if (trailers && !has_body) {
+                n += fields_nv(r->trailers, nva + n, REPLY_FIELDS_MAX - n);
+        }
         if (nghttp2_submit_response(h->session, r->stream_id, nva, n, has_body ? &dp : NULL) != 0) {
                 nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, r->stream_id,
                                           NGHTTP2_INTERNAL_ERROR);

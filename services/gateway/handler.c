@@ -63,7 +63,9 @@
 #include "decode.h"
 #include "decodepool.h"
 #include "front.h"
+#include "grpc.h"
 #include "handler.h"
+#include "health.h"
 #include "inflight.h"
 #include "intake.h"
 #include "keelson/auth/v1/auth.pb-c.h"
@@ -83,6 +85,7 @@
 #define XFF_LINES_MAX        16 /* X-Forwarded-For header lines considered (the last ones) */
 #define UPSTREAM_ERRORS_NAME "keelson_gateway_upstream_errors_total"
 #define UPSTREAM_ERRORS_HELP "Upstream calls that ended with a fault of the service or transport"
+#define GRPC_CONTENT_TYPE    "application/grpc"
 
 struct gw_handler {
         const gw_handler_env *env;
@@ -110,8 +113,10 @@ typedef struct gw_request {
         gw_route *route;
         gw_stage stage;
         gw_codec codec;
-        bool quiet;       /* no "request failed" line (rate-limit refusals) */
-        int64_t start_ns; /* CLOCK_MONOTONIC */
+        bool grpc;                 /* gRPC over HTTP/2: framed messages, status in trailers */
+        gw_grpc_encoding grpc_enc; /* the request's grpc-encoding */
+        bool quiet;                /* no "request failed" line (rate-limit refusals) */
+        int64_t start_ns;          /* CLOCK_MONOTONIC */
         int64_t deadline_unix_ms;
         char request_id[GW_REQUEST_ID_MAX + 1];
         char idempotency_key[GW_IDEMPOTENCY_KEY_MAX + 1]; /* "" when none */
@@ -261,8 +266,48 @@ static void finish(gw_request *g, int status, int code, const char *content_type
         request_free(g);
 }
 
+/*
+ * A gRPC call's error: Trailers-Only (HTTP 200, grpc-status and the
+ * percent-encoded grpc-message in the one HEADERS frame, no body), as the
+ * gRPC spec has a server answer an error.
+ */
+static void grpc_fail(gw_request *g, int code, const char *message)
+{
+        char status[12], text[GW_GRPC_MESSAGE_MAX + 1];
+        if (g->req != NULL) {
+                snprintf(status, sizeof(status), "%d", gw_grpc_status_of_code(code));
+                gw_req_add_trailer(g->req, "grpc-status", status);
+                if (message != NULL && message[0] != '\0') {
+                        gw_grpc_message_encode(message, strlen(message), text, sizeof(text));
+                        gw_req_add_trailer(g->req, "grpc-message", text);
+                }
+        }
+        finish(g, 200, code, GRPC_CONTENT_TYPE, NULL, 0);
+}
+
+/* A gRPC call's reply: the message framed, grpc-status 0 in the trailers. */
+static void grpc_reply(gw_request *g, const uint8_t *msg, size_t len)
+{
+        uint8_t *framed = NULL;
+        size_t framed_len = 0;
+        if (gw_grpc_frame(msg != NULL ? msg : empty_bytes, len, GW_GRPC_IDENTITY, 0, &framed,
+                          &framed_len) != 0) {
+                grpc_fail(g, KS_RESOURCE_EXHAUSTED, "reply too large");
+                return;
+        }
+        if (g->req != NULL) {
+                gw_req_add_trailer(g->req, "grpc-status", "0");
+        }
+        finish(g, 200, KS_OK, GRPC_CONTENT_TYPE, framed, framed_len);
+        free(framed);
+}
+
 static void request_fail(gw_request *g, int status, int code, const char *message)
 {
+        if (g->grpc) {
+                grpc_fail(g, code, message);
+                return;
+        }
         if (status == 0) {
                 status = ks_code_http_status(code);
         }
@@ -347,21 +392,64 @@ static void wait_begin(gw_request *g, gw_stage stage)
  * thread (the call then starts in gw_handler_decoded). 0 when the payload
  * is ready; else -1: the request waits for its decode, or was answered.
  */
+/*
+ * A unary gRPC call's one request message, out of the framed body: *data
+ * and *len point into the body or into *rd (free it after). 0, or -1 when
+ * answered: not exactly one message, over the body limit inflated, or
+ * malformed.
+ */
+static int grpc_message(gw_request *g, const uint8_t **data, size_t *len, gw_grpc_reader **rd)
+{
+        const char *err = NULL;
+        size_t used = 0;
+        bool have = false;
+        gw_grpc_msg msg = {0};
+        if (gw_grpc_reader_new(rd, g->grpc_enc, (size_t)g->h->env->cfg->body_max_bytes) != 0) {
+                request_fail(g, 0, KS_RESOURCE_EXHAUSTED, "out of memory");
+                return -1;
+        }
+        int rc = gw_grpc_reader_feed(*rd, *data, *len, &used, &have, &msg, &err);
+        if (rc != KS_OK) {
+                request_fail(g, 0, rc, err);
+                return -1;
+        }
+        if (!have) {
+                request_fail(g, 0, KS_INTERNAL, "a unary call needs exactly one request message");
+                return -1;
+        }
+        if (used < *len) { /* a second message, whole or not */
+                request_fail(g, 0, KS_UNIMPLEMENTED,
+                             "more than one request message for a unary method");
+                return -1;
+        }
+        *data = msg.data;
+        *len = msg.len;
+        return 0;
+}
+
 static int decode_body(gw_request *g)
 {
         char err[JSON_ERR_MAX];
         size_t len = 0;
         const uint8_t *data = gw_req_body(g->req, &len);
+        gw_grpc_reader *rd = NULL;
+        if (g->grpc && grpc_message(g, &data, &len, &rd) != 0) {
+                gw_grpc_reader_free(rd);
+                return -1;
+        }
+        int rc = KS_OK;
         if (len > GW_DECODE_INLINE_BYTES && g->h->env->decoder != NULL) {
                 gw_decode_job *j = &g->decode;
                 j->desc = g->route->input;
                 j->codec = g->codec;
                 j->body_len = len;
                 if ((j->body = malloc(len)) == NULL) {
+                        gw_grpc_reader_free(rd);
                         request_fail(g, 0, KS_RESOURCE_EXHAUSTED, "out of memory");
                         return -1;
                 }
                 memcpy(j->body, data, len); /* the request may go while its body is decoded */
+                gw_grpc_reader_free(rd);
                 if (gw_decodepool_submit(g->h->env->decoder, j) != 0) {
                         free(j->body);
                         j->body = NULL;
@@ -372,8 +460,9 @@ static int decode_body(gw_request *g)
                 wait_begin(g, GW_STAGE_DECODING);
                 return -1;
         }
-        int rc = gw_decode(g->route->input, g->codec, data, len, &g->payload, &g->payload_len, err,
-                           sizeof(err));
+        rc = gw_decode(g->route->input, g->codec, data, len, &g->payload, &g->payload_len, err,
+                       sizeof(err));
+        gw_grpc_reader_free(rd);
         if (rc != KS_OK) {
                 request_fail(g, rc == KS_RESOURCE_EXHAUSTED ? 413 : 0, rc, err);
                 return -1;
@@ -561,15 +650,10 @@ static int ctx_from_reply(gw_context *ctx, const Keelson__Auth__V1__ResolveConte
                copy_id(ctx->api_key_id, r->api_key_id);
 }
 
-/* Connect headers: returns 0, or replies with the error and returns -1. */
-static int check_headers(gw_request *g)
+/* Connect's own headers: its codecs, Content-Encoding, its version, Connect-Timeout-Ms. */
+static int check_connect(gw_request *g, int64_t *timeout_ms, bool *has_timeout)
 {
         const gw_req *in = g->req;
-        if (strcmp(gw_req_method(in), "POST") != 0) {
-                add_header(g, "Allow", "POST");
-                request_fail(g, 405, KS_UNIMPLEMENTED, "method not allowed: use POST");
-                return -1;
-        }
         if (gw_connect_codec(gw_req_header(in, "Content-Type"), &g->codec) != 0) {
                 request_fail(g, 415, KS_UNIMPLEMENTED,
                              "unsupported content type: use application/json or "
@@ -586,6 +670,51 @@ static int check_headers(gw_request *g)
                 request_fail(g, 400, KS_INVALID_ARGUMENT, "connect-protocol-version must be 1");
                 return -1;
         }
+        if (gw_connect_timeout(gw_req_header(in, "Connect-Timeout-Ms"), timeout_ms, has_timeout) !=
+            0) {
+                request_fail(g, 400, KS_INVALID_ARGUMENT,
+                             "connect-timeout-ms must be 1 to 10 digits");
+                return -1;
+        }
+        return 0;
+}
+
+/* gRPC's own headers: grpc-encoding (identity or gzip), grpc-timeout. */
+static int check_grpc(gw_request *g, int64_t *timeout_ms, bool *has_timeout)
+{
+        const gw_req *in = g->req;
+        g->codec = GW_CODEC_PROTO;
+        if (gw_grpc_encoding_parse(gw_req_header(in, "grpc-encoding"), &g->grpc_enc) != 0) {
+                add_header(g, "grpc-accept-encoding", GW_GRPC_ACCEPT_ENCODING);
+                request_fail(g, 0, KS_UNIMPLEMENTED,
+                             "unsupported grpc-encoding: use identity or gzip");
+                return -1;
+        }
+        const char *t = gw_req_header(in, "grpc-timeout");
+        *has_timeout = t != NULL;
+        if (t != NULL && gw_grpc_timeout_parse(t, timeout_ms) != 0) {
+                request_fail(g, 0, KS_INVALID_ARGUMENT,
+                             "grpc-timeout must be 1 to 8 digits and one of H M S m u n");
+                return -1;
+        }
+        return 0;
+}
+
+/* The request's headers: returns 0, or replies with the error and returns -1. */
+static int check_headers(gw_request *g)
+{
+        const gw_req *in = g->req;
+        if (strcmp(gw_req_method(in), "POST") != 0) {
+                add_header(g, "Allow", "POST");
+                request_fail(g, 405, KS_UNIMPLEMENTED, "method not allowed: use POST");
+                return -1;
+        }
+        int64_t timeout_ms = 0;
+        bool has_timeout = false;
+        if ((g->grpc ? check_grpc(g, &timeout_ms, &has_timeout)
+                     : check_connect(g, &timeout_ms, &has_timeout)) != 0) {
+                return -1;
+        }
         if (gw_req_header_count(in, "Authorization") > 1) {
                 /* A proxy that reads another one than we do would disagree on the caller. */
                 request_fail(g, 400, KS_INVALID_ARGUMENT, "more than one Authorization header");
@@ -596,14 +725,6 @@ static int check_headers(gw_request *g)
                 request_fail(g, 400, KS_INVALID_ARGUMENT,
                              "idempotency-key must be one header of 1 to 255 printable ASCII "
                              "characters");
-                return -1;
-        }
-        int64_t timeout_ms = 0;
-        bool has_timeout = false;
-        if (gw_connect_timeout(gw_req_header(in, "Connect-Timeout-Ms"), &timeout_ms,
-                               &has_timeout) != 0) {
-                request_fail(g, 400, KS_INVALID_ARGUMENT,
-                             "connect-timeout-ms must be 1 to 10 digits");
                 return -1;
         }
         int64_t limit_ms = g->h->env->cfg->timeout_ms;
@@ -747,6 +868,10 @@ static void on_replied(gw_request *g)
                 gw_cache_evict_token(g->h->env->cache, g->token_sha);
                 gw_cache_evict_user(g->h->env->cache, g->ctx.user_id, "");
         }
+        if (g->grpc) {
+                grpc_reply(g, res->payload, res->payload_len);
+                return;
+        }
         if (g->codec == GW_CODEC_PROTO) {
                 finish(g, 200, KS_OK, gw_codec_content_type(GW_CODEC_PROTO), res->payload,
                        res->payload_len);
@@ -845,6 +970,47 @@ static void intake_begin(gw_request *g)
         limit_then_call(g, t.endpoint_id); /* caller: unauthenticated + client_ip */
 }
 
+/* gRPC (not gRPC-Web): application/grpc[+proto], on an HTTP/2 stream. */
+static bool is_grpc(const gw_req *req)
+{
+        gw_grpc_protocol p;
+        return gw_req_http2(req) &&
+               gw_grpc_protocol_parse(gw_req_header(req, "Content-Type"), &p) == 0 && p == GW_GRPC;
+}
+
+/*
+ * The gRPC services the gateway answers itself (grpc.h): Health/Check,
+ * public and unlimited, as probes call it. The streaming ones (Watch,
+ * reflection) are not served yet.
+ */
+static void own_call(gw_request *g, const char *method)
+{
+        if (check_headers(g) != 0) {
+                return;
+        }
+        if (strcmp(method, "grpc.health.v1.Health/Check") != 0) {
+                request_fail(g, 0, KS_UNIMPLEMENTED, "streaming methods are not served yet");
+                return;
+        }
+        size_t len = 0;
+        const uint8_t *data = gw_req_body(g->req, &len);
+        gw_grpc_reader *rd = NULL;
+        if (grpc_message(g, &data, &len, &rd) != 0) {
+                gw_grpc_reader_free(rd);
+                return;
+        }
+        uint8_t *out = NULL;
+        size_t out_len = 0;
+        int rc = gw_health_check(&g->h->env->health, data, len, &out, &out_len);
+        gw_grpc_reader_free(rd);
+        if (rc != KS_OK) {
+                request_fail(g, 0, rc, rc == KS_NOT_FOUND ? "unknown service" : "bad request");
+                return;
+        }
+        grpc_reply(g, out, out_len);
+        free(out);
+}
+
 void gw_handler_serve(gw_handler *h, gw_req *req, const char *path, const char *request_id,
                       int64_t start_ns)
 {
@@ -868,6 +1034,11 @@ void gw_handler_serve(gw_handler *h, gw_req *req, const char *path, const char *
                         request_id, start_ns);
         if (g == NULL) {
                 gw_send_error(req, 500, KS_INTERNAL, "out of memory", request_id);
+                return;
+        }
+        g->grpc = is_grpc(req);
+        if (g->grpc && path[0] == '/' && gw_grpc_own_method(path + 1)) {
+                own_call(g, path + 1);
                 return;
         }
         if (route == NULL) {

@@ -10,6 +10,7 @@
 #define GW_HANDLER_H
 
 #include "front.h"
+#include "health.h"
 #include <stdint.h>
 
 #include "cache.h"
@@ -34,6 +35,7 @@ typedef struct gw_handler_env {
         gw_cache *cache; /* NULL when KEELSON_GATEWAY_CACHE_ENTRIES is 0 */
         gw_inflight *inflight;
         gw_decodepool *decoder; /* set once made (it hands jobs back to the handler) */
+        gw_health_probe health; /* grpc.health.v1.Health/Check asks it */
 } gw_handler_env;
 
 typedef struct gw_handler gw_handler;

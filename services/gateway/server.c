@@ -176,6 +176,18 @@ static int events_setup(gw_server *s)
         return 0;
 }
 
+/* What grpc.health.v1.Health/Check reports: /readyz's view, and each service's broker link. */
+static bool probe_ready(void *arg)
+{
+        return check_not_draining(arg) == 0 && check_auth_connected(arg) == 0;
+}
+
+static bool probe_answers(void *arg, int service)
+{
+        const gw_server *s = arg;
+        return s->up != NULL && gw_upstream_connected(s->up, service) > 0;
+}
+
 /* The handler first: the upstream hands its calls back to it. */
 static int handler_setup(gw_server *s)
 {
@@ -185,6 +197,7 @@ static int handler_setup(gw_server *s)
             .rl = s->rl,
             .cache = s->cache,
             .inflight = s->inflight,
+            .health = {.ready = probe_ready, .answers = probe_answers, .arg = s},
         };
         if (gw_handler_new(&s->handler, &s->env) != 0 ||
             gw_upstream_new(&s->up, s->base, s->cfg, s->routes, gw_handler_complete, s->handler) !=
