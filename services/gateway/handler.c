@@ -63,7 +63,9 @@
 #include "decode.h"
 #include "decodepool.h"
 #include "front.h"
+#include "cors.h"
 #include "grpc.h"
+#include "grpcweb.h"
 #include "handler.h"
 #include "health.h"
 #include "inflight.h"
@@ -113,7 +115,9 @@ typedef struct gw_request {
         gw_route *route;
         gw_stage stage;
         gw_codec codec;
-        bool grpc;                 /* gRPC over HTTP/2: framed messages, status in trailers */
+        bool grpc; /* the gRPC family: framed messages, a status after them */
+        bool web;  /* gRPC-Web: the status is the body's last frame, not HTTP/2 trailers */
+        bool text; /* grpc-web-text: both bodies in base64 */
         gw_grpc_encoding grpc_enc; /* the request's grpc-encoding */
         bool quiet;                /* no "request failed" line (rate-limit refusals) */
         int64_t start_ns;          /* CLOCK_MONOTONIC */
@@ -241,10 +245,23 @@ static void maybe_gzip(gw_request *g, const char *content_type, const void **bod
 }
 
 /* Replies (when the client is still there), counts, logs and frees g. */
+/* An allowed Origin's answer: who may read it, and which headers (cors.h). */
+static void cors_headers(gw_req *req, const gw_cors *cors)
+{
+        const char *origin = gw_req_header(req, "Origin");
+        if (!gw_cors_allowed(cors, origin)) {
+                return;
+        }
+        gw_req_add_header(req, "Access-Control-Allow-Origin", origin);
+        gw_req_add_header(req, "Vary", "Origin");
+        gw_req_add_header(req, "Access-Control-Expose-Headers", gw_cors_expose_headers);
+}
+
 static void finish(gw_request *g, int status, int code, const char *content_type, const void *body,
                    size_t len)
 {
         if (g->req != NULL) {
+                cors_headers(g->req, &g->h->env->cfg->cors);
                 /* While draining, the front closes the connection after this reply:
                  * keep-alive clients move to another replica. */
                 gw_req_on_cancel(g->req, NULL, NULL);
@@ -266,40 +283,114 @@ static void finish(gw_request *g, int status, int code, const char *content_type
         request_free(g);
 }
 
-/*
- * A gRPC call's error: Trailers-Only (HTTP 200, grpc-status and the
- * percent-encoded grpc-message in the one HEADERS frame, no body), as the
- * gRPC spec has a server answer an error.
- */
-static void grpc_fail(gw_request *g, int code, const char *message)
+/* The reply's content type: the family and codec the request used. */
+static const char *grpc_content_type(const gw_request *g)
 {
-        char status[12], text[GW_GRPC_MESSAGE_MAX + 1];
-        if (g->req != NULL) {
+        return !g->web   ? "application/grpc"
+               : g->text ? "application/grpc-web-text+proto"
+                         : "application/grpc-web+proto";
+}
+
+/*
+ * gRPC-Web's body: the message framed (when msg is not NULL), then the
+ * trailer frame with grpc-status and grpc-message; in base64 for
+ * grpc-web-text, each frame padded (the spec lets a client decode up to
+ * any padding). 0, or -1 out of memory.
+ */
+static int web_body(const gw_request *g, const uint8_t *msg, size_t len, const char *status,
+                    const char *text, uint8_t **out, size_t *out_len)
+{
+        uint8_t *frame = NULL, *trailers = NULL;
+        size_t frame_len = 0, trailers_len = 0;
+        gw_grpcweb_header h[2] = {{"grpc-status", 11, status, strlen(status)},
+                                  {"grpc-message", 12, text, text != NULL ? strlen(text) : 0}};
+        if ((msg != NULL &&
+             gw_grpc_frame(msg, len, GW_GRPC_IDENTITY, 0, &frame, &frame_len) != 0) ||
+            gw_grpcweb_trailers(h, text != NULL && text[0] != '\0' ? 2 : 1, &trailers,
+                                &trailers_len) != 0) {
+                free(frame);
+                return -1;
+        }
+        size_t total = frame_len + trailers_len;
+        size_t cap = g->text ? GW_GRPCWEB_TEXT_ENCODED_MAX(frame_len) +
+                                   GW_GRPCWEB_TEXT_ENCODED_MAX(trailers_len)
+                             : total;
+        uint8_t *body = malloc(cap > 0 ? cap : 1);
+        if (body == NULL) {
+                free(frame);
+                free(trailers);
+                return -1;
+        }
+        if (g->text) {
+                gw_grpcweb_text st = {0};
+                size_t n = 0;
+                if (frame_len > 0) {
+                        n = gw_grpcweb_text_encode(&st, frame, frame_len, true, (char *)body, cap);
+                }
+                n += gw_grpcweb_text_encode(&st, trailers, trailers_len, true, (char *)body + n,
+                                            cap - n);
+                total = n;
+        } else {
+                if (frame_len > 0) {
+                        memcpy(body, frame, frame_len);
+                }
+                memcpy(body + frame_len, trailers, trailers_len);
+        }
+        free(frame);
+        free(trailers);
+        *out = body;
+        *out_len = total;
+        return 0;
+}
+
+/*
+ * A gRPC-family reply: msg (NULL for an error) and its status. gRPC:
+ * the message framed and grpc-status in HTTP/2 trailers; an error is
+ * Trailers-Only (HTTP 200, grpc-status and the percent-encoded
+ * grpc-message in the one HEADERS frame, no body). gRPC-Web: both in the
+ * body (web_body).
+ */
+static void grpc_finish(gw_request *g, const uint8_t *msg, size_t len, int code,
+                        const char *message)
+{
+        char status[12], text[GW_GRPC_MESSAGE_MAX + 1] = "";
+        uint8_t *body = NULL;
+        size_t body_len = 0;
+        snprintf(status, sizeof(status), "%d", gw_grpc_status_of_code(code));
+        if (message != NULL && message[0] != '\0') {
+                gw_grpc_message_encode(message, strlen(message), text, sizeof(text));
+        }
+        int rc = 0;
+        if (g->web) {
+                rc = web_body(g, msg, len, status, text, &body, &body_len);
+        } else if (msg != NULL) {
+                rc = gw_grpc_frame(msg, len, GW_GRPC_IDENTITY, 0, &body, &body_len);
+        }
+        if (rc != 0) {
+                body = NULL;
+                body_len = 0;
+                code = KS_RESOURCE_EXHAUSTED;
                 snprintf(status, sizeof(status), "%d", gw_grpc_status_of_code(code));
+                snprintf(text, sizeof(text), "out of memory");
+        }
+        if (g->req != NULL && (!g->web || rc != 0)) {
                 gw_req_add_trailer(g->req, "grpc-status", status);
-                if (message != NULL && message[0] != '\0') {
-                        gw_grpc_message_encode(message, strlen(message), text, sizeof(text));
+                if (text[0] != '\0') {
                         gw_req_add_trailer(g->req, "grpc-message", text);
                 }
         }
-        finish(g, 200, code, GRPC_CONTENT_TYPE, NULL, 0);
+        finish(g, 200, code, grpc_content_type(g), body, body_len);
+        free(body);
 }
 
-/* A gRPC call's reply: the message framed, grpc-status 0 in the trailers. */
+static void grpc_fail(gw_request *g, int code, const char *message)
+{
+        grpc_finish(g, NULL, 0, code, message);
+}
+
 static void grpc_reply(gw_request *g, const uint8_t *msg, size_t len)
 {
-        uint8_t *framed = NULL;
-        size_t framed_len = 0;
-        if (gw_grpc_frame(msg != NULL ? msg : empty_bytes, len, GW_GRPC_IDENTITY, 0, &framed,
-                          &framed_len) != 0) {
-                grpc_fail(g, KS_RESOURCE_EXHAUSTED, "reply too large");
-                return;
-        }
-        if (g->req != NULL) {
-                gw_req_add_trailer(g->req, "grpc-status", "0");
-        }
-        finish(g, 200, KS_OK, GRPC_CONTENT_TYPE, framed, framed_len);
-        free(framed);
+        grpc_finish(g, msg != NULL ? msg : empty_bytes, len, KS_OK, NULL);
 }
 
 static void request_fail(gw_request *g, int status, int code, const char *message)
@@ -392,23 +483,51 @@ static void wait_begin(gw_request *g, gw_stage stage)
  * thread (the call then starts in gw_handler_decoded). 0 when the payload
  * is ready; else -1: the request waits for its decode, or was answered.
  */
+/* What a gRPC request's message may point into, freed after its decode. */
+typedef struct grpc_in {
+        gw_grpc_reader *rd;
+        uint8_t *decoded; /* grpc-web-text: the body, base64-decoded */
+} grpc_in;
+
+static void grpc_in_free(grpc_in *in)
+{
+        gw_grpc_reader_free(in->rd);
+        free(in->decoded);
+}
+
 /*
  * A unary gRPC call's one request message, out of the framed body: *data
- * and *len point into the body or into *rd (free it after). 0, or -1 when
- * answered: not exactly one message, over the body limit inflated, or
- * malformed.
+ * and *len point into the body or into in (grpc_in_free after). 0, or -1
+ * when answered: not exactly one message, over the body limit inflated,
+ * not base64 (grpc-web-text), or malformed.
  */
-static int grpc_message(gw_request *g, const uint8_t **data, size_t *len, gw_grpc_reader **rd)
+static int grpc_message(gw_request *g, const uint8_t **data, size_t *len, grpc_in *in)
 {
         const char *err = NULL;
         size_t used = 0;
         bool have = false;
         gw_grpc_msg msg = {0};
-        if (gw_grpc_reader_new(rd, g->grpc_enc, (size_t)g->h->env->cfg->body_max_bytes) != 0) {
+        if (g->text) {
+                gw_grpcweb_text st = {0};
+                size_t cap = GW_GRPCWEB_TEXT_DECODED_MAX(*len);
+                if ((in->decoded = malloc(cap)) == NULL) {
+                        request_fail(g, 0, KS_RESOURCE_EXHAUSTED, "out of memory");
+                        return -1;
+                }
+                ssize_t n =
+                    gw_grpcweb_text_decode(&st, (const char *)*data, *len, in->decoded, cap);
+                if (n < 0 || !gw_grpcweb_text_complete(&st)) {
+                        request_fail(g, 0, KS_INVALID_ARGUMENT, "grpc-web-text body is not base64");
+                        return -1;
+                }
+                *data = in->decoded;
+                *len = (size_t)n;
+        }
+        if (gw_grpc_reader_new(&in->rd, g->grpc_enc, (size_t)g->h->env->cfg->body_max_bytes) != 0) {
                 request_fail(g, 0, KS_RESOURCE_EXHAUSTED, "out of memory");
                 return -1;
         }
-        int rc = gw_grpc_reader_feed(*rd, *data, *len, &used, &have, &msg, &err);
+        int rc = gw_grpc_reader_feed(in->rd, *data, *len, &used, &have, &msg, &err);
         if (rc != KS_OK) {
                 request_fail(g, 0, rc, err);
                 return -1;
@@ -432,9 +551,9 @@ static int decode_body(gw_request *g)
         char err[JSON_ERR_MAX];
         size_t len = 0;
         const uint8_t *data = gw_req_body(g->req, &len);
-        gw_grpc_reader *rd = NULL;
-        if (g->grpc && grpc_message(g, &data, &len, &rd) != 0) {
-                gw_grpc_reader_free(rd);
+        grpc_in in = {0};
+        if (g->grpc && grpc_message(g, &data, &len, &in) != 0) {
+                grpc_in_free(&in);
                 return -1;
         }
         int rc = KS_OK;
@@ -444,12 +563,12 @@ static int decode_body(gw_request *g)
                 j->codec = g->codec;
                 j->body_len = len;
                 if ((j->body = malloc(len)) == NULL) {
-                        gw_grpc_reader_free(rd);
+                        grpc_in_free(&in);
                         request_fail(g, 0, KS_RESOURCE_EXHAUSTED, "out of memory");
                         return -1;
                 }
                 memcpy(j->body, data, len); /* the request may go while its body is decoded */
-                gw_grpc_reader_free(rd);
+                grpc_in_free(&in);
                 if (gw_decodepool_submit(g->h->env->decoder, j) != 0) {
                         free(j->body);
                         j->body = NULL;
@@ -462,7 +581,7 @@ static int decode_body(gw_request *g)
         }
         rc = gw_decode(g->route->input, g->codec, data, len, &g->payload, &g->payload_len, err,
                        sizeof(err));
-        gw_grpc_reader_free(rd);
+        grpc_in_free(&in);
         if (rc != KS_OK) {
                 request_fail(g, rc == KS_RESOURCE_EXHAUSTED ? 413 : 0, rc, err);
                 return -1;
@@ -970,12 +1089,19 @@ static void intake_begin(gw_request *g)
         limit_then_call(g, t.endpoint_id); /* caller: unauthenticated + client_ip */
 }
 
-/* gRPC (not gRPC-Web): application/grpc[+proto], on an HTTP/2 stream. */
-static bool is_grpc(const gw_req *req)
+/*
+ * The gRPC family by Content-Type: gRPC (application/grpc[+proto]) on an
+ * HTTP/2 stream, gRPC-Web (application/grpc-web[-text][+proto]) on either.
+ */
+static void grpc_kind(gw_request *g)
 {
         gw_grpc_protocol p;
-        return gw_req_http2(req) &&
-               gw_grpc_protocol_parse(gw_req_header(req, "Content-Type"), &p) == 0 && p == GW_GRPC;
+        if (gw_grpc_protocol_parse(gw_req_header(g->req, "Content-Type"), &p) != 0) {
+                return;
+        }
+        g->grpc = p != GW_GRPC || gw_req_http2(g->req);
+        g->web = p != GW_GRPC;
+        g->text = p == GW_GRPC_WEB_TEXT;
 }
 
 /*
@@ -994,15 +1120,15 @@ static void own_call(gw_request *g, const char *method)
         }
         size_t len = 0;
         const uint8_t *data = gw_req_body(g->req, &len);
-        gw_grpc_reader *rd = NULL;
-        if (grpc_message(g, &data, &len, &rd) != 0) {
-                gw_grpc_reader_free(rd);
+        grpc_in in = {0};
+        if (grpc_message(g, &data, &len, &in) != 0) {
+                grpc_in_free(&in);
                 return;
         }
         uint8_t *out = NULL;
         size_t out_len = 0;
         int rc = gw_health_check(&g->h->env->health, data, len, &out, &out_len);
-        gw_grpc_reader_free(rd);
+        grpc_in_free(&in);
         if (rc != KS_OK) {
                 request_fail(g, 0, rc, rc == KS_NOT_FOUND ? "unknown service" : "bad request");
                 return;
@@ -1011,9 +1137,37 @@ static void own_call(gw_request *g, const char *method)
         free(out);
 }
 
+/*
+ * A CORS preflight (OPTIONS with Access-Control-Request-Method): 204 with
+ * what a page of an allowed origin may send (POST, cors.h's headers), or
+ * 403 for any other origin or method. No body is read, nothing upstream.
+ */
+static void preflight(gw_handler *h, gw_req *req, const char *request_id)
+{
+        const gw_cors *cors = &h->env->cfg->cors;
+        const char *method = gw_req_header(req, "Access-Control-Request-Method");
+        if (method == NULL || strcmp(method, "POST") != 0 ||
+            !gw_cors_allowed(cors, gw_req_header(req, "Origin"))) {
+                gw_send_error(req, 403, KS_PERMISSION_DENIED, "cross-origin request not allowed",
+                              request_id);
+                return;
+        }
+        gw_req_add_header(req, "Access-Control-Allow-Origin", gw_req_header(req, "Origin"));
+        gw_req_add_header(req, "Access-Control-Allow-Methods", "POST");
+        gw_req_add_header(req, "Access-Control-Allow-Headers", gw_cors_allow_headers);
+        gw_req_add_header(req, "Access-Control-Max-Age", GW_CORS_MAX_AGE_S);
+        gw_req_add_header(req, "Vary", "Origin");
+        gw_send(req, 204, NULL, NULL, 0, request_id);
+}
+
 void gw_handler_serve(gw_handler *h, gw_req *req, const char *path, const char *request_id,
                       int64_t start_ns)
 {
+        if (strcmp(gw_req_method(req), "OPTIONS") == 0 &&
+            gw_req_header(req, "Access-Control-Request-Method") != NULL) {
+                preflight(h, req, request_id);
+                return;
+        }
         if (gw_intake_path(path)) {
                 gw_route *intake = gw_routes_intake(h->env->routes);
                 gw_request *g = request_new(
@@ -1036,7 +1190,7 @@ void gw_handler_serve(gw_handler *h, gw_req *req, const char *path, const char *
                 gw_send_error(req, 500, KS_INTERNAL, "out of memory", request_id);
                 return;
         }
-        g->grpc = is_grpc(req);
+        grpc_kind(g);
         if (g->grpc && path[0] == '/' && gw_grpc_own_method(path + 1)) {
                 own_call(g, path + 1);
                 return;

@@ -107,6 +107,10 @@ static const ks_config_var config_vars[] = {
                "addresses or CIDR blocks of proxies in front of the gateway, comma-separated: "
                "from them, the client address is the right-most X-Forwarded-For entry that is "
                "not a trusted proxy"),
+    KS_CFG_STR("KEELSON_GATEWAY_CORS_ORIGINS", gw_config, cors_origins, "", 0,
+               "browser origins whose pages may call the gateway (Connect, gRPC-Web), "
+               "comma-separated \"https://app.example.com\"; \"*\" for any; empty for none. "
+               "Tokens are bearer tokens: no request is allowed credentials"),
     /* context cache */
     KS_CFG_INT("KEELSON_GATEWAY_CACHE_ENTRIES", gw_config, cache_entries, "65536", 0, 4194304,
                "resolved callers cached by SHA-256 of their token (least recently used goes "
@@ -131,10 +135,14 @@ int main(int argc, char **argv)
         size_t n_vars = sizeof(config_vars) / sizeof(config_vars[0]);
         /* Signals are the server's (libevent's): only the configuration comes from ks_process. */
         ks_process_config("gateway", argc, argv,
-                          "keelson-gateway: the Connect (HTTP/1.1) front door", config_vars, n_vars,
-                          &cfg);
-        char err[512];
-        if (gw_rate_config_parse(&cfg, &cfg.rate, err, sizeof(err)) != 0) {
+                          "keelson-gateway: the Connect, gRPC and gRPC-Web front door", config_vars,
+                          n_vars, &cfg);
+        char err[512] = "";
+        char why[256];
+        if (gw_cors_parse(cfg.cors_origins, &cfg.cors, why, sizeof(why)) != 0) {
+                snprintf(err, sizeof(err), "KEELSON_GATEWAY_CORS_ORIGINS: %s", why);
+        }
+        if (err[0] != '\0' || gw_rate_config_parse(&cfg, &cfg.rate, err, sizeof(err)) != 0) {
                 fprintf(stderr, "keelson-gateway: %s\n", err);
                 ks_config_free(config_vars, n_vars, &cfg);
                 return 2;
