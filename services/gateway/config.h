@@ -86,6 +86,9 @@ typedef struct gw_config {
         bool redis_server_time;
         char *trusted_proxies;
         char *cors_origins; /* parsed into cors */
+        char *tls_cert;     /* "" = cleartext */
+        char *tls_key;
+        char *tls_min_version;
         /* context cache (cache.c) */
         int64_t cache_entries;
         int64_t cache_session_ttl_s;

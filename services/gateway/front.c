@@ -43,6 +43,7 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/listener.h>
 #include <jansson.h>
 #include <netinet/in.h>
@@ -62,6 +63,7 @@
 #include "ks_hmap.h"
 #include "ks_log.h"
 #include "ks_metrics.h"
+#include "tls.h"
 
 #define KEEP_CLOSING_MS   2000
 #define ACCEPT_PAUSE_MS   100
@@ -428,6 +430,18 @@ void front_conn_free(conn *c)
 }
 
 /* Writes what is queued, then stops sending and drops what still comes. */
+/* Stops sending: TLS's close_notify first, on a TLS connection. */
+static void shut_write(conn *c)
+{
+        if (c->tls) {
+                SSL *ssl = bufferevent_openssl_get_ssl(c->bev);
+                if (ssl != NULL) {
+                        SSL_shutdown(ssl);
+                }
+        }
+        shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+}
+
 void front_conn_close(conn *c)
 {
         c->state = C_CLOSING;
@@ -435,7 +449,7 @@ void front_conn_close(conn *c)
         timer_set(c, KEEP_CLOSING_MS);
         bufferevent_enable(c->bev, EV_READ);
         if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
-                shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+                shut_write(c);
         }
 }
 
@@ -793,7 +807,7 @@ static void on_write(struct bufferevent *bev, void *arg)
         conn *c = arg;
         if (c->state == C_CLOSING) {
                 if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
-                        shutdown(bufferevent_getfd(bev), SHUT_WR); /* all written */
+                        shut_write(c); /* all written */
                 }
                 return;
         }
@@ -809,8 +823,10 @@ static void on_write(struct bufferevent *bev, void *arg)
 static void on_event(struct bufferevent *bev, short what, void *arg)
 {
         (void)bev;
-        (void)what; /* EOF, an error or the write timeout: the connection is done */
-        front_conn_free(arg);
+        if (what == BEV_EVENT_CONNECTED) {
+                return; /* the TLS handshake is done: the request comes next */
+        }
+        front_conn_free(arg); /* EOF, an error or the write timeout: the connection is done */
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -835,10 +851,34 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 
 static void refuse(gw_front *f, evutil_socket_t fd, ks_counter *why)
 {
-        ssize_t n = send(fd, f->refused_reply, f->refused_reply_len, MSG_DONTWAIT | MSG_NOSIGNAL);
-        (void)n; /* best effort: the client learns why, or sees the close */
+        if (f->lim.tls == NULL) { /* a TLS client would read a plaintext reply as an attack */
+                ssize_t n =
+                    send(fd, f->refused_reply, f->refused_reply_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+                (void)n; /* best effort: the client learns why, or sees the close */
+        }
         ks_counter_inc(why);
         evutil_closesocket(fd);
+}
+
+/* A bufferevent for an accepted socket: OpenSSL's (the handshake first) under TLS. */
+static struct bufferevent *bev_new(gw_front *f, evutil_socket_t fd)
+{
+        if (f->lim.tls == NULL) {
+                return bufferevent_socket_new(f->base, fd, BEV_OPT_CLOSE_ON_FREE);
+        }
+        SSL *ssl = gw_tls_accept(f->lim.tls);
+        if (ssl == NULL) {
+                return NULL;
+        }
+        struct bufferevent *bev = bufferevent_openssl_socket_new(
+            f->base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
+        if (bev == NULL) {
+                SSL_free(ssl);
+                return NULL;
+        }
+        /* A client that closes without close_notify has still said all it meant to. */
+        bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+        return bev;
 }
 
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
@@ -864,7 +904,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         }
         conn *c = calloc(1, sizeof(*c));
         if (c == NULL || (c->hb = malloc(f->lim.head_max + 1)) == NULL ||
-            (c->bev = bufferevent_socket_new(f->base, fd, BEV_OPT_CLOSE_ON_FREE)) == NULL ||
+            (c->bev = bev_new(f, fd)) == NULL ||
             (c->timer = evtimer_new(f->base, on_timer, c)) == NULL) {
                 if (c != NULL) {
                         if (c->bev != NULL) {
@@ -881,6 +921,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
                 return;
         }
         c->f = f;
+        c->tls = f->lim.tls != NULL;
         c->ip_slot = slot;
         c->state = C_HEAD;
         c->keep_alive = true;

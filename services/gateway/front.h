@@ -38,6 +38,7 @@ typedef struct gw_front_limits {
         int64_t conns_per_ip_max;  /* per peer address (trusted proxies are not counted) */
         const gw_proxies *proxies; /* the trusted proxies, or NULL */
         int64_t h2_streams_max;    /* HTTP/2: concurrent streams per connection */
+        struct gw_tls *tls;        /* TLS on every connection (tls.h), or NULL: cleartext */
 } gw_front_limits;
 
 /* A complete request: the callback answers it now or later with gw_req_reply. */

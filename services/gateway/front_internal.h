@@ -70,6 +70,7 @@ struct conn {
         uint32_t ip_slot; /* KS_HMAP_NONE: not counted per address */
         uint64_t served;  /* requests read so far (HTTP/1.1) */
         gw_h2 *h2;        /* an HTTP/2 connection: its session (h2.c); NULL on HTTP/1.1 */
+        bool tls;         /* over TLS (its bufferevent is OpenSSL's) */
         char peer[GW_IP_MAX];
 };
 

@@ -512,7 +512,7 @@ bool gw_h2_wants_upgrade(const gw_req *r)
 {
         const char *upgrade = gw_req_header(r, "Upgrade");
         const char *connection = gw_req_header(r, "Connection");
-        return r->h.minor_version == 1 && upgrade != NULL && connection != NULL &&
+        return !r->c->tls && r->h.minor_version == 1 && upgrade != NULL && connection != NULL &&
                list_has(upgrade, "h2c") && list_has(connection, "upgrade") &&
                list_has(connection, "http2-settings") &&
                gw_req_header_count(r, "HTTP2-Settings") == 1;

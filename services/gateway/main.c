@@ -50,6 +50,13 @@ static const ks_config_var config_vars[] = {
                max_connections_per_address, "256", 1, 1000000,
                "open connections per client address (the socket peer; trusted proxies "
                "are not counted); more are refused at accept with 503"),
+    KS_CFG_STR("KEELSON_GATEWAY_TLS_CERT", gw_config, tls_cert, "", 0,
+               "PEM certificate chain: the port speaks TLS only (ALPN h2 and http/1.1); empty "
+               "= cleartext (TLS ends in front of the gateway). SIGHUP reads it again"),
+    KS_CFG_STR("KEELSON_GATEWAY_TLS_KEY", gw_config, tls_key, "", KS_CFG_SECRET,
+               "PEM private key of KEELSON_GATEWAY_TLS_CERT (a path; required with it)"),
+    KS_CFG_STR("KEELSON_GATEWAY_TLS_MIN_VERSION", gw_config, tls_min_version, "1.2",
+               KS_CFG_NONEMPTY, "oldest TLS version accepted: 1.2 or 1.3"),
     KS_CFG_INT("KEELSON_GATEWAY_H2_MAX_STREAMS", gw_config, h2_max_streams, "100", 1, 10000,
                "HTTP/2: streams one connection may have open at once "
                "(SETTINGS_MAX_CONCURRENT_STREAMS); a stream over it is refused"),
@@ -141,6 +148,10 @@ int main(int argc, char **argv)
         char why[256];
         if (gw_cors_parse(cfg.cors_origins, &cfg.cors, why, sizeof(why)) != 0) {
                 snprintf(err, sizeof(err), "KEELSON_GATEWAY_CORS_ORIGINS: %s", why);
+        }
+        if ((cfg.tls_cert[0] == '\0') != (cfg.tls_key[0] == '\0')) {
+                snprintf(err, sizeof(err),
+                         "KEELSON_GATEWAY_TLS_CERT and KEELSON_GATEWAY_TLS_KEY go together");
         }
         if (err[0] != '\0' || gw_rate_config_parse(&cfg, &cfg.rate, err, sizeof(err)) != 0) {
                 fprintf(stderr, "keelson-gateway: %s\n", err);

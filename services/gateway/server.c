@@ -33,6 +33,7 @@
 #include "decodepool.h"
 #include "events.h"
 #include "front.h"
+#include "tls.h"
 #include "handler.h"
 #include "inflight.h"
 #include "ks_clock.h"
@@ -52,6 +53,8 @@ struct gw_server {
         gw_decodepool *decoder;
         struct event *sigint_ev;
         struct event *sigterm_ev;
+        struct event *sighup_ev; /* TLS: read the certificate and key again */
+        gw_tls *tls;             /* NULL: cleartext */
         struct event *drain_ev;
         gw_routes *routes;
         gw_upstream *up;
@@ -157,6 +160,15 @@ static int http_setup(gw_server *s)
             .h2_streams_max = cfg->h2_max_streams,
             .proxies = &cfg->rate.proxies,
         };
+        if (cfg->tls_cert[0] != '\0') {
+                char why[512];
+                if (gw_tls_new(&s->tls, cfg->tls_cert, cfg->tls_key, cfg->tls_min_version, why,
+                               sizeof(why)) != 0) {
+                        ks_log_error(NULL, "cannot set up TLS", "{s:s}", "error", why);
+                        return -1;
+                }
+                lim.tls = s->tls;
+        }
         if (gw_front_new(&s->front, s->base, cfg->host, (int)cfg->port, &lim, on_request, s) != 0) {
                 return -1;
         }
@@ -164,13 +176,32 @@ static int http_setup(gw_server *s)
         return s->port > 0 ? 0 : -1;
 }
 
+/* SIGHUP: the TLS certificate and key again, for new connections; open ones keep theirs. */
+static void on_hangup(evutil_socket_t sig, short what, void *arg)
+{
+        (void)sig;
+        (void)what;
+        gw_server *s = arg;
+        char why[512];
+        if (s->tls == NULL) {
+                ks_log_info(NULL, "SIGHUP: no TLS configured, nothing to reload", NULL);
+        } else if (gw_tls_reload(s->tls, why, sizeof(why)) != 0) {
+                ks_log_error(NULL, "TLS reload failed: keeping the certificate in use", "{s:s}",
+                             "error", why);
+        } else {
+                ks_log_info(NULL, "TLS certificate reloaded", "{s:s}", "cert", s->cfg->tls_cert);
+        }
+}
+
 static int events_setup(gw_server *s)
 {
         s->sigint_ev = evsignal_new(s->base, SIGINT, on_signal, s);
         s->sigterm_ev = evsignal_new(s->base, SIGTERM, on_signal, s);
+        s->sighup_ev = evsignal_new(s->base, SIGHUP, on_hangup, s);
         s->drain_ev = evtimer_new(s->base, on_drain_timeout, s);
-        if (s->sigint_ev == NULL || s->sigterm_ev == NULL || s->drain_ev == NULL ||
-            event_add(s->sigint_ev, NULL) != 0 || event_add(s->sigterm_ev, NULL) != 0) {
+        if (s->sigint_ev == NULL || s->sigterm_ev == NULL || s->sighup_ev == NULL ||
+            s->drain_ev == NULL || event_add(s->sigint_ev, NULL) != 0 ||
+            event_add(s->sigterm_ev, NULL) != 0 || event_add(s->sighup_ev, NULL) != 0) {
                 return -1;
         }
         return 0;
@@ -280,12 +311,13 @@ void gw_server_free(gw_server *s)
                 ks_log_error(NULL, "requests left waiting at shutdown", "{s:I}", "count",
                              (json_int_t)gw_inflight_count(s->inflight));
         }
-        struct event *evs[] = {s->sigint_ev, s->sigterm_ev, s->drain_ev};
+        struct event *evs[] = {s->sigint_ev, s->sigterm_ev, s->sighup_ev, s->drain_ev};
         for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
                 if (evs[i] != NULL) {
                         event_free(evs[i]);
                 }
         }
+        gw_tls_free(s->tls); /* after the front: its connections held references */
         gw_handler_free(s->handler);
         gw_routes_free(s->routes);
         gw_inflight_free(s->inflight);
