@@ -254,8 +254,10 @@ static void submit(gw_h2 *h, gw_h2_stream *st, int status, const char *content_t
                 }
                 at = (size_t)(eol - fields) + 2;
         }
-        nva[n++] = NV("content-length", 14, length_s, strlen(length_s));
-        bool has_body = len > 0 && !r->is_head;
+        if (status != 304) { /* no body, and no length of one (RFC 9110 §15.4.5) */
+                nva[n++] = NV("content-length", 14, length_s, strlen(length_s));
+        }
+        bool has_body = len > 0 && !r->is_head && status != 304;
         if (has_body) {
                 evbuffer_add(st->reply, body, len);
         }
