@@ -153,7 +153,7 @@ function invitationsSection(ctx) {
       const rows = (r.invitations || []).map((i) => invitationRow(i, ctx, status, () => pager.refresh()));
       replace(list, rows.length === 0
         ? el('p', {}, closed.checked ? 'No invitations yet.' : 'No pending invitations.')
-        : table('Invitations', ['Email', 'Role', 'Status', 'Sent', 'Expires', 'Actions'], rows));
+        : table('Invitations sent', ['Email', 'Role', 'Status', 'Sent', 'Expires', 'Actions'], rows));
       return r.nextPageToken;
     } catch (err) {
       status.error(err);
