@@ -81,6 +81,10 @@ static const char *reason(int status)
         switch (status) {
         case 200:
                 return "OK";
+        case 304:
+                return "Not Modified";
+        case 308:
+                return "Permanent Redirect";
         case 400:
                 return "Bad Request";
         case 401:
@@ -768,11 +772,14 @@ void gw_req_reply(gw_req *r, int status, const char *content_type, const void *b
                 evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
         }
         evbuffer_add_buffer(out, r->out);
-        evbuffer_add_printf(out, "Content-Length: %zu\r\n%s\r\n", len,
+        if (status != 304) { /* a 304 has no body, and no length of one (RFC 9110 §15.4.5) */
+                evbuffer_add_printf(out, "Content-Length: %zu\r\n", len);
+        }
+        evbuffer_add_printf(out, "%s\r\n",
                             close                     ? "Connection: close\r\n"
                             : r->h.minor_version == 0 ? "Connection: keep-alive\r\n"
                                                       : "");
-        if (!r->is_head && len > 0) {
+        if (!r->is_head && status != 304 && len > 0) {
                 evbuffer_add(out, body, len);
         }
         c->req = NULL;

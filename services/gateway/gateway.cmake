@@ -9,6 +9,7 @@
 #   script against Redis and the benchmarks always carry the same bytes.
 # - zlib, for gzip-compressed replies.
 # - nghttp2, for HTTP/2 (h2.c); libevent_openssl and OpenSSL, for TLS (tls.c).
+# - the admin console's files (console/), embedded by console.cmake.
 include_guard(GLOBAL)
 
 find_package(ZLIB REQUIRED)
@@ -36,3 +37,6 @@ target_link_libraries(keelson_gateway_lib PUBLIC ZLIB::ZLIB PkgConfig::NGHTTP2
 
 # The gRPC protocol layer's own steps: the embedded descriptors, descriptor.proto.
 include(${CMAKE_CURRENT_LIST_DIR}/grpc.cmake)
+
+# The admin console's static files, embedded (console.cmake).
+include(${CMAKE_CURRENT_LIST_DIR}/console.cmake)

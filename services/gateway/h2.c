@@ -270,10 +270,10 @@ static void submit(gw_h2 *h, gw_h2_stream *st, int status, const char *content_t
         }
         n += fields_nv(r->out, nva + n, REPLY_FIELDS_MAX - 1 - n);
         bool trailers = r->trailers != NULL && evbuffer_get_length(r->trailers) > 0;
-        if (!trailers) {
+        if (!trailers && status != 304) { /* 304: no body, no length of one (RFC 9110 §15.4.5) */
                 nva[n++] = NV("content-length", 14, length_s, strlen(length_s));
         }
-        bool has_body = len > 0 && !r->is_head;
+        bool has_body = len > 0 && !r->is_head && status != 304;
         if (has_body) {
                 evbuffer_add(st->reply, body, len);
         }

@@ -60,6 +60,7 @@
 #include "compress.h"
 #include "config.h"
 #include "connect.h"
+#include "console_session.h"
 #include "decode.h"
 #include "decodepool.h"
 #include "front.h"
@@ -866,9 +867,10 @@ static void rpc_begin(gw_request *g)
         }
         const char *tok = NULL;
         size_t tok_len = 0;
-        const char *authz = gw_req_header(g->req, "Authorization");
-        if (gw_bearer_token(authz, &tok, &tok_len) != 0) {
-                fail_unauthenticated(g, "missing bearer token");
+        /* The bearer token, or the console's session cookie (console_session.h). */
+        int refusal = gw_console_caller_token(g->req, &tok, &tok_len);
+        if (refusal != GW_CONSOLE_OK) {
+                fail_unauthenticated(g, gw_console_refusal_message(refusal));
                 return;
         }
         ks_sha256(tok, tok_len, g->token_sha);
@@ -952,6 +954,7 @@ static void reply_json(gw_request *g, const ks_rpc_result *res)
         ProtobufCMessage *msg =
             protobuf_c_message_unpack(g->route->output, NULL, res->payload_len,
                                       res->payload != NULL ? res->payload : empty_bytes);
+        gw_console_reply(g->req, g->route->method, msg); /* a console's session: its cookie */
         char *json = NULL;
         size_t len = 0;
         if (msg == NULL || ks_json_from_message(msg, &json, &len) != KS_OK) {

@@ -1,7 +1,7 @@
 /*
  * The HTTP side of the gateway: the front (front.c) on one libevent thread,
  * the admin listener (/healthz, /readyz, /metrics: ks_health, on a port of
- * its own) and signals. RPC paths go to handler.c.
+ * its own) and signals. RPC paths go to handler.c, /console/ to console.c.
  *
  * Limits. The front (front.c) enforces the body and head limits, the
  * whole-request deadline, the idle timeout and the connection caps, and
@@ -30,6 +30,7 @@
 #include "cache.h"
 #include "config.h"
 #include "connect.h"
+#include "console.h"
 #include "decodepool.h"
 #include "events.h"
 #include "front.h"
@@ -110,6 +111,10 @@ static void on_request(gw_req *req, void *arg)
         int64_t start_ns = ks_mono_ns();
         char rid[GW_REQUEST_ID_MAX + 1];
         gw_connect_request_id(gw_req_header(req, "X-Request-Id"), rid);
+        if (gw_console_path(gw_req_path(req))) { /* the admin console's static files */
+                gw_console_serve(req, rid);
+                return;
+        }
         gw_handler_serve(s->handler, req, gw_req_path(req), rid, start_ns);
 }
 
