@@ -1053,7 +1053,7 @@ static int metrics_setup(gw_front *f)
                 }
         }
         return f->open_gauge != NULL && f->refused_limit != NULL && f->refused_address != NULL &&
-                       f->accept_paused != NULL
+                       f->accept_paused != NULL && gw_h2_metrics_init() == 0
                    ? 0
                    : -1;
 }

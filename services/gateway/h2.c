@@ -450,6 +450,11 @@ static ks_counter *opened_counter(bool upgrade)
         return counters[upgrade];
 }
 
+int gw_h2_metrics_init(void)
+{
+        return opened_counter(false) != NULL && opened_counter(true) != NULL ? 0 : -1;
+}
+
 static gw_h2 *session_new(conn *c)
 {
         const gw_front_limits *lim = &c->f->lim;

@@ -29,6 +29,8 @@
 #define GW_H2_PREFACE     "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #define GW_H2_PREFACE_LEN 24
 
+/* Registers HTTP/2's metrics (at zero until used). 0, or -1 out of memory. */
+int gw_h2_metrics_init(void);
 /* Makes c an HTTP/2 connection whose input opens with the preface. 0 or -1 (no memory). */
 int gw_h2_start(conn *c);
 /* Whether the HTTP/1.1 request r asks for h2c in a way this server honours. */
