@@ -89,6 +89,7 @@ typedef struct gw_config {
         char *tls_cert;     /* "" = cleartext */
         char *tls_key;
         char *tls_min_version;
+        bool reflection; /* grpc.reflection served */
         /* context cache (cache.c) */
         int64_t cache_entries;
         int64_t cache_session_ttl_s;

@@ -383,6 +383,45 @@ bool gw_req_http2(const gw_req *r)
         return r->h2 != NULL;
 }
 
+void gw_front_set_streaming(gw_front *f, gw_front_stream_fn wants, void *arg)
+{
+        f->wants_stream = wants;
+        f->stream_arg = arg;
+}
+
+bool gw_req_streaming(const gw_req *r)
+{
+        return r->h2 != NULL && gw_h2_streaming(r);
+}
+
+void gw_req_on_data(gw_req *r, gw_req_data_fn fn, void *arg)
+{
+        if (r->h2 != NULL) {
+                gw_h2_on_data(r, fn, arg);
+        }
+}
+
+void gw_req_stream_open(gw_req *r, int status, const char *content_type)
+{
+        if (r->h2 != NULL) {
+                gw_h2_stream_open(r, status, content_type);
+        }
+}
+
+void gw_req_stream_write(gw_req *r, const void *data, size_t len)
+{
+        if (r->h2 != NULL) {
+                gw_h2_stream_write(r, data, len);
+        }
+}
+
+void gw_req_stream_close(gw_req *r)
+{
+        if (r->h2 != NULL) {
+                gw_h2_stream_close(r);
+        }
+}
+
 void gw_req_add_trailer(gw_req *r, const char *name, const char *value)
 {
         if (r->h2 == NULL || name[0] == '\0' || !token_ok(name, false) || !token_ok(value, true)) {

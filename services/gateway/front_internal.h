@@ -85,6 +85,8 @@ struct gw_front {
         struct event *resume_ev;
         gw_front_limits lim;
         gw_front_fn fn;
+        gw_front_stream_fn wants_stream; /* NULL: no request is taken as a stream */
+        void *stream_arg;
         void *arg;
         int port;
         bool draining;

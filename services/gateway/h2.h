@@ -50,6 +50,13 @@ void gw_h2_drain(conn *c);
 /* From front_conn_free: unanswered requests get their cancel callback. */
 void gw_h2_free(conn *c);
 
+/* The stream API of front.h (gw_req_on_data, gw_req_stream_*), for HTTP/2 requests. */
+void gw_h2_on_data(gw_req *r, gw_req_data_fn fn, void *arg);
+bool gw_h2_streaming(const gw_req *r);
+void gw_h2_stream_open(gw_req *r, int status, const char *content_type);
+void gw_h2_stream_write(gw_req *r, const void *data, size_t len);
+void gw_h2_stream_close(gw_req *r);
+
 /* gw_req_reply of a request that came on a stream. */
 void gw_h2_reply(gw_req *r, int status, const char *content_type, const void *body, size_t len);
 

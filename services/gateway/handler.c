@@ -79,6 +79,7 @@
 #include "ks_metrics.h"
 #include "ks_topology.h"
 #include "ratelimit.h"
+#include "reflection.h"
 #include "routes.h"
 #include "upstream.h"
 
@@ -135,7 +136,8 @@ typedef struct gw_request {
         gw_context ctx;            /* the resolved caller; caller's strings point here */
         ks_caller caller;
         gw_limit_wait limit;
-        gw_decode_job decode; /* the body, while a decode thread has it */
+        gw_decode_job decode;     /* the body, while a decode thread has it */
+        struct refl_stream *refl; /* a reflection stream's state, while it is open */
 } gw_request;
 
 _Static_assert(offsetof(gw_request, call) == 0, "gw_handler_complete casts a call to its request");
@@ -180,8 +182,18 @@ static void wipe_auth_payload(gw_request *g)
         }
 }
 
+/* A reflection stream: its messages as they come, and what it was sent. */
+typedef struct refl_stream {
+        gw_grpc_reader *rd;
+        gw_reflection_sent sent;
+} refl_stream;
+
 static void request_free(gw_request *g)
 {
+        if (g->refl != NULL) {
+                gw_grpc_reader_free(g->refl->rd);
+                free(g->refl);
+        }
         wipe_auth_payload(g);
         free(g->payload);
         ks_rpc_result_clear(&g->call.result);
@@ -1107,18 +1119,139 @@ static void grpc_kind(gw_request *g)
         g->text = p == GW_GRPC_WEB_TEXT;
 }
 
+/* grpc.reflection.v1 and v1alpha's one method (their messages are the same on the wire). */
+static bool is_reflection(const char *method)
+{
+        return strcmp(method, "grpc.reflection.v1.ServerReflection/ServerReflectionInfo") == 0 ||
+               strcmp(method, "grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo") == 0;
+}
+
+bool gw_handler_wants_stream(const gw_req *r, void *arg)
+{
+        (void)arg;
+        gw_grpc_protocol p;
+        const char *path = gw_req_path(r);
+        return gw_req_http2(r) &&
+               gw_grpc_protocol_parse(gw_req_header(r, "Content-Type"), &p) == 0 && p == GW_GRPC &&
+               path != NULL && path[0] == '/' && is_reflection(path + 1);
+}
+
+/* The end of a reflection stream: its status in the trailers, then g is done. */
+static void refl_end(gw_request *g, int code, const char *message)
+{
+        char status[12], text[GW_GRPC_MESSAGE_MAX + 1];
+        gw_req *r = g->req;
+        if (r != NULL) {
+                snprintf(status, sizeof(status), "%d", gw_grpc_status_of_code(code));
+                gw_req_add_trailer(r, "grpc-status", status);
+                if (message != NULL && message[0] != '\0') {
+                        gw_grpc_message_encode(message, strlen(message), text, sizeof(text));
+                        gw_req_add_trailer(r, "grpc-message", text);
+                }
+                gw_req_stream_close(r);
+                g->req = NULL;
+        }
+        gw_route_observe(g->route, code, (double)(ks_mono_ns() - g->start_ns) / NS_PER_S);
+        request_free(g);
+}
+
+/* The client reset the stream or went away. */
+static void refl_gone(void *arg)
+{
+        gw_request *g = arg;
+        g->req = NULL;
+        refl_end(g, KS_CANCELED, NULL);
+}
+
+/* A piece of the client's side: every whole request answered at once. */
+static void refl_data(const uint8_t *data, size_t len, bool end, void *arg)
+{
+        gw_request *g = arg;
+        refl_stream *rs = g->refl;
+        while (len > 0) {
+                size_t used = 0;
+                bool have = false;
+                gw_grpc_msg msg = {0};
+                const char *err = NULL;
+                int rc = gw_grpc_reader_feed(rs->rd, data, len, &used, &have, &msg, &err);
+                if (rc != KS_OK) {
+                        refl_end(g, rc, err);
+                        return;
+                }
+                data += used;
+                len -= used;
+                if (!have) {
+                        continue;
+                }
+                uint8_t *out = NULL, *framed = NULL;
+                size_t out_len = 0, framed_len = 0;
+                rc = gw_reflection_answer(g->h->env->reflection, &rs->sent, msg.data, msg.len, &out,
+                                          &out_len);
+                if (rc == KS_OK &&
+                    gw_grpc_frame(out, out_len, GW_GRPC_IDENTITY, 0, &framed, &framed_len) != 0) {
+                        rc = KS_INTERNAL;
+                }
+                free(out);
+                if (rc != KS_OK) {
+                        free(framed);
+                        refl_end(g, rc, rc == KS_INVALID_ARGUMENT ? "malformed request" : NULL);
+                        return;
+                }
+                gw_req_stream_write(g->req, framed, framed_len);
+                free(framed);
+        }
+        if (end) {
+                if (!gw_grpc_reader_idle(rs->rd)) {
+                        refl_end(g, KS_INTERNAL, "the stream ended inside a message");
+                        return;
+                }
+                refl_end(g, KS_OK, NULL);
+        }
+}
+
+/*
+ * grpc.reflection's ServerReflectionInfo: a bidirectional stream, each
+ * request answered as it comes (reflection.c), public like the protos
+ * themselves; off when KEELSON_GATEWAY_REFLECTION is false.
+ */
+static void refl_begin(gw_request *g)
+{
+        if (g->h->env->reflection == NULL) {
+                request_fail(g, 0, KS_UNIMPLEMENTED, "reflection is turned off");
+                return;
+        }
+        if (!gw_req_streaming(g->req)) {
+                request_fail(g, 0, KS_UNIMPLEMENTED,
+                             "reflection is served over gRPC (HTTP/2) only");
+                return;
+        }
+        if ((g->refl = calloc(1, sizeof(*g->refl))) == NULL ||
+            gw_grpc_reader_new(&g->refl->rd, g->grpc_enc, (size_t)g->h->env->cfg->body_max_bytes) !=
+                0) {
+                request_fail(g, 0, KS_RESOURCE_EXHAUSTED, "out of memory");
+                return;
+        }
+        gw_req_on_cancel(g->req, refl_gone, g);
+        gw_req_on_data(g->req, refl_data, g);
+        gw_req_stream_open(g->req, 200, GRPC_CONTENT_TYPE);
+}
+
 /*
  * The gRPC services the gateway answers itself (grpc.h): Health/Check,
- * public and unlimited, as probes call it. The streaming ones (Watch,
- * reflection) are not served yet.
+ * public and unlimited, as probes call it; reflection, a stream. Health's
+ * Watch is not served yet.
  */
 static void own_call(gw_request *g, const char *method)
 {
         if (check_headers(g) != 0) {
                 return;
         }
+        if (is_reflection(method)) {
+                refl_begin(g);
+                return;
+        }
         if (strcmp(method, "grpc.health.v1.Health/Check") != 0) {
-                request_fail(g, 0, KS_UNIMPLEMENTED, "streaming methods are not served yet");
+                request_fail(g, 0, KS_UNIMPLEMENTED, "Health/Watch is not served yet");
                 return;
         }
         size_t len = 0;

@@ -57,6 +57,9 @@ static const ks_config_var config_vars[] = {
                "PEM private key of KEELSON_GATEWAY_TLS_CERT (a path; required with it)"),
     KS_CFG_STR("KEELSON_GATEWAY_TLS_MIN_VERSION", gw_config, tls_min_version, "1.2",
                KS_CFG_NONEMPTY, "oldest TLS version accepted: 1.2 or 1.3"),
+    KS_CFG_BOOL("KEELSON_GATEWAY_REFLECTION", gw_config, reflection, "true",
+                "serve grpc.reflection (v1 and v1alpha) over gRPC, without a token, so grpcurl "
+                "and the like discover every public method; false answers it unimplemented"),
     KS_CFG_INT("KEELSON_GATEWAY_H2_MAX_STREAMS", gw_config, h2_max_streams, "100", 1, 10000,
                "HTTP/2: streams one connection may have open at once "
                "(SETTINGS_MAX_CONCURRENT_STREAMS); a stream over it is refused"),

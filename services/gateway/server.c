@@ -33,7 +33,9 @@
 #include "console.h"
 #include "decodepool.h"
 #include "events.h"
+#include "descriptor_set.h"
 #include "front.h"
+#include "reflection.h"
 #include "tls.h"
 #include "handler.h"
 #include "inflight.h"
@@ -54,8 +56,9 @@ struct gw_server {
         gw_decodepool *decoder;
         struct event *sigint_ev;
         struct event *sigterm_ev;
-        struct event *sighup_ev; /* TLS: read the certificate and key again */
-        gw_tls *tls;             /* NULL: cleartext */
+        struct event *sighup_ev;   /* TLS: read the certificate and key again */
+        gw_tls *tls;               /* NULL: cleartext */
+        gw_reflection *reflection; /* NULL: off */
         struct event *drain_ev;
         gw_routes *routes;
         gw_upstream *up;
@@ -177,6 +180,7 @@ static int http_setup(gw_server *s)
         if (gw_front_new(&s->front, s->base, cfg->host, (int)cfg->port, &lim, on_request, s) != 0) {
                 return -1;
         }
+        gw_front_set_streaming(s->front, gw_handler_wants_stream, s->handler);
         s->port = gw_front_port(s->front);
         return s->port > 0 ? 0 : -1;
 }
@@ -235,6 +239,15 @@ static int handler_setup(gw_server *s)
             .inflight = s->inflight,
             .health = {.ready = probe_ready, .answers = probe_answers, .arg = s},
         };
+        if (s->cfg->reflection) {
+                if (gw_reflection_new(&s->reflection, gw_descriptor_set, gw_descriptor_set_len,
+                                      gw_reflection_served, NULL) != 0) {
+                        ks_log_error(NULL, "cannot load the embedded descriptors for reflection",
+                                     NULL);
+                        return -1;
+                }
+                s->env.reflection = s->reflection;
+        }
         if (gw_handler_new(&s->handler, &s->env) != 0 ||
             gw_upstream_new(&s->up, s->base, s->cfg, s->routes, gw_handler_complete, s->handler) !=
                 0) {
@@ -323,6 +336,7 @@ void gw_server_free(gw_server *s)
                 }
         }
         gw_tls_free(s->tls); /* after the front: its connections held references */
+        gw_reflection_free(s->reflection);
         gw_handler_free(s->handler);
         gw_routes_free(s->routes);
         gw_inflight_free(s->inflight);

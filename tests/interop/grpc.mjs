@@ -14,7 +14,11 @@
 //     no service has;
 //   - gzip-compressed requests (grpc-encoding: gzip);
 //   - grpc.health.v1.Health/Check: "" and a keelson service SERVING, an
-//     unknown name NOT_FOUND.
+//     unknown name NOT_FOUND;
+//   - grpc.reflection v1 and v1alpha, a bidirectional stream: list_services
+//     names the public services and not the internal ones; the file of
+//     AuthService describes WhoAmI and not the internal ResolveContext; an
+//     unknown symbol is answered NOT_FOUND on the stream, which goes on.
 //
 // Reads the gateway's address from $KEELSON_IT_STACK/env and the protos
 // from $KEELSON_PROTO_DIR. Prints one line per check; stops at the first
@@ -25,6 +29,8 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
+import { fromBinary } from '@bufbuild/protobuf';
+import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 
@@ -56,7 +62,13 @@ function stackEnv(key) {
 const protoDir = process.env.KEELSON_PROTO_DIR;
 assert.ok(protoDir, 'KEELSON_PROTO_DIR');
 const defs = protoLoader.loadSync(
-  ['keelson/auth/v1/auth.proto', 'keelson/billing/v1/billing.proto', 'grpc/health/v1/health.proto'],
+  [
+    'keelson/auth/v1/auth.proto',
+    'keelson/billing/v1/billing.proto',
+    'grpc/health/v1/health.proto',
+    'grpc/reflection/v1/reflection.proto',
+    'grpc/reflection/v1alpha/reflection.proto',
+  ],
   { includeDirs: [protoDir], keepCase: false, longs: String, enums: String, defaults: true },
 );
 const pkg = grpc.loadPackageDefinition(defs);
@@ -185,6 +197,61 @@ await check('grpc.health.v1.Health/Check', async () => {
   );
   await refused(call(health, 'check', { service: 'no.such.Service' }), grpc.status.NOT_FOUND);
 });
+
+// One reflection stream: each request written, its answer read, in turn.
+async function reflect(pkgName, requests) {
+  const client = new pkg.grpc.reflection[pkgName].ServerReflection(target, plain);
+  const call = client.serverReflectionInfo({ deadline: deadline() });
+  const answers = [];
+  const done = new Promise((resolve, reject) => {
+    call.on('error', reject);
+    call.on('status', (st) => (st.code === grpc.status.OK ? resolve() : reject(st)));
+  });
+  const next = () =>
+    new Promise((resolve, reject) => {
+      call.once('data', resolve);
+      call.once('error', reject);
+    });
+  for (const r of requests) {
+    const answer = next();
+    call.write(r);
+    answers.push(await answer);
+  }
+  call.end();
+  await done;
+  client.close();
+  return answers;
+}
+
+for (const version of ['v1', 'v1alpha']) {
+  await check(`grpc.reflection.${version}: list_services, file_containing_symbol, NOT_FOUND`, async () => {
+    const [list, file, missing, again] = await reflect(version, [
+      { listServices: '' },
+      { fileContainingSymbol: 'keelson.auth.v1.AuthService' },
+      { fileContainingSymbol: 'no.such.Symbol' },
+      { fileContainingSymbol: 'keelson.auth.v1.AuthService.WhoAmI' },
+    ]);
+    const names = list.listServicesResponse.service.map((s) => s.name);
+    for (const want of [
+      'keelson.auth.v1.AuthService',
+      'keelson.billing.v1.BillingService',
+      'grpc.health.v1.Health',
+      'grpc.reflection.v1.ServerReflection',
+    ]) {
+      assert.ok(names.includes(want), `${want} in ${names}`);
+    }
+    const files = file.fileDescriptorResponse.fileDescriptorProto.map((b) =>
+      fromBinary(FileDescriptorProtoSchema, b),
+    );
+    const authFile = files.find((f) => f.name === 'keelson/auth/v1/auth.proto');
+    assert.ok(authFile, 'auth.proto in the answer');
+    const methods = authFile.service.find((s) => s.name === 'AuthService').method.map((m) => m.name);
+    assert.ok(methods.includes('WhoAmI'));
+    assert.ok(!methods.includes('ResolveContext'), 'an internal method is not described');
+    assert.equal(missing.errorResponse.errorCode, grpc.status.NOT_FOUND);
+    assert.ok(again.fileDescriptorResponse, 'the stream goes on after a NOT_FOUND');
+  });
+}
 
 for (const c of [auth, billing, health, authGzip]) {
   c.close();
