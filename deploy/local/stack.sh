@@ -596,7 +596,10 @@ launch() {
 alive() {
         local stat
         [ -n "$1" ] && kill -0 "$1" 2>/dev/null || return 1
-        stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+        # No /proc at all: trust kill -0. With /proc, a stat that cannot be read
+        # is a process reaped since kill -0 (a zombie going away), not a live one.
+        [ -d /proc/self ] || return 0
+        stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
         stat=${stat##*) }
         [ "${stat:0:1}" != Z ]
 }

@@ -767,8 +767,12 @@ void ks_rpc_server_stop(ks_rpc_server *srv)
                 pthread_join(srv->threads[i], NULL);
         }
         atomic_store(&srv->closing, true);
-        if (nng_socket_id(srv->sock) > 0) {
-                nng_close(srv->sock);
+        if (nng_socket_id(srv->sock) > 0 && !ks_broker_close(srv->sock, KS_BROKER_CLOSE_MS)) {
+                /* nng may still run the slots' callbacks and pipe events with srv: all of it is
+                 * left to the process exit, which follows a stop */
+                ks_log_warn(NULL, "rpc server's socket did not close in time", "{s:i, s:i}",
+                            "waited_ms", KS_BROKER_CLOSE_MS, "drain_ms", (int)drain_ms);
+                return;
         }
         for (int i = 0; i < srv->n_slots; i++) {
                 nng_aio_stop(srv->slots[i].aio);

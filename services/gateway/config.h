@@ -12,6 +12,7 @@
 
 #include "bucket.h"
 #include "clientip.h"
+#include "cors.h"
 #include "ks_redis_url.h"
 #include "routes.h"
 
@@ -84,6 +85,11 @@ typedef struct gw_config {
         char *redis_prefix;
         bool redis_server_time;
         char *trusted_proxies;
+        char *cors_origins; /* parsed into cors */
+        char *tls_cert;     /* "" = cleartext */
+        char *tls_key;
+        char *tls_min_version;
+        bool reflection; /* grpc.reflection served */
         /* context cache (cache.c) */
         int64_t cache_entries;
         int64_t cache_session_ttl_s;
@@ -93,6 +99,7 @@ typedef struct gw_config {
         int64_t gzip_min_bytes;
         int64_t gzip_level;
         gw_rate_config rate; /* parsed from the strings above by gw_rate_config_parse */
+        gw_cors cors;        /* parsed from cors_origins */
 } gw_config;
 
 #endif

@@ -43,6 +43,7 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/listener.h>
 #include <jansson.h>
 #include <netinet/in.h>
@@ -62,6 +63,7 @@
 #include "ks_hmap.h"
 #include "ks_log.h"
 #include "ks_metrics.h"
+#include "tls.h"
 
 #define KEEP_CLOSING_MS   2000
 #define ACCEPT_PAUSE_MS   100
@@ -79,6 +81,10 @@ static const char *reason(int status)
         switch (status) {
         case 200:
                 return "OK";
+        case 304:
+                return "Not Modified";
+        case 308:
+                return "Permanent Redirect";
         case 400:
                 return "Bad Request";
         case 401:
@@ -235,6 +241,9 @@ void front_req_free(gw_req *r)
         if (r->out != NULL) {
                 evbuffer_free(r->out);
         }
+        if (r->trailers != NULL) {
+                evbuffer_free(r->trailers);
+        }
         free(r->head);
         free(r);
 }
@@ -369,6 +378,61 @@ void gw_req_add_header(gw_req *r, const char *name, const char *value)
         }
 }
 
+bool gw_req_http2(const gw_req *r)
+{
+        return r->h2 != NULL;
+}
+
+void gw_front_set_streaming(gw_front *f, gw_front_stream_fn wants, void *arg)
+{
+        f->wants_stream = wants;
+        f->stream_arg = arg;
+}
+
+bool gw_req_streaming(const gw_req *r)
+{
+        return r->h2 != NULL && gw_h2_streaming(r);
+}
+
+void gw_req_on_data(gw_req *r, gw_req_data_fn fn, void *arg)
+{
+        if (r->h2 != NULL) {
+                gw_h2_on_data(r, fn, arg);
+        }
+}
+
+void gw_req_stream_open(gw_req *r, int status, const char *content_type)
+{
+        if (r->h2 != NULL) {
+                gw_h2_stream_open(r, status, content_type);
+        }
+}
+
+void gw_req_stream_write(gw_req *r, const void *data, size_t len)
+{
+        if (r->h2 != NULL) {
+                gw_h2_stream_write(r, data, len);
+        }
+}
+
+void gw_req_stream_close(gw_req *r)
+{
+        if (r->h2 != NULL) {
+                gw_h2_stream_close(r);
+        }
+}
+
+void gw_req_add_trailer(gw_req *r, const char *name, const char *value)
+{
+        if (r->h2 == NULL || name[0] == '\0' || !token_ok(name, false) || !token_ok(value, true)) {
+                return;
+        }
+        if (r->trailers == NULL && (r->trailers = evbuffer_new()) == NULL) {
+                return;
+        }
+        evbuffer_add_printf(r->trailers, "%s: %s\r\n", name, value);
+}
+
 void gw_req_on_cancel(gw_req *r, void (*fn)(void *arg), void *arg)
 {
         r->cancel = fn;
@@ -409,6 +473,18 @@ void front_conn_free(conn *c)
 }
 
 /* Writes what is queued, then stops sending and drops what still comes. */
+/* Stops sending: TLS's close_notify first, on a TLS connection. */
+static void shut_write(conn *c)
+{
+        if (c->tls) {
+                SSL *ssl = bufferevent_openssl_get_ssl(c->bev);
+                if (ssl != NULL) {
+                        SSL_shutdown(ssl);
+                }
+        }
+        shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+}
+
 void front_conn_close(conn *c)
 {
         c->state = C_CLOSING;
@@ -416,7 +492,7 @@ void front_conn_close(conn *c)
         timer_set(c, KEEP_CLOSING_MS);
         bufferevent_enable(c->bev, EV_READ);
         if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
-                shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+                shut_write(c);
         }
 }
 
@@ -735,11 +811,14 @@ void gw_req_reply(gw_req *r, int status, const char *content_type, const void *b
                 evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
         }
         evbuffer_add_buffer(out, r->out);
-        evbuffer_add_printf(out, "Content-Length: %zu\r\n%s\r\n", len,
+        if (status != 304) { /* a 304 has no body, and no length of one (RFC 9110 §15.4.5) */
+                evbuffer_add_printf(out, "Content-Length: %zu\r\n", len);
+        }
+        evbuffer_add_printf(out, "%s\r\n",
                             close                     ? "Connection: close\r\n"
                             : r->h.minor_version == 0 ? "Connection: keep-alive\r\n"
                                                       : "");
-        if (!r->is_head && len > 0) {
+        if (!r->is_head && status != 304 && len > 0) {
                 evbuffer_add(out, body, len);
         }
         c->req = NULL;
@@ -774,7 +853,7 @@ static void on_write(struct bufferevent *bev, void *arg)
         conn *c = arg;
         if (c->state == C_CLOSING) {
                 if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
-                        shutdown(bufferevent_getfd(bev), SHUT_WR); /* all written */
+                        shut_write(c); /* all written */
                 }
                 return;
         }
@@ -790,8 +869,10 @@ static void on_write(struct bufferevent *bev, void *arg)
 static void on_event(struct bufferevent *bev, short what, void *arg)
 {
         (void)bev;
-        (void)what; /* EOF, an error or the write timeout: the connection is done */
-        front_conn_free(arg);
+        if (what == BEV_EVENT_CONNECTED) {
+                return; /* the TLS handshake is done: the request comes next */
+        }
+        front_conn_free(arg); /* EOF, an error or the write timeout: the connection is done */
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -816,10 +897,34 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 
 static void refuse(gw_front *f, evutil_socket_t fd, ks_counter *why)
 {
-        ssize_t n = send(fd, f->refused_reply, f->refused_reply_len, MSG_DONTWAIT | MSG_NOSIGNAL);
-        (void)n; /* best effort: the client learns why, or sees the close */
+        if (f->lim.tls == NULL) { /* a TLS client would read a plaintext reply as an attack */
+                ssize_t n =
+                    send(fd, f->refused_reply, f->refused_reply_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+                (void)n; /* best effort: the client learns why, or sees the close */
+        }
         ks_counter_inc(why);
         evutil_closesocket(fd);
+}
+
+/* A bufferevent for an accepted socket: OpenSSL's (the handshake first) under TLS. */
+static struct bufferevent *bev_new(gw_front *f, evutil_socket_t fd)
+{
+        if (f->lim.tls == NULL) {
+                return bufferevent_socket_new(f->base, fd, BEV_OPT_CLOSE_ON_FREE);
+        }
+        SSL *ssl = gw_tls_accept(f->lim.tls);
+        if (ssl == NULL) {
+                return NULL;
+        }
+        struct bufferevent *bev = bufferevent_openssl_socket_new(
+            f->base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
+        if (bev == NULL) {
+                SSL_free(ssl);
+                return NULL;
+        }
+        /* A client that closes without close_notify has still said all it meant to. */
+        bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+        return bev;
 }
 
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
@@ -845,7 +950,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         }
         conn *c = calloc(1, sizeof(*c));
         if (c == NULL || (c->hb = malloc(f->lim.head_max + 1)) == NULL ||
-            (c->bev = bufferevent_socket_new(f->base, fd, BEV_OPT_CLOSE_ON_FREE)) == NULL ||
+            (c->bev = bev_new(f, fd)) == NULL ||
             (c->timer = evtimer_new(f->base, on_timer, c)) == NULL) {
                 if (c != NULL) {
                         if (c->bev != NULL) {
@@ -862,6 +967,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
                 return;
         }
         c->f = f;
+        c->tls = f->lim.tls != NULL;
         c->ip_slot = slot;
         c->state = C_HEAD;
         c->keep_alive = true;
@@ -986,7 +1092,7 @@ static int metrics_setup(gw_front *f)
                 }
         }
         return f->open_gauge != NULL && f->refused_limit != NULL && f->refused_address != NULL &&
-                       f->accept_paused != NULL
+                       f->accept_paused != NULL && gw_h2_metrics_init() == 0
                    ? 0
                    : -1;
 }

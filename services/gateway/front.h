@@ -38,6 +38,7 @@ typedef struct gw_front_limits {
         int64_t conns_per_ip_max;  /* per peer address (trusted proxies are not counted) */
         const gw_proxies *proxies; /* the trusted proxies, or NULL */
         int64_t h2_streams_max;    /* HTTP/2: concurrent streams per connection */
+        struct gw_tls *tls;        /* TLS on every connection (tls.h), or NULL: cleartext */
 } gw_front_limits;
 
 /* A complete request: the callback answers it now or later with gw_req_reply. */
@@ -67,8 +68,38 @@ const char *gw_req_peer(const gw_req *r);
 /* The body, contiguous (len 0: an empty body; never NULL). */
 const uint8_t *gw_req_body(gw_req *r, size_t *len);
 
+/* Whether the request came on an HTTP/2 stream. */
+bool gw_req_http2(const gw_req *r);
+
+/*
+ * Streams (HTTP/2 only; gRPC's streaming methods). The front asks wants()
+ * of every HTTP/2 request once its header fields are complete: true hands
+ * it to the callback at once, its body to come in pieces through the
+ * function given to gw_req_on_data (end: the client has sent all of it),
+ * and its reply may be written as it is made: gw_req_stream_open once,
+ * gw_req_stream_write any number of times, gw_req_stream_close last (after
+ * gw_req_add_trailer). The cancel callback runs if the client resets the
+ * stream or goes away before the close.
+ */
+typedef bool (*gw_front_stream_fn)(const gw_req *r, void *arg);
+void gw_front_set_streaming(gw_front *f, gw_front_stream_fn wants, void *arg);
+/* Whether r was taken as a stream (its body comes through gw_req_on_data). */
+bool gw_req_streaming(const gw_req *r);
+typedef void (*gw_req_data_fn)(const uint8_t *data, size_t len, bool end, void *arg);
+void gw_req_on_data(gw_req *r, gw_req_data_fn fn, void *arg);
+void gw_req_stream_open(gw_req *r, int status, const char *content_type);
+void gw_req_stream_write(gw_req *r, const void *data, size_t len);
+/* Ends the reply (with its trailers); r is gone once the stream closes. */
+void gw_req_stream_close(gw_req *r);
+
 /* Adds a reply field (Content-Length, Date and Connection are the front's). */
 void gw_req_add_header(gw_req *r, const char *name, const char *value);
+/*
+ * Adds a trailer field, sent after the body (gRPC's grpc-status). HTTP/2
+ * only: an HTTP/1.1 reply carries none, and a reply with trailers has no
+ * Content-Length.
+ */
+void gw_req_add_trailer(gw_req *r, const char *name, const char *value);
 /* Writes the reply (no body for HEAD); r is gone afterwards. */
 void gw_req_reply(gw_req *r, int status, const char *content_type, const void *body, size_t len);
 /*

@@ -44,7 +44,8 @@ struct gw_req {
         const char *path;
         bool is_head; /* HEAD: the reply has no body */
         struct evbuffer *body;
-        struct evbuffer *out; /* reply fields, "Name: value\r\n" each */
+        struct evbuffer *out;      /* reply fields, "Name: value\r\n" each */
+        struct evbuffer *trailers; /* HTTP/2: trailer fields, the same way; NULL if none */
         void (*cancel)(void *arg);
         void *cancel_arg;
         gw_h2_stream *h2; /* HTTP/2: what h2.c keeps of the stream; NULL on HTTP/1.1 */
@@ -69,6 +70,7 @@ struct conn {
         uint32_t ip_slot; /* KS_HMAP_NONE: not counted per address */
         uint64_t served;  /* requests read so far (HTTP/1.1) */
         gw_h2 *h2;        /* an HTTP/2 connection: its session (h2.c); NULL on HTTP/1.1 */
+        bool tls;         /* over TLS (its bufferevent is OpenSSL's) */
         char peer[GW_IP_MAX];
 };
 
@@ -83,6 +85,8 @@ struct gw_front {
         struct event *resume_ev;
         gw_front_limits lim;
         gw_front_fn fn;
+        gw_front_stream_fn wants_stream; /* NULL: no request is taken as a stream */
+        void *stream_arg;
         void *arg;
         int port;
         bool draining;

@@ -8,11 +8,13 @@
 #   the script re-runs CMake, so the gateway, the unit test that runs the
 #   script against Redis and the benchmarks always carry the same bytes.
 # - zlib, for gzip-compressed replies.
-# - nghttp2, for HTTP/2 (h2.c).
+# - nghttp2, for HTTP/2 (h2.c); libevent_openssl and OpenSSL, for TLS (tls.c).
+# - the admin console's files (console/), embedded by console.cmake.
 include_guard(GLOBAL)
 
 find_package(ZLIB REQUIRED)
 pkg_check_modules(NGHTTP2 REQUIRED IMPORTED_TARGET libnghttp2>=1.52)
+pkg_check_modules(LIBEVENT_OPENSSL REQUIRED IMPORTED_TARGET libevent_openssl)
 
 set(gw_lua ${CMAKE_SOURCE_DIR}/services/gateway/ratelimit.lua)
 set(gw_lua_c ${CMAKE_BINARY_DIR}/generated/gw_ratelimit_lua.c)
@@ -30,7 +32,11 @@ const size_t gw_ratelimit_lua_len = ${lua_len};
 " @ONLY)
 
 target_sources(keelson_gateway_lib PRIVATE ${gw_lua_c})
-target_link_libraries(keelson_gateway_lib PUBLIC ZLIB::ZLIB PkgConfig::NGHTTP2)
+target_link_libraries(keelson_gateway_lib PUBLIC ZLIB::ZLIB PkgConfig::NGHTTP2
+                      PkgConfig::LIBEVENT_OPENSSL OpenSSL::SSL)
 
 # The gRPC protocol layer's own steps: the embedded descriptors, descriptor.proto.
 include(${CMAKE_CURRENT_LIST_DIR}/grpc.cmake)
+
+# The admin console's static files, embedded (console.cmake).
+include(${CMAKE_CURRENT_LIST_DIR}/console.cmake)

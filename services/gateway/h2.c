@@ -34,6 +34,7 @@
 
 #define SETTINGS_PAYLOAD_MAX 1024 /* HTTP2-Settings, decoded: 6 bytes a setting */
 #define REPLY_FIELDS_MAX     64   /* fields of one reply, pseudo-header and front's own included */
+#define GW_H2_PATH_MAX       512  /* a stream's path, as the front's callback may read it early */
 
 struct gw_h2_stream {
         gw_req *req;
@@ -43,7 +44,11 @@ struct gw_h2_stream {
         int fail_status; /* answered by the front at END_STREAM: 413, 431 */
         bool complete;   /* END_STREAM came */
         bool dispatched; /* the callback has it */
-        bool replied;
+        bool replied;    /* the reply is submitted (a stream's: opened) */
+        bool streaming;  /* taken at its HEADERS: the body goes to data_fn as it comes */
+        bool reply_done; /* every byte of the reply is in reply (a stream's: closed) */
+        gw_req_data_fn data_fn;
+        void *data_arg;
         struct evbuffer *reply;
 };
 
@@ -77,7 +82,7 @@ static void stream_free(gw_h2 *h, gw_h2_stream *st)
 {
         gw_req *r = st->req;
         stream_unlink(h, st);
-        if (st->dispatched && !st->replied && r->cancel != NULL) {
+        if (st->dispatched && !(st->replied && st->reply_done) && r->cancel != NULL) {
                 r->cancel(r->cancel_arg);
         }
         front_req_free(r);
@@ -180,19 +185,32 @@ static void flush(gw_h2 *h)
         arm_timer(h);
 }
 
+/* The names and values of "Name: value\r\n" lines in b, lowercased in place, as nv; how many. */
+static size_t fields_nv(struct evbuffer *b, nghttp2_nv *nva, size_t max);
+
+/* The body from the stream's buffer; its trailers, if any, once it is all out. */
 static ssize_t reply_read(nghttp2_session *session, int32_t id, uint8_t *buf, size_t len,
                           uint32_t *flags, nghttp2_data_source *src, void *user)
 {
-        (void)session;
-        (void)id;
         (void)user;
-        struct evbuffer *body = src->ptr;
-        int n = evbuffer_remove(body, buf, len);
+        gw_h2_stream *st = src->ptr;
+        if (evbuffer_get_length(st->reply) == 0 && !st->reply_done) {
+                return NGHTTP2_ERR_DEFERRED; /* a stream's next bytes are still to come */
+        }
+        int n = evbuffer_remove(st->reply, buf, len);
         if (n < 0) {
                 return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
         }
-        if (evbuffer_get_length(body) == 0) {
+        if (evbuffer_get_length(st->reply) == 0 && st->reply_done) {
                 *flags |= NGHTTP2_DATA_FLAG_EOF;
+                struct evbuffer *t = st->req->trailers;
+                if (t != NULL && evbuffer_get_length(t) > 0) {
+                        nghttp2_nv nva[REPLY_FIELDS_MAX];
+                        size_t nt = fields_nv(t, nva, REPLY_FIELDS_MAX);
+                        if (nghttp2_submit_trailer(session, id, nva, nt) == 0) {
+                                *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+                        }
+                }
         }
         return n;
 }
@@ -216,30 +234,13 @@ static bool connection_specific(const char *name)
                 (uint8_t *)(n), (uint8_t *)(v), (nl), (vl), NGHTTP2_NV_FLAG_NONE                   \
         }
 
-static void submit(gw_h2 *h, gw_h2_stream *st, int status, const char *content_type,
-                   const void *body, size_t len)
+static size_t fields_nv(struct evbuffer *b, nghttp2_nv *nva, size_t max)
 {
-        gw_req *r = st->req;
-        nghttp2_nv nva[REPLY_FIELDS_MAX];
-        size_t n = 0;
-        char status_s[8], length_s[24];
-        const char *date = front_http_date();
-
-        st->replied = true;
-        r->cancel = NULL;
-        snprintf(status_s, sizeof(status_s), "%d", status);
-        snprintf(length_s, sizeof(length_s), "%zu", len);
-        nva[n++] = NV(":status", 7, status_s, strlen(status_s));
-        nva[n++] = NV("date", 4, date, strlen(date));
-        if (content_type != NULL) {
-                nva[n++] = NV("content-type", 12, content_type, strlen(content_type));
-        }
-        /* The reply's own fields, "Name: value\r\n" each: names lowercased in place. */
-        size_t out_len = evbuffer_get_length(r->out);
-        char *fields = out_len > 0 ? (char *)evbuffer_pullup(r->out, -1) : NULL;
-        for (size_t at = 0; fields != NULL && at < out_len && n < REPLY_FIELDS_MAX - 1;) {
-                char *line = fields + at, *eol = memchr(line, '\r', out_len - at);
-                char *colon = memchr(line, ':', out_len - at);
+        size_t n = 0, len = evbuffer_get_length(b);
+        char *fields = len > 0 ? (char *)evbuffer_pullup(b, -1) : NULL;
+        for (size_t at = 0; fields != NULL && at < len && n < max;) {
+                char *line = fields + at, *eol = memchr(line, '\r', len - at);
+                char *colon = memchr(line, ':', len - at);
                 if (eol == NULL || colon == NULL || colon > eol) {
                         break;
                 }
@@ -254,12 +255,46 @@ static void submit(gw_h2 *h, gw_h2_stream *st, int status, const char *content_t
                 }
                 at = (size_t)(eol - fields) + 2;
         }
-        nva[n++] = NV("content-length", 14, length_s, strlen(length_s));
-        bool has_body = len > 0 && !r->is_head;
+        return n;
+}
+
+static void submit(gw_h2 *h, gw_h2_stream *st, int status, const char *content_type,
+                   const void *body, size_t len, bool open_stream)
+{
+        gw_req *r = st->req;
+        nghttp2_nv nva[REPLY_FIELDS_MAX];
+        size_t n = 0;
+        char status_s[8], length_s[24];
+        const char *date = front_http_date();
+
+        st->replied = true;
+        st->reply_done = true;
+        r->cancel = NULL;
+        snprintf(status_s, sizeof(status_s), "%d", status);
+        snprintf(length_s, sizeof(length_s), "%zu", len);
+        nva[n++] = NV(":status", 7, status_s, strlen(status_s));
+        nva[n++] = NV("date", 4, date, strlen(date));
+        if (content_type != NULL) {
+                nva[n++] = NV("content-type", 12, content_type, strlen(content_type));
+        }
+        n += fields_nv(r->out, nva + n, REPLY_FIELDS_MAX - 1 - n);
+        bool trailers = r->trailers != NULL && evbuffer_get_length(r->trailers) > 0;
+        /* 304: no body, no length of one (RFC 9110 §15.4.5); a stream's length is unknown */
+        if (!trailers && status != 304 && !open_stream) {
+                nva[n++] = NV("content-length", 14, length_s, strlen(length_s));
+        }
+        bool has_body = open_stream || (len > 0 && !r->is_head && status != 304);
         if (has_body) {
                 evbuffer_add(st->reply, body, len);
         }
-        nghttp2_data_provider dp = {.source.ptr = st->reply, .read_callback = reply_read};
+        nghttp2_data_provider dp = {.source.ptr = st, .read_callback = reply_read};
+        if (open_stream) {
+                st->reply_done = false; /* reply_read defers until gw_h2_stream_close */
+        }
+        /* Trailers after no body at all go in the one HEADERS (gRPC's Trailers-Only). */
+        if (trailers && !has_body) {
+                n += fields_nv(r->trailers, nva + n, REPLY_FIELDS_MAX - n);
+        }
         if (nghttp2_submit_response(h->session, r->stream_id, nva, n, has_body ? &dp : NULL) != 0) {
                 nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, r->stream_id,
                                           NGHTTP2_INTERNAL_ERROR);
@@ -272,13 +307,65 @@ static void fail_stream(gw_h2 *h, gw_h2_stream *st, int status, const char *mess
         char body[192];
         int n = front_error_json(status, message, body, sizeof(body));
         front_count_error(h->c->f, status);
-        submit(h, st, status, "application/json", body, (size_t)n);
+        submit(h, st, status, "application/json", body, (size_t)n, false);
+}
+
+void gw_h2_on_data(gw_req *r, gw_req_data_fn fn, void *arg)
+{
+        r->h2->data_fn = fn;
+        r->h2->data_arg = arg;
+}
+
+bool gw_h2_streaming(const gw_req *r)
+{
+        return r->h2->streaming;
+}
+
+void gw_h2_stream_open(gw_req *r, int status, const char *content_type)
+{
+        gw_h2 *h = r->c->h2;
+        gw_h2_stream *st = r->h2;
+        gw_req_data_fn fn = st->data_fn;
+        void *arg = st->data_arg;
+        void (*cancel)(void *) = r->cancel;
+        void *cancel_arg = r->cancel_arg;
+        /* A reply with a body that is not all there yet: trailers wait for the close. */
+        submit(h, st, status, content_type, NULL, 0, true);
+        st->data_fn = fn;
+        st->data_arg = arg;
+        r->cancel = cancel; /* until the close, a reset still cancels */
+        r->cancel_arg = cancel_arg;
+        if (!h->in_recv) {
+                flush(h);
+        }
+}
+
+void gw_h2_stream_write(gw_req *r, const void *data, size_t len)
+{
+        gw_h2 *h = r->c->h2;
+        evbuffer_add(r->h2->reply, data, len);
+        nghttp2_session_resume_data(h->session, r->stream_id);
+        if (!h->in_recv) {
+                flush(h);
+        }
+}
+
+void gw_h2_stream_close(gw_req *r)
+{
+        gw_h2 *h = r->c->h2;
+        r->h2->reply_done = true;
+        r->h2->data_fn = NULL;
+        r->cancel = NULL;
+        nghttp2_session_resume_data(h->session, r->stream_id);
+        if (!h->in_recv) {
+                flush(h);
+        }
 }
 
 void gw_h2_reply(gw_req *r, int status, const char *content_type, const void *body, size_t len)
 {
         gw_h2 *h = r->c->h2;
-        submit(h, r->h2, status, content_type, body, len);
+        submit(h, r->h2, status, content_type, body, len, false);
         if (!h->in_recv) {
                 flush(h);
         }
@@ -342,6 +429,12 @@ static int on_data(nghttp2_session *session, uint8_t flags, int32_t id, const ui
         if (st == NULL || st->fail_status != 0) {
                 return 0;
         }
+        if (st->streaming) {
+                if (st->data_fn != NULL && !(st->replied && st->reply_done)) {
+                        st->data_fn(data, len, false, st->data_arg);
+                }
+                return 0;
+        }
         if (len > h->c->f->lim.body_max - evbuffer_get_length(st->req->body)) {
                 st->fail_status = 413;
                 evbuffer_drain(st->req->body, evbuffer_get_length(st->req->body));
@@ -351,11 +444,43 @@ static int on_data(nghttp2_session *session, uint8_t flags, int32_t id, const ui
         return 0;
 }
 
+/* The end of a stream's header fields: taken now when the front wants it as a stream. */
+static void headers_done(gw_h2 *h, gw_h2_stream *st)
+{
+        gw_front *f = h->c->f;
+        gw_req *r = st->req;
+        if (st->fail_status != 0 || f->wants_stream == NULL || r->h.method == NULL ||
+            r->h.target == NULL) {
+                return;
+        }
+        /* The path is cut in place: a copy keeps the target whole for the unary path. */
+        char path[GW_H2_PATH_MAX];
+        snprintf(path, sizeof(path), "%s", r->h.target);
+        path[strcspn(path, "?#")] = '\0';
+        r->path = path;
+        bool wanted = f->wants_stream(r, f->stream_arg);
+        r->path = NULL;
+        if (!wanted || (r->path = front_target_path((char *)r->h.target)) == NULL) {
+                return;
+        }
+        r->is_head = strcmp(r->h.method, "HEAD") == 0;
+        r->h.head_bytes = st->head_used;
+        st->streaming = true;
+        st->dispatched = true;
+        f->fn(r, f->arg);
+}
+
 /* END_STREAM: the request is whole. */
 static void complete(gw_h2 *h, gw_h2_stream *st)
 {
         gw_req *r = st->req;
         st->complete = true;
+        if (st->streaming) {
+                if (st->data_fn != NULL && !(st->replied && st->reply_done)) {
+                        st->data_fn(NULL, 0, true, st->data_arg);
+                }
+                return;
+        }
         if (st->fail_status != 0) {
                 fail_stream(h, st, st->fail_status,
                             st->fail_status == 413 ? "request body too large"
@@ -378,6 +503,13 @@ static void complete(gw_h2 *h, gw_h2_stream *st)
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user)
 {
         gw_h2 *h = user;
+        if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+                gw_h2_stream *st =
+                    nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+                if (st != NULL) {
+                        headers_done(h, st);
+                }
+        }
         if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
             (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) == 0) {
                 return 0;
@@ -426,6 +558,11 @@ static ks_counter *opened_counter(bool upgrade)
                                    upgrade ? "how=\"upgrade\"" : "how=\"prior_knowledge\"");
         }
         return counters[upgrade];
+}
+
+int gw_h2_metrics_init(void)
+{
+        return opened_counter(false) != NULL && opened_counter(true) != NULL ? 0 : -1;
 }
 
 static gw_h2 *session_new(conn *c)
@@ -490,7 +627,7 @@ bool gw_h2_wants_upgrade(const gw_req *r)
 {
         const char *upgrade = gw_req_header(r, "Upgrade");
         const char *connection = gw_req_header(r, "Connection");
-        return r->h.minor_version == 1 && upgrade != NULL && connection != NULL &&
+        return !r->c->tls && r->h.minor_version == 1 && upgrade != NULL && connection != NULL &&
                list_has(upgrade, "h2c") && list_has(connection, "upgrade") &&
                list_has(connection, "http2-settings") &&
                gw_req_header_count(r, "HTTP2-Settings") == 1;

@@ -29,6 +29,8 @@
 #define GW_H2_PREFACE     "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #define GW_H2_PREFACE_LEN 24
 
+/* Registers HTTP/2's metrics (at zero until used). 0, or -1 out of memory. */
+int gw_h2_metrics_init(void);
 /* Makes c an HTTP/2 connection whose input opens with the preface. 0 or -1 (no memory). */
 int gw_h2_start(conn *c);
 /* Whether the HTTP/1.1 request r asks for h2c in a way this server honours. */
@@ -47,6 +49,13 @@ void gw_h2_timer(conn *c);
 void gw_h2_drain(conn *c);
 /* From front_conn_free: unanswered requests get their cancel callback. */
 void gw_h2_free(conn *c);
+
+/* The stream API of front.h (gw_req_on_data, gw_req_stream_*), for HTTP/2 requests. */
+void gw_h2_on_data(gw_req *r, gw_req_data_fn fn, void *arg);
+bool gw_h2_streaming(const gw_req *r);
+void gw_h2_stream_open(gw_req *r, int status, const char *content_type);
+void gw_h2_stream_write(gw_req *r, const void *data, size_t len);
+void gw_h2_stream_close(gw_req *r);
 
 /* gw_req_reply of a request that came on a stream. */
 void gw_h2_reply(gw_req *r, int status, const char *content_type, const void *body, size_t len);

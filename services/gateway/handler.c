@@ -60,10 +60,15 @@
 #include "compress.h"
 #include "config.h"
 #include "connect.h"
+#include "console_session.h"
 #include "decode.h"
 #include "decodepool.h"
 #include "front.h"
+#include "cors.h"
+#include "grpc.h"
+#include "grpcweb.h"
 #include "handler.h"
+#include "health.h"
 #include "inflight.h"
 #include "intake.h"
 #include "keelson/auth/v1/auth.pb-c.h"
@@ -74,6 +79,7 @@
 #include "ks_metrics.h"
 #include "ks_topology.h"
 #include "ratelimit.h"
+#include "reflection.h"
 #include "routes.h"
 #include "upstream.h"
 
@@ -83,6 +89,7 @@
 #define XFF_LINES_MAX        16 /* X-Forwarded-For header lines considered (the last ones) */
 #define UPSTREAM_ERRORS_NAME "keelson_gateway_upstream_errors_total"
 #define UPSTREAM_ERRORS_HELP "Upstream calls that ended with a fault of the service or transport"
+#define GRPC_CONTENT_TYPE    "application/grpc"
 
 struct gw_handler {
         const gw_handler_env *env;
@@ -110,8 +117,12 @@ typedef struct gw_request {
         gw_route *route;
         gw_stage stage;
         gw_codec codec;
-        bool quiet;       /* no "request failed" line (rate-limit refusals) */
-        int64_t start_ns; /* CLOCK_MONOTONIC */
+        bool grpc; /* the gRPC family: framed messages, a status after them */
+        bool web;  /* gRPC-Web: the status is the body's last frame, not HTTP/2 trailers */
+        bool text; /* grpc-web-text: both bodies in base64 */
+        gw_grpc_encoding grpc_enc; /* the request's grpc-encoding */
+        bool quiet;                /* no "request failed" line (rate-limit refusals) */
+        int64_t start_ns;          /* CLOCK_MONOTONIC */
         int64_t deadline_unix_ms;
         char request_id[GW_REQUEST_ID_MAX + 1];
         char idempotency_key[GW_IDEMPOTENCY_KEY_MAX + 1]; /* "" when none */
@@ -125,7 +136,8 @@ typedef struct gw_request {
         gw_context ctx;            /* the resolved caller; caller's strings point here */
         ks_caller caller;
         gw_limit_wait limit;
-        gw_decode_job decode; /* the body, while a decode thread has it */
+        gw_decode_job decode;     /* the body, while a decode thread has it */
+        struct refl_stream *refl; /* a reflection stream's state, while it is open */
 } gw_request;
 
 _Static_assert(offsetof(gw_request, call) == 0, "gw_handler_complete casts a call to its request");
@@ -170,8 +182,18 @@ static void wipe_auth_payload(gw_request *g)
         }
 }
 
+/* A reflection stream: its messages as they come, and what it was sent. */
+typedef struct refl_stream {
+        gw_grpc_reader *rd;
+        gw_reflection_sent sent;
+} refl_stream;
+
 static void request_free(gw_request *g)
 {
+        if (g->refl != NULL) {
+                gw_grpc_reader_free(g->refl->rd);
+                free(g->refl);
+        }
         wipe_auth_payload(g);
         free(g->payload);
         ks_rpc_result_clear(&g->call.result);
@@ -236,10 +258,23 @@ static void maybe_gzip(gw_request *g, const char *content_type, const void **bod
 }
 
 /* Replies (when the client is still there), counts, logs and frees g. */
+/* An allowed Origin's answer: who may read it, and which headers (cors.h). */
+static void cors_headers(gw_req *req, const gw_cors *cors)
+{
+        const char *origin = gw_req_header(req, "Origin");
+        if (!gw_cors_allowed(cors, origin)) {
+                return;
+        }
+        gw_req_add_header(req, "Access-Control-Allow-Origin", origin);
+        gw_req_add_header(req, "Vary", "Origin");
+        gw_req_add_header(req, "Access-Control-Expose-Headers", gw_cors_expose_headers);
+}
+
 static void finish(gw_request *g, int status, int code, const char *content_type, const void *body,
                    size_t len)
 {
         if (g->req != NULL) {
+                cors_headers(g->req, &g->h->env->cfg->cors);
                 /* While draining, the front closes the connection after this reply:
                  * keep-alive clients move to another replica. */
                 gw_req_on_cancel(g->req, NULL, NULL);
@@ -261,8 +296,122 @@ static void finish(gw_request *g, int status, int code, const char *content_type
         request_free(g);
 }
 
+/* The reply's content type: the family and codec the request used. */
+static const char *grpc_content_type(const gw_request *g)
+{
+        return !g->web   ? "application/grpc"
+               : g->text ? "application/grpc-web-text+proto"
+                         : "application/grpc-web+proto";
+}
+
+/*
+ * gRPC-Web's body: the message framed (when msg is not NULL), then the
+ * trailer frame with grpc-status and grpc-message; in base64 for
+ * grpc-web-text, each frame padded (the spec lets a client decode up to
+ * any padding). 0, or -1 out of memory.
+ */
+static int web_body(const gw_request *g, const uint8_t *msg, size_t len, const char *status,
+                    const char *text, uint8_t **out, size_t *out_len)
+{
+        uint8_t *frame = NULL, *trailers = NULL;
+        size_t frame_len = 0, trailers_len = 0;
+        gw_grpcweb_header h[2] = {{"grpc-status", 11, status, strlen(status)},
+                                  {"grpc-message", 12, text, text != NULL ? strlen(text) : 0}};
+        if ((msg != NULL &&
+             gw_grpc_frame(msg, len, GW_GRPC_IDENTITY, 0, &frame, &frame_len) != 0) ||
+            gw_grpcweb_trailers(h, text != NULL && text[0] != '\0' ? 2 : 1, &trailers,
+                                &trailers_len) != 0) {
+                free(frame);
+                return -1;
+        }
+        size_t total = frame_len + trailers_len;
+        size_t cap = g->text ? GW_GRPCWEB_TEXT_ENCODED_MAX(frame_len) +
+                                   GW_GRPCWEB_TEXT_ENCODED_MAX(trailers_len)
+                             : total;
+        uint8_t *body = malloc(cap > 0 ? cap : 1);
+        if (body == NULL) {
+                free(frame);
+                free(trailers);
+                return -1;
+        }
+        if (g->text) {
+                gw_grpcweb_text st = {0};
+                size_t n = 0;
+                if (frame_len > 0) {
+                        n = gw_grpcweb_text_encode(&st, frame, frame_len, true, (char *)body, cap);
+                }
+                n += gw_grpcweb_text_encode(&st, trailers, trailers_len, true, (char *)body + n,
+                                            cap - n);
+                total = n;
+        } else {
+                if (frame_len > 0) {
+                        memcpy(body, frame, frame_len);
+                }
+                memcpy(body + frame_len, trailers, trailers_len);
+        }
+        free(frame);
+        free(trailers);
+        *out = body;
+        *out_len = total;
+        return 0;
+}
+
+/*
+ * A gRPC-family reply: msg (NULL for an error) and its status. gRPC:
+ * the message framed and grpc-status in HTTP/2 trailers; an error is
+ * Trailers-Only (HTTP 200, grpc-status and the percent-encoded
+ * grpc-message in the one HEADERS frame, no body). gRPC-Web: both in the
+ * body (web_body).
+ */
+static void grpc_finish(gw_request *g, const uint8_t *msg, size_t len, int code,
+                        const char *message)
+{
+        char status[12], text[GW_GRPC_MESSAGE_MAX + 1] = "";
+        uint8_t *body = NULL;
+        size_t body_len = 0;
+        snprintf(status, sizeof(status), "%d", gw_grpc_status_of_code(code));
+        if (message != NULL && message[0] != '\0') {
+                gw_grpc_message_encode(message, strlen(message), text, sizeof(text));
+        }
+        int rc = 0;
+        if (g->web) {
+                rc = web_body(g, msg, len, status, text, &body, &body_len);
+        } else if (msg != NULL) {
+                rc = gw_grpc_frame(msg, len, GW_GRPC_IDENTITY, 0, &body, &body_len);
+        }
+        if (rc != 0) {
+                body = NULL;
+                body_len = 0;
+                code = KS_RESOURCE_EXHAUSTED;
+                snprintf(status, sizeof(status), "%d", gw_grpc_status_of_code(code));
+                snprintf(text, sizeof(text), "out of memory");
+        }
+        if (g->req != NULL && (!g->web || rc != 0)) {
+                gw_req_add_trailer(g->req, "grpc-status", status);
+                if (text[0] != '\0') {
+                        gw_req_add_trailer(g->req, "grpc-message", text);
+                }
+        }
+        finish(g, 200, code, grpc_content_type(g), body, body_len);
+        free(body);
+}
+
+static void grpc_fail(gw_request *g, int code, const char *message)
+{
+        grpc_finish(g, NULL, 0, code, message);
+}
+
+static void grpc_reply(gw_request *g, const uint8_t *msg, size_t len)
+{
+        grpc_finish(g, msg != NULL ? msg : empty_bytes, len, KS_OK, NULL);
+}
+
 static void request_fail(gw_request *g, int status, int code, const char *message)
 {
+        if (g->grpc) {
+                grpc_fail(g, code, message);
+                return;
+        }
         if (status == 0) {
                 status = ks_code_http_status(code);
         }
@@ -347,21 +496,92 @@ static void wait_begin(gw_request *g, gw_stage stage)
  * thread (the call then starts in gw_handler_decoded). 0 when the payload
  * is ready; else -1: the request waits for its decode, or was answered.
  */
+/* What a gRPC request's message may point into, freed after its decode. */
+typedef struct grpc_in {
+        gw_grpc_reader *rd;
+        uint8_t *decoded; /* grpc-web-text: the body, base64-decoded */
+} grpc_in;
+
+static void grpc_in_free(grpc_in *in)
+{
+        gw_grpc_reader_free(in->rd);
+        free(in->decoded);
+}
+
+/*
+ * A unary gRPC call's one request message, out of the framed body: *data
+ * and *len point into the body or into in (grpc_in_free after). 0, or -1
+ * when answered: not exactly one message, over the body limit inflated,
+ * not base64 (grpc-web-text), or malformed.
+ */
+static int grpc_message(gw_request *g, const uint8_t **data, size_t *len, grpc_in *in)
+{
+        const char *err = NULL;
+        size_t used = 0;
+        bool have = false;
+        gw_grpc_msg msg = {0};
+        if (g->text) {
+                gw_grpcweb_text st = {0};
+                size_t cap = GW_GRPCWEB_TEXT_DECODED_MAX(*len);
+                if ((in->decoded = malloc(cap)) == NULL) {
+                        request_fail(g, 0, KS_RESOURCE_EXHAUSTED, "out of memory");
+                        return -1;
+                }
+                ssize_t n =
+                    gw_grpcweb_text_decode(&st, (const char *)*data, *len, in->decoded, cap);
+                if (n < 0 || !gw_grpcweb_text_complete(&st)) {
+                        request_fail(g, 0, KS_INVALID_ARGUMENT, "grpc-web-text body is not base64");
+                        return -1;
+                }
+                *data = in->decoded;
+                *len = (size_t)n;
+        }
+        if (gw_grpc_reader_new(&in->rd, g->grpc_enc, (size_t)g->h->env->cfg->body_max_bytes) != 0) {
+                request_fail(g, 0, KS_RESOURCE_EXHAUSTED, "out of memory");
+                return -1;
+        }
+        int rc = gw_grpc_reader_feed(in->rd, *data, *len, &used, &have, &msg, &err);
+        if (rc != KS_OK) {
+                request_fail(g, 0, rc, err);
+                return -1;
+        }
+        if (!have) {
+                request_fail(g, 0, KS_INTERNAL, "a unary call needs exactly one request message");
+                return -1;
+        }
+        if (used < *len) { /* a second message, whole or not */
+                request_fail(g, 0, KS_UNIMPLEMENTED,
+                             "more than one request message for a unary method");
+                return -1;
+        }
+        *data = msg.data;
+        *len = msg.len;
+        return 0;
+}
+
 static int decode_body(gw_request *g)
 {
         char err[JSON_ERR_MAX];
         size_t len = 0;
         const uint8_t *data = gw_req_body(g->req, &len);
+        grpc_in in = {0};
+        if (g->grpc && grpc_message(g, &data, &len, &in) != 0) {
+                grpc_in_free(&in);
+                return -1;
+        }
+        int rc = KS_OK;
         if (len > GW_DECODE_INLINE_BYTES && g->h->env->decoder != NULL) {
                 gw_decode_job *j = &g->decode;
                 j->desc = g->route->input;
                 j->codec = g->codec;
                 j->body_len = len;
                 if ((j->body = malloc(len)) == NULL) {
+                        grpc_in_free(&in);
                         request_fail(g, 0, KS_RESOURCE_EXHAUSTED, "out of memory");
                         return -1;
                 }
                 memcpy(j->body, data, len); /* the request may go while its body is decoded */
+                grpc_in_free(&in);
                 if (gw_decodepool_submit(g->h->env->decoder, j) != 0) {
                         free(j->body);
                         j->body = NULL;
@@ -372,8 +592,9 @@ static int decode_body(gw_request *g)
                 wait_begin(g, GW_STAGE_DECODING);
                 return -1;
         }
-        int rc = gw_decode(g->route->input, g->codec, data, len, &g->payload, &g->payload_len, err,
-                           sizeof(err));
+        rc = gw_decode(g->route->input, g->codec, data, len, &g->payload, &g->payload_len, err,
+                       sizeof(err));
+        grpc_in_free(&in);
         if (rc != KS_OK) {
                 request_fail(g, rc == KS_RESOURCE_EXHAUSTED ? 413 : 0, rc, err);
                 return -1;
@@ -561,15 +782,10 @@ static int ctx_from_reply(gw_context *ctx, const Keelson__Auth__V1__ResolveConte
                copy_id(ctx->api_key_id, r->api_key_id);
 }
 
-/* Connect headers: returns 0, or replies with the error and returns -1. */
-static int check_headers(gw_request *g)
+/* Connect's own headers: its codecs, Content-Encoding, its version, Connect-Timeout-Ms. */
+static int check_connect(gw_request *g, int64_t *timeout_ms, bool *has_timeout)
 {
         const gw_req *in = g->req;
-        if (strcmp(gw_req_method(in), "POST") != 0) {
-                add_header(g, "Allow", "POST");
-                request_fail(g, 405, KS_UNIMPLEMENTED, "method not allowed: use POST");
-                return -1;
-        }
         if (gw_connect_codec(gw_req_header(in, "Content-Type"), &g->codec) != 0) {
                 request_fail(g, 415, KS_UNIMPLEMENTED,
                              "unsupported content type: use application/json or "
@@ -586,6 +802,51 @@ static int check_headers(gw_request *g)
                 request_fail(g, 400, KS_INVALID_ARGUMENT, "connect-protocol-version must be 1");
                 return -1;
         }
+        if (gw_connect_timeout(gw_req_header(in, "Connect-Timeout-Ms"), timeout_ms, has_timeout) !=
+            0) {
+                request_fail(g, 400, KS_INVALID_ARGUMENT,
+                             "connect-timeout-ms must be 1 to 10 digits");
+                return -1;
+        }
+        return 0;
+}
+
+/* gRPC's own headers: grpc-encoding (identity or gzip), grpc-timeout. */
+static int check_grpc(gw_request *g, int64_t *timeout_ms, bool *has_timeout)
+{
+        const gw_req *in = g->req;
+        g->codec = GW_CODEC_PROTO;
+        if (gw_grpc_encoding_parse(gw_req_header(in, "grpc-encoding"), &g->grpc_enc) != 0) {
+                add_header(g, "grpc-accept-encoding", GW_GRPC_ACCEPT_ENCODING);
+                request_fail(g, 0, KS_UNIMPLEMENTED,
+                             "unsupported grpc-encoding: use identity or gzip");
+                return -1;
+        }
+        const char *t = gw_req_header(in, "grpc-timeout");
+        *has_timeout = t != NULL;
+        if (t != NULL && gw_grpc_timeout_parse(t, timeout_ms) != 0) {
+                request_fail(g, 0, KS_INVALID_ARGUMENT,
+                             "grpc-timeout must be 1 to 8 digits and one of H M S m u n");
+                return -1;
+        }
+        return 0;
+}
+
+/* The request's headers: returns 0, or replies with the error and returns -1. */
+static int check_headers(gw_request *g)
+{
+        const gw_req *in = g->req;
+        if (strcmp(gw_req_method(in), "POST") != 0) {
+                add_header(g, "Allow", "POST");
+                request_fail(g, 405, KS_UNIMPLEMENTED, "method not allowed: use POST");
+                return -1;
+        }
+        int64_t timeout_ms = 0;
+        bool has_timeout = false;
+        if ((g->grpc ? check_grpc(g, &timeout_ms, &has_timeout)
+                     : check_connect(g, &timeout_ms, &has_timeout)) != 0) {
+                return -1;
+        }
         if (gw_req_header_count(in, "Authorization") > 1) {
                 /* A proxy that reads another one than we do would disagree on the caller. */
                 request_fail(g, 400, KS_INVALID_ARGUMENT, "more than one Authorization header");
@@ -596,14 +857,6 @@ static int check_headers(gw_request *g)
                 request_fail(g, 400, KS_INVALID_ARGUMENT,
                              "idempotency-key must be one header of 1 to 255 printable ASCII "
                              "characters");
-                return -1;
-        }
-        int64_t timeout_ms = 0;
-        bool has_timeout = false;
-        if (gw_connect_timeout(gw_req_header(in, "Connect-Timeout-Ms"), &timeout_ms,
-                               &has_timeout) != 0) {
-                request_fail(g, 400, KS_INVALID_ARGUMENT,
-                             "connect-timeout-ms must be 1 to 10 digits");
                 return -1;
         }
         int64_t limit_ms = g->h->env->cfg->timeout_ms;
@@ -626,9 +879,10 @@ static void rpc_begin(gw_request *g)
         }
         const char *tok = NULL;
         size_t tok_len = 0;
-        const char *authz = gw_req_header(g->req, "Authorization");
-        if (gw_bearer_token(authz, &tok, &tok_len) != 0) {
-                fail_unauthenticated(g, "missing bearer token");
+        /* The bearer token, or the console's session cookie (console_session.h). */
+        int refusal = gw_console_caller_token(g->req, &tok, &tok_len);
+        if (refusal != GW_CONSOLE_OK) {
+                fail_unauthenticated(g, gw_console_refusal_message(refusal));
                 return;
         }
         ks_sha256(tok, tok_len, g->token_sha);
@@ -712,6 +966,7 @@ static void reply_json(gw_request *g, const ks_rpc_result *res)
         ProtobufCMessage *msg =
             protobuf_c_message_unpack(g->route->output, NULL, res->payload_len,
                                       res->payload != NULL ? res->payload : empty_bytes);
+        gw_console_reply(g->req, g->route->method, msg); /* a console's session: its cookie */
         char *json = NULL;
         size_t len = 0;
         if (msg == NULL || ks_json_from_message(msg, &json, &len) != KS_OK) {
@@ -746,6 +1001,10 @@ static void on_replied(gw_request *g)
         } else if (g->route->revokes == KS_REVOKES_USER) {
                 gw_cache_evict_token(g->h->env->cache, g->token_sha);
                 gw_cache_evict_user(g->h->env->cache, g->ctx.user_id, "");
+        }
+        if (g->grpc) {
+                grpc_reply(g, res->payload, res->payload_len);
+                return;
         }
         if (g->codec == GW_CODEC_PROTO) {
                 finish(g, 200, KS_OK, gw_codec_content_type(GW_CODEC_PROTO), res->payload,
@@ -845,9 +1104,206 @@ static void intake_begin(gw_request *g)
         limit_then_call(g, t.endpoint_id); /* caller: unauthenticated + client_ip */
 }
 
+/*
+ * The gRPC family by Content-Type: gRPC (application/grpc[+proto]) on an
+ * HTTP/2 stream, gRPC-Web (application/grpc-web[-text][+proto]) on either.
+ */
+static void grpc_kind(gw_request *g)
+{
+        gw_grpc_protocol p;
+        if (gw_grpc_protocol_parse(gw_req_header(g->req, "Content-Type"), &p) != 0) {
+                return;
+        }
+        g->grpc = p != GW_GRPC || gw_req_http2(g->req);
+        g->web = p != GW_GRPC;
+        g->text = p == GW_GRPC_WEB_TEXT;
+}
+
+/* grpc.reflection.v1 and v1alpha's one method (their messages are the same on the wire). */
+static bool is_reflection(const char *method)
+{
+        return strcmp(method, "grpc.reflection.v1.ServerReflection/ServerReflectionInfo") == 0 ||
+               strcmp(method, "grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo") == 0;
+}
+
+bool gw_handler_wants_stream(const gw_req *r, void *arg)
+{
+        (void)arg;
+        gw_grpc_protocol p;
+        const char *path = gw_req_path(r);
+        return gw_req_http2(r) &&
+               gw_grpc_protocol_parse(gw_req_header(r, "Content-Type"), &p) == 0 && p == GW_GRPC &&
+               path != NULL && path[0] == '/' && is_reflection(path + 1);
+}
+
+/* The end of a reflection stream: its status in the trailers, then g is done. */
+static void refl_end(gw_request *g, int code, const char *message)
+{
+        char status[12], text[GW_GRPC_MESSAGE_MAX + 1];
+        gw_req *r = g->req;
+        if (r != NULL) {
+                snprintf(status, sizeof(status), "%d", gw_grpc_status_of_code(code));
+                gw_req_add_trailer(r, "grpc-status", status);
+                if (message != NULL && message[0] != '\0') {
+                        gw_grpc_message_encode(message, strlen(message), text, sizeof(text));
+                        gw_req_add_trailer(r, "grpc-message", text);
+                }
+                gw_req_stream_close(r);
+                g->req = NULL;
+        }
+        gw_route_observe(g->route, code, (double)(ks_mono_ns() - g->start_ns) / NS_PER_S);
+        request_free(g);
+}
+
+/* The client reset the stream or went away. */
+static void refl_gone(void *arg)
+{
+        gw_request *g = arg;
+        g->req = NULL;
+        refl_end(g, KS_CANCELED, NULL);
+}
+
+/* A piece of the client's side: every whole request answered at once. */
+static void refl_data(const uint8_t *data, size_t len, bool end, void *arg)
+{
+        gw_request *g = arg;
+        refl_stream *rs = g->refl;
+        while (len > 0) {
+                size_t used = 0;
+                bool have = false;
+                gw_grpc_msg msg = {0};
+                const char *err = NULL;
+                int rc = gw_grpc_reader_feed(rs->rd, data, len, &used, &have, &msg, &err);
+                if (rc != KS_OK) {
+                        refl_end(g, rc, err);
+                        return;
+                }
+                data += used;
+                len -= used;
+                if (!have) {
+                        continue;
+                }
+                uint8_t *out = NULL, *framed = NULL;
+                size_t out_len = 0, framed_len = 0;
+                rc = gw_reflection_answer(g->h->env->reflection, &rs->sent, msg.data, msg.len, &out,
+                                          &out_len);
+                if (rc == KS_OK &&
+                    gw_grpc_frame(out, out_len, GW_GRPC_IDENTITY, 0, &framed, &framed_len) != 0) {
+                        rc = KS_INTERNAL;
+                }
+                free(out);
+                if (rc != KS_OK) {
+                        free(framed);
+                        refl_end(g, rc, rc == KS_INVALID_ARGUMENT ? "malformed request" : NULL);
+                        return;
+                }
+                gw_req_stream_write(g->req, framed, framed_len);
+                free(framed);
+        }
+        if (end) {
+                if (!gw_grpc_reader_idle(rs->rd)) {
+                        refl_end(g, KS_INTERNAL, "the stream ended inside a message");
+                        return;
+                }
+                refl_end(g, KS_OK, NULL);
+        }
+}
+
+/*
+ * grpc.reflection's ServerReflectionInfo: a bidirectional stream, each
+ * request answered as it comes (reflection.c), public like the protos
+ * themselves; off when KEELSON_GATEWAY_REFLECTION is false.
+ */
+static void refl_begin(gw_request *g)
+{
+        if (g->h->env->reflection == NULL) {
+                request_fail(g, 0, KS_UNIMPLEMENTED, "reflection is turned off");
+                return;
+        }
+        if (!gw_req_streaming(g->req)) {
+                request_fail(g, 0, KS_UNIMPLEMENTED,
+                             "reflection is served over gRPC (HTTP/2) only");
+                return;
+        }
+        if ((g->refl = calloc(1, sizeof(*g->refl))) == NULL ||
+            gw_grpc_reader_new(&g->refl->rd, g->grpc_enc, (size_t)g->h->env->cfg->body_max_bytes) !=
+                0) {
+                request_fail(g, 0, KS_RESOURCE_EXHAUSTED, "out of memory");
+                return;
+        }
+        gw_req_on_cancel(g->req, refl_gone, g);
+        gw_req_on_data(g->req, refl_data, g);
+        gw_req_stream_open(g->req, 200, GRPC_CONTENT_TYPE);
+}
+
+/*
+ * The gRPC services the gateway answers itself (grpc.h): Health/Check,
+ * public and unlimited, as probes call it; reflection, a stream. Health's
+ * Watch is not served yet.
+ */
+static void own_call(gw_request *g, const char *method)
+{
+        if (check_headers(g) != 0) {
+                return;
+        }
+        if (is_reflection(method)) {
+                refl_begin(g);
+                return;
+        }
+        if (strcmp(method, "grpc.health.v1.Health/Check") != 0) {
+                request_fail(g, 0, KS_UNIMPLEMENTED, "Health/Watch is not served yet");
+                return;
+        }
+        size_t len = 0;
+        const uint8_t *data = gw_req_body(g->req, &len);
+        grpc_in in = {0};
+        if (grpc_message(g, &data, &len, &in) != 0) {
+                grpc_in_free(&in);
+                return;
+        }
+        uint8_t *out = NULL;
+        size_t out_len = 0;
+        int rc = gw_health_check(&g->h->env->health, data, len, &out, &out_len);
+        grpc_in_free(&in);
+        if (rc != KS_OK) {
+                request_fail(g, 0, rc, rc == KS_NOT_FOUND ? "unknown service" : "bad request");
+                return;
+        }
+        grpc_reply(g, out, out_len);
+        free(out);
+}
+
+/*
+ * A CORS preflight (OPTIONS with Access-Control-Request-Method): 204 with
+ * what a page of an allowed origin may send (POST, cors.h's headers), or
+ * 403 for any other origin or method. No body is read, nothing upstream.
+ */
+static void preflight(gw_handler *h, gw_req *req, const char *request_id)
+{
+        const gw_cors *cors = &h->env->cfg->cors;
+        const char *method = gw_req_header(req, "Access-Control-Request-Method");
+        if (method == NULL || strcmp(method, "POST") != 0 ||
+            !gw_cors_allowed(cors, gw_req_header(req, "Origin"))) {
+                gw_send_error(req, 403, KS_PERMISSION_DENIED, "cross-origin request not allowed",
+                              request_id);
+                return;
+        }
+        gw_req_add_header(req, "Access-Control-Allow-Origin", gw_req_header(req, "Origin"));
+        gw_req_add_header(req, "Access-Control-Allow-Methods", "POST");
+        gw_req_add_header(req, "Access-Control-Allow-Headers", gw_cors_allow_headers);
+        gw_req_add_header(req, "Access-Control-Max-Age", GW_CORS_MAX_AGE_S);
+        gw_req_add_header(req, "Vary", "Origin");
+        gw_send(req, 204, NULL, NULL, 0, request_id);
+}
+
 void gw_handler_serve(gw_handler *h, gw_req *req, const char *path, const char *request_id,
                       int64_t start_ns)
 {
+        if (strcmp(gw_req_method(req), "OPTIONS") == 0 &&
+            gw_req_header(req, "Access-Control-Request-Method") != NULL) {
+                preflight(h, req, request_id);
+                return;
+        }
         if (gw_intake_path(path)) {
                 gw_route *intake = gw_routes_intake(h->env->routes);
                 gw_request *g = request_new(
@@ -868,6 +1324,11 @@ void gw_handler_serve(gw_handler *h, gw_req *req, const char *path, const char *
                         request_id, start_ns);
         if (g == NULL) {
                 gw_send_error(req, 500, KS_INTERNAL, "out of memory", request_id);
+                return;
+        }
+        grpc_kind(g);
+        if (g->grpc && path[0] == '/' && gw_grpc_own_method(path + 1)) {
+                own_call(g, path + 1);
                 return;
         }
         if (route == NULL) {

@@ -10,6 +10,8 @@
 #define GW_HANDLER_H
 
 #include "front.h"
+#include "health.h"
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "cache.h"
@@ -33,10 +35,15 @@ typedef struct gw_handler_env {
         gw_ratelimit *rl;
         gw_cache *cache; /* NULL when KEELSON_GATEWAY_CACHE_ENTRIES is 0 */
         gw_inflight *inflight;
-        gw_decodepool *decoder; /* set once made (it hands jobs back to the handler) */
+        gw_decodepool *decoder;           /* set once made (it hands jobs back to the handler) */
+        gw_health_probe health;           /* grpc.health.v1.Health/Check asks it */
+        struct gw_reflection *reflection; /* NULL: reflection is off */
 } gw_handler_env;
 
 typedef struct gw_handler gw_handler;
+
+/* For gw_front_set_streaming: the requests taken as streams (gRPC reflection). */
+bool gw_handler_wants_stream(const gw_req *r, void *arg);
 
 /* The handler keeps env (not a copy). Returns 0 or -1. */
 int gw_handler_new(gw_handler **out, const gw_handler_env *env);

@@ -50,6 +50,16 @@ static const ks_config_var config_vars[] = {
                max_connections_per_address, "256", 1, 1000000,
                "open connections per client address (the socket peer; trusted proxies "
                "are not counted); more are refused at accept with 503"),
+    KS_CFG_STR("KEELSON_GATEWAY_TLS_CERT", gw_config, tls_cert, "", 0,
+               "PEM certificate chain: the port speaks TLS only (ALPN h2 and http/1.1); empty "
+               "= cleartext (TLS ends in front of the gateway). SIGHUP reads it again"),
+    KS_CFG_STR("KEELSON_GATEWAY_TLS_KEY", gw_config, tls_key, "", KS_CFG_SECRET,
+               "PEM private key of KEELSON_GATEWAY_TLS_CERT (a path; required with it)"),
+    KS_CFG_STR("KEELSON_GATEWAY_TLS_MIN_VERSION", gw_config, tls_min_version, "1.2",
+               KS_CFG_NONEMPTY, "oldest TLS version accepted: 1.2 or 1.3"),
+    KS_CFG_BOOL("KEELSON_GATEWAY_REFLECTION", gw_config, reflection, "true",
+                "serve grpc.reflection (v1 and v1alpha) over gRPC, without a token, so grpcurl "
+                "and the like discover every public method; false answers it unimplemented"),
     KS_CFG_INT("KEELSON_GATEWAY_H2_MAX_STREAMS", gw_config, h2_max_streams, "100", 1, 10000,
                "HTTP/2: streams one connection may have open at once "
                "(SETTINGS_MAX_CONCURRENT_STREAMS); a stream over it is refused"),
@@ -107,6 +117,10 @@ static const ks_config_var config_vars[] = {
                "addresses or CIDR blocks of proxies in front of the gateway, comma-separated: "
                "from them, the client address is the right-most X-Forwarded-For entry that is "
                "not a trusted proxy"),
+    KS_CFG_STR("KEELSON_GATEWAY_CORS_ORIGINS", gw_config, cors_origins, "", 0,
+               "browser origins whose pages may call the gateway (Connect, gRPC-Web), "
+               "comma-separated \"https://app.example.com\"; \"*\" for any; empty for none. "
+               "Tokens are bearer tokens: no request is allowed credentials"),
     /* context cache */
     KS_CFG_INT("KEELSON_GATEWAY_CACHE_ENTRIES", gw_config, cache_entries, "65536", 0, 4194304,
                "resolved callers cached by SHA-256 of their token (least recently used goes "
@@ -131,10 +145,18 @@ int main(int argc, char **argv)
         size_t n_vars = sizeof(config_vars) / sizeof(config_vars[0]);
         /* Signals are the server's (libevent's): only the configuration comes from ks_process. */
         ks_process_config("gateway", argc, argv,
-                          "keelson-gateway: the Connect (HTTP/1.1) front door", config_vars, n_vars,
-                          &cfg);
-        char err[512];
-        if (gw_rate_config_parse(&cfg, &cfg.rate, err, sizeof(err)) != 0) {
+                          "keelson-gateway: the Connect, gRPC and gRPC-Web front door", config_vars,
+                          n_vars, &cfg);
+        char err[512] = "";
+        char why[256];
+        if (gw_cors_parse(cfg.cors_origins, &cfg.cors, why, sizeof(why)) != 0) {
+                snprintf(err, sizeof(err), "KEELSON_GATEWAY_CORS_ORIGINS: %s", why);
+        }
+        if ((cfg.tls_cert[0] == '\0') != (cfg.tls_key[0] == '\0')) {
+                snprintf(err, sizeof(err),
+                         "KEELSON_GATEWAY_TLS_CERT and KEELSON_GATEWAY_TLS_KEY go together");
+        }
+        if (err[0] != '\0' || gw_rate_config_parse(&cfg, &cfg.rate, err, sizeof(err)) != 0) {
                 fprintf(stderr, "keelson-gateway: %s\n", err);
                 ks_config_free(config_vars, n_vars, &cfg);
                 return 2;

@@ -1,7 +1,7 @@
 /*
  * The HTTP side of the gateway: the front (front.c) on one libevent thread,
  * the admin listener (/healthz, /readyz, /metrics: ks_health, on a port of
- * its own) and signals. RPC paths go to handler.c.
+ * its own) and signals. RPC paths go to handler.c, /console/ to console.c.
  *
  * Limits. The front (front.c) enforces the body and head limits, the
  * whole-request deadline, the idle timeout and the connection caps, and
@@ -30,9 +30,13 @@
 #include "cache.h"
 #include "config.h"
 #include "connect.h"
+#include "console.h"
 #include "decodepool.h"
 #include "events.h"
+#include "descriptor_set.h"
 #include "front.h"
+#include "reflection.h"
+#include "tls.h"
 #include "handler.h"
 #include "inflight.h"
 #include "ks_clock.h"
@@ -52,6 +56,9 @@ struct gw_server {
         gw_decodepool *decoder;
         struct event *sigint_ev;
         struct event *sigterm_ev;
+        struct event *sighup_ev;   /* TLS: read the certificate and key again */
+        gw_tls *tls;               /* NULL: cleartext */
+        gw_reflection *reflection; /* NULL: off */
         struct event *drain_ev;
         gw_routes *routes;
         gw_upstream *up;
@@ -107,6 +114,10 @@ static void on_request(gw_req *req, void *arg)
         int64_t start_ns = ks_mono_ns();
         char rid[GW_REQUEST_ID_MAX + 1];
         gw_connect_request_id(gw_req_header(req, "X-Request-Id"), rid);
+        if (gw_console_path(gw_req_path(req))) { /* the admin console's static files */
+                gw_console_serve(req, rid);
+                return;
+        }
         gw_handler_serve(s->handler, req, gw_req_path(req), rid, start_ns);
 }
 
@@ -157,23 +168,64 @@ static int http_setup(gw_server *s)
             .h2_streams_max = cfg->h2_max_streams,
             .proxies = &cfg->rate.proxies,
         };
+        if (cfg->tls_cert[0] != '\0') {
+                char why[512];
+                if (gw_tls_new(&s->tls, cfg->tls_cert, cfg->tls_key, cfg->tls_min_version, why,
+                               sizeof(why)) != 0) {
+                        ks_log_error(NULL, "cannot set up TLS", "{s:s}", "error", why);
+                        return -1;
+                }
+                lim.tls = s->tls;
+        }
         if (gw_front_new(&s->front, s->base, cfg->host, (int)cfg->port, &lim, on_request, s) != 0) {
                 return -1;
         }
+        gw_front_set_streaming(s->front, gw_handler_wants_stream, s->handler);
         s->port = gw_front_port(s->front);
         return s->port > 0 ? 0 : -1;
+}
+
+/* SIGHUP: the TLS certificate and key again, for new connections; open ones keep theirs. */
+static void on_hangup(evutil_socket_t sig, short what, void *arg)
+{
+        (void)sig;
+        (void)what;
+        gw_server *s = arg;
+        char why[512];
+        if (s->tls == NULL) {
+                ks_log_info(NULL, "SIGHUP: no TLS configured, nothing to reload", NULL);
+        } else if (gw_tls_reload(s->tls, why, sizeof(why)) != 0) {
+                ks_log_error(NULL, "TLS reload failed: keeping the certificate in use", "{s:s}",
+                             "error", why);
+        } else {
+                ks_log_info(NULL, "TLS certificate reloaded", "{s:s}", "cert", s->cfg->tls_cert);
+        }
 }
 
 static int events_setup(gw_server *s)
 {
         s->sigint_ev = evsignal_new(s->base, SIGINT, on_signal, s);
         s->sigterm_ev = evsignal_new(s->base, SIGTERM, on_signal, s);
+        s->sighup_ev = evsignal_new(s->base, SIGHUP, on_hangup, s);
         s->drain_ev = evtimer_new(s->base, on_drain_timeout, s);
-        if (s->sigint_ev == NULL || s->sigterm_ev == NULL || s->drain_ev == NULL ||
-            event_add(s->sigint_ev, NULL) != 0 || event_add(s->sigterm_ev, NULL) != 0) {
+        if (s->sigint_ev == NULL || s->sigterm_ev == NULL || s->sighup_ev == NULL ||
+            s->drain_ev == NULL || event_add(s->sigint_ev, NULL) != 0 ||
+            event_add(s->sigterm_ev, NULL) != 0 || event_add(s->sighup_ev, NULL) != 0) {
                 return -1;
         }
         return 0;
+}
+
+/* What grpc.health.v1.Health/Check reports: /readyz's view, and each service's broker link. */
+static bool probe_ready(void *arg)
+{
+        return check_not_draining(arg) == 0 && check_auth_connected(arg) == 0;
+}
+
+static bool probe_answers(void *arg, int service)
+{
+        const gw_server *s = arg;
+        return s->up != NULL && gw_upstream_connected(s->up, service) > 0;
 }
 
 /* The handler first: the upstream hands its calls back to it. */
@@ -185,7 +237,17 @@ static int handler_setup(gw_server *s)
             .rl = s->rl,
             .cache = s->cache,
             .inflight = s->inflight,
+            .health = {.ready = probe_ready, .answers = probe_answers, .arg = s},
         };
+        if (s->cfg->reflection) {
+                if (gw_reflection_new(&s->reflection, gw_descriptor_set, gw_descriptor_set_len,
+                                      gw_reflection_served, NULL) != 0) {
+                        ks_log_error(NULL, "cannot load the embedded descriptors for reflection",
+                                     NULL);
+                        return -1;
+                }
+                s->env.reflection = s->reflection;
+        }
         if (gw_handler_new(&s->handler, &s->env) != 0 ||
             gw_upstream_new(&s->up, s->base, s->cfg, s->routes, gw_handler_complete, s->handler) !=
                 0) {
@@ -267,12 +329,14 @@ void gw_server_free(gw_server *s)
                 ks_log_error(NULL, "requests left waiting at shutdown", "{s:I}", "count",
                              (json_int_t)gw_inflight_count(s->inflight));
         }
-        struct event *evs[] = {s->sigint_ev, s->sigterm_ev, s->drain_ev};
+        struct event *evs[] = {s->sigint_ev, s->sigterm_ev, s->sighup_ev, s->drain_ev};
         for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
                 if (evs[i] != NULL) {
                         event_free(evs[i]);
                 }
         }
+        gw_tls_free(s->tls); /* after the front: its connections held references */
+        gw_reflection_free(s->reflection);
         gw_handler_free(s->handler);
         gw_routes_free(s->routes);
         gw_inflight_free(s->inflight);

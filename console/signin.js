@@ -1,0 +1,86 @@
+// Sign in and sign up. The session token never reaches this code: the
+// gateway moves it into the HttpOnly cookie and blanks it in the reply.
+import {auth} from './api.js';
+import {el, field, Status} from './dom.js';
+
+function passwordInput(id, autocomplete) {
+  return el('input', {id, name: id, type: 'password', required: true, minlength: '8', autocomplete});
+}
+
+export function signInPage(root, ctx) {
+  const status = new Status();
+  const email = el('input', {id: 'signin-email', name: 'email', type: 'email', required: true, autocomplete: 'username'});
+  const password = passwordInput('signin-password', 'current-password');
+  password.removeAttribute('minlength');
+  const submit = el('button', {type: 'submit', id: 'signin-submit'}, 'Sign in');
+  const form = el('form', {class: 'card narrow', 'aria-labelledby': 'page-title', novalidate: false},
+    field('Email', email),
+    field('Password', password),
+    el('div', {class: 'actions'}, submit),
+    status.node,
+    el('p', {}, 'No account yet? ', ctxLink(ctx, 'signup', 'Sign up')));
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    submit.disabled = true;
+    status.loading('Signing in…');
+    try {
+      await auth('Login', {email: email.value, password: password.value});
+      password.value = '';
+      await ctx.signedIn();
+    } catch (err) {
+      status.error(err);
+      submit.disabled = false;
+      password.focus();
+    }
+  });
+  root.append(form);
+  email.focus();
+}
+
+export function signUpPage(root, ctx) {
+  const status = new Status();
+  const email = el('input', {id: 'signup-email', name: 'email', type: 'email', required: true, autocomplete: 'username'});
+  const password = passwordInput('signup-password', 'new-password');
+  const display = el('input', {id: 'signup-display', name: 'displayName', type: 'text', maxlength: '200', autocomplete: 'name'});
+  const tenant = el('input', {id: 'signup-tenant', name: 'tenantName', type: 'text', maxlength: '200', autocomplete: 'organization'});
+  const submit = el('button', {type: 'submit', id: 'signup-submit'}, 'Create account');
+  const form = el('form', {class: 'card narrow', 'aria-labelledby': 'page-title'},
+    field('Email', email),
+    field('Password', password, 'At least 8 characters.'),
+    field('Your name (optional)', display),
+    field('Workspace name (optional)', tenant, 'Your first tenant; you will be its owner.'),
+    el('div', {class: 'actions'}, submit),
+    status.node,
+    el('p', {}, 'Have an account? ', ctxLink(ctx, 'signin', 'Sign in')));
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    submit.disabled = true;
+    status.loading('Creating your account…');
+    try {
+      await auth('SignUp', {
+        email: email.value,
+        password: password.value,
+        displayName: display.value,
+        tenantName: tenant.value,
+      });
+      status.loading('Signing in…');
+      await auth('Login', {email: email.value, password: password.value});
+      password.value = '';
+      await ctx.signedIn();
+    } catch (err) {
+      status.error(err);
+      submit.disabled = false;
+    }
+  });
+  root.append(form);
+  email.focus();
+}
+
+function ctxLink(ctx, name, text) {
+  const a = el('a', {href: `/console/${name}`}, text);
+  a.addEventListener('click', (ev) => {
+    ev.preventDefault();
+    ctx.navigate(name);
+  });
+  return a;
+}

@@ -1,0 +1,259 @@
+// keelson's gateway against the gRPC client teams really run: @grpc/grpc-js
+// with stubs made at run time from keelson's own .proto files by
+// @grpc/proto-loader, over cleartext HTTP/2 to the gateway's one port
+// (ctest: integration.interop_grpc; tests/CMakeLists.txt installs the pinned
+// libraries of package-lock.json beside this file first).
+//
+//   - AuthService: SignUp and Login (public), WhoAmI with the session in the
+//     `authorization` metadata, the same answer as Connect JSON gives;
+//   - BillingService: CreateCustomer with an `idempotency-key`, sent twice
+//     (the second answer replayed: the same customer), then ListCustomers;
+//     no gateway code is specific to either method;
+//   - errors as gRPC statuses with their messages: UNAUTHENTICATED without a
+//     session, INVALID_ARGUMENT for a bad email, UNIMPLEMENTED for a method
+//     no service has;
+//   - gzip-compressed requests (grpc-encoding: gzip);
+//   - grpc.health.v1.Health/Check: "" and a keelson service SERVING, an
+//     unknown name NOT_FOUND;
+//   - grpc.reflection v1 and v1alpha, a bidirectional stream: list_services
+//     names the public services and not the internal ones; the file of
+//     AuthService describes WhoAmI and not the internal ResolveContext; an
+//     unknown symbol is answered NOT_FOUND on the stream, which goes on.
+//
+// Reads the gateway's address from $KEELSON_IT_STACK/env and the protos
+// from $KEELSON_PROTO_DIR. Prints one line per check; stops at the first
+// failure and exits 1.
+
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+import { fromBinary } from '@bufbuild/protobuf';
+import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+
+const CALL_TIMEOUT_MS = 10000;
+const PASSWORD = 'correct horse battery staple';
+
+let passed = 0;
+
+async function check(name, fn) {
+  try {
+    await fn();
+  } catch (err) {
+    console.log(`FAIL ${name}`);
+    console.log(`     ${String(err && err.stack ? err.stack : err).split('\n').join('\n     ')}`);
+    console.log(`${passed} passed, 1 failed`);
+    process.exit(1);
+  }
+  passed++;
+  console.log(`ok   ${name}`);
+}
+
+function stackEnv(key) {
+  const text = readFileSync(join(process.env.KEELSON_IT_STACK, 'env'), 'utf8');
+  const line = text.split('\n').find((l) => l.startsWith(`${key}=`));
+  assert.ok(line, `${key} in the stack's env`);
+  return line.slice(key.length + 1);
+}
+
+const protoDir = process.env.KEELSON_PROTO_DIR;
+assert.ok(protoDir, 'KEELSON_PROTO_DIR');
+const defs = protoLoader.loadSync(
+  [
+    'keelson/auth/v1/auth.proto',
+    'keelson/billing/v1/billing.proto',
+    'grpc/health/v1/health.proto',
+    'grpc/reflection/v1/reflection.proto',
+    'grpc/reflection/v1alpha/reflection.proto',
+  ],
+  { includeDirs: [protoDir], keepCase: false, longs: String, enums: String, defaults: true },
+);
+const pkg = grpc.loadPackageDefinition(defs);
+const target = new URL(stackEnv('KEELSON_IT_GATEWAY_URL')).host;
+const plain = grpc.credentials.createInsecure();
+
+const auth = new pkg.keelson.auth.v1.AuthService(target, plain);
+const billing = new pkg.keelson.billing.v1.BillingService(target, plain);
+const health = new pkg.grpc.health.v1.Health(target, plain);
+const authGzip = new pkg.keelson.auth.v1.AuthService(target, plain, {
+  'grpc.default_compression_algorithm': 2, // gzip
+});
+
+function deadline() {
+  return new Date(Date.now() + CALL_TIMEOUT_MS);
+}
+
+// A unary call as a promise: resolves to the reply, rejects with the ServiceError.
+function call(client, method, request, metadata = new grpc.Metadata()) {
+  return new Promise((resolve, reject) => {
+    client[method](request, metadata, { deadline: deadline() }, (err, reply) =>
+      err ? reject(err) : resolve(reply),
+    );
+  });
+}
+
+async function refused(promise, code) {
+  try {
+    await promise;
+  } catch (err) {
+    assert.equal(err.code, code, `status ${err.code} (${err.details}), want ${code}`);
+    return err;
+  }
+  assert.fail(`the call succeeded; want status ${code}`);
+}
+
+function bearer(token) {
+  const md = new grpc.Metadata();
+  md.set('authorization', `Bearer ${token}`);
+  return md;
+}
+
+const email = `grpc-${randomBytes(6).toString('hex')}@example.test`;
+let token;
+let userId;
+
+await check('SignUp and Login over gRPC', async () => {
+  const up = await call(auth, 'signUp', {
+    email,
+    password: PASSWORD,
+    tenantName: 'gRPC interop',
+    displayName: 'Ada',
+  });
+  assert.match(up.userId, /^[0-9a-f-]{36}$/);
+  const login = await call(auth, 'login', { email, password: PASSWORD });
+  assert.ok(login.sessionToken.length > 20);
+  assert.equal(login.userId, up.userId);
+  token = login.sessionToken;
+  userId = login.userId;
+});
+
+await check('WhoAmI with the session in the authorization metadata', async () => {
+  const me = await call(auth, 'whoAmI', {}, bearer(token));
+  assert.equal(me.userId, userId);
+  assert.equal(me.email, email);
+  assert.equal(me.displayName, 'Ada');
+});
+
+await check('WhoAmI without a session: UNAUTHENTICATED with its message', async () => {
+  const err = await refused(call(auth, 'whoAmI', {}), grpc.status.UNAUTHENTICATED);
+  assert.equal(err.details, 'missing bearer token');
+});
+
+await check('SignUp with a bad email: INVALID_ARGUMENT, message as the service wrote it', async () => {
+  const err = await refused(
+    call(auth, 'signUp', { email: 'not an address', password: PASSWORD, tenantName: 'x' }),
+    grpc.status.INVALID_ARGUMENT,
+  );
+  assert.ok(err.details.length > 0);
+});
+
+await check('a gzip-compressed request (grpc-encoding: gzip)', async () => {
+  const me = await call(authGzip, 'whoAmI', {}, bearer(token));
+  assert.equal(me.userId, userId);
+});
+
+await check('CreateCustomer twice with one idempotency-key: one customer', async () => {
+  const md = bearer(token);
+  md.set('idempotency-key', `grpc-${randomBytes(8).toString('hex')}`);
+  const request = { email: 'payer@example.test', name: 'Payer', currency: 'EUR', taxRateBp: 2000 };
+  const first = await call(billing, 'createCustomer', request, md);
+  const second = await call(billing, 'createCustomer', request, md);
+  assert.match(first.customer.id, /^[0-9a-f-]{36}$/);
+  assert.equal(second.customer.id, first.customer.id);
+  const list = await call(billing, 'listCustomers', { pageSize: 10 }, bearer(token));
+  assert.deepEqual(
+    list.customers.map((c) => c.id),
+    [first.customer.id],
+  );
+});
+
+await check('a method no service has: UNIMPLEMENTED', async () => {
+  const client = new grpc.Client(target, plain);
+  await refused(
+    new Promise((resolve, reject) =>
+      client.makeUnaryRequest(
+        '/keelson.auth.v1.AuthService/NoSuchMethod',
+        (x) => x,
+        (x) => x,
+        Buffer.alloc(0),
+        new grpc.Metadata(),
+        { deadline: deadline() },
+        (err, reply) => (err ? reject(err) : resolve(reply)),
+      ),
+    ),
+    grpc.status.UNIMPLEMENTED,
+  );
+  client.close();
+});
+
+await check('grpc.health.v1.Health/Check', async () => {
+  assert.equal((await call(health, 'check', { service: '' })).status, 'SERVING');
+  assert.equal(
+    (await call(health, 'check', { service: 'keelson.auth.v1.AuthService' })).status,
+    'SERVING',
+  );
+  await refused(call(health, 'check', { service: 'no.such.Service' }), grpc.status.NOT_FOUND);
+});
+
+// One reflection stream: each request written, its answer read, in turn.
+async function reflect(pkgName, requests) {
+  const client = new pkg.grpc.reflection[pkgName].ServerReflection(target, plain);
+  const call = client.serverReflectionInfo({ deadline: deadline() });
+  const answers = [];
+  const done = new Promise((resolve, reject) => {
+    call.on('error', reject);
+    call.on('status', (st) => (st.code === grpc.status.OK ? resolve() : reject(st)));
+  });
+  const next = () =>
+    new Promise((resolve, reject) => {
+      call.once('data', resolve);
+      call.once('error', reject);
+    });
+  for (const r of requests) {
+    const answer = next();
+    call.write(r);
+    answers.push(await answer);
+  }
+  call.end();
+  await done;
+  client.close();
+  return answers;
+}
+
+for (const version of ['v1', 'v1alpha']) {
+  await check(`grpc.reflection.${version}: list_services, file_containing_symbol, NOT_FOUND`, async () => {
+    const [list, file, missing, again] = await reflect(version, [
+      { listServices: '' },
+      { fileContainingSymbol: 'keelson.auth.v1.AuthService' },
+      { fileContainingSymbol: 'no.such.Symbol' },
+      { fileContainingSymbol: 'keelson.auth.v1.AuthService.WhoAmI' },
+    ]);
+    const names = list.listServicesResponse.service.map((s) => s.name);
+    for (const want of [
+      'keelson.auth.v1.AuthService',
+      'keelson.billing.v1.BillingService',
+      'grpc.health.v1.Health',
+      'grpc.reflection.v1.ServerReflection',
+    ]) {
+      assert.ok(names.includes(want), `${want} in ${names}`);
+    }
+    const files = file.fileDescriptorResponse.fileDescriptorProto.map((b) =>
+      fromBinary(FileDescriptorProtoSchema, b),
+    );
+    const authFile = files.find((f) => f.name === 'keelson/auth/v1/auth.proto');
+    assert.ok(authFile, 'auth.proto in the answer');
+    const methods = authFile.service.find((s) => s.name === 'AuthService').method.map((m) => m.name);
+    assert.ok(methods.includes('WhoAmI'));
+    assert.ok(!methods.includes('ResolveContext'), 'an internal method is not described');
+    assert.equal(missing.errorResponse.errorCode, grpc.status.NOT_FOUND);
+    assert.ok(again.fileDescriptorResponse, 'the stream goes on after a NOT_FOUND');
+  });
+}
+
+for (const c of [auth, billing, health, authGzip]) {
+  c.close();
+}
+console.log(`${passed} passed`);
