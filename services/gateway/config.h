@@ -90,6 +90,12 @@ typedef struct gw_config {
         char *tls_key;
         char *tls_min_version;
         bool reflection; /* grpc.reflection served */
+        /* EventService (hub.c) */
+        int64_t events_retain;
+        int64_t events_retain_s;
+        int64_t events_heartbeat_ms;
+        int64_t events_buffer_bytes;
+        int64_t events_streams_max;
         /* context cache (cache.c) */
         int64_t cache_entries;
         int64_t cache_session_ttl_s;

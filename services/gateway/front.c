@@ -415,6 +415,18 @@ void gw_req_stream_write(gw_req *r, const void *data, size_t len)
         }
 }
 
+void gw_req_stream_abort(gw_req *r)
+{
+        if (r->h2 != NULL) {
+                gw_h2_stream_abort(r);
+        }
+}
+
+size_t gw_req_stream_pending(const gw_req *r)
+{
+        return r->h2 != NULL ? gw_h2_stream_pending(r) : 0;
+}
+
 void gw_req_stream_close(gw_req *r)
 {
         if (r->h2 != NULL) {

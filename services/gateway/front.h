@@ -89,8 +89,17 @@ typedef void (*gw_req_data_fn)(const uint8_t *data, size_t len, bool end, void *
 void gw_req_on_data(gw_req *r, gw_req_data_fn fn, void *arg);
 void gw_req_stream_open(gw_req *r, int status, const char *content_type);
 void gw_req_stream_write(gw_req *r, const void *data, size_t len);
+/* Bytes written to a stream that HTTP/2 has not framed yet (the client reads slower). */
+size_t gw_req_stream_pending(const gw_req *r);
 /* Ends the reply (with its trailers); r is gone once the stream closes. */
 void gw_req_stream_close(gw_req *r);
+/*
+ * Ends a stream whose client does not read: what waits is dropped and the
+ * stream reset with ENHANCE_YOUR_CALM (trailers would wait behind the data
+ * flow control holds back; gRPC clients report the reset as
+ * RESOURCE_EXHAUSTED). r is gone once the stream closes.
+ */
+void gw_req_stream_abort(gw_req *r);
 
 /* Adds a reply field (Content-Length, Date and Connection are the front's). */
 void gw_req_add_header(gw_req *r, const char *name, const char *value);

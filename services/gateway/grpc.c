@@ -48,6 +48,7 @@ const char *const gw_grpc_own_services[] = {
     "grpc.health.v1.Health",
     "grpc.reflection.v1.ServerReflection",
     "grpc.reflection.v1alpha.ServerReflection",
+    "keelson.events.v1.EventService",
 };
 const size_t gw_grpc_own_services_n =
     sizeof(gw_grpc_own_services) / sizeof(gw_grpc_own_services[0]);

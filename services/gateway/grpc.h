@@ -26,7 +26,7 @@
 
 /*
  * The services the gateway answers itself over gRPC, not through the broker
- * (health.c, reflection.c): every method of theirs is served.
+ * (health.c, reflection.c, hub.c): every method of theirs is served.
  */
 extern const char *const gw_grpc_own_services[];
 extern const size_t gw_grpc_own_services_n;

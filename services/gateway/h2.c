@@ -350,6 +350,26 @@ void gw_h2_stream_write(gw_req *r, const void *data, size_t len)
         }
 }
 
+void gw_h2_stream_abort(gw_req *r)
+{
+        gw_h2 *h = r->c->h2;
+        gw_h2_stream *st = r->h2;
+        evbuffer_drain(st->reply, evbuffer_get_length(st->reply));
+        st->reply_done = true;
+        st->data_fn = NULL;
+        r->cancel = NULL;
+        nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, r->stream_id,
+                                  NGHTTP2_ENHANCE_YOUR_CALM);
+        if (!h->in_recv) {
+                flush(h);
+        }
+}
+
+size_t gw_h2_stream_pending(const gw_req *r)
+{
+        return evbuffer_get_length(r->h2->reply);
+}
+
 void gw_h2_stream_close(gw_req *r)
 {
         gw_h2 *h = r->c->h2;

@@ -56,6 +56,8 @@ bool gw_h2_streaming(const gw_req *r);
 void gw_h2_stream_open(gw_req *r, int status, const char *content_type);
 void gw_h2_stream_write(gw_req *r, const void *data, size_t len);
 void gw_h2_stream_close(gw_req *r);
+size_t gw_h2_stream_pending(const gw_req *r);
+void gw_h2_stream_abort(gw_req *r);
 
 /* gw_req_reply of a request that came on a stream. */
 void gw_h2_reply(gw_req *r, int status, const char *content_type, const void *body, size_t len);

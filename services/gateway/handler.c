@@ -69,6 +69,9 @@
 #include "grpcweb.h"
 #include "handler.h"
 #include "health.h"
+#include "hub.h"
+#include "keelson/events/v1/event_service.pb-c.h"
+#include "ks_perms.h"
 #include "inflight.h"
 #include "intake.h"
 #include "keelson/auth/v1/auth.pb-c.h"
@@ -138,6 +141,9 @@ typedef struct gw_request {
         gw_limit_wait limit;
         gw_decode_job decode;     /* the body, while a decode thread has it */
         struct refl_stream *refl; /* a reflection stream's state, while it is open */
+        /* A method the gateway answers itself once the caller is known and limited,
+         * in place of the upstream call (EventService/Subscribe). */
+        void (*local)(struct gw_request *g);
 } gw_request;
 
 _Static_assert(offsetof(gw_request, call) == 0, "gw_handler_complete casts a call to its request");
@@ -605,6 +611,10 @@ static int decode_body(gw_request *g)
 static void start_upstream(gw_request *g, gw_stage stage)
 {
         bool resolving = stage == GW_STAGE_RESOLVING;
+        if (!resolving && g->local != NULL) {
+                g->local(g);
+                return;
+        }
         if (!resolving && g->req != NULL && g->payload == NULL && decode_body(g) != 0) {
                 return;
         }
@@ -1237,12 +1247,77 @@ static void refl_begin(gw_request *g)
 }
 
 /*
+ * EventService/Subscribe, once the caller is resolved and within its rate
+ * limit: billing.read (its topics are billing's), the request's topics and
+ * cursor checked, then the stream is the hub's (hub.h).
+ */
+static void subscribe_local(gw_request *g)
+{
+        char why[160];
+        const char *msg = NULL;
+        if (g->h->env->hub == NULL || g->web || !gw_req_http2(g->req)) {
+                request_fail(g, 0, KS_UNIMPLEMENTED,
+                             "EventService/Subscribe is served over gRPC on HTTP/2");
+                return;
+        }
+        if (ks_role_admits(g->ctx.role, KS_PERM_BILLING_READ, why, sizeof(why)) != KS_OK) {
+                request_fail(g, 0, KS_PERMISSION_DENIED, why);
+                return;
+        }
+        size_t len = 0;
+        const uint8_t *data = gw_req_body(g->req, &len);
+        grpc_in in = {0};
+        if (grpc_message(g, &data, &len, &in) != 0) {
+                grpc_in_free(&in);
+                return;
+        }
+        Keelson__Events__V1__SubscribeRequest *r =
+            keelson__events__v1__subscribe_request__unpack(NULL, len, data);
+        grpc_in_free(&in);
+        if (r == NULL) {
+                request_fail(g, 0, KS_INVALID_ARGUMENT, "malformed SubscribeRequest");
+                return;
+        }
+        int rc = KS_OK;
+        if (r->n_topics > GW_HUB_TOPICS_MAX) {
+                snprintf(why, sizeof(why), "topics: at most %d", GW_HUB_TOPICS_MAX);
+                rc = KS_INVALID_ARGUMENT;
+                msg = why;
+        }
+        for (size_t i = 0; rc == KS_OK && i < r->n_topics; i++) {
+                if (!gw_hub_topic_ok(r->topics[i])) {
+                        snprintf(why, sizeof(why),
+                                 "topics: %.64s is not a topic one may subscribe to", r->topics[i]);
+                        rc = KS_INVALID_ARGUMENT;
+                        msg = why;
+                }
+        }
+        if (rc == KS_OK) {
+                rc = gw_hub_subscribe(g->h->env->hub, g->req, g->ctx.tenant_id,
+                                      (const char *const *)r->topics, r->n_topics, r->cursor, &msg);
+        }
+        keelson__events__v1__subscribe_request__free_unpacked(r, NULL);
+        if (rc != KS_OK) {
+                request_fail(g, 0, rc, msg);
+                return;
+        }
+        g->req = NULL; /* the hub's now */
+        gw_route_observe(g->route, KS_OK, (double)(ks_mono_ns() - g->start_ns) / NS_PER_S);
+        request_free(g);
+}
+
+/*
  * The gRPC services the gateway answers itself (grpc.h): Health/Check,
  * public and unlimited, as probes call it; reflection, a stream. Health's
  * Watch is not served yet.
  */
 static void own_call(gw_request *g, const char *method)
 {
+        if (strcmp(method, "keelson.events.v1.EventService/Subscribe") == 0) {
+                g->local = subscribe_local;
+                rpc_begin(g); /* the caller first, as for any method */
+                return;
+        }
         if (check_headers(g) != 0) {
                 return;
         }

@@ -38,6 +38,7 @@ typedef struct gw_handler_env {
         gw_decodepool *decoder;           /* set once made (it hands jobs back to the handler) */
         gw_health_probe health;           /* grpc.health.v1.Health/Check asks it */
         struct gw_reflection *reflection; /* NULL: reflection is off */
+        struct gw_hub *hub;               /* EventService/Subscribe's streams */
 } gw_handler_env;
 
 typedef struct gw_handler gw_handler;

@@ -60,6 +60,20 @@ static const ks_config_var config_vars[] = {
     KS_CFG_BOOL("KEELSON_GATEWAY_REFLECTION", gw_config, reflection, "true",
                 "serve grpc.reflection (v1 and v1alpha) over gRPC, without a token, so grpcurl "
                 "and the like discover every public method; false answers it unimplemented"),
+    KS_CFG_INT("KEELSON_GATEWAY_EVENTS_RETAIN", gw_config, events_retain, "10000", 0, 1000000,
+               "EventService: events this gateway keeps so that a subscriber can resume from its "
+               "cursor (0: none)"),
+    KS_CFG_INT("KEELSON_GATEWAY_EVENTS_RETAIN_S", gw_config, events_retain_s, "600", 1, 86400,
+               "EventService: the oldest event kept, in seconds"),
+    KS_CFG_INT("KEELSON_GATEWAY_EVENTS_HEARTBEAT_MS", gw_config, events_heartbeat_ms, "15000", 100,
+               300000, "EventService: a heartbeat to a stream that was sent nothing this long"),
+    KS_CFG_INT("KEELSON_GATEWAY_EVENTS_BUFFER_BYTES", gw_config, events_buffer_bytes, "1048576",
+               1024, 67108864,
+               "EventService: a stream's reply not yet taken by its client, at most; past it "
+               "the stream is reset (resource_exhausted to gRPC clients), which resume from "
+               "their cursor"),
+    KS_CFG_INT("KEELSON_GATEWAY_EVENTS_STREAMS_MAX", gw_config, events_streams_max, "1000", 0,
+               1000000, "EventService: open streams on this gateway; more are refused"),
     KS_CFG_INT("KEELSON_GATEWAY_H2_MAX_STREAMS", gw_config, h2_max_streams, "100", 1, 10000,
                "HTTP/2: streams one connection may have open at once "
                "(SETTINGS_MAX_CONCURRENT_STREAMS); a stream over it is refused"),

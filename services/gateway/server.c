@@ -35,6 +35,7 @@
 #include "events.h"
 #include "descriptor_set.h"
 #include "front.h"
+#include "hub.h"
 #include "reflection.h"
 #include "tls.h"
 #include "handler.h"
@@ -59,6 +60,7 @@ struct gw_server {
         struct event *sighup_ev;   /* TLS: read the certificate and key again */
         gw_tls *tls;               /* NULL: cleartext */
         gw_reflection *reflection; /* NULL: off */
+        gw_hub *hub;               /* EventService/Subscribe */
         struct event *drain_ev;
         gw_routes *routes;
         gw_upstream *up;
@@ -146,6 +148,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
                     (json_int_t)gw_inflight_count(s->inflight));
         atomic_store(&s->draining, true);     /* /readyz: 503 */
         gw_front_drain(s->front);             /* no new connections; idle ones closed */
+        gw_hub_drain(s->hub);                 /* event streams told to resume elsewhere */
         if (gw_inflight_drain(s->inflight)) { /* requests wait: for drain_ms at most */
                 struct timeval tv = {(time_t)(s->cfg->drain_ms / 1000),
                                      (suseconds_t)(s->cfg->drain_ms % 1000) * 1000};
@@ -248,6 +251,16 @@ static int handler_setup(gw_server *s)
                 }
                 s->env.reflection = s->reflection;
         }
+        gw_hub_config hub = {.broker_url = s->cfg->broker_url,
+                             .retain = (size_t)s->cfg->events_retain,
+                             .retain_ms = s->cfg->events_retain_s * 1000,
+                             .heartbeat_ms = s->cfg->events_heartbeat_ms,
+                             .buffer_bytes = (size_t)s->cfg->events_buffer_bytes,
+                             .subscribers_max = (size_t)s->cfg->events_streams_max};
+        if (gw_hub_new(&s->hub, s->base, &hub) != 0) {
+                return -1;
+        }
+        s->env.hub = s->hub;
         if (gw_handler_new(&s->handler, &s->env) != 0 ||
             gw_upstream_new(&s->up, s->base, s->cfg, s->routes, gw_handler_complete, s->handler) !=
                 0) {
@@ -337,6 +350,7 @@ void gw_server_free(gw_server *s)
         }
         gw_tls_free(s->tls); /* after the front: its connections held references */
         gw_reflection_free(s->reflection);
+        gw_hub_free(s->hub); /* after the front: its streams were the front's requests */
         gw_handler_free(s->handler);
         gw_routes_free(s->routes);
         gw_inflight_free(s->inflight);

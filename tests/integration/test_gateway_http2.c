@@ -43,22 +43,14 @@
 #include <nghttp2/nghttp2.h>
 
 #include "it_support.h"
+#include "h2_raw.h"
 #include "raw_http.h"
 
-#define WHOAMI       "/keelson.auth.v1.AuthService/WhoAmI"
-#define TOKEN_MAX    512
-#define MULTIPLEXED  64
-#define OWN_STREAMS  4
-#define OWN_READ_MS  "1500"
-#define FRAME_MAX    16384
-#define PREFACE      "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-#define F_DATA       0x0
-#define F_HEADERS    0x1
-#define F_RST_STREAM 0x3
-#define F_SETTINGS   0x4
-#define F_GOAWAY     0x7
-#define FLAG_ES      0x1 /* END_STREAM */
-#define FLAG_EH      0x4 /* END_HEADERS */
+#define WHOAMI      "/keelson.auth.v1.AuthService/WhoAmI"
+#define TOKEN_MAX   512
+#define MULTIPLEXED 64
+#define OWN_STREAMS 4
+#define OWN_READ_MS "1500"
 
 static it_stack g_stack;
 static it_gateway g_own;
@@ -159,104 +151,6 @@ static void whoami(const char *url, long version, reply *out)
 }
 
 /* ---- raw frames ------------------------------------------------------------------- */
-
-static void frame_send(int fd, int type, int flags, uint32_t stream, const void *p, size_t len)
-{
-        uint8_t hd[9] = {(uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len, (uint8_t)type,
-                         (uint8_t)flags};
-        uint32_t id = htonl(stream);
-        memcpy(hd + 5, &id, 4);
-        raw_send(fd, hd, sizeof(hd));
-        if (len > 0) {
-                raw_send(fd, p, len);
-        }
-}
-
-static bool read_exact(int fd, uint8_t *p, size_t len, int timeout_ms)
-{
-        size_t got = 0;
-        while (got < len) {
-                struct pollfd pfd = {fd, POLLIN, 0};
-                if (poll(&pfd, 1, timeout_ms) <= 0) {
-                        return false;
-                }
-                ssize_t n = recv(fd, p + got, len - got, 0);
-                if (n <= 0) {
-                        return false;
-                }
-                got += (size_t)n;
-        }
-        return true;
-}
-
-typedef struct frame {
-        int type, flags;
-        uint32_t stream;
-        size_t len;
-        uint8_t payload[FRAME_MAX];
-} frame;
-
-/* The next frame; false on a close or after timeout_ms of silence. */
-static bool frame_read(int fd, frame *f, int timeout_ms)
-{
-        uint8_t hd[9];
-        if (!read_exact(fd, hd, 9, timeout_ms)) {
-                return false;
-        }
-        f->len = (size_t)hd[0] << 16 | (size_t)hd[1] << 8 | hd[2];
-        f->type = hd[3];
-        f->flags = hd[4];
-        f->stream = ((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 | (uint32_t)hd[7] << 8 | hd[8]) &
-                    0x7fffffffU;
-        assert_true(f->len <= FRAME_MAX);
-        return f->len == 0 || read_exact(fd, f->payload, f->len, timeout_ms);
-}
-
-static uint32_t be32(const uint8_t *p)
-{
-        return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-/* Reads frames until one of type (on stream, when stream > 0) comes; false if none. */
-static bool frame_wait(int fd, int type, uint32_t stream, frame *f, int timeout_ms)
-{
-        while (frame_read(fd, f, timeout_ms)) {
-                if (f->type == type && (stream == 0 || f->stream == stream)) {
-                        return true;
-                }
-        }
-        return false;
-}
-
-/* A connection that has sent the preface and an empty SETTINGS. */
-static int h2_dial(int port)
-{
-        int fd = raw_dial(NULL, port);
-        assert_true(fd >= 0);
-        raw_send(fd, PREFACE, strlen(PREFACE));
-        frame_send(fd, F_SETTINGS, 0, 0, NULL, 0);
-        return fd;
-}
-
-/*
- * The HPACK block of a POST to path with no header field but :authority:
- * :method POST and :scheme http from the static table (0x83, 0x86), :path
- * and :authority as literals without indexing of static names 4 and 1.
- */
-static size_t request_block(uint8_t *out, const char *path)
-{
-        size_t n = 0, pl = strlen(path);
-        out[n++] = 0x83;
-        out[n++] = 0x86;
-        out[n++] = 0x04;
-        out[n++] = (uint8_t)pl;
-        memcpy(out + n, path, pl);
-        n += pl;
-        out[n++] = 0x01;
-        out[n++] = 9;
-        memcpy(out + n, "127.0.0.1", 9);
-        return n + 9;
-}
 
 /* ---- tests ------------------------------------------------------------------------ */
 
@@ -513,14 +407,15 @@ static void test_limits_answered_and_connection_kept(void **state)
 static void test_settings_and_refused_stream(void **state)
 {
         (void)state;
-        static frame f;
-        int fd = h2_dial(g_own_port);
-        assert_true(frame_wait(fd, F_SETTINGS, 0, &f, 3000));
+        static h2_frame f;
+        int fd = h2_dial(g_own_port, NULL, 0);
+        assert_true(fd >= 0);
+        assert_true(h2_frame_wait(fd, H2_SETTINGS, 0, &f, 3000));
         assert_int_equal(f.flags & 1, 0); /* the server's own, not an ACK */
         uint32_t streams = 0, list = 0;
         for (size_t at = 0; at + 6 <= f.len; at += 6) {
                 unsigned id = (unsigned)f.payload[at] << 8 | f.payload[at + 1];
-                uint32_t v = be32(f.payload + at + 2);
+                uint32_t v = h2_be32(f.payload + at + 2);
                 streams = id == 0x3 ? v : streams;
                 list = id == 0x6 ? v : list;
         }
@@ -531,50 +426,52 @@ static void test_settings_and_refused_stream(void **state)
          * before the client acknowledges the limit; after, nghttp2 treats a stream over it
          * as a connection error, which RFC 9113 §5.1.2 also allows.) */
         uint8_t block[128];
-        size_t n = request_block(block, WHOAMI);
+        size_t n = h2_request_block(block, sizeof(block), WHOAMI, NULL, NULL, 0);
         for (uint32_t i = 0; i <= OWN_STREAMS; i++) {
-                frame_send(fd, F_HEADERS, FLAG_EH, 1 + 2 * i, block, n);
+                h2_frame_send(fd, H2_HEADERS, H2_END_HEADERS, 1 + 2 * i, block, n);
         }
         uint32_t over = 1 + 2 * OWN_STREAMS;
-        assert_true(frame_wait(fd, F_RST_STREAM, over, &f, 3000));
-        assert_int_equal(be32(f.payload), 0x7); /* REFUSED_STREAM */
+        assert_true(h2_frame_wait(fd, H2_RST_STREAM, over, &f, 3000));
+        assert_int_equal(h2_be32(f.payload), 0x7); /* REFUSED_STREAM */
         close(fd);
 }
 
 static void test_unfinished_stream_reset_at_deadline(void **state)
 {
         (void)state;
-        static frame f;
-        int fd = h2_dial(g_own_port);
+        static h2_frame f;
+        int fd = h2_dial(g_own_port, NULL, 0);
+        assert_true(fd >= 0);
         uint8_t block[128];
-        size_t n = request_block(block, WHOAMI);
-        frame_send(fd, F_HEADERS, FLAG_EH, 1, block, n);
-        frame_send(fd, F_DATA, 0, 1, "{", 1); /* and the rest never comes */
+        size_t n = h2_request_block(block, sizeof(block), WHOAMI, NULL, NULL, 0);
+        h2_frame_send(fd, H2_HEADERS, H2_END_HEADERS, 1, block, n);
+        h2_frame_send(fd, H2_DATA, 0, 1, "{", 1); /* and the rest never comes */
         /* Reset with CANCEL once the request deadline (1.5 s here) has passed. */
-        assert_true(frame_wait(fd, F_RST_STREAM, 1, &f, 5000));
-        assert_int_equal(be32(f.payload), 0x8); /* CANCEL */
+        assert_true(h2_frame_wait(fd, H2_RST_STREAM, 1, &f, 5000));
+        assert_int_equal(h2_be32(f.payload), 0x8); /* CANCEL */
 
         /* The connection serves on: a whole request on stream 3. */
-        frame_send(fd, F_HEADERS, FLAG_EH, 3, block, n);
-        frame_send(fd, F_DATA, FLAG_ES, 3, "{}", 2);
-        assert_true(frame_wait(fd, F_HEADERS, 3, &f, 3000));
+        h2_frame_send(fd, H2_HEADERS, H2_END_HEADERS, 3, block, n);
+        h2_frame_send(fd, H2_DATA, H2_END_STREAM, 3, "{}", 2);
+        assert_true(h2_frame_wait(fd, H2_HEADERS, 3, &f, 3000));
         close(fd);
 }
 
 static void test_goaway_on_drain(void **state)
 {
         (void)state;
-        static frame f;
+        static h2_frame f;
         it_gateway gw;
         assert_int_equal(it_gateway_start(&g_stack, NULL, 1, &gw), 0);
         const char *colon = strrchr(gw.url, ':');
-        int fd = h2_dial(atoi(colon + 1));
-        assert_true(frame_wait(fd, F_SETTINGS, 0, &f, 3000));
+        int fd = h2_dial(atoi(colon + 1), NULL, 0);
+        assert_true(fd >= 0);
+        assert_true(h2_frame_wait(fd, H2_SETTINGS, 0, &f, 3000));
         kill(gw.pid, SIGTERM);
-        assert_true(frame_wait(fd, F_GOAWAY, 0, &f, 5000));
+        assert_true(h2_frame_wait(fd, H2_GOAWAY, 0, &f, 5000));
         assert_true(f.len >= 8);
-        assert_int_equal(be32(f.payload + 4), 0); /* NO_ERROR */
-        assert_false(frame_read(fd, &f, 5000));   /* then closed */
+        assert_int_equal(h2_be32(f.payload + 4), 0); /* NO_ERROR */
+        assert_false(h2_frame_read(fd, &f, 5000));   /* then closed */
         close(fd);
         it_gateway_stop(&gw);
 }

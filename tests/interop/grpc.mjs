@@ -15,6 +15,10 @@
 //   - gzip-compressed requests (grpc-encoding: gzip);
 //   - grpc.health.v1.Health/Check: "" and a keelson service SERVING, an
 //     unknown name NOT_FOUND;
+//   - keelson.events.v1.EventService/Subscribe, a server stream: a
+//     heartbeat with a cursor first; the tenant's billing events as its
+//     writes commit, none of another tenant's; a resume from a cursor sends
+//     what followed it again; an unknown topic and a missing token refused;
 //   - grpc.reflection v1 and v1alpha, a bidirectional stream: list_services
 //     names the public services and not the internal ones; the file of
 //     AuthService describes WhoAmI and not the internal ResolveContext; an
@@ -66,6 +70,7 @@ const defs = protoLoader.loadSync(
     'keelson/auth/v1/auth.proto',
     'keelson/billing/v1/billing.proto',
     'grpc/health/v1/health.proto',
+    'keelson/events/v1/event_service.proto',
     'grpc/reflection/v1/reflection.proto',
     'grpc/reflection/v1alpha/reflection.proto',
   ],
@@ -114,6 +119,7 @@ function bearer(token) {
 const email = `grpc-${randomBytes(6).toString('hex')}@example.test`;
 let token;
 let userId;
+let login;
 
 await check('SignUp and Login over gRPC', async () => {
   const up = await call(auth, 'signUp', {
@@ -123,7 +129,7 @@ await check('SignUp and Login over gRPC', async () => {
     displayName: 'Ada',
   });
   assert.match(up.userId, /^[0-9a-f-]{36}$/);
-  const login = await call(auth, 'login', { email, password: PASSWORD });
+  login = await call(auth, 'login', { email, password: PASSWORD });
   assert.ok(login.sessionToken.length > 20);
   assert.equal(login.userId, up.userId);
   token = login.sessionToken;
@@ -198,6 +204,103 @@ await check('grpc.health.v1.Health/Check', async () => {
   await refused(call(health, 'check', { service: 'no.such.Service' }), grpc.status.NOT_FOUND);
 });
 
+// ---- EventService ----------------------------------------------------------------
+
+const events = new pkg.keelson.events.v1.EventService(target, plain);
+
+// A Subscribe stream and what it has received so far.
+function subscribe(tok, request = {}) {
+  const md = tok ? bearer(tok) : new grpc.Metadata();
+  const call = events.subscribe(request, md);
+  const got = { messages: [], error: null, call };
+  call.on('data', (m) => got.messages.push(m));
+  call.on('error', (e) => (got.error = e));
+  return got;
+}
+
+async function until(what, fn, ms = CALL_TIMEOUT_MS) {
+  for (const end = Date.now() + ms; Date.now() < end; ) {
+    const v = fn();
+    if (v) {
+      return v;
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.fail(`timed out waiting for ${what}`);
+}
+
+const eventsOf = (got) => got.messages.filter((m) => m.event);
+
+await check('EventService/Subscribe: refused without a token and for an unknown topic', async () => {
+  const anon = subscribe(null);
+  await until('UNAUTHENTICATED', () => anon.error);
+  assert.equal(anon.error.code, grpc.status.UNAUTHENTICATED);
+  const bad = subscribe(token, { topics: ['auth.email'] });
+  await until('INVALID_ARGUMENT', () => bad.error);
+  assert.equal(bad.error.code, grpc.status.INVALID_ARGUMENT);
+});
+
+await check('EventService/Subscribe: the tenant\'s billing events, nobody else\'s; resume from a cursor', async () => {
+  // Another tenant, subscribed at the same time.
+  const otherEmail = `grpc-other-${randomBytes(6).toString('hex')}@example.test`;
+  await call(auth, 'signUp', { email: otherEmail, password: PASSWORD, tenantName: 'Other' });
+  const other = (await call(auth, 'login', { email: otherEmail, password: PASSWORD })).sessionToken;
+  const mine = subscribe(token);
+  const theirs = subscribe(other);
+  await until('the first heartbeats', () => mine.messages.length > 0 && theirs.messages.length > 0);
+  assert.equal(mine.messages[0].heartbeat, true);
+  assert.match(mine.messages[0].cursor, /^v1\./);
+
+  // A subscription with its first invoice: billing.subscription_changed and
+  // billing.invoice_finalized at least.
+  const md = bearer(token);
+  const plan = await call(
+    billing,
+    'createPlan',
+    {
+      code: `events-${randomBytes(4).toString('hex')}`,
+      name: 'Events',
+      currency: 'EUR',
+      intervalUnit: 'INTERVAL_UNIT_MONTH',
+      price: { model: 'PRICE_MODEL_FLAT', amount: 1000 },
+    },
+    md,
+  );
+  const customer = await call(
+    billing,
+    'createCustomer',
+    { email: 'events@example.test', name: 'Events', currency: 'EUR', defaultPaymentMethod: 'pm_card_visa' },
+    md,
+  );
+  await call(billing, 'createSubscription', { customerId: customer.customer.id, planId: plan.plan.id }, md);
+  await until('two events', () => eventsOf(mine).length >= 2);
+  const topics = eventsOf(mine).map((m) => m.event.topic);
+  assert.ok(topics.includes('billing.subscription_changed'), topics.join());
+  assert.ok(topics.includes('billing.invoice_finalized'), topics.join());
+  for (const m of eventsOf(mine)) {
+    assert.equal(m.event.tenantId, login.tenantId);
+    assert.match(m.event.eventId, /^[0-9a-f-]{36}$/);
+  }
+  assert.equal(eventsOf(theirs).length, 0, 'another tenant sees none of them');
+  mine.call.cancel();
+  theirs.call.cancel();
+
+  // Resume from the first event's cursor: what followed it comes again.
+  const seen = eventsOf(mine);
+  const resumed = subscribe(token, { cursor: seen[0].cursor });
+  await until('the events after the cursor', () => eventsOf(resumed).length >= seen.length - 1);
+  assert.deepEqual(
+    eventsOf(resumed).slice(0, seen.length - 1).map((m) => m.event.eventId),
+    seen.slice(1).map((m) => m.event.eventId),
+  );
+  assert.ok(!resumed.messages.some((m) => m.gap), 'a resume on the same gateway has no gap');
+  resumed.call.cancel();
+
+  const garbled = subscribe(token, { cursor: 'not a cursor' });
+  await until('INVALID_ARGUMENT', () => garbled.error);
+  assert.equal(garbled.error.code, grpc.status.INVALID_ARGUMENT);
+});
+
 // One reflection stream: each request written, its answer read, in turn.
 async function reflect(pkgName, requests) {
   const client = new pkg.grpc.reflection[pkgName].ServerReflection(target, plain);
@@ -253,7 +356,7 @@ for (const version of ['v1', 'v1alpha']) {
   });
 }
 
-for (const c of [auth, billing, health, authGzip]) {
+for (const c of [auth, billing, health, authGzip, events]) {
   c.close();
 }
 console.log(`${passed} passed`);

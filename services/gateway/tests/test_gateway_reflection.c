@@ -175,7 +175,8 @@ static void test_list_services(void **state)
             "keelson.auth.v1.AuthService",         "keelson.billing.v1.BillingService",
             "keelson.ledger.v1.LedgerService",     "keelson.summary.v1.AdminSummaryService",
             "keelson.webhook.v1.WebhookService",   "grpc.health.v1.Health",
-            "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"};
+            "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection",
+            "keelson.events.v1.EventService"};
         for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
                 assert_true(listed(resp, want[i]));
         }
