@@ -108,6 +108,7 @@ async function sessionCookie(page) {
 }
 
 async function nav(page, name) {
+  await page.waitForSelector(`#nav a[href="/console/${name}"]`, {visible: true, timeout: WAIT_MS});
   await page.click(`#nav a[href="/console/${name}"]`);
   await waitPage(page, name);
 }
@@ -403,6 +404,7 @@ async function run(browser) {
   await clickButton(page, '#subscription-actions', 'Resume now');
   await contains(page, '#subscription-history', 'resume');
   await follow(page, '#subscription-invoices', 'INV-', 'invoice');
+  await page.waitForSelector('#credit-amount', {timeout: WAIT_MS});
   await fill(page, '#credit-amount', '500');
   await fill(page, '#credit-reason', 'goodwill');
   await page.click('#credit-submit');
