@@ -51,6 +51,9 @@ export async function call(service, method, body = {}) {
 
 export const auth = (method, body) => call('keelson.auth.v1.AuthService', method, body);
 export const summary = (method, body) => call('keelson.summary.v1.AdminSummaryService', method, body);
+export const billing = (method, body) => call('keelson.billing.v1.BillingService', method, body);
+export const ledger = (method, body) => call('keelson.ledger.v1.LedgerService', method, body);
+export const webhook = (method, body) => call('keelson.webhook.v1.WebhookService', method, body);
 
 // Whether the last page load left a session (a hint only: the cookie itself
 // is unreadable here). It spares a signed-out visitor a 401 from WhoAmI.

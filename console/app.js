@@ -9,6 +9,12 @@ import {membersPage} from './members.js';
 import {keysPage} from './keys.js';
 import {auditPage} from './audit.js';
 import {tenantsPage} from './tenants.js';
+import {customerPage, customersPage} from './customers.js';
+import {plansPage} from './plans.js';
+import {subscriptionPage, subscriptionsPage} from './subscriptions.js';
+import {creditNotesPage, invoicePage, invoicesPage} from './invoices.js';
+import {ledgerAccountPage, ledgerPage} from './ledger.js';
+import {deliveryPage, webhookEndpointPage, webhookSubscriptionPage, webhooksPage} from './webhooks.js';
 
 const BASE = '/console/';
 
@@ -21,8 +27,24 @@ const PAGES = {
   keys: {title: 'API keys', render: keysPage, permission: 'api_keys.manage'},
   audit: {title: 'Audit log', render: auditPage, permission: 'audit.read'},
   tenants: {title: 'Tenants', render: tenantsPage, permission: null},
+  customers: {title: 'Customers', render: customersPage, permission: 'billing.read'},
+  customer: {title: 'Customer', render: customerPage, permission: 'billing.read', under: 'customers'},
+  plans: {title: 'Plans', render: plansPage, permission: 'billing.read'},
+  subscriptions: {title: 'Subscriptions', render: subscriptionsPage, permission: 'billing.read'},
+  subscription: {title: 'Subscription', render: subscriptionPage, permission: 'billing.read', under: 'subscriptions'},
+  invoices: {title: 'Invoices', render: invoicesPage, permission: 'billing.read'},
+  invoice: {title: 'Invoice', render: invoicePage, permission: 'billing.read', under: 'invoices'},
+  'credit-notes': {title: 'Credit notes', render: creditNotesPage, permission: 'billing.read'},
+  // The ledger's reads are open to every role (docs/api.md, LedgerService).
+  ledger: {title: 'Ledger', render: ledgerPage, permission: null},
+  'ledger-account': {title: 'Ledger account', render: ledgerAccountPage, permission: null, under: 'ledger'},
+  webhooks: {title: 'Webhooks', render: webhooksPage, permission: 'webhooks.read'},
+  'webhook-endpoint': {title: 'Intake endpoint', render: webhookEndpointPage, permission: 'webhooks.read', under: 'webhooks'},
+  'webhook-subscription': {title: 'Webhook subscription', render: webhookSubscriptionPage, permission: 'webhooks.read', under: 'webhooks'},
+  delivery: {title: 'Delivery', render: deliveryPage, permission: 'webhooks.read', under: 'webhooks'},
 };
-const NAV = ['dashboard', 'members', 'keys', 'audit', 'tenants'];
+const NAV = ['dashboard', 'members', 'keys', 'audit', 'customers', 'plans', 'subscriptions', 'invoices',
+  'credit-notes', 'ledger', 'webhooks', 'tenants'];
 
 const state = {me: null};
 const main = document.getElementById('main');
@@ -38,8 +60,9 @@ export function can(permission) {
   return !permission || (state.me && (state.me.permissions || []).includes(permission));
 }
 
-export function navigate(name, {replaceState = false} = {}) {
-  const url = BASE + name;
+export function navigate(name, {replaceState = false, params = null} = {}) {
+  const qs = params ? new URLSearchParams(params).toString() : '';
+  const url = BASE + name + (qs ? `?${qs}` : '');
   if (replaceState) window.history.replaceState({}, '', url);
   else window.history.pushState({}, '', url);
   return route();
@@ -65,6 +88,7 @@ function renderNav(current) {
   const items = NAV.filter((n) => can(PAGES[n].permission)).map((n) => {
     const a = link(n);
     if (n === current) a.setAttribute('aria-current', 'page');
+    else if (PAGES[current] && PAGES[current].under === n) a.setAttribute('aria-current', 'true');
     return el('li', {}, a);
   });
   replace(nav, el('ul', {}, items));
@@ -119,6 +143,7 @@ export async function route() {
     },
     can,
     navigate,
+    params: new URLSearchParams(window.location.search),
     refreshMe,
     signedIn: async () => {
       await refreshMe();
@@ -148,7 +173,9 @@ export async function route() {
     name = 'dashboard';
     page = PAGES.dashboard;
   }
+  // A page's parameters stay only on the page they were given to.
   if (BASE + name !== window.location.pathname) window.history.replaceState({}, '', BASE + name);
+  ctx.params = new URLSearchParams(window.location.search);
   if (seq !== routing) return;
   document.title = `${page.title} · keelson console`;
   renderAccount();

@@ -158,3 +158,91 @@ export class Pager {
     this.tokens = [''];
   }
 }
+
+// SVG elements, built as the HTML ones are: attributes one by one, text as
+// text nodes (charts.js draws the dashboard's charts with it).
+const SVG_NS = 'http://www.w3.org/2000/svg';
+export function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    node.setAttribute(name, String(value));
+  }
+  append(node, children);
+  return node;
+}
+
+// A page's query parameters (/console/customer?id=…).
+export function param(name) {
+  return new URLSearchParams(window.location.search).get(name) || '';
+}
+
+// A link to another console page that the router follows without a reload.
+// ctx.navigate is passed in to keep this module free of the router.
+export function pageLink(ctx, page, params, ...children) {
+  const qs = new URLSearchParams(params || {}).toString();
+  const href = `/console/${page}${qs ? `?${qs}` : ''}`;
+  const a = el('a', {href}, ...children);
+  a.addEventListener('click', (ev) => {
+    if (ev.button !== 0 || ev.metaKey || ev.ctrlKey || ev.shiftKey || ev.altKey) return;
+    ev.preventDefault();
+    ctx.navigate(page, {params});
+  });
+  return a;
+}
+
+// A definition list of [label, value] pairs: one object's fields.
+export function facts(label, pairs) {
+  const dl = el('dl', {class: 'facts', 'aria-label': label});
+  for (const [k, v] of pairs) {
+    if (v === undefined || v === null) continue;
+    dl.append(el('dt', {}, k), el('dd', {}, v === '' ? '—' : v));
+  }
+  return dl;
+}
+
+// A button that asks once more, in place, before doing something final.
+export function confirmButton(label, confirmLabel, action, attrs = {}) {
+  const wrap = el('span', {class: 'confirm'});
+  const start = el('button', {type: 'button', class: 'danger', ...attrs}, label);
+  start.addEventListener('click', () => {
+    const yes = el('button', {type: 'button', class: 'danger'}, confirmLabel);
+    const no = el('button', {type: 'button', class: 'secondary'}, 'Cancel');
+    yes.addEventListener('click', async () => {
+      yes.disabled = true;
+      no.disabled = true;
+      await action();
+      if (wrap.isConnected) replace(wrap, start);
+    });
+    no.addEventListener('click', () => {
+      replace(wrap, start);
+      start.focus();
+    });
+    replace(wrap, yes, no);
+    yes.focus();
+  });
+  wrap.append(start);
+  return wrap;
+}
+
+// A paged list: a Pager whose page is rows of a table (or a line that says
+// there are none), with the list marked busy while it loads and a Connect
+// error shown in status. fetchPage(token) -> {items, next}.
+export function pagedTable({id, caption, headers, empty, status, fetchPage, row, label}) {
+  const list = el('div', {id}, el('p', {class: 'loading'}, 'Loading…'));
+  const pager = new Pager(label || `${caption} pages`, async (token) => {
+    list.setAttribute('aria-busy', 'true');
+    try {
+      const {items, next} = await fetchPage(token);
+      replace(list, items.length === 0 ? el('p', {}, empty) : table(caption, headers, items.map(row)));
+      return next;
+    } catch (err) {
+      status.error(err);
+      replace(list, el('p', {}, 'This list could not be loaded.'));
+      return '';
+    } finally {
+      list.removeAttribute('aria-busy');
+    }
+  });
+  return {list, pager, node: el('div', {}, list, pager.node)};
+}

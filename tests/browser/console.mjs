@@ -16,6 +16,14 @@
 //   X-Keelson-Console, or from another origin, is refused; an XSS payload in
 //   the tenant and display names is shown as text and runs nothing; logout
 //   ends the session (the old cookie is refused).
+//   Billing, ledger, webhooks: a webhook subscription and a Standard
+//   Webhooks intake endpoint; a plan, a customer (an XSS payload in its
+//   name, shown as text), a subscription and its invoice with its lines; the
+//   subscription's history, a pause; a credit note; the dashboard's charts;
+//   the ledger's trial balance and the cash account's balance once the
+//   payment is posted (polled, bounded); the subscription's deliveries and a
+//   redelivery; an event received by the endpoint (signed here) re-applied.
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import {createRequire} from 'node:module';
@@ -27,7 +35,10 @@ const AXE_SOURCE = fs.readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8
 const WAIT_MS = 20000; // how long an expected element may take to appear (not asserted)
 const XSS_TENANT = '<img src=x onerror=alert(1)>';
 const XSS_NAME = '<script>alert(2)</script><img src=x onerror=alert(3)> Ada';
+const XSS_CUSTOMER = '<img src=x onerror=alert(4)>Grace';
 const SESSION_COOKIE = '__Host-keelson_session';
+const POLL_TRIES = 80; // bounded waits for what other services do after a write
+const POLL_PAUSE_MS = 250;
 
 function gatewayUrl() {
   if (process.env.KEELSON_GATEWAY_URL) return process.env.KEELSON_GATEWAY_URL;
@@ -97,8 +108,46 @@ async function sessionCookie(page) {
 }
 
 async function nav(page, name) {
+  await page.waitForSelector(`#nav a[href="/console/${name}"]`, {visible: true, timeout: WAIT_MS});
   await page.click(`#nav a[href="/console/${name}"]`);
   await waitPage(page, name);
+}
+
+// Clicks the button of scope whose text is exactly label (a confirmButton's
+// second step has no id of its own).
+async function clickButton(page, scope, label) {
+  await page.waitForFunction((sc, l) => [...document.querySelectorAll(`${sc} button`)].some((b) => b.textContent === l && !b.disabled),
+    {timeout: WAIT_MS}, scope, label);
+  await page.evaluate((sc, l) => [...document.querySelectorAll(`${sc} button`)].find((b) => b.textContent === l).click(), scope, label);
+}
+
+async function contains(page, selector, needle) {
+  await page.waitForFunction((sel, n) => document.querySelector(sel)?.textContent.includes(n), {timeout: WAIT_MS}, selector, needle);
+}
+
+async function idle(page) {
+  await page.waitForFunction(() => !document.querySelector('[aria-busy="true"]') && !document.querySelector('.status.loading'), {timeout: WAIT_MS});
+}
+
+// Follows the first link in scope whose text includes needle (or whose href does).
+async function follow(page, scope, needle, name) {
+  await page.waitForFunction((sc, n) => [...document.querySelectorAll(`${sc} a`)].some((a) => a.textContent.includes(n) || a.href.includes(n)),
+    {timeout: WAIT_MS}, scope, needle);
+  await page.evaluate((sc, n) => [...document.querySelectorAll(`${sc} a`)].find((a) => a.textContent.includes(n) || a.href.includes(n)).click(), scope, needle);
+  await waitPage(page, name);
+  await idle(page);
+}
+
+async function pause() {
+  await new Promise((ok) => setTimeout(ok, POLL_PAUSE_MS));
+}
+
+// A Standard Webhooks request, signed as a provider signs it.
+function standardWebhook(secret, msgId, body) {
+  const ts = Math.floor(Date.now() / 1000);
+  const key = Buffer.from(secret.replace(/^whsec_/, ''), 'base64');
+  const sig = crypto.createHmac('sha256', key).update(`${msgId}.${ts}.${body}`).digest('base64');
+  return {'content-type': 'application/json', 'webhook-id': msgId, 'webhook-timestamp': String(ts), 'webhook-signature': `v1,${sig}`};
 }
 
 async function pendingInvitations(page) {
@@ -280,6 +329,204 @@ async function run(browser) {
   assert.ok((await text(page, '#tenants-list')).includes(XSS_TENANT));
   await checkPage(page, 'tenants');
 
+  step('webhooks: an intake endpoint and an outbound subscription');
+  await nav(page, 'webhooks');
+  await idle(page);
+  await checkPage(page, 'webhooks');
+  const intakeSecret = `whsec_${crypto.randomBytes(32).toString('base64')}`;
+  await page.select('#endpoint-provider', 'PROVIDER_STANDARD');
+  await fill(page, '#endpoint-secret', intakeSecret);
+  await fill(page, '#endpoint-description', 'provider test');
+  await page.click('#endpoint-submit');
+  await contains(page, '#endpoints-list', 'provider test');
+  await fill(page, '#sub-url', 'https://hooks.keelson.invalid/console-test');
+  await fill(page, '#sub-description', 'invoices out');
+  await page.click('#sub-submit');
+  await page.waitForSelector('#new-secret', {timeout: WAIT_MS});
+  assert.match(await page.$eval('#new-secret', (n) => n.value), /^whsec_/);
+  await checkPage(page, 'webhooks-created');
+  await page.click('#dismiss-secret');
+  await contains(page, '#webhook-subscriptions-list', 'invoices out');
+
+  step('billing: a plan, a customer with an XSS payload in its name, a subscription and its invoice');
+  const planCode = `basic-${id}`;
+  await nav(page, 'plans');
+  await idle(page);
+  await checkPage(page, 'plans');
+  await fill(page, '#plan-code', planCode);
+  await fill(page, '#plan-name', 'Basic');
+  await fill(page, '#plan-amount', '1999');
+  await page.click('#plan-submit');
+  await contains(page, '#plans-list', planCode);
+  await nav(page, 'customers');
+  await idle(page);
+  await checkPage(page, 'customers');
+  const customerEmail = `grace.${id}@example.com`;
+  await fill(page, '#customer-email', customerEmail);
+  await fill(page, '#customer-name', XSS_CUSTOMER);
+  await page.select('#customer-pm', 'pm_card_visa');
+  await page.click('#customer-submit');
+  await contains(page, '#customers-list', XSS_CUSTOMER);
+  assert.equal(await page.$$eval('#customers-list img, #customers-list script', (n) => n.length), 0, 'the customer name made markup');
+  await fill(page, '#customers-email', customerEmail.toUpperCase());
+  await page.keyboard.press('Enter');
+  await idle(page);
+  assert.equal(await page.$$eval('#customers-list tbody tr', (n) => n.length), 1, 'the email filter');
+  await follow(page, '#customers-list', XSS_CUSTOMER, 'customer');
+  assert.ok((await text(page, '#page-title')).includes(XSS_CUSTOMER));
+  const customerUrl = page.url();
+  assert.equal(await page.$$eval('main img, main script', (n) => n.length), 0);
+  await page.waitForSelector('#subscribe-plan', {timeout: WAIT_MS});
+  await checkPage(page, 'customer');
+  await page.select('#subscribe-plan', planCode);
+  await page.select('#subscribe-trial', '-1');
+  await page.click('#subscribe-submit');
+  await contains(page, '#customer-invoices', 'INV-');
+  await contains(page, '#customer-subscriptions', 'active');
+  await follow(page, '#customer-invoices', 'INV-', 'invoice');
+  await page.waitForSelector('#invoice-lines table', {timeout: WAIT_MS});
+  const lines = await text(page, '#invoice-lines table');
+  assert.ok(lines.includes('Basic') && lines.includes('$19.99'), `the invoice's line: ${lines}`);
+  assert.ok((await text(page, '#invoice-detail')).includes('paid'), 'the visa card paid the invoice');
+  const invoiceUrl = page.url();
+  await checkPage(page, 'invoice');
+
+  step('billing: the subscription, its history, a pause; a credit note');
+  await follow(page, '#invoice-detail', 'subscription?id=', 'subscription');
+  await contains(page, '#subscription-history', 'create');
+  const subscriptionUrl = page.url();
+  await checkPage(page, 'subscription');
+  await clickButton(page, '#subscription-actions', 'Pause');
+  await clickButton(page, '#subscription-actions', 'Pause now');
+  await contains(page, '#subscription-history', 'pause');
+  assert.ok((await text(page, '#subscription-detail')).includes('paused'));
+  await clickButton(page, '#subscription-actions', 'Resume');
+  await clickButton(page, '#subscription-actions', 'Resume now');
+  await contains(page, '#subscription-history', 'resume');
+  await follow(page, '#subscription-invoices', 'INV-', 'invoice');
+  await page.waitForSelector('#credit-amount', {timeout: WAIT_MS});
+  await fill(page, '#credit-amount', '500');
+  await fill(page, '#credit-reason', 'goodwill');
+  await page.click('#credit-submit');
+  await contains(page, '#invoice-detail', 'CN-');
+  await nav(page, 'subscriptions');
+  await idle(page);
+  await contains(page, '#subscriptions-list', planCode);
+  await checkPage(page, 'subscriptions');
+  await nav(page, 'invoices');
+  await idle(page);
+  await contains(page, '#invoices-list', 'INV-');
+  await checkPage(page, 'invoices');
+  await nav(page, 'credit-notes');
+  await idle(page);
+  await contains(page, '#credit-notes-list', 'goodwill');
+  await checkPage(page, 'credit-notes');
+
+  step('the dashboard draws the billing charts');
+  await nav(page, 'dashboard');
+  await page.waitForSelector('#chart-invoices svg text', {timeout: WAIT_MS});
+  await page.waitForSelector('#chart-subscriptions svg', {timeout: WAIT_MS});
+  assert.ok((await text(page, '#chart-revenue-USD')).includes('$19.99'), 'the revenue chart writes its numbers');
+  assert.ok((await text(page, '#billing-history-note')).includes('newest invoices'));
+  await checkPage(page, 'dashboard-billing');
+
+  step('the ledger: the payment reaches the cash account (polled, bounded)');
+  await nav(page, 'ledger');
+  for (let i = 0; !(await page.$eval('#ledger-accounts', (n) => n.textContent.includes('billing: cash'))); i += 1) {
+    assert.ok(i < POLL_TRIES, 'the invoice never reached the ledger');
+    await pause(); // the billing relay posts to the ledger after commit
+    await page.click('#ledger-show');
+    await idle(page);
+  }
+  assert.ok((await text(page, '#trial-totals')).includes('yes: debits equal credits'));
+  await checkPage(page, 'ledger');
+  await page.evaluate(() => [...document.querySelectorAll('#ledger-accounts tbody tr')]
+    .find((tr) => tr.textContent.includes('billing: cash')).querySelector('a').click());
+  await waitPage(page, 'ledger-account');
+  assert.equal(await text(page, '#account-balance'), '$19.99', 'the cash account holds the payment');
+  await contains(page, '#account-transfers', 'debit');
+  await checkPage(page, 'ledger-account');
+
+  step('webhooks: the deliveries of the subscription, a redelivery (polled, bounded)');
+  await nav(page, 'webhooks');
+  await follow(page, '#webhook-subscriptions-list', 'invoices out', 'webhook-subscription');
+  for (let i = 0; !(await page.$eval('#deliveries-list', (n) => n.textContent.includes('billing.invoice'))); i += 1) {
+    assert.ok(i < POLL_TRIES, 'no delivery was made for the invoice events');
+    await pause(); // the fan-out follows the event
+    await page.reload({waitUntil: 'networkidle0'});
+    await waitPage(page, 'webhook-subscription');
+    await idle(page);
+  }
+  await checkPage(page, 'webhook-subscription');
+  const redeliver = await page.$eval('#deliveries-list tbody tr button', (b) => b.getAttribute('aria-label'));
+  await page.click(`#deliveries-list button[aria-label="${redeliver}"]`);
+  await clickButton(page, '#deliveries-list', (await page.$eval('#deliveries-list .confirm button', (b) => b.textContent)));
+  await contains(page, '.status.ok', 'pending again');
+  await follow(page, '#deliveries-list', '', 'delivery');
+  await page.waitForSelector('pre.body', {timeout: WAIT_MS});
+  assert.ok((await text(page, 'pre.body')).includes('billing.'), 'the delivery shows its body');
+  await checkPage(page, 'delivery');
+
+  step('webhooks: an event received by the endpoint, re-applied');
+  await nav(page, 'webhooks');
+  await idle(page);
+  const endpointHref = await page.$eval('#endpoints-list tbody a', (a) => a.getAttribute('href'));
+  const endpointId = new URL(endpointHref, GW).searchParams.get('id');
+  const msgId = `msg_${id}`;
+  const hookBody = JSON.stringify({type: 'console.test', data: {n: 1}});
+  const hook = await fetch(`${GW}/webhooks/standard/${endpointId}`, {method: 'POST', headers: standardWebhook(intakeSecret, msgId, hookBody), body: hookBody});
+  assert.equal(hook.status, 200, `the signed event was refused: ${await hook.text()}`);
+  await follow(page, '#endpoints-list', 'provider test', 'webhook-endpoint');
+  await contains(page, '#received-list', msgId);
+  await clickButton(page, '#received-list', 'Re-apply');
+  await clickButton(page, '#received-list', `Re-apply ${msgId}`);
+  await contains(page, '.status.ok', msgId);
+  await checkPage(page, 'webhook-endpoint');
+
+  step('what a role may not do is not offered (its permissions as WhoAmI tells them)');
+  // The console decides what to offer from WhoAmI alone; the page is told
+  // an admin's and then a member's permissions (the server would still
+  // refuse them: that is billing's and the ledger's own tests).
+  const ADMIN = ['org.read', 'members.read', 'members.invite', 'members.remove', 'members.set_role', 'billing.read',
+    'audit.read', 'api_keys.manage', 'webhooks.read', 'webhooks.manage'];
+  const MEMBER = ['org.read', 'members.read'];
+  for (const [role, perms] of [['admin', ADMIN], ['member', MEMBER]]) {
+    const p2 = await browser.newPage();
+    p2.on('pageerror', (e) => problems.push(`uncaught (${role}): ${e.message}`));
+    await p2.evaluateOnNewDocument((r, ps) => {
+      const real = window.fetch.bind(window);
+      window.fetch = async (url, init) => {
+        const res = await real(url, init);
+        if (!String(url).endsWith('/WhoAmI') || !res.ok) return res;
+        const me = await res.json();
+        return new Response(JSON.stringify({...me, role: r, permissions: ps}), {status: 200, headers: {'Content-Type': 'application/json'}});
+      };
+    }, role, perms);
+    const navOf = async () => p2.$$eval('#nav a', (as) => as.map((a) => a.getAttribute('href')));
+    if (role === 'admin') {
+      for (const [url, name, absent] of [[`${GW}/console/customers`, 'customers', '#customer-submit'], [customerUrl, 'customer', '#subscribe-submit'],
+        [`${GW}/console/plans`, 'plans', '#plan-submit'], [invoiceUrl, 'invoice', '#credit-submit'],
+        [subscriptionUrl, 'subscription', '#subscription-actions button']]) {
+        await p2.goto(url, {waitUntil: 'networkidle0'});
+        await waitPage(p2, name);
+        await idle(p2);
+        assert.equal(await p2.$(absent), null, `an admin is offered ${absent} on ${name}`);
+      }
+      await p2.goto(`${GW}/console/webhooks`, {waitUntil: 'networkidle0'});
+      await waitPage(p2, 'webhooks');
+      assert.ok(await p2.$('#sub-submit'), 'an admin manages webhooks');
+    } else {
+      await p2.goto(`${GW}/console/customers`, {waitUntil: 'networkidle0'});
+      await waitPage(p2, 'dashboard'); // not offered: the router goes to the dashboard
+      const links = await navOf();
+      for (const hidden of ['customers', 'plans', 'subscriptions', 'invoices', 'credit-notes', 'webhooks', 'keys', 'audit']) {
+        assert.ok(!links.includes(`/console/${hidden}`), `a member is offered ${hidden}`);
+      }
+      assert.ok(links.includes('/console/ledger'), 'every role reads the ledger');
+    }
+    await p2.close();
+  }
+
   step('keyboard: a section by Tab and Enter');
   await page.focus('#nav a[href="/console/members"]');
   await page.keyboard.press('Enter');
@@ -288,7 +535,8 @@ async function run(browser) {
 
   step('phone width');
   await page.setViewport({width: 390, height: 844, isMobile: true, hasTouch: true});
-  for (const name of ['dashboard', 'members', 'keys', 'audit']) {
+  for (const name of ['dashboard', 'members', 'keys', 'audit', 'customers', 'plans', 'subscriptions', 'invoices',
+    'credit-notes', 'ledger', 'webhooks']) {
     await nav(page, name);
     await page.waitForFunction(() => !document.querySelector('[aria-busy="true"]'), {timeout: WAIT_MS});
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);

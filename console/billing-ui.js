@@ -1,0 +1,85 @@
+// Pieces the billing pages share: rows of subscriptions and invoices, the
+// lists of them a page embeds (all, one customer's, one subscription's),
+// and how states and amounts are written.
+import {billing} from './api.js';
+import {cell, el, money, pageLink, pagedTable, when} from './dom.js';
+
+export const PAGE_SIZE = 20;
+export const CURRENCIES = ['USD', 'EUR', 'GBP', 'JPY', 'CHF', 'CAD', 'AUD'];
+export const SUBSCRIPTION_STATES = ['trialing', 'active', 'past_due', 'paused', 'canceled'];
+export const INVOICE_STATES = ['draft', 'open', 'paid', 'void', 'uncollectible'];
+
+// A state as a word in a bordered badge: the word carries the meaning, the
+// colour only repeats it.
+export function stateBadge(state) {
+  return el('span', {class: `state state-${String(state || 'unknown').replace(/[^a-z_]/g, '')}`}, (state || '—').replace('_', ' '));
+}
+
+function num(text) {
+  return el('td', {class: 'num'}, text);
+}
+
+export function amount(v, currency) {
+  if (!currency) return String(v || 0);
+  try {
+    return money(v, currency);
+  } catch (err) {
+    return `${Number(v || 0)} ${currency}`; // a code Intl does not know
+  }
+}
+
+export function subscriptionRow(ctx, s) {
+  return el('tr', {dataset: {subscriptionId: s.id}},
+    cell(pageLink(ctx, 'subscription', {id: s.id}, `${s.planCode} v${s.planVersion || 1}`)),
+    cell(stateBadge(s.state), s.cancelAtPeriodEnd ? el('span', {class: 'hint'}, ' (cancels at period end)') : null),
+    cell(pageLink(ctx, 'customer', {id: s.customerId}, el('code', {}, s.customerId.slice(0, 8)))),
+    cell(String(s.quantity || 1)),
+    cell(`${when(s.currentPeriodStartUnixMs)} – ${when(s.currentPeriodEndUnixMs)}`),
+    cell(when(s.createdAtUnixMs)));
+}
+export const SUBSCRIPTION_HEADERS = ['Plan', 'State', 'Customer', 'Quantity', 'Current period', 'Created'];
+
+export function subscriptionList(ctx, status, {id, caption, filter = () => ({})}) {
+  return pagedTable({
+    id, caption, status, headers: SUBSCRIPTION_HEADERS, empty: 'No subscriptions.',
+    fetchPage: async (token) => {
+      const r = await billing('ListSubscriptions', {pageSize: PAGE_SIZE, pageToken: token, ...filter()});
+      return {items: r.subscriptions || [], next: r.nextPageToken};
+    },
+    row: (s) => subscriptionRow(ctx, s),
+  });
+}
+
+export function invoiceRow(ctx, inv) {
+  return el('tr', {dataset: {invoiceId: inv.id}},
+    cell(pageLink(ctx, 'invoice', {id: inv.id}, inv.number || 'Draft')),
+    cell(stateBadge(inv.state)),
+    cell((inv.billingReason || '').replace(/_/g, ' ')),
+    num(amount(inv.total, inv.currency)),
+    num(amount(inv.amountRemaining, inv.currency)),
+    cell(pageLink(ctx, 'customer', {id: inv.customerId}, el('code', {}, inv.customerId.slice(0, 8)))),
+    cell(when(inv.createdAtUnixMs)));
+}
+export const INVOICE_HEADERS = ['Number', 'State', 'Reason', 'Total', 'Left to pay', 'Customer', 'Created'];
+
+export function invoiceList(ctx, status, {id, caption, filter = () => ({})}) {
+  return pagedTable({
+    id, caption, status, headers: INVOICE_HEADERS, empty: 'No invoices.',
+    fetchPage: async (token) => {
+      const r = await billing('ListInvoices', {pageSize: PAGE_SIZE, pageToken: token, ...filter()});
+      return {items: r.invoices || [], next: r.nextPageToken};
+    },
+    row: (inv) => invoiceRow(ctx, inv),
+  });
+}
+
+export function creditNoteRow(ctx, n, currency) {
+  return el('tr', {},
+    cell(n.number || '—'),
+    cell(pageLink(ctx, 'invoice', {id: n.invoiceId}, el('code', {}, n.invoiceId.slice(0, 8)))),
+    num(currency ? amount(n.amount, currency) : String(n.amount || 0)),
+    cell((n.creditedTo || '').replace(/_/g, ' ')),
+    cell(n.reason || '—'),
+    cell(when(n.createdAtUnixMs)));
+}
+export const CREDIT_NOTE_HEADERS = ['Number', 'Invoice', 'Amount', 'Credited to', 'Reason', 'Created'];

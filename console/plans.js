@@ -1,0 +1,87 @@
+// Plans: the latest version of each code, and a new flat or per-unit plan
+// (billing.manage). Metered plans with tiers are made through the API.
+import {billing} from './api.js';
+import {cell, el, field, pagedTable, select, Status, when} from './dom.js';
+import {amount, CURRENCIES, PAGE_SIZE} from './billing-ui.js';
+
+const UNITS = [['INTERVAL_UNIT_MONTH', 'month'], ['INTERVAL_UNIT_YEAR', 'year'], ['INTERVAL_UNIT_WEEK', 'week'], ['INTERVAL_UNIT_DAY', 'day']];
+const MODELS = {PRICE_MODEL_FLAT: 'flat', PRICE_MODEL_PER_UNIT: 'per unit', PRICE_MODEL_GRADUATED: 'metered'};
+
+function every(p) {
+  const unit = (UNITS.find(([u]) => u === p.intervalUnit) || ['', '?'])[1];
+  const n = p.intervalCount || 1;
+  return n === 1 ? `every ${unit}` : `every ${n} ${unit}s`;
+}
+
+function price(p) {
+  const pr = p.price || {};
+  if (pr.model === 'PRICE_MODEL_GRADUATED') return `metered, ${(pr.tiers || []).length} tiers`;
+  return `${amount(pr.amount, p.currency)} ${pr.model === 'PRICE_MODEL_PER_UNIT' ? 'per unit ' : ''}${every(p)}`;
+}
+
+function createForm(status, onCreated) {
+  const code = el('input', {id: 'plan-code', type: 'text', required: true, maxlength: '64', pattern: '[A-Za-z0-9._\\-]+', autocomplete: 'off', spellcheck: 'false'});
+  const name = el('input', {id: 'plan-name', type: 'text', maxlength: '200', autocomplete: 'off'});
+  const currency = select(CURRENCIES, 'USD', {id: 'plan-currency'});
+  const model = select([['PRICE_MODEL_FLAT', 'Flat: the amount per period'], ['PRICE_MODEL_PER_UNIT', 'Per unit: the amount × the quantity']],
+    'PRICE_MODEL_FLAT', {id: 'plan-model'});
+  const amt = el('input', {id: 'plan-amount', type: 'number', required: true, min: '0', step: '1', inputmode: 'numeric'});
+  const unit = select(UNITS, 'INTERVAL_UNIT_MONTH', {id: 'plan-unit'});
+  const trial = el('input', {id: 'plan-trial', type: 'number', min: '0', max: '730', step: '1', value: '0', inputmode: 'numeric'});
+  const submit = el('button', {type: 'submit', id: 'plan-submit'}, 'Create plan');
+  const form = el('form', {class: 'card', 'aria-labelledby': 'plan-create-h'},
+    el('h2', {id: 'plan-create-h'}, 'New plan'),
+    field('Code', code, '1 to 64 of A–Z, a–z, 0–9, “.”, “_”, “-”; unique in the tenant.'),
+    field('Name (optional)', name),
+    field('Currency', currency),
+    field('Price model', model),
+    field('Amount in minor units', amt, 'In cents for USD: 1999 is $19.99.'),
+    field('Billed every', unit),
+    field('Trial days', trial, '0: no trial.'),
+    el('div', {class: 'actions'}, submit));
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    submit.disabled = true;
+    status.loading('Creating…');
+    try {
+      const r = await billing('CreatePlan', {code: code.value.trim(), name: name.value.trim(), currency: currency.value,
+        intervalUnit: unit.value, intervalCount: 1, trialDays: Number(trial.value || 0),
+        price: {model: model.value, amount: String(amt.value || 0)}});
+      status.ok(`The plan ${r.plan.code} was created.`);
+      code.value = '';
+      name.value = '';
+      await onCreated();
+    } catch (err) {
+      status.error(err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  return form;
+}
+
+export async function plansPage(root, ctx) {
+  const status = new Status();
+  const archived = el('input', {type: 'checkbox', id: 'plans-archived'});
+  const list = pagedTable({
+    id: 'plans-list', caption: 'Plans (the latest version of each code)', status,
+    headers: ['Code', 'Name', 'Version', 'Price', 'Trial', 'State', 'Created'], empty: 'No plans yet.',
+    fetchPage: async (token) => {
+      const r = await billing('ListPlans', {pageSize: PAGE_SIZE, pageToken: token, includeArchived: archived.checked});
+      return {items: r.plans || [], next: r.nextPageToken};
+    },
+    row: (p) => el('tr', {dataset: {planCode: p.code}},
+      cell(el('code', {}, p.code)), cell(p.name || '—'), cell(String(p.version)), cell(price(p)),
+      cell(p.trialDays ? `${p.trialDays} days` : 'none'), cell(p.archived ? 'archived' : 'active'), cell(when(p.createdAtUnixMs))),
+  });
+  const reload = () => {
+    list.pager.reset();
+    return list.pager.refresh();
+  };
+  archived.addEventListener('change', reload);
+  if (ctx.can('billing.manage')) root.append(createForm(status, reload));
+  root.append(status.node, el('section', {'aria-labelledby': 'plans-h'}, el('h2', {id: 'plans-h'}, 'Plans'),
+    el('div', {class: 'check'}, archived, el('label', {for: 'plans-archived'}, 'Include archived')),
+    list.node));
+  await list.pager.refresh();
+}
