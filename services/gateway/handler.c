@@ -85,6 +85,7 @@
 #include "reflection.h"
 #include "routes.h"
 #include "upstream.h"
+#include "watch.h"
 
 #define JSON_ERR_MAX         256
 #define NS_PER_S             1000000000.0
@@ -1308,8 +1309,8 @@ static void subscribe_local(gw_request *g)
 
 /*
  * The gRPC services the gateway answers itself (grpc.h): Health/Check,
- * public and unlimited, as probes call it; reflection, a stream. Health's
- * Watch is not served yet.
+ * and Watch (a stream, watch.c), public and unlimited, as probes call them;
+ * reflection, a stream.
  */
 static void own_call(gw_request *g, const char *method)
 {
@@ -1325,8 +1326,13 @@ static void own_call(gw_request *g, const char *method)
                 refl_begin(g);
                 return;
         }
-        if (strcmp(method, "grpc.health.v1.Health/Check") != 0) {
-                request_fail(g, 0, KS_UNIMPLEMENTED, "Health/Watch is not served yet");
+        bool watch = strcmp(method, "grpc.health.v1.Health/Watch") == 0;
+        if (!watch && strcmp(method, "grpc.health.v1.Health/Check") != 0) {
+                request_fail(g, 0, KS_UNIMPLEMENTED, "unknown method");
+                return;
+        }
+        if (watch && (g->web || !gw_req_http2(g->req) || g->h->env->watches == NULL)) {
+                request_fail(g, 0, KS_UNIMPLEMENTED, "Health/Watch is served over gRPC on HTTP/2");
                 return;
         }
         size_t len = 0;
@@ -1334,6 +1340,18 @@ static void own_call(gw_request *g, const char *method)
         grpc_in in = {0};
         if (grpc_message(g, &data, &len, &in) != 0) {
                 grpc_in_free(&in);
+                return;
+        }
+        if (watch) {
+                int wrc = gw_watch(g->h->env->watches, g->req, data, len);
+                grpc_in_free(&in);
+                if (wrc != KS_OK) {
+                        request_fail(g, 0, wrc, "cannot watch");
+                        return;
+                }
+                g->req = NULL; /* the watches' now */
+                gw_route_observe(g->route, KS_OK, (double)(ks_mono_ns() - g->start_ns) / NS_PER_S);
+                request_free(g);
                 return;
         }
         uint8_t *out = NULL;

@@ -39,6 +39,7 @@ typedef struct gw_handler_env {
         gw_health_probe health;           /* grpc.health.v1.Health/Check asks it */
         struct gw_reflection *reflection; /* NULL: reflection is off */
         struct gw_hub *hub;               /* EventService/Subscribe's streams */
+        struct gw_watches *watches;       /* grpc.health.v1.Health/Watch's streams */
 } gw_handler_env;
 
 typedef struct gw_handler gw_handler;

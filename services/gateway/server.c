@@ -37,6 +37,7 @@
 #include "front.h"
 #include "hub.h"
 #include "reflection.h"
+#include "watch.h"
 #include "tls.h"
 #include "handler.h"
 #include "inflight.h"
@@ -61,6 +62,7 @@ struct gw_server {
         gw_tls *tls;               /* NULL: cleartext */
         gw_reflection *reflection; /* NULL: off */
         gw_hub *hub;               /* EventService/Subscribe */
+        gw_watches *watches;       /* Health/Watch */
         struct event *drain_ev;
         gw_routes *routes;
         gw_upstream *up;
@@ -149,6 +151,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
         atomic_store(&s->draining, true);     /* /readyz: 503 */
         gw_front_drain(s->front);             /* no new connections; idle ones closed */
         gw_hub_drain(s->hub);                 /* event streams told to resume elsewhere */
+        gw_watches_drain(s->watches);         /* health watchers: NOT_SERVING, then the end */
         if (gw_inflight_drain(s->inflight)) { /* requests wait: for drain_ms at most */
                 struct timeval tv = {(time_t)(s->cfg->drain_ms / 1000),
                                      (suseconds_t)(s->cfg->drain_ms % 1000) * 1000};
@@ -261,6 +264,10 @@ static int handler_setup(gw_server *s)
                 return -1;
         }
         s->env.hub = s->hub;
+        if (gw_watches_new(&s->watches, s->base, &s->env.health) != 0) {
+                return -1;
+        }
+        s->env.watches = s->watches;
         if (gw_handler_new(&s->handler, &s->env) != 0 ||
             gw_upstream_new(&s->up, s->base, s->cfg, s->routes, gw_handler_complete, s->handler) !=
                 0) {
@@ -351,6 +358,7 @@ void gw_server_free(gw_server *s)
         gw_tls_free(s->tls); /* after the front: its connections held references */
         gw_reflection_free(s->reflection);
         gw_hub_free(s->hub); /* after the front: its streams were the front's requests */
+        gw_watches_free(s->watches);
         gw_handler_free(s->handler);
         gw_routes_free(s->routes);
         gw_inflight_free(s->inflight);

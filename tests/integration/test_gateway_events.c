@@ -10,7 +10,9 @@
  *   every DATA frame back) is reset ENHANCE_YOUR_CALM once 1 KiB waits,
  *   counted in keelson_gateway_event_streams_cut_total, and its connection
  *   goes on serving;
- * - SIGTERM ends the open streams with UNAVAILABLE in their trailers.
+ * - SIGTERM ends the open streams with UNAVAILABLE in their trailers;
+ *   grpc.health.v1.Health/Watch, the gateway's other stream, first says
+ *   NOT_SERVING.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -67,6 +69,19 @@ static int teardown(void **state)
         (void)state;
         it_gateway_stop(&g_gw);
         return 0;
+}
+
+/* A gRPC call on stream id: HEADERS, then the empty request message and END_STREAM. */
+static void call_empty(int fd, uint32_t id, const char *path)
+{
+        const char *names[] = {"content-type", "te"};
+        const char *values[] = {"application/grpc", "trailers"};
+        uint8_t block[1024];
+        size_t n = h2_request_block(block, sizeof(block), path, names, values, 2);
+        assert_true(n > 0);
+        h2_frame_send(fd, H2_HEADERS, H2_END_HEADERS, id, block, n);
+        static const uint8_t empty_message[5] = {0, 0, 0, 0, 0};
+        h2_frame_send(fd, H2_DATA, H2_END_STREAM, id, empty_message, sizeof(empty_message));
 }
 
 /* Subscribe on stream id: HEADERS, then the empty request message and END_STREAM. */
@@ -187,12 +202,42 @@ static void test_drain_ends_streams(void **state)
         it_gateway_stop(&gw);
 }
 
+static void test_watch_drain(void **state)
+{
+        (void)state;
+        static h2_frame f;
+        it_gateway gw;
+        int port = 0;
+        assert_int_equal(start(&gw, &port), 0);
+        int fd = h2_dial(port, NULL, 0);
+        assert_true(fd >= 0);
+        call_empty(fd, 1, "/grpc.health.v1.Health/Watch"); /* service "": the gateway */
+        /* HealthCheckResponse{status: SERVING}: field 1, varint 1. */
+        static const uint8_t serving[] = {0, 0, 0, 0, 2, 0x08, 0x01};
+        static const uint8_t not_serving[] = {0, 0, 0, 0, 2, 0x08, 0x02};
+        assert_true(h2_frame_wait(fd, H2_DATA, 1, &f, 3000));
+        assert_int_equal(f.len, sizeof(serving));
+        assert_memory_equal(f.payload, serving, sizeof(serving));
+        kill(gw.pid, SIGTERM);
+        assert_true(h2_frame_wait(fd, H2_DATA, 1, &f, 5000));
+        assert_int_equal(f.len, sizeof(not_serving));
+        assert_memory_equal(f.payload, not_serving, sizeof(not_serving));
+        bool ended = false;
+        while (!ended && h2_frame_read(fd, &f, 5000)) {
+                ended = f.type == H2_HEADERS && f.stream == 1 && (f.flags & H2_END_STREAM) != 0;
+        }
+        assert_true(ended);
+        close(fd);
+        it_gateway_stop(&gw);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_heartbeats),
             cmocka_unit_test(test_slow_reader_reset),
             cmocka_unit_test(test_drain_ends_streams),
+            cmocka_unit_test(test_watch_drain),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -14,7 +14,8 @@
 //     no service has;
 //   - gzip-compressed requests (grpc-encoding: gzip);
 //   - grpc.health.v1.Health/Check: "" and a keelson service SERVING, an
-//     unknown name NOT_FOUND;
+//     unknown name NOT_FOUND; Watch: the status at once, SERVICE_UNKNOWN
+//     for an unknown name;
 //   - keelson.events.v1.EventService/Subscribe, a server stream: a
 //     heartbeat with a cursor first; the tenant's billing events as its
 //     writes commit, none of another tenant's; a resume from a cursor sends
@@ -202,6 +203,22 @@ await check('grpc.health.v1.Health/Check', async () => {
     'SERVING',
   );
   await refused(call(health, 'check', { service: 'no.such.Service' }), grpc.status.NOT_FOUND);
+});
+
+await check('grpc.health.v1.Health/Watch: the status at once, SERVICE_UNKNOWN for an unknown name', async () => {
+  for (const [service, want] of [
+    ['keelson.auth.v1.AuthService', 'SERVING'],
+    ['no.such.Service', 'SERVICE_UNKNOWN'],
+  ]) {
+    const stream = health.watch({ service });
+    const first = await new Promise((resolve, reject) => {
+      stream.once('data', resolve);
+      stream.once('error', reject);
+    });
+    assert.equal(first.status, want);
+    stream.on('error', () => {}); // the cancel below ends it CANCELLED
+    stream.cancel();
+  }
 });
 
 // ---- EventService ----------------------------------------------------------------
