@@ -49,6 +49,7 @@
  */
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -556,9 +557,21 @@ static int grpc_message(gw_request *g, const uint8_t **data, size_t *len, grpc_i
                 request_fail(g, 0, KS_INTERNAL, "a unary call needs exactly one request message");
                 return -1;
         }
-        if (used < *len) { /* a second message, whole or not */
-                request_fail(g, 0, KS_UNIMPLEMENTED,
-                             "more than one request message for a unary method");
+        if (used < *len) { /* more after the message: a second one, or bytes of one */
+                const uint8_t *rest = *data + used;
+                size_t left = *len - used;
+                uint64_t next = left >= GW_GRPC_PREFIX_BYTES
+                                    ? (uint64_t)rest[1] << 24 | (uint64_t)rest[2] << 16 |
+                                          (uint64_t)rest[3] << 8 | rest[4]
+                                    : UINT64_MAX;
+                if (next <= left - GW_GRPC_PREFIX_BYTES) {
+                        request_fail(g, 0, KS_UNIMPLEMENTED,
+                                     "more than one request message for a unary method");
+                } else {
+                        request_fail(g, 0, KS_INTERNAL,
+                                     "the request ended inside a message (longer than its "
+                                     "prefix says?)");
+                }
                 return -1;
         }
         *data = msg.data;

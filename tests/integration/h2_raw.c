@@ -3,6 +3,9 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <nghttp2/nghttp2.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "h2_raw.h"
@@ -122,4 +125,126 @@ size_t h2_request_block(uint8_t *out, size_t cap, const char *path, const char *
                 at += put_string(out + at, values[i]);
         }
         return at;
+}
+
+struct h2_inflater {
+        nghttp2_hd_inflater *hd;
+};
+
+h2_inflater *h2_inflater_new(void)
+{
+        h2_inflater *inf = calloc(1, sizeof(*inf));
+        if (inf != NULL && nghttp2_hd_inflate_new(&inf->hd) != 0) {
+                free(inf);
+                return NULL;
+        }
+        return inf;
+}
+
+void h2_inflater_free(h2_inflater *inf)
+{
+        if (inf != NULL) {
+                nghttp2_hd_inflate_del(inf->hd);
+                free(inf);
+        }
+}
+
+/* Every field of a HEADERS frame, to fn. False when the block does not decode. */
+static bool inflate(h2_inflater *inf, const h2_frame *f,
+                    void (*fn)(const nghttp2_nv *nv, void *arg), void *arg)
+{
+        const uint8_t *in = f->payload;
+        size_t left = f->len;
+        size_t skip = 0;
+        if (f->flags & 0x8) { /* PADDED */
+                skip = 1;
+                left -= (size_t)in[0];
+        }
+        if (f->flags & 0x20) { /* PRIORITY */
+                skip += 5;
+        }
+        in += skip;
+        left -= skip;
+        for (;;) {
+                nghttp2_nv nv;
+                int flags = 0;
+                ssize_t n = nghttp2_hd_inflate_hd2(inf->hd, &nv, &flags, in, left, 1);
+                if (n < 0) {
+                        return false;
+                }
+                in += n;
+                left -= (size_t)n;
+                if (fn != NULL && (flags & NGHTTP2_HD_INFLATE_EMIT) != 0) {
+                        fn(&nv, arg);
+                }
+                if ((flags & NGHTTP2_HD_INFLATE_FINAL) != 0) {
+                        nghttp2_hd_inflate_end_headers(inf->hd);
+                        return true;
+                }
+                if (n == 0 && left == 0) {
+                        return true;
+                }
+        }
+}
+
+typedef struct lookup {
+        const char *name;
+        char *out;
+        size_t out_len;
+} lookup;
+
+static void take_field(const nghttp2_nv *nv, void *arg)
+{
+        lookup *l = arg;
+        if (nv->namelen == strlen(l->name) && memcmp(nv->name, l->name, nv->namelen) == 0) {
+                snprintf(l->out, l->out_len, "%.*s", (int)nv->valuelen, (const char *)nv->value);
+        }
+}
+
+const char *h2_field(h2_inflater *inf, const h2_frame *f, const char *name)
+{
+        static char value[256];
+        lookup l = {name, value, sizeof(value)};
+        value[0] = '\0';
+        return inflate(inf, f, take_field, &l) ? value : NULL;
+}
+
+static void take_answer(const nghttp2_nv *nv, void *arg)
+{
+        h2_answer *a = arg;
+        lookup ls[] = {{":status", a->status, sizeof(a->status)},
+                       {"grpc-status", a->grpc_status, sizeof(a->grpc_status)},
+                       {"grpc-message", a->grpc_message, sizeof(a->grpc_message)}};
+        for (size_t i = 0; i < sizeof(ls) / sizeof(ls[0]); i++) {
+                take_field(nv, &ls[i]);
+        }
+}
+
+bool h2_read_answer(int fd, h2_inflater *inf, uint32_t stream, h2_answer *a, int timeout_ms)
+{
+        static h2_frame f;
+        memset(a, 0, sizeof(*a));
+        a->rst = -1;
+        while (h2_frame_read(fd, &f, timeout_ms)) {
+                if (f.type == H2_HEADERS) {
+                        if (!inflate(inf, &f, f.stream == stream ? take_answer : NULL, a) &&
+                            f.stream == stream) {
+                                return false;
+                        }
+                }
+                if (f.stream != stream) {
+                        continue;
+                }
+                if (f.type == H2_DATA) {
+                        a->data_len += f.len;
+                }
+                if (f.type == H2_RST_STREAM) {
+                        a->rst = (long)h2_be32(f.payload);
+                        return true;
+                }
+                if ((f.type == H2_HEADERS || f.type == H2_DATA) && (f.flags & H2_END_STREAM) != 0) {
+                        return true;
+                }
+        }
+        return false;
 }

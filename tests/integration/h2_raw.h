@@ -43,4 +43,32 @@ int h2_dial(int port, const uint32_t *settings, size_t n);
 size_t h2_request_block(uint8_t *out, size_t cap, const char *path, const char *const *names,
                         const char *const *values, size_t n);
 
+/*
+ * Header blocks read back with nghttp2's HPACK decoder. HPACK is a state of
+ * the connection: every HEADERS frame of it goes through one inflater, in
+ * order.
+ */
+typedef struct h2_inflater h2_inflater;
+h2_inflater *h2_inflater_new(void);
+void h2_inflater_free(h2_inflater *inf);
+/* The value of name in HEADERS frame f ("" if absent; valid until the next call); NULL if f
+ * does not decode. */
+const char *h2_field(h2_inflater *inf, const h2_frame *f, const char *name);
+
+/*
+ * Reads one stream's answer to its end (HEADERS with END_STREAM, or
+ * RST_STREAM): the :status and grpc-status (or "" when absent), the DATA
+ * bytes (up to data_max), and the RST_STREAM code (or -1). Every HEADERS
+ * frame of the connection goes through inf. False when the connection
+ * ended or went silent for timeout_ms first.
+ */
+typedef struct h2_answer {
+        char status[8];
+        char grpc_status[8];
+        char grpc_message[256];
+        long rst; /* -1: none */
+        size_t data_len;
+} h2_answer;
+bool h2_read_answer(int fd, h2_inflater *inf, uint32_t stream, h2_answer *a, int timeout_ms);
+
 #endif

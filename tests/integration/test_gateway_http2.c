@@ -21,7 +21,12 @@
  * - a stream whose request does not end within the request deadline is
  *   reset (RST_STREAM CANCEL);
  * - on SIGTERM the gateway sends GOAWAY (NO_ERROR) on an open connection
- *   and closes it.
+ *   and closes it;
+ * - abuse, each refused and the gateway serving on: a malformed frame
+ *   (GOAWAY FRAME_SIZE_ERROR), rapid reset (CVE-2023-44487's pattern), a
+ *   CONTINUATION flood, and gRPC framing errors (a prefix over the limit,
+ *   a message longer than its prefix, two messages, the compressed flag on
+ *   identity, an unknown grpc-encoding) with their statuses.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -476,6 +481,153 @@ static void test_goaway_on_drain(void **state)
         it_gateway_stop(&gw);
 }
 
+/* ---- abuse: each answered, and the gateway goes on serving ------------------------- */
+
+/* WhoAmI on a fresh HTTP/2 connection to port answers 200: the gateway still serves. */
+static void still_serving(int port)
+{
+        char auth[TOKEN_MAX + 16];
+        snprintf(auth, sizeof(auth), "Bearer %s", g_token);
+        const char *names[] = {"content-type", "authorization"};
+        const char *values[] = {"application/json", auth};
+        uint8_t block[1024];
+        size_t n = h2_request_block(block, sizeof(block), WHOAMI, names, values, 2);
+        int fd = h2_dial(port, NULL, 0);
+        assert_true(fd >= 0);
+        h2_frame_send(fd, H2_HEADERS, H2_END_HEADERS, 1, block, n);
+        h2_frame_send(fd, H2_DATA, H2_END_STREAM, 1, "{}", 2);
+        h2_inflater *inf = h2_inflater_new();
+        h2_answer a;
+        assert_true(h2_read_answer(fd, inf, 1, &a, 5000));
+        assert_string_equal(a.status, "200");
+        h2_inflater_free(inf);
+        close(fd);
+}
+
+/* Reads frames until a GOAWAY (its error code) or the close (-1). */
+static long goaway_or_close(int fd, int timeout_ms)
+{
+        static h2_frame f;
+        while (h2_frame_read(fd, &f, timeout_ms)) {
+                if (f.type == H2_GOAWAY && f.len >= 8) {
+                        return (long)h2_be32(f.payload + 4);
+                }
+        }
+        return -1;
+}
+
+static void test_malformed_frame(void **state)
+{
+        (void)state;
+        int fd = h2_dial(g_own_port, NULL, 0);
+        assert_true(fd >= 0);
+        static const uint8_t five[5] = {0, 3, 0, 0, 0};
+        h2_frame_send(fd, H2_SETTINGS, 0, 0, five, sizeof(five)); /* not a multiple of 6 */
+        assert_int_equal(goaway_or_close(fd, 3000), 0x6);         /* FRAME_SIZE_ERROR */
+        close(fd);
+        still_serving(g_own_port);
+}
+
+/* CVE-2023-44487's pattern: requests opened and reset at once, thousands of them. */
+static void test_rapid_reset(void **state)
+{
+        (void)state;
+        int fd = h2_dial(g_own_port, NULL, 0);
+        assert_true(fd >= 0);
+        uint8_t block[256];
+        size_t n = h2_request_block(block, sizeof(block), WHOAMI, NULL, NULL, 0);
+        static const uint8_t cancel[4] = {0, 0, 0, 0x8};
+        for (uint32_t i = 0; i < 5000; i++) {
+                uint32_t id = 1 + 2 * i;
+                h2_frame_send(fd, H2_HEADERS, H2_END_HEADERS | H2_END_STREAM, id, block, n);
+                h2_frame_send(fd, H2_RST_STREAM, 0, id, cancel, sizeof(cancel));
+        }
+        /* nghttp2 (Debian's 1.52 carries the fix) ends such a connection with a GOAWAY past
+         * its rate of resets; nothing else waited for it. */
+        long code = goaway_or_close(fd, 3000);
+        printf("rapid reset: GOAWAY %ld\n", code);
+        assert_true(code >= 0);
+        close(fd);
+        still_serving(g_own_port);
+}
+
+/* A header block that never ends: CONTINUATION frames, one after another. */
+static void test_continuation_flood(void **state)
+{
+        (void)state;
+        int fd = h2_dial(g_own_port, NULL, 0);
+        assert_true(fd >= 0);
+        uint8_t block[256];
+        size_t n = h2_request_block(block, sizeof(block), WHOAMI, NULL, NULL, 0);
+        h2_frame_send(fd, H2_HEADERS, 0, 1, block, n); /* no END_HEADERS */
+        /* Each a whole literal field "x-a: <100 bytes>", 105 bytes of HPACK. */
+        uint8_t field[128] = {0x00, 3, 'x', '-', 'a', 100};
+        memset(field + 6, 'v', 100);
+        for (int i = 0; i < 2000; i++) {
+                h2_frame_send(fd, 0x9, 0, 1, field, 106);
+        }
+        static h2_frame f;
+        bool answered = false;
+        while (!answered && h2_frame_read(fd, &f, 3000)) {
+                answered = f.type == H2_GOAWAY || (f.type == H2_RST_STREAM && f.stream == 1) ||
+                           (f.type == H2_HEADERS && f.stream == 1);
+        }
+        /* Refused one way or another (GOAWAY, a reset, 431), or the connection cut. */
+        printf("continuation flood: %s\n", answered ? "answered" : "closed or silent");
+        close(fd);
+        still_serving(g_own_port);
+}
+
+/* A gRPC WhoAmI with a body of its own; its grpc-status. */
+static void grpc_body(const uint8_t *body, size_t len, const char *encoding, h2_answer *a)
+{
+        char auth[TOKEN_MAX + 16];
+        snprintf(auth, sizeof(auth), "Bearer %s", g_token);
+        const char *names[] = {"content-type", "te", "authorization", "grpc-encoding"};
+        const char *values[] = {"application/grpc", "trailers", auth, encoding};
+        uint8_t block[1024];
+        size_t n =
+            h2_request_block(block, sizeof(block), WHOAMI, names, values, encoding != NULL ? 4 : 3);
+        int fd = h2_dial(g_own_port, NULL, 0);
+        assert_true(fd >= 0);
+        h2_frame_send(fd, H2_HEADERS, H2_END_HEADERS, 1, block, n);
+        h2_frame_send(fd, H2_DATA, H2_END_STREAM, 1, body, len);
+        h2_inflater *inf = h2_inflater_new();
+        assert_true(h2_read_answer(fd, inf, 1, a, 5000));
+        h2_inflater_free(inf);
+        close(fd);
+}
+
+static void test_grpc_framing_refused(void **state)
+{
+        (void)state;
+        h2_answer a;
+        /* A prefix over the limit: RESOURCE_EXHAUSTED, before 2 GiB are awaited. */
+        static const uint8_t huge[5] = {0, 0x7f, 0xff, 0xff, 0xff};
+        grpc_body(huge, sizeof(huge), NULL, &a);
+        assert_string_equal(a.grpc_status, "8");
+        /* A message longer than its prefix says: INTERNAL. */
+        static const uint8_t longer[8] = {0, 0, 0, 0, 1, 0x0a, 0x01, 'x'};
+        grpc_body(longer, sizeof(longer), NULL, &a);
+        assert_string_equal(a.grpc_status, "13");
+        /* Two whole messages for a unary method: UNIMPLEMENTED. */
+        static const uint8_t two[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        grpc_body(two, sizeof(two), NULL, &a);
+        assert_string_equal(a.grpc_status, "12");
+        /* The compressed flag on an identity stream: INTERNAL. */
+        static const uint8_t flagged[5] = {1, 0, 0, 0, 0};
+        grpc_body(flagged, sizeof(flagged), NULL, &a);
+        assert_string_equal(a.grpc_status, "13");
+        /* An encoding no one agreed on: UNIMPLEMENTED. */
+        static const uint8_t empty[5] = {0, 0, 0, 0, 0};
+        grpc_body(empty, sizeof(empty), "br", &a);
+        assert_string_equal(a.grpc_status, "12");
+        /* And the well-formed one: OK, the gateway serving on. */
+        grpc_body(empty, sizeof(empty), NULL, &a);
+        assert_string_equal(a.grpc_status, "0");
+        assert_true(a.data_len > 5);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -486,6 +638,10 @@ int main(void)
             cmocka_unit_test(test_settings_and_refused_stream),
             cmocka_unit_test(test_unfinished_stream_reset_at_deadline),
             cmocka_unit_test(test_goaway_on_drain),
+            cmocka_unit_test(test_malformed_frame),
+            cmocka_unit_test(test_rapid_reset),
+            cmocka_unit_test(test_continuation_flood),
+            cmocka_unit_test(test_grpc_framing_refused),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }

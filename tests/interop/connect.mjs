@@ -20,7 +20,6 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 
 import { createFileRegistry, fromBinary, toBinary, create } from '@bufbuild/protobuf';
 import { FileDescriptorSetSchema } from '@bufbuild/protobuf/wkt';
@@ -31,30 +30,11 @@ import {
   createGrpcWebTransport,
 } from '@connectrpc/connect-node';
 
+import { check, stackEnv, summary } from './support.mjs';
+
 const CALL_TIMEOUT_MS = 10000;
 const PASSWORD = 'correct horse battery staple';
 
-let passed = 0;
-
-async function check(name, fn) {
-  try {
-    await fn();
-  } catch (err) {
-    console.log(`FAIL ${name}`);
-    console.log(`     ${String(err && err.stack ? err.stack : err).split('\n').join('\n     ')}`);
-    console.log(`${passed} passed, 1 failed`);
-    process.exit(1);
-  }
-  passed++;
-  console.log(`ok   ${name}`);
-}
-
-function stackEnv(key) {
-  const text = readFileSync(join(process.env.KEELSON_IT_STACK, 'env'), 'utf8');
-  const line = text.split('\n').find((l) => l.startsWith(`${key}=`));
-  assert.ok(line, `${key} in the stack's env`);
-  return line.slice(key.length + 1);
-}
 
 const registry = createFileRegistry(
   fromBinary(FileDescriptorSetSchema, readFileSync(process.env.KEELSON_DESCRIPTOR_SET)),
@@ -217,4 +197,4 @@ await check('CORS: another origin gets no CORS headers, and its preflight 403', 
   assert.equal(res.headers.get('access-control-allow-origin'), null);
 });
 
-console.log(`${passed} passed`);
+summary();

@@ -31,38 +31,17 @@
 
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 
 import { fromBinary } from '@bufbuild/protobuf';
 import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 
+import { check, stackEnv, summary, waitFor } from './support.mjs';
+
 const CALL_TIMEOUT_MS = 10000;
 const PASSWORD = 'correct horse battery staple';
 
-let passed = 0;
-
-async function check(name, fn) {
-  try {
-    await fn();
-  } catch (err) {
-    console.log(`FAIL ${name}`);
-    console.log(`     ${String(err && err.stack ? err.stack : err).split('\n').join('\n     ')}`);
-    console.log(`${passed} passed, 1 failed`);
-    process.exit(1);
-  }
-  passed++;
-  console.log(`ok   ${name}`);
-}
-
-function stackEnv(key) {
-  const text = readFileSync(join(process.env.KEELSON_IT_STACK, 'env'), 'utf8');
-  const line = text.split('\n').find((l) => l.startsWith(`${key}=`));
-  assert.ok(line, `${key} in the stack's env`);
-  return line.slice(key.length + 1);
-}
 
 const protoDir = process.env.KEELSON_PROTO_DIR;
 assert.ok(protoDir, 'KEELSON_PROTO_DIR');
@@ -235,25 +214,15 @@ function subscribe(tok, request = {}) {
   return got;
 }
 
-async function until(what, fn, ms = CALL_TIMEOUT_MS) {
-  for (const end = Date.now() + ms; Date.now() < end; ) {
-    const v = fn();
-    if (v) {
-      return v;
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  assert.fail(`timed out waiting for ${what}`);
-}
 
 const eventsOf = (got) => got.messages.filter((m) => m.event);
 
 await check('EventService/Subscribe: refused without a token and for an unknown topic', async () => {
   const anon = subscribe(null);
-  await until('UNAUTHENTICATED', () => anon.error);
+  await waitFor('UNAUTHENTICATED', CALL_TIMEOUT_MS, () => anon.error);
   assert.equal(anon.error.code, grpc.status.UNAUTHENTICATED);
   const bad = subscribe(token, { topics: ['auth.email'] });
-  await until('INVALID_ARGUMENT', () => bad.error);
+  await waitFor('INVALID_ARGUMENT', CALL_TIMEOUT_MS, () => bad.error);
   assert.equal(bad.error.code, grpc.status.INVALID_ARGUMENT);
 });
 
@@ -264,7 +233,7 @@ await check('EventService/Subscribe: the tenant\'s billing events, nobody else\'
   const other = (await call(auth, 'login', { email: otherEmail, password: PASSWORD })).sessionToken;
   const mine = subscribe(token);
   const theirs = subscribe(other);
-  await until('the first heartbeats', () => mine.messages.length > 0 && theirs.messages.length > 0);
+  await waitFor('the first heartbeats', CALL_TIMEOUT_MS, () => mine.messages.length > 0 && theirs.messages.length > 0);
   assert.equal(mine.messages[0].heartbeat, true);
   assert.match(mine.messages[0].cursor, /^v1\./);
 
@@ -290,7 +259,7 @@ await check('EventService/Subscribe: the tenant\'s billing events, nobody else\'
     md,
   );
   await call(billing, 'createSubscription', { customerId: customer.customer.id, planId: plan.plan.id }, md);
-  await until('two events', () => eventsOf(mine).length >= 2);
+  await waitFor('two events', CALL_TIMEOUT_MS, () => eventsOf(mine).length >= 2);
   const topics = eventsOf(mine).map((m) => m.event.topic);
   assert.ok(topics.includes('billing.subscription_changed'), topics.join());
   assert.ok(topics.includes('billing.invoice_finalized'), topics.join());
@@ -305,7 +274,7 @@ await check('EventService/Subscribe: the tenant\'s billing events, nobody else\'
   // Resume from the first event's cursor: what followed it comes again.
   const seen = eventsOf(mine);
   const resumed = subscribe(token, { cursor: seen[0].cursor });
-  await until('the events after the cursor', () => eventsOf(resumed).length >= seen.length - 1);
+  await waitFor('the events after the cursor', CALL_TIMEOUT_MS, () => eventsOf(resumed).length >= seen.length - 1);
   assert.deepEqual(
     eventsOf(resumed).slice(0, seen.length - 1).map((m) => m.event.eventId),
     seen.slice(1).map((m) => m.event.eventId),
@@ -314,7 +283,7 @@ await check('EventService/Subscribe: the tenant\'s billing events, nobody else\'
   resumed.call.cancel();
 
   const garbled = subscribe(token, { cursor: 'not a cursor' });
-  await until('INVALID_ARGUMENT', () => garbled.error);
+  await waitFor('INVALID_ARGUMENT', CALL_TIMEOUT_MS, () => garbled.error);
   assert.equal(garbled.error.code, grpc.status.INVALID_ARGUMENT);
 });
 
@@ -376,4 +345,4 @@ for (const version of ['v1', 'v1alpha']) {
 for (const c of [auth, billing, health, authGzip, events]) {
   c.close();
 }
-console.log(`${passed} passed`);
+summary();

@@ -20,12 +20,12 @@
 
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import http from 'node:http';
-import { join } from 'node:path';
 
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import Stripe from 'stripe';
+
+import { check, sleep, stackEnv, summary, waitFor } from './support.mjs';
 
 // Limits: every wait and every request is bounded.
 const REQUEST_TIMEOUT_MS = 15000;
@@ -36,65 +36,11 @@ const SINK_REQUESTS_MAX = 100;
 
 const TOPICS = ['billing.invoice_paid', 'billing.invoice_finalized', 'billing.subscription_changed'];
 
-// ---- checks ------------------------------------------------------------------
-
-let passed = 0;
-
-async function check(name, fn) {
-  try {
-    await fn();
-  } catch (err) {
-    console.log(`FAIL ${name}`);
-    console.log(`     ${String(err && err.stack ? err.stack : err).split('\n').join('\n     ')}`);
-    console.log(`${passed} passed, 1 failed`);
-    process.exit(1);
-  }
-  passed++;
-  console.log(`ok   ${name}`);
-}
-
-function sleep(ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-// Polls fn until it returns something truthy, for at most timeoutMs.
-async function waitFor(what, timeoutMs, fn) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) {
-      return v;
-    }
-    if (Date.now() >= deadline) {
-      throw new Error(`${what}: not after ${timeoutMs} ms`);
-    }
-    await sleep(100);
-  }
-}
-
 // ---- the stack -----------------------------------------------------------------
-
-function gatewayUrl() {
-  const dir = process.env.KEELSON_IT_STACK;
-  if (!dir) {
-    throw new Error('KEELSON_IT_STACK is not set: the folder of a running stack (deploy/local/stack.sh start --dir DIR)');
-  }
-  let text;
-  try {
-    text = readFileSync(join(dir, 'env'), 'utf8');
-  } catch (err) {
-    throw new Error(`cannot read ${join(dir, 'env')} (is the stack started?): ${err.message}`);
-  }
-  const line = text.split('\n').find((l) => l.startsWith('KEELSON_IT_GATEWAY_URL='));
-  if (!line) {
-    throw new Error(`${join(dir, 'env')} has no KEELSON_IT_GATEWAY_URL line`);
-  }
-  return line.slice('KEELSON_IT_GATEWAY_URL='.length).trim();
-}
 
 let GW;
 await check('the stack\'s gateway address read from $KEELSON_IT_STACK/env', () => {
-  GW = gatewayUrl();
+  GW = stackEnv('KEELSON_IT_GATEWAY_URL');
 });
 
 // A Connect JSON call: {status, json, text}.
@@ -563,4 +509,4 @@ try {
   sink.server.closeAllConnections();
 }
 
-console.log(`${passed} passed, 0 failed`);
+summary();
