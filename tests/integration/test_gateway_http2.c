@@ -26,7 +26,8 @@
  *   (GOAWAY FRAME_SIZE_ERROR), rapid reset (CVE-2023-44487's pattern), a
  *   CONTINUATION flood, and gRPC framing errors (a prefix over the limit,
  *   a message longer than its prefix, two messages, the compressed flag on
- *   identity, an unknown grpc-encoding) with their statuses.
+ *   identity, an unknown grpc-encoding, a deadline already past, a malformed
+ *   grpc-timeout) with their statuses.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -578,16 +579,17 @@ static void test_continuation_flood(void **state)
         still_serving(g_own_port);
 }
 
-/* A gRPC WhoAmI with a body of its own; its grpc-status. */
-static void grpc_body(const uint8_t *body, size_t len, const char *encoding, h2_answer *a)
+/* A gRPC WhoAmI with a body of its own, and one more header when name is not NULL. */
+static void grpc_body(const uint8_t *body, size_t len, const char *name, const char *value,
+                      h2_answer *a)
 {
         char auth[TOKEN_MAX + 16];
         snprintf(auth, sizeof(auth), "Bearer %s", g_token);
-        const char *names[] = {"content-type", "te", "authorization", "grpc-encoding"};
-        const char *values[] = {"application/grpc", "trailers", auth, encoding};
+        const char *names[] = {"content-type", "te", "authorization", name};
+        const char *values[] = {"application/grpc", "trailers", auth, value};
         uint8_t block[1024];
         size_t n =
-            h2_request_block(block, sizeof(block), WHOAMI, names, values, encoding != NULL ? 4 : 3);
+            h2_request_block(block, sizeof(block), WHOAMI, names, values, name != NULL ? 4 : 3);
         int fd = h2_dial(g_own_port, NULL, 0);
         assert_true(fd >= 0);
         h2_frame_send(fd, H2_HEADERS, H2_END_HEADERS, 1, block, n);
@@ -604,26 +606,32 @@ static void test_grpc_framing_refused(void **state)
         h2_answer a;
         /* A prefix over the limit: RESOURCE_EXHAUSTED, before 2 GiB are awaited. */
         static const uint8_t huge[5] = {0, 0x7f, 0xff, 0xff, 0xff};
-        grpc_body(huge, sizeof(huge), NULL, &a);
+        grpc_body(huge, sizeof(huge), NULL, NULL, &a);
         assert_string_equal(a.grpc_status, "8");
         /* A message longer than its prefix says: INTERNAL. */
         static const uint8_t longer[8] = {0, 0, 0, 0, 1, 0x0a, 0x01, 'x'};
-        grpc_body(longer, sizeof(longer), NULL, &a);
+        grpc_body(longer, sizeof(longer), NULL, NULL, &a);
         assert_string_equal(a.grpc_status, "13");
         /* Two whole messages for a unary method: UNIMPLEMENTED. */
         static const uint8_t two[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-        grpc_body(two, sizeof(two), NULL, &a);
+        grpc_body(two, sizeof(two), NULL, NULL, &a);
         assert_string_equal(a.grpc_status, "12");
         /* The compressed flag on an identity stream: INTERNAL. */
         static const uint8_t flagged[5] = {1, 0, 0, 0, 0};
-        grpc_body(flagged, sizeof(flagged), NULL, &a);
+        grpc_body(flagged, sizeof(flagged), NULL, NULL, &a);
         assert_string_equal(a.grpc_status, "13");
         /* An encoding no one agreed on: UNIMPLEMENTED. */
         static const uint8_t empty[5] = {0, 0, 0, 0, 0};
-        grpc_body(empty, sizeof(empty), "br", &a);
+        grpc_body(empty, sizeof(empty), "grpc-encoding", "br", &a);
         assert_string_equal(a.grpc_status, "12");
+        /* A deadline already past (grpc-timeout 0): DEADLINE_EXCEEDED, nothing called. */
+        grpc_body(empty, sizeof(empty), "grpc-timeout", "0m", &a);
+        assert_string_equal(a.grpc_status, "4");
+        /* A malformed grpc-timeout: INVALID_ARGUMENT. */
+        grpc_body(empty, sizeof(empty), "grpc-timeout", "123456789S", &a);
+        assert_string_equal(a.grpc_status, "3");
         /* And the well-formed one: OK, the gateway serving on. */
-        grpc_body(empty, sizeof(empty), NULL, &a);
+        grpc_body(empty, sizeof(empty), "grpc-timeout", "5S", &a);
         assert_string_equal(a.grpc_status, "0");
         assert_true(a.data_len > 5);
 }

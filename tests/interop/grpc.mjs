@@ -6,6 +6,8 @@
 //
 //   - AuthService: SignUp and Login (public), WhoAmI with the session in the
 //     `authorization` metadata, the same answer as Connect JSON gives;
+//   - LedgerService: CreateAccounts, CreateTransfers (and its resend:
+//     `exists`), LookupAccounts with the balances the transfer left;
 //   - BillingService: CreateCustomer with an `idempotency-key`, sent twice
 //     (the second answer replayed: the same customer), then ListCustomers;
 //     no gateway code is specific to either method;
@@ -49,6 +51,7 @@ const defs = protoLoader.loadSync(
   [
     'keelson/auth/v1/auth.proto',
     'keelson/billing/v1/billing.proto',
+    'keelson/ledger/v1/ledger.proto',
     'grpc/health/v1/health.proto',
     'keelson/events/v1/event_service.proto',
     'grpc/reflection/v1/reflection.proto',
@@ -62,6 +65,7 @@ const plain = grpc.credentials.createInsecure();
 
 const auth = new pkg.keelson.auth.v1.AuthService(target, plain);
 const billing = new pkg.keelson.billing.v1.BillingService(target, plain);
+const ledger = new pkg.keelson.ledger.v1.LedgerService(target, plain);
 const health = new pkg.grpc.health.v1.Health(target, plain);
 const authGzip = new pkg.keelson.auth.v1.AuthService(target, plain, {
   'grpc.default_compression_algorithm': 2, // gzip
@@ -154,6 +158,45 @@ await check('CreateCustomer twice with one idempotency-key: one customer', async
     list.customers.map((c) => c.id),
     [first.customer.id],
   );
+});
+
+await check('LedgerService over gRPC: accounts, a transfer, the balances it left', async () => {
+  const md = bearer(token);
+  const id = () => BigInt.asUintN(63, BigInt(`0x${randomBytes(8).toString('hex')}`)).toString();
+  const [debit, credit, transfer] = [id(), id(), id()];
+  const accounts = await call(
+    ledger,
+    'createAccounts',
+    { accounts: [debit, credit].map((a) => ({ id: a, ledger: 840, code: 1 })) },
+    md,
+  );
+  assert.deepEqual(accounts.results, ['ok', 'ok']);
+  const moved = await call(
+    ledger,
+    'createTransfers',
+    {
+      transfers: [
+        { id: transfer, debitAccountId: debit, creditAccountId: credit, amount: '250', ledger: 840, code: 1 },
+      ],
+    },
+    md,
+  );
+  assert.deepEqual(moved.results, ['ok']);
+  const found = await call(ledger, 'lookupAccounts', { ids: [debit, credit] }, md);
+  assert.equal(found.accounts[0].debitsPosted, '250');
+  assert.equal(found.accounts[1].creditsPosted, '250');
+  // The same transfer again: exists, as TigerBeetle answers a resend.
+  const again = await call(
+    ledger,
+    'createTransfers',
+    {
+      transfers: [
+        { id: transfer, debitAccountId: debit, creditAccountId: credit, amount: '250', ledger: 840, code: 1 },
+      ],
+    },
+    md,
+  );
+  assert.deepEqual(again.results, ['exists']);
 });
 
 await check('a method no service has: UNIMPLEMENTED', async () => {
@@ -342,7 +385,7 @@ for (const version of ['v1', 'v1alpha']) {
   });
 }
 
-for (const c of [auth, billing, health, authGzip, events]) {
+for (const c of [auth, billing, ledger, health, authGzip, events]) {
   c.close();
 }
 summary();
