@@ -26,6 +26,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include "grpc.h"
 #include "h2.h"
 #include "ks_clock.h"
 #include "ks_crypto.h"
@@ -305,8 +306,23 @@ static void submit(gw_h2 *h, gw_h2_stream *st, int status, const char *content_t
 static void fail_stream(gw_h2 *h, gw_h2_stream *st, int status, const char *message)
 {
         char body[192];
-        int n = front_error_json(status, message, body, sizeof(body));
         front_count_error(h->c->f, status);
+        /* A gRPC client reads its status from trailers: Trailers-Only, as the handler answers. */
+        const char *type = gw_req_header(st->req, "content-type");
+        gw_grpc_protocol p;
+        if (gw_grpc_protocol_parse(type, &p) == 0 && p == GW_GRPC) {
+                char code[12], text[GW_GRPC_MESSAGE_MAX + 1];
+                snprintf(code, sizeof(code), "%d",
+                         gw_grpc_status_of_code(status == 413 || status == 431
+                                                    ? KS_RESOURCE_EXHAUSTED
+                                                    : KS_INVALID_ARGUMENT));
+                gw_grpc_message_encode(message, strlen(message), text, sizeof(text));
+                gw_req_add_trailer(st->req, "grpc-status", code);
+                gw_req_add_trailer(st->req, "grpc-message", text);
+                submit(h, st, 200, "application/grpc", NULL, 0, false);
+                return;
+        }
+        int n = front_error_json(status, message, body, sizeof(body));
         submit(h, st, status, "application/json", body, (size_t)n, false);
 }
 
@@ -455,7 +471,13 @@ static int on_data(nghttp2_session *session, uint8_t flags, int32_t id, const ui
                 }
                 return 0;
         }
-        if (len > h->c->f->lim.body_max - evbuffer_get_length(st->req->body)) {
+        const gw_front_limits *lim = &h->c->f->lim;
+        const char *type = gw_req_header(st->req, "content-type");
+        size_t max = type != NULL && strncasecmp(type, "application/grpc", 16) == 0 &&
+                             lim->grpc_body_max > lim->body_max
+                         ? lim->grpc_body_max
+                         : lim->body_max;
+        if (len > max - evbuffer_get_length(st->req->body)) {
                 st->fail_status = 413;
                 evbuffer_drain(st->req->body, evbuffer_get_length(st->req->body));
                 return 0;

@@ -504,6 +504,18 @@ static void wait_begin(gw_request *g, gw_stage stage)
  * thread (the call then starts in gw_handler_decoded). 0 when the payload
  * is ready; else -1: the request waits for its decode, or was answered.
  */
+/*
+ * The bound on one gRPC message: KEELSON_GATEWAY_GRPC_MESSAGE_MAX_BYTES over
+ * HTTP/2, the body limit over HTTP/1.1 (gRPC-Web), whose front holds the
+ * body to that.
+ */
+static size_t grpc_message_max(const gw_request *g)
+{
+        const gw_config *cfg = g->h->env->cfg;
+        return gw_req_http2(g->req) ? (size_t)cfg->grpc_message_max_bytes
+                                    : (size_t)cfg->body_max_bytes;
+}
+
 /* What a gRPC request's message may point into, freed after its decode. */
 typedef struct grpc_in {
         gw_grpc_reader *rd;
@@ -544,7 +556,7 @@ static int grpc_message(gw_request *g, const uint8_t **data, size_t *len, grpc_i
                 *data = in->decoded;
                 *len = (size_t)n;
         }
-        if (gw_grpc_reader_new(&in->rd, g->grpc_enc, (size_t)g->h->env->cfg->body_max_bytes) != 0) {
+        if (gw_grpc_reader_new(&in->rd, g->grpc_enc, grpc_message_max(g)) != 0) {
                 request_fail(g, 0, KS_RESOURCE_EXHAUSTED, "out of memory");
                 return -1;
         }
@@ -1250,8 +1262,7 @@ static void refl_begin(gw_request *g)
                 return;
         }
         if ((g->refl = calloc(1, sizeof(*g->refl))) == NULL ||
-            gw_grpc_reader_new(&g->refl->rd, g->grpc_enc, (size_t)g->h->env->cfg->body_max_bytes) !=
-                0) {
+            gw_grpc_reader_new(&g->refl->rd, g->grpc_enc, grpc_message_max(g)) != 0) {
                 request_fail(g, 0, KS_RESOURCE_EXHAUSTED, "out of memory");
                 return;
         }

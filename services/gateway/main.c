@@ -74,6 +74,11 @@ static const ks_config_var config_vars[] = {
                "their cursor"),
     KS_CFG_INT("KEELSON_GATEWAY_EVENTS_STREAMS_MAX", gw_config, events_streams_max, "1000", 0,
                1000000, "EventService: open streams on this gateway; more are refused"),
+    KS_CFG_INT("KEELSON_GATEWAY_GRPC_MESSAGE_MAX_BYTES", gw_config, grpc_message_max_bytes,
+               "4194304", 1024, 67108864,
+               "largest gRPC request message over HTTP/2, on the wire and once inflated "
+               "(gRPC's usual 4 MiB); a larger one is resource_exhausted. gRPC-Web over "
+               "HTTP/1.1 stays within KEELSON_GATEWAY_BODY_MAX_BYTES"),
     KS_CFG_INT("KEELSON_GATEWAY_H2_MAX_STREAMS", gw_config, h2_max_streams, "100", 1, 10000,
                "HTTP/2: streams one connection may have open at once "
                "(SETTINGS_MAX_CONCURRENT_STREAMS); a stream over it is refused"),

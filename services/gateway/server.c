@@ -172,6 +172,8 @@ static int http_setup(gw_server *s)
             .conns_max = cfg->max_connections,
             .conns_per_ip_max = cfg->max_connections_per_address,
             .h2_streams_max = cfg->h2_max_streams,
+            /* one message and its 5-byte prefix */
+            .grpc_body_max = (size_t)cfg->grpc_message_max_bytes + 5,
             .proxies = &cfg->rate.proxies,
         };
         if (cfg->tls_cert[0] != '\0') {

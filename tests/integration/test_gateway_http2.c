@@ -205,6 +205,7 @@ static void test_upgrade(void **state)
 
 typedef struct call {
         int status;
+        char grpc_status[8]; /* from the trailers, "" if none */
         char body[4096];
         size_t len;
         bool closed;
@@ -236,7 +237,10 @@ static int cl_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
         call *k = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
         if (k != NULL && nlen == 7 && memcmp(name, ":status", 7) == 0) {
                 k->status = atoi((const char *)value);
-                (void)vlen;
+        }
+        if (k != NULL && nlen == 11 && memcmp(name, "grpc-status", 11) == 0) {
+                snprintf(k->grpc_status, sizeof(k->grpc_status), "%.*s", (int)vlen,
+                         (const char *)value);
         }
         return 0;
 }
@@ -636,6 +640,66 @@ static void test_grpc_framing_refused(void **state)
         assert_true(a.data_len > 5);
 }
 
+/*
+ * A gRPC WhoAmI whose one message carries an unknown field of field_len
+ * bytes (a service ignores it), through nghttp2's client: its flow control
+ * carries the megabytes.
+ */
+static void grpc_big(client *c, call *k, uint8_t **body, size_t field_len)
+{
+        size_t msg_len = 1 + 4 + field_len; /* tag of field 15, 4-byte varint length, bytes */
+        uint8_t *b = malloc(5 + msg_len);
+        assert_non_null(b);
+        b[0] = 0;
+        b[1] = (uint8_t)(msg_len >> 24);
+        b[2] = (uint8_t)(msg_len >> 16);
+        b[3] = (uint8_t)(msg_len >> 8);
+        b[4] = (uint8_t)msg_len;
+        b[5] = 0x7a; /* field 15, length-delimited */
+        b[6] = (uint8_t)(0x80 | (field_len & 0x7f));
+        b[7] = (uint8_t)(0x80 | ((field_len >> 7) & 0x7f));
+        b[8] = (uint8_t)(0x80 | ((field_len >> 14) & 0x7f));
+        b[9] = (uint8_t)((field_len >> 21) & 0x7f);
+        memset(b + 10, 'x', field_len);
+        char auth[TOKEN_MAX + 16];
+        snprintf(auth, sizeof(auth), "Bearer %s", g_token);
+        nghttp2_nv nva[] = {NV(":method", "POST"),
+                            NV(":scheme", "http"),
+                            NV(":authority", "127.0.0.1"),
+                            NV(":path", WHOAMI),
+                            NV("content-type", "application/grpc"),
+                            NV("te", "trailers"),
+                            NV("authorization", auth)};
+        memset(k, 0, sizeof(*k));
+        k->send = b;
+        k->send_len = 5 + msg_len;
+        nghttp2_data_provider dp = {.source.ptr = k, .read_callback = cl_body};
+        assert_true(nghttp2_submit_request(c->s, NULL, nva, sizeof(nva) / sizeof(nva[0]), &dp, k) >
+                    0);
+        c->open++;
+        *body = b;
+}
+
+/* gRPC's message limit (4 MiB), not the HTTP body limit (1 MiB on the stack's gateway). */
+static void test_grpc_message_limit(void **state)
+{
+        (void)state;
+        client c;
+        call k;
+        uint8_t *body = NULL;
+        client_open(&c, g_stack.gateway_url);
+        grpc_big(&c, &k, &body, 2u << 20); /* 2 MiB: over the body limit, within gRPC's */
+        client_run(&c);
+        free(body);
+        assert_int_equal(k.status, 200);
+        assert_string_equal(k.grpc_status, "0");
+        grpc_big(&c, &k, &body, (4u << 20) - 4); /* its message 1 byte over 4 MiB */
+        client_run(&c);
+        free(body);
+        assert_string_equal(k.grpc_status, "8"); /* RESOURCE_EXHAUSTED */
+        client_close(&c);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -650,6 +714,7 @@ int main(void)
             cmocka_unit_test(test_rapid_reset),
             cmocka_unit_test(test_continuation_flood),
             cmocka_unit_test(test_grpc_framing_refused),
+            cmocka_unit_test(test_grpc_message_limit),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }
