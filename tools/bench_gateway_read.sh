@@ -21,58 +21,20 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
 DURATION=${2:-10}
-STACK_SH=$ROOT/deploy/local/stack.sh
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/keelson-bench-gateway.XXXXXX")
 NGINX_WORKERS=2
 CONNECTIONS=(10 50)
-PASSWORD="correct horse battery staple"
 
-die() {
-        echo "bench_gateway_read: $*" >&2
-        exit 1
-}
-
-for tool in wrk nginx curl; do
-        command -v "$tool" >/dev/null 2>&1 || die "$tool is not installed (apt-get install wrk nginx-light curl)"
-done
-
-cleanup() {
-        if [ -s "$WORK/nginx.pid" ]; then
-                kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true
-        fi
-        "$STACK_SH" stop --dir "$WORK/stack" >/dev/null 2>&1 || true
-        rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-free_port() {
-        local p
-        for _ in $(seq 1 100); do
-                p=$((20000 + RANDOM % 10000))
-                if ! ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then
-                        echo "$p"
-                        return
-                fi
-        done
-        die "no free port"
-}
+BENCH_NAME=bench_gateway_read
+# shellcheck source=tools/bench_whoami.sh
+. "$ROOT/tools/bench_whoami.sh"
+need "wrk nginx-light curl" wrk nginx curl
 
 # ---- the stack and a session ----------------------------------------------------
 
 export KEELSON_GATEWAY_RATE_API=1000000:1000000/1s
 export KEELSON_GATEWAY_RATE_AUTH=1000:1000/1s
-"$STACK_SH" start --dir "$WORK/stack" --bin "$BUILD" --free-ports --auth-replicas 2 >/dev/null
-GW=$(sed -n 's/^KEELSON_IT_GATEWAY_URL=//p' "$WORK/stack/env")
-EMAIL="bench-$RANDOM$RANDOM@example.test"
-curl -sS -o /dev/null "$GW/keelson.auth.v1.AuthService/SignUp" -H 'Content-Type: application/json' \
-        -d "{\"email\":\"$EMAIL\",\"password\":\"$PASSWORD\",\"tenantName\":\"Bench\",\"displayName\":\"Bench\"}"
-TOKEN=$(curl -sS "$GW/keelson.auth.v1.AuthService/Login" -H 'Content-Type: application/json' \
-        -d "{\"email\":\"$EMAIL\",\"password\":\"$PASSWORD\"}" |
-        sed -n 's/.*"sessionToken": *"\([^"]*\)".*/\1/p')
-[ -n "$TOKEN" ] || die "login failed"
-BODY=$(curl -sS "$GW/keelson.auth.v1.AuthService/WhoAmI" -H 'Content-Type: application/json' \
-        -H "Authorization: Bearer $TOKEN" -d '{}')
-case "$BODY" in *'"userId"'*) ;; *) die "WhoAmI failed: $BODY" ;; esac
+whoami_session
 
 cat >"$WORK/whoami.lua" <<EOF
 wrk.method = "POST"
