@@ -26,6 +26,11 @@
  * is read once they drain to half of that, so no client grows the output
  * without bound.
  *
+ * Streams. A streamed reply (gRPC-Web and Connect server streaming) goes
+ * out in chunks as it is made, ended by the last chunk (HTTP/1.0: by
+ * closing); gw_req_stream_abort drops what the client has not read and
+ * closes the connection.
+ *
  * Closing. After an error reply, or a reply to a request that asked to
  * close, the connection writes what it has, shuts its sending side and
  * reads (and drops) what the client still sends for up to KEEP_CLOSING_MS:
@@ -41,6 +46,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
@@ -401,10 +407,17 @@ void gw_req_on_data(gw_req *r, gw_req_data_fn fn, void *arg)
         }
 }
 
+static void h1_stream_open(gw_req *r, int status, const char *content_type);
+static void h1_stream_write(gw_req *r, const void *data, size_t len);
+static void h1_stream_close(gw_req *r);
+static void h1_stream_abort(gw_req *r);
+
 void gw_req_stream_open(gw_req *r, int status, const char *content_type)
 {
         if (r->h2 != NULL) {
                 gw_h2_stream_open(r, status, content_type);
+        } else {
+                h1_stream_open(r, status, content_type);
         }
 }
 
@@ -412,6 +425,8 @@ void gw_req_stream_write(gw_req *r, const void *data, size_t len)
 {
         if (r->h2 != NULL) {
                 gw_h2_stream_write(r, data, len);
+        } else {
+                h1_stream_write(r, data, len);
         }
 }
 
@@ -419,18 +434,23 @@ void gw_req_stream_abort(gw_req *r)
 {
         if (r->h2 != NULL) {
                 gw_h2_stream_abort(r);
+        } else {
+                h1_stream_abort(r);
         }
 }
 
 size_t gw_req_stream_pending(const gw_req *r)
 {
-        return r->h2 != NULL ? gw_h2_stream_pending(r) : 0;
+        return r->h2 != NULL ? gw_h2_stream_pending(r)
+                             : evbuffer_get_length(bufferevent_get_output(r->c->bev));
 }
 
 void gw_req_stream_close(gw_req *r)
 {
         if (r->h2 != NULL) {
                 gw_h2_stream_close(r);
+        } else {
+                h1_stream_close(r);
         }
 }
 
@@ -807,15 +827,15 @@ static void process(conn *c)
         c->processing = false;
 }
 
-void gw_req_reply(gw_req *r, int status, const char *content_type, const void *body, size_t len)
+/*
+ * An HTTP/1.1 reply's status line and fields. len: its Content-Length, or
+ * -1 for a reply streamed in chunks (close-delimited on HTTP/1.0). Returns
+ * whether the connection closes after it.
+ */
+static bool h1_head(gw_req *r, int status, const char *content_type, int64_t len)
 {
-        if (r->h2 != NULL) {
-                gw_h2_reply(r, status, content_type, body, len);
-                return;
-        }
         conn *c = r->c;
-        gw_front *f = c->f;
-        bool close = !c->keep_alive || f->draining;
+        bool close = !c->keep_alive || c->f->draining || (len < 0 && r->h.minor_version == 0);
         struct evbuffer *out = bufferevent_get_output(c->bev);
         evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\nDate: %s\r\n", status, reason(status),
                             front_http_date());
@@ -823,16 +843,24 @@ void gw_req_reply(gw_req *r, int status, const char *content_type, const void *b
                 evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
         }
         evbuffer_add_buffer(out, r->out);
-        if (status != 304) { /* a 304 has no body, and no length of one (RFC 9110 §15.4.5) */
-                evbuffer_add_printf(out, "Content-Length: %zu\r\n", len);
+        if (len < 0) {
+                if (r->h.minor_version == 1) {
+                        evbuffer_add_printf(out, "Transfer-Encoding: chunked\r\n");
+                }
+        } else if (status != 304) { /* a 304 has no body, and no length of one (RFC 9110 §15.4.5) */
+                evbuffer_add_printf(out, "Content-Length: %" PRId64 "\r\n", len);
         }
         evbuffer_add_printf(out, "%s\r\n",
                             close                     ? "Connection: close\r\n"
                             : r->h.minor_version == 0 ? "Connection: keep-alive\r\n"
                                                       : "");
-        if (!r->is_head && status != 304 && len > 0) {
-                evbuffer_add(out, body, len);
-        }
+        return close;
+}
+
+/* The reply to r is all written: r goes; the connection closes or reads the next request. */
+static void h1_done(gw_req *r, bool close)
+{
+        conn *c = r->c;
         c->req = NULL;
         front_req_free(r);
         if (close) {
@@ -841,11 +869,72 @@ void gw_req_reply(gw_req *r, int status, const char *content_type, const void *b
         }
         c->state = C_HEAD;
         c->started = false;
-        timer_set(c, f->lim.idle_ms);
+        timer_set(c, c->f->lim.idle_ms);
         if (!c->processing && evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
                 bufferevent_trigger(c->bev, EV_READ,
                                     BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
         }
+}
+
+void gw_req_reply(gw_req *r, int status, const char *content_type, const void *body, size_t len)
+{
+        if (r->h2 != NULL) {
+                gw_h2_reply(r, status, content_type, body, len);
+                return;
+        }
+        bool close = h1_head(r, status, content_type, (int64_t)len);
+        if (!r->is_head && status != 304 && len > 0) {
+                evbuffer_add(bufferevent_get_output(r->c->bev), body, len);
+        }
+        h1_done(r, close);
+}
+
+/*
+ * Streams on HTTP/1.1 (gRPC-Web and Connect streaming): the reply in
+ * chunks, ended by the last chunk; on HTTP/1.0, by closing. The request's
+ * body came whole before the callback (gw_req_streaming is false).
+ */
+static void h1_stream_open(gw_req *r, int status, const char *content_type)
+{
+        r->h1_close = h1_head(r, status, content_type, -1);
+        r->h1_open = true;
+}
+
+static void h1_stream_write(gw_req *r, const void *data, size_t len)
+{
+        struct evbuffer *out = bufferevent_get_output(r->c->bev);
+        if (!r->h1_open || len == 0) {
+                return;
+        }
+        if (r->h.minor_version == 1) {
+                evbuffer_add_printf(out, "%zx\r\n", len);
+        }
+        evbuffer_add(out, data, len);
+        if (r->h.minor_version == 1) {
+                evbuffer_add(out, "\r\n", 2);
+        }
+}
+
+static void h1_stream_close(gw_req *r)
+{
+        if (!r->h1_open) {
+                h1_stream_open(r, 200, NULL);
+        }
+        if (r->h.minor_version == 1) {
+                evbuffer_add(bufferevent_get_output(r->c->bev), "0\r\n\r\n", 5);
+        }
+        h1_done(r, r->h1_close);
+}
+
+/* What waits unwritten is dropped, and the connection closed: the client sees the stream cut. */
+static void h1_stream_abort(gw_req *r)
+{
+        conn *c = r->c;
+        struct evbuffer *out = bufferevent_get_output(c->bev);
+        evbuffer_drain(out, evbuffer_get_length(out));
+        c->req = NULL;
+        front_req_free(r);
+        front_conn_close(c);
 }
 
 static void on_read(struct bufferevent *bev, void *arg)

@@ -73,14 +73,15 @@ const uint8_t *gw_req_body(gw_req *r, size_t *len);
 bool gw_req_http2(const gw_req *r);
 
 /*
- * Streams (HTTP/2 only; gRPC's streaming methods). The front asks wants()
- * of every HTTP/2 request once its header fields are complete: true hands
- * it to the callback at once, its body to come in pieces through the
- * function given to gw_req_on_data (end: the client has sent all of it),
- * and its reply may be written as it is made: gw_req_stream_open once,
- * gw_req_stream_write any number of times, gw_req_stream_close last (after
- * gw_req_add_trailer). The cancel callback runs if the client resets the
- * stream or goes away before the close.
+ * Streams (gRPC's streaming methods). The front asks wants() of every
+ * HTTP/2 request once its header fields are complete: true hands it to the
+ * callback at once, its body to come in pieces through the function given
+ * to gw_req_on_data (end: the client has sent all of it). Any request's
+ * reply, on HTTP/2 or HTTP/1.1, may be written as it is made:
+ * gw_req_stream_open once, gw_req_stream_write any number of times,
+ * gw_req_stream_close last (after gw_req_add_trailer); on HTTP/1.1 it goes
+ * in chunks. The cancel callback runs if the client resets the stream or
+ * goes away before the close.
  */
 typedef bool (*gw_front_stream_fn)(const gw_req *r, void *arg);
 void gw_front_set_streaming(gw_front *f, gw_front_stream_fn wants, void *arg);
@@ -90,7 +91,7 @@ typedef void (*gw_req_data_fn)(const uint8_t *data, size_t len, bool end, void *
 void gw_req_on_data(gw_req *r, gw_req_data_fn fn, void *arg);
 void gw_req_stream_open(gw_req *r, int status, const char *content_type);
 void gw_req_stream_write(gw_req *r, const void *data, size_t len);
-/* Bytes written to a stream that HTTP/2 has not framed yet (the client reads slower). */
+/* Bytes of a stream not yet taken by the client (HTTP/2: not framed; HTTP/1.1: the output). */
 size_t gw_req_stream_pending(const gw_req *r);
 /* Ends the reply (with its trailers); r is gone once the stream closes. */
 void gw_req_stream_close(gw_req *r);
@@ -98,7 +99,8 @@ void gw_req_stream_close(gw_req *r);
  * Ends a stream whose client does not read: what waits is dropped and the
  * stream reset with ENHANCE_YOUR_CALM (trailers would wait behind the data
  * flow control holds back; gRPC clients report the reset as
- * RESOURCE_EXHAUSTED). r is gone once the stream closes.
+ * RESOURCE_EXHAUSTED); on HTTP/1.1 the connection is closed. r is gone
+ * once the stream closes.
  */
 void gw_req_stream_abort(gw_req *r);
 

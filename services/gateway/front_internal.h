@@ -49,6 +49,8 @@ struct gw_req {
         void (*cancel)(void *arg);
         void *cancel_arg;
         gw_h2_stream *h2; /* HTTP/2: what h2.c keeps of the stream; NULL on HTTP/1.1 */
+        bool h1_open;     /* HTTP/1.1: a streamed reply's head is written (chunks follow) */
+        bool h1_close;    /* HTTP/1.1: the connection closes after the streamed reply */
 };
 
 struct conn {

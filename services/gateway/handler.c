@@ -71,6 +71,7 @@
 #include "handler.h"
 #include "health.h"
 #include "hub.h"
+#include "grpc/health/v1/health.pb-c.h"
 #include "keelson/events/v1/event_service.pb-c.h"
 #include "ks_perms.h"
 #include "inflight.h"
@@ -85,16 +86,19 @@
 #include "ratelimit.h"
 #include "reflection.h"
 #include "routes.h"
+#include "rpcstream.h"
 #include "upstream.h"
 #include "watch.h"
+#include "wire.h"
 
 #define JSON_ERR_MAX         256
+#define SUBSCRIBE_METHOD     "keelson.events.v1.EventService/Subscribe"
+#define WATCH_METHOD         "grpc.health.v1.Health/Watch"
 #define NS_PER_S             1000000000.0
 #define NS_PER_MS            1000000
 #define XFF_LINES_MAX        16 /* X-Forwarded-For header lines considered (the last ones) */
 #define UPSTREAM_ERRORS_NAME "keelson_gateway_upstream_errors_total"
 #define UPSTREAM_ERRORS_HELP "Upstream calls that ended with a fault of the service or transport"
-#define GRPC_CONTENT_TYPE    "application/grpc"
 
 struct gw_handler {
         const gw_handler_env *env;
@@ -122,9 +126,9 @@ typedef struct gw_request {
         gw_route *route;
         gw_stage stage;
         gw_codec codec;
-        bool grpc; /* the gRPC family: framed messages, a status after them */
-        bool web;  /* gRPC-Web: the status is the body's last frame, not HTTP/2 trailers */
-        bool text; /* grpc-web-text: both bodies in base64 */
+        bool grpc;                 /* framed messages, a status after them: the gRPC family, or
+                                    * the Connect protocol's streaming (wire.h) */
+        gw_wire wire;              /* which of them, when grpc */
         gw_grpc_encoding grpc_enc; /* the request's grpc-encoding */
         bool quiet;                /* no "request failed" line (rate-limit refusals) */
         int64_t start_ns;          /* CLOCK_MONOTONIC */
@@ -304,103 +308,50 @@ static void finish(gw_request *g, int status, int code, const char *content_type
         request_free(g);
 }
 
-/* The reply's content type: the family and codec the request used. */
-static const char *grpc_content_type(const gw_request *g)
-{
-        return !g->web   ? "application/grpc"
-               : g->text ? "application/grpc-web-text+proto"
-                         : "application/grpc-web+proto";
-}
-
 /*
- * gRPC-Web's body: the message framed (when msg is not NULL), then the
- * trailer frame with grpc-status and grpc-message; in base64 for
- * grpc-web-text, each frame padded (the spec lets a client decode up to
- * any padding). 0, or -1 out of memory.
- */
-static int web_body(const gw_request *g, const uint8_t *msg, size_t len, const char *status,
-                    const char *text, uint8_t **out, size_t *out_len)
-{
-        uint8_t *frame = NULL, *trailers = NULL;
-        size_t frame_len = 0, trailers_len = 0;
-        gw_grpcweb_header h[2] = {{"grpc-status", 11, status, strlen(status)},
-                                  {"grpc-message", 12, text, text != NULL ? strlen(text) : 0}};
-        if ((msg != NULL &&
-             gw_grpc_frame(msg, len, GW_GRPC_IDENTITY, 0, &frame, &frame_len) != 0) ||
-            gw_grpcweb_trailers(h, text != NULL && text[0] != '\0' ? 2 : 1, &trailers,
-                                &trailers_len) != 0) {
-                free(frame);
-                return -1;
-        }
-        size_t total = frame_len + trailers_len;
-        size_t cap = g->text ? GW_GRPCWEB_TEXT_ENCODED_MAX(frame_len) +
-                                   GW_GRPCWEB_TEXT_ENCODED_MAX(trailers_len)
-                             : total;
-        uint8_t *body = malloc(cap > 0 ? cap : 1);
-        if (body == NULL) {
-                free(frame);
-                free(trailers);
-                return -1;
-        }
-        if (g->text) {
-                gw_grpcweb_text st = {0};
-                size_t n = 0;
-                if (frame_len > 0) {
-                        n = gw_grpcweb_text_encode(&st, frame, frame_len, true, (char *)body, cap);
-                }
-                n += gw_grpcweb_text_encode(&st, trailers, trailers_len, true, (char *)body + n,
-                                            cap - n);
-                total = n;
-        } else {
-                if (frame_len > 0) {
-                        memcpy(body, frame, frame_len);
-                }
-                memcpy(body + frame_len, trailers, trailers_len);
-        }
-        free(frame);
-        free(trailers);
-        *out = body;
-        *out_len = total;
-        return 0;
-}
-
-/*
- * A gRPC-family reply: msg (NULL for an error) and its status. gRPC:
+ * A framed reply (wire.h): msg (NULL for an error) and its status. gRPC:
  * the message framed and grpc-status in HTTP/2 trailers; an error is
  * Trailers-Only (HTTP 200, grpc-status and the percent-encoded
- * grpc-message in the one HEADERS frame, no body). gRPC-Web: both in the
- * body (web_body).
+ * grpc-message in the one HEADERS frame, no body). gRPC-Web and Connect
+ * streaming: both in the body, the status as its last frame.
  */
 static void grpc_finish(gw_request *g, const uint8_t *msg, size_t len, int code,
                         const char *message)
 {
-        char status[12], text[GW_GRPC_MESSAGE_MAX + 1] = "";
-        uint8_t *body = NULL;
-        size_t body_len = 0;
-        snprintf(status, sizeof(status), "%d", gw_grpc_status_of_code(code));
-        if (message != NULL && message[0] != '\0') {
-                gw_grpc_message_encode(message, strlen(message), text, sizeof(text));
-        }
+        uint8_t *frame = NULL, *end = NULL, *body = NULL;
+        size_t frame_len = 0, end_len = 0, body_len = 0;
         int rc = 0;
-        if (g->web) {
-                rc = web_body(g, msg, len, status, text, &body, &body_len);
-        } else if (msg != NULL) {
-                rc = gw_grpc_frame(msg, len, GW_GRPC_IDENTITY, 0, &body, &body_len);
+        if (msg != NULL) {
+                rc = gw_wire_frame(g->wire, msg, len, &frame, &frame_len);
+        }
+        if (rc == 0) {
+                rc = gw_wire_end(g->wire, code, message, &end, &end_len);
+        }
+        if (rc == 0 && (body = malloc(frame_len + end_len + 1)) == NULL) {
+                rc = -1;
         }
         if (rc != 0) {
-                body = NULL;
-                body_len = 0;
+                free(frame);
+                free(end);
+                frame = end = NULL;
+                frame_len = end_len = 0;
                 code = KS_RESOURCE_EXHAUSTED;
-                snprintf(status, sizeof(status), "%d", gw_grpc_status_of_code(code));
-                snprintf(text, sizeof(text), "out of memory");
-        }
-        if (g->req != NULL && (!g->web || rc != 0)) {
-                gw_req_add_trailer(g->req, "grpc-status", status);
-                if (text[0] != '\0') {
-                        gw_req_add_trailer(g->req, "grpc-message", text);
+                message = "out of memory";
+        } else {
+                if (frame_len > 0) {
+                        memcpy(body, frame, frame_len);
                 }
+                if (end_len > 0) {
+                        memcpy(body + frame_len, end, end_len);
+                }
+                body_len = frame_len + end_len;
         }
-        finish(g, 200, code, grpc_content_type(g), body, body_len);
+        if (g->req != NULL && (gw_wire_trailers(g->wire) || rc != 0)) {
+                gw_rpcstream_trailers(g->req, code, message);
+        }
+        finish(g, 200, code, gw_wire_content_type(g->wire), body, body_len);
+        free(frame);
+        free(end);
         free(body);
 }
 
@@ -540,7 +491,7 @@ static int grpc_message(gw_request *g, const uint8_t **data, size_t *len, grpc_i
         size_t used = 0;
         bool have = false;
         gw_grpc_msg msg = {0};
-        if (g->text) {
+        if (g->wire == GW_WIRE_GRPC_WEB_TEXT) {
                 gw_grpcweb_text st = {0};
                 size_t cap = GW_GRPCWEB_TEXT_DECODED_MAX(*len);
                 if ((in->decoded = malloc(cap)) == NULL) {
@@ -868,6 +819,35 @@ static int check_grpc(gw_request *g, int64_t *timeout_ms, bool *has_timeout)
         return 0;
 }
 
+/*
+ * The Connect protocol's streaming headers: Connect-Protocol-Version,
+ * Connect-Timeout-Ms, and Connect-Content-Encoding for the messages
+ * (identity or gzip, flagged per message as in gRPC).
+ */
+static int check_connect_stream(gw_request *g, int64_t *timeout_ms, bool *has_timeout)
+{
+        const gw_req *in = g->req;
+        g->codec = g->wire == GW_WIRE_CONNECT_JSON ? GW_CODEC_JSON : GW_CODEC_PROTO;
+        if (gw_grpc_encoding_parse(gw_req_header(in, "Connect-Content-Encoding"), &g->grpc_enc) !=
+            0) {
+                add_header(g, "Connect-Accept-Encoding", GW_GRPC_ACCEPT_ENCODING);
+                request_fail(g, 0, KS_UNIMPLEMENTED,
+                             "unsupported connect-content-encoding: use identity or gzip");
+                return -1;
+        }
+        if (!gw_connect_version_ok(gw_req_header(in, "Connect-Protocol-Version"))) {
+                request_fail(g, 0, KS_INVALID_ARGUMENT, "connect-protocol-version must be 1");
+                return -1;
+        }
+        if (gw_connect_timeout(gw_req_header(in, "Connect-Timeout-Ms"), timeout_ms, has_timeout) !=
+            0) {
+                request_fail(g, 0, KS_INVALID_ARGUMENT,
+                             "connect-timeout-ms must be 1 to 10 digits");
+                return -1;
+        }
+        return 0;
+}
+
 /* The request's headers: returns 0, or replies with the error and returns -1. */
 static int check_headers(gw_request *g)
 {
@@ -879,8 +859,9 @@ static int check_headers(gw_request *g)
         }
         int64_t timeout_ms = 0;
         bool has_timeout = false;
-        if ((g->grpc ? check_grpc(g, &timeout_ms, &has_timeout)
-                     : check_connect(g, &timeout_ms, &has_timeout)) != 0) {
+        if ((!g->grpc                   ? check_connect(g, &timeout_ms, &has_timeout)
+             : gw_wire_connect(g->wire) ? check_connect_stream(g, &timeout_ms, &has_timeout)
+                                        : check_grpc(g, &timeout_ms, &has_timeout)) != 0) {
                 return -1;
         }
         if (gw_req_header_count(in, "Authorization") > 1) {
@@ -1146,13 +1127,10 @@ static void intake_begin(gw_request *g)
  */
 static void grpc_kind(gw_request *g)
 {
-        gw_grpc_protocol p;
-        if (gw_grpc_protocol_parse(gw_req_header(g->req, "Content-Type"), &p) != 0) {
+        if (gw_wire_parse(gw_req_header(g->req, "Content-Type"), &g->wire) != 0) {
                 return;
         }
-        g->grpc = p != GW_GRPC || gw_req_http2(g->req);
-        g->web = p != GW_GRPC;
-        g->text = p == GW_GRPC_WEB_TEXT;
+        g->grpc = g->wire != GW_WIRE_GRPC || gw_req_http2(g->req);
 }
 
 /* grpc.reflection.v1 and v1alpha's one method (their messages are the same on the wire). */
@@ -1175,16 +1153,8 @@ bool gw_handler_wants_stream(const gw_req *r, void *arg)
 /* The end of a reflection stream: its status in the trailers, then g is done. */
 static void refl_end(gw_request *g, int code, const char *message)
 {
-        char status[12], text[GW_GRPC_MESSAGE_MAX + 1];
-        gw_req *r = g->req;
-        if (r != NULL) {
-                snprintf(status, sizeof(status), "%d", gw_grpc_status_of_code(code));
-                gw_req_add_trailer(r, "grpc-status", status);
-                if (message != NULL && message[0] != '\0') {
-                        gw_grpc_message_encode(message, strlen(message), text, sizeof(text));
-                        gw_req_add_trailer(r, "grpc-message", text);
-                }
-                gw_req_stream_close(r);
+        if (g->req != NULL) {
+                gw_rpcstream_end(g->req, GW_WIRE_GRPC, code, message);
                 g->req = NULL;
         }
         gw_route_observe(g->route, code, (double)(ks_mono_ns() - g->start_ns) / NS_PER_S);
@@ -1219,22 +1189,19 @@ static void refl_data(const uint8_t *data, size_t len, bool end, void *arg)
                 if (!have) {
                         continue;
                 }
-                uint8_t *out = NULL, *framed = NULL;
-                size_t out_len = 0, framed_len = 0;
+                uint8_t *out = NULL;
+                size_t out_len = 0;
                 rc = gw_reflection_answer(g->h->env->reflection, &rs->sent, msg.data, msg.len, &out,
                                           &out_len);
                 if (rc == KS_OK &&
-                    gw_grpc_frame(out, out_len, GW_GRPC_IDENTITY, 0, &framed, &framed_len) != 0) {
+                    gw_rpcstream_send_packed(g->req, GW_WIRE_GRPC, out, out_len) != 0) {
                         rc = KS_INTERNAL;
                 }
                 free(out);
                 if (rc != KS_OK) {
-                        free(framed);
                         refl_end(g, rc, rc == KS_INVALID_ARGUMENT ? "malformed request" : NULL);
                         return;
                 }
-                gw_req_stream_write(g->req, framed, framed_len);
-                free(framed);
         }
         if (end) {
                 if (!gw_grpc_reader_idle(rs->rd)) {
@@ -1268,41 +1235,84 @@ static void refl_begin(gw_request *g)
         }
         gw_req_on_cancel(g->req, refl_gone, g);
         gw_req_on_data(g->req, refl_data, g);
-        gw_req_stream_open(g->req, 200, GRPC_CONTENT_TYPE);
+        gw_rpcstream_open(g->req, GW_WIRE_GRPC);
+}
+
+/*
+ * The one request message of a method the gateway answers itself, out of
+ * its framed body, in the codec of the request (protobuf, or JSON for
+ * connect+json): *out is the caller's (protobuf_c_message_free_unpacked).
+ * 0, or -1 when answered.
+ */
+static int own_request(gw_request *g, const ProtobufCMessageDescriptor *desc,
+                       ProtobufCMessage **out)
+{
+        char err[JSON_ERR_MAX];
+        size_t len = 0;
+        const uint8_t *data = gw_req_body(g->req, &len);
+        grpc_in in = {0};
+        if (grpc_message(g, &data, &len, &in) != 0) {
+                grpc_in_free(&in);
+                return -1;
+        }
+        *out = NULL;
+        if (g->codec == GW_CODEC_JSON) {
+                if (ks_json_to_message(desc, (const char *)data, len, out, err, sizeof(err)) !=
+                    KS_OK) {
+                        grpc_in_free(&in);
+                        request_fail(g, 0, KS_INVALID_ARGUMENT, err);
+                        return -1;
+                }
+        } else {
+                *out = protobuf_c_message_unpack(desc, NULL, len, data);
+        }
+        grpc_in_free(&in);
+        if (*out == NULL) {
+                snprintf(err, sizeof(err), "malformed %s", desc->name);
+                request_fail(g, 0, KS_INVALID_ARGUMENT, err);
+                return -1;
+        }
+        return 0;
+}
+
+/* A stream the gateway answers from here on: what every reply carries, then g's end. */
+static void stream_handed_over(gw_request *g)
+{
+        g->req = NULL; /* the stream's owner's now */
+        gw_route_observe(g->route, KS_OK, (double)(ks_mono_ns() - g->start_ns) / NS_PER_S);
+        request_free(g);
+}
+
+/* Before a stream opens: the headers every reply of the gateway carries. */
+static void stream_headers(gw_request *g)
+{
+        cors_headers(g->req, &g->h->env->cfg->cors);
+        gw_req_add_header(g->req, "X-Request-Id", g->request_id);
 }
 
 /*
  * EventService/Subscribe, once the caller is resolved and within its rate
  * limit: billing.read (its topics are billing's), the request's topics and
- * cursor checked, then the stream is the hub's (hub.h).
+ * cursor checked, then the stream is the hub's (hub.h), on the wire the
+ * client spoke.
  */
 static void subscribe_local(gw_request *g)
 {
         char why[160];
         const char *msg = NULL;
-        if (g->h->env->hub == NULL || g->web || !gw_req_http2(g->req)) {
-                request_fail(g, 0, KS_UNIMPLEMENTED,
-                             "EventService/Subscribe is served over gRPC on HTTP/2");
+        if (g->h->env->hub == NULL) {
+                request_fail(g, 0, KS_UNIMPLEMENTED, "the event stream is turned off");
                 return;
         }
         if (ks_role_admits(g->ctx.role, KS_PERM_BILLING_READ, why, sizeof(why)) != KS_OK) {
                 request_fail(g, 0, KS_PERMISSION_DENIED, why);
                 return;
         }
-        size_t len = 0;
-        const uint8_t *data = gw_req_body(g->req, &len);
-        grpc_in in = {0};
-        if (grpc_message(g, &data, &len, &in) != 0) {
-                grpc_in_free(&in);
+        ProtobufCMessage *m = NULL;
+        if (own_request(g, &keelson__events__v1__subscribe_request__descriptor, &m) != 0) {
                 return;
         }
-        Keelson__Events__V1__SubscribeRequest *r =
-            keelson__events__v1__subscribe_request__unpack(NULL, len, data);
-        grpc_in_free(&in);
-        if (r == NULL) {
-                request_fail(g, 0, KS_INVALID_ARGUMENT, "malformed SubscribeRequest");
-                return;
-        }
+        Keelson__Events__V1__SubscribeRequest *r = (Keelson__Events__V1__SubscribeRequest *)m;
         int rc = KS_OK;
         if (r->n_topics > GW_HUB_TOPICS_MAX) {
                 snprintf(why, sizeof(why), "topics: at most %d", GW_HUB_TOPICS_MAX);
@@ -1318,27 +1328,49 @@ static void subscribe_local(gw_request *g)
                 }
         }
         if (rc == KS_OK) {
-                rc = gw_hub_subscribe(g->h->env->hub, g->req, g->ctx.tenant_id,
+                stream_headers(g);
+                rc = gw_hub_subscribe(g->h->env->hub, g->req, g->wire, g->ctx.tenant_id,
                                       (const char *const *)r->topics, r->n_topics, r->cursor, &msg);
         }
-        keelson__events__v1__subscribe_request__free_unpacked(r, NULL);
+        protobuf_c_message_free_unpacked(m, NULL);
         if (rc != KS_OK) {
                 request_fail(g, 0, rc, msg);
                 return;
         }
-        g->req = NULL; /* the hub's now */
-        gw_route_observe(g->route, KS_OK, (double)(ks_mono_ns() - g->start_ns) / NS_PER_S);
-        request_free(g);
+        stream_handed_over(g);
+}
+
+/* grpc.health.v1.Health/Watch: a stream of the status asked for (watch.c). */
+static void watch_begin(gw_request *g)
+{
+        if (g->h->env->watches == NULL) {
+                request_fail(g, 0, KS_UNIMPLEMENTED, "Health/Watch is turned off");
+                return;
+        }
+        ProtobufCMessage *m = NULL;
+        if (own_request(g, &grpc__health__v1__health_check_request__descriptor, &m) != 0) {
+                return;
+        }
+        stream_headers(g);
+        int rc = gw_watch(g->h->env->watches, g->req, g->wire,
+                          ((Grpc__Health__V1__HealthCheckRequest *)m)->service);
+        protobuf_c_message_free_unpacked(m, NULL);
+        if (rc != KS_OK) {
+                request_fail(g, 0, rc, "cannot watch");
+                return;
+        }
+        stream_handed_over(g);
 }
 
 /*
  * The gRPC services the gateway answers itself (grpc.h): Health/Check,
  * and Watch (a stream, watch.c), public and unlimited, as probes call them;
- * reflection, a stream.
+ * reflection, a stream; and the event subscription, a stream for a caller
+ * resolved and limited as for any method.
  */
 static void own_call(gw_request *g, const char *method)
 {
-        if (strcmp(method, "keelson.events.v1.EventService/Subscribe") == 0) {
+        if (strcmp(method, SUBSCRIBE_METHOD) == 0) {
                 g->local = subscribe_local;
                 rpc_begin(g); /* the caller first, as for any method */
                 return;
@@ -1350,13 +1382,12 @@ static void own_call(gw_request *g, const char *method)
                 refl_begin(g);
                 return;
         }
-        bool watch = strcmp(method, "grpc.health.v1.Health/Watch") == 0;
-        if (!watch && strcmp(method, "grpc.health.v1.Health/Check") != 0) {
-                request_fail(g, 0, KS_UNIMPLEMENTED, "unknown method");
+        if (strcmp(method, WATCH_METHOD) == 0) {
+                watch_begin(g);
                 return;
         }
-        if (watch && (g->web || !gw_req_http2(g->req) || g->h->env->watches == NULL)) {
-                request_fail(g, 0, KS_UNIMPLEMENTED, "Health/Watch is served over gRPC on HTTP/2");
+        if (strcmp(method, "grpc.health.v1.Health/Check") != 0) {
+                request_fail(g, 0, KS_UNIMPLEMENTED, "unknown method");
                 return;
         }
         size_t len = 0;
@@ -1364,18 +1395,6 @@ static void own_call(gw_request *g, const char *method)
         grpc_in in = {0};
         if (grpc_message(g, &data, &len, &in) != 0) {
                 grpc_in_free(&in);
-                return;
-        }
-        if (watch) {
-                int wrc = gw_watch(g->h->env->watches, g->req, data, len);
-                grpc_in_free(&in);
-                if (wrc != KS_OK) {
-                        request_fail(g, 0, wrc, "cannot watch");
-                        return;
-                }
-                g->req = NULL; /* the watches' now */
-                gw_route_observe(g->route, KS_OK, (double)(ks_mono_ns() - g->start_ns) / NS_PER_S);
-                request_free(g);
                 return;
         }
         uint8_t *out = NULL;
@@ -1444,6 +1463,15 @@ void gw_handler_serve(gw_handler *h, gw_req *req, const char *path, const char *
                 return;
         }
         grpc_kind(g);
+        if (g->grpc && gw_wire_connect(g->wire) && strcmp(path, "/" SUBSCRIBE_METHOD) != 0 &&
+            strcmp(path, "/" WATCH_METHOD) != 0) {
+                /* The Connect protocol's unary calls are application/proto and /json. */
+                g->grpc = false;
+                request_fail(g, 415, KS_UNIMPLEMENTED,
+                             "application/connect+proto and +json are for streaming methods: "
+                             "call a unary method with application/proto or application/json");
+                return;
+        }
         if (g->grpc && path[0] == '/' && gw_grpc_own_method(path + 1)) {
                 own_call(g, path + 1);
                 return;

@@ -17,6 +17,7 @@
 #include "ks_log.h"
 #include "ks_metrics.h"
 #include "ks_topology.h"
+#include "rpcstream.h"
 
 #define QUEUE_MAX     4096 /* events waiting for the loop; more are dropped (counted) */
 #define POLL_MS       250
@@ -24,6 +25,9 @@
 #define TICK_MS_MAX   1000
 #define TENANT_MAX    64
 #define CURSOR_FORMAT "v1.%016" PRIx64 ".%" PRIu64 ".%" PRId64
+/* SubscribeResponse.event: field 1, length-delimited; the tag and a varint length at most. */
+#define EVENT_FIELD_TAG 0x0a
+#define EVENT_HEAD_MAX  11
 
 /* The topics one may subscribe to: billing's topics.def, as the webhook service has them. */
 static const char *const topics_all[] = {
@@ -63,6 +67,7 @@ typedef struct sub {
         struct sub *prev, *next;
         gw_hub *hub;
         gw_req *req;
+        gw_wire wire; /* the protocol its client speaks */
         char tenant[TENANT_MAX + 1];
         bool topics[TOPICS_N]; /* which it asked for */
         uint64_t last_seq;     /* of the last event sent */
@@ -161,15 +166,7 @@ static void sub_free(sub *s)
 /* Ends a stream with a status (its trailers), then frees it. */
 static void sub_end(sub *s, int code, const char *message)
 {
-        char status[12], text[GW_GRPC_MESSAGE_MAX + 1];
-        snprintf(status, sizeof(status), "%d", gw_grpc_status_of_code(code));
-        gw_req_on_cancel(s->req, NULL, NULL);
-        gw_req_add_trailer(s->req, "grpc-status", status);
-        if (message != NULL) {
-                gw_grpc_message_encode(message, strlen(message), text, sizeof(text));
-                gw_req_add_trailer(s->req, "grpc-message", text);
-        }
-        gw_req_stream_close(s->req);
+        gw_rpcstream_end(s->req, s->wire, code, message);
         sub_free(s);
 }
 
@@ -182,6 +179,11 @@ static void sub_gone(void *arg)
 /*
  * One SubscribeResponse to a stream: ev (packed, or NULL for a heartbeat or
  * a gap notice). False when the stream was ended (too far behind).
+ *
+ * In protobuf the event goes as it was kept: field 1's tag and length, its
+ * bytes, then the other fields packed (fields may come in any order), so
+ * an event is not unpacked and packed again for every stream. In JSON it
+ * is unpacked to be written out.
  */
 static bool sub_send(sub *s, const uint8_t *ev, size_t ev_len, uint64_t seq, int64_t at_ms,
                      bool gap)
@@ -189,25 +191,38 @@ static bool sub_send(sub *s, const uint8_t *ev, size_t ev_len, uint64_t seq, int
         gw_hub *h = s->hub;
         char cursor[GW_HUB_CURSOR_MAX];
         Keelson__Events__V1__SubscribeResponse r = KEELSON__EVENTS__V1__SUBSCRIBE_RESPONSE__INIT;
-        Keelson__Events__V1__Event *unpacked = NULL;
-        if (ev != NULL &&
-            (unpacked = keelson__events__v1__event__unpack(NULL, ev_len, ev)) == NULL) {
-                return true; /* cannot happen: it was packed here */
-        }
         cursor_of(h, seq, at_ms, cursor);
-        r.event = unpacked;
         r.cursor = cursor;
         r.heartbeat = ev == NULL && !gap;
         r.gap = gap;
-        size_t len = keelson__events__v1__subscribe_response__get_packed_size(&r);
-        uint8_t *buf = malloc(len + GW_GRPC_PREFIX_BYTES);
-        if (buf != NULL && gw_grpc_prefix(buf, false, len) == 0) {
-                keelson__events__v1__subscribe_response__pack(&r, buf + GW_GRPC_PREFIX_BYTES);
-                gw_req_stream_write(s->req, buf, len + GW_GRPC_PREFIX_BYTES);
-        }
-        free(buf);
-        if (unpacked != NULL) {
-                keelson__events__v1__event__free_unpacked(unpacked, NULL);
+        if (s->wire == GW_WIRE_CONNECT_JSON) {
+                Keelson__Events__V1__Event *unpacked = NULL;
+                if (ev != NULL &&
+                    (unpacked = keelson__events__v1__event__unpack(NULL, ev_len, ev)) == NULL) {
+                        return true; /* cannot happen: it was packed here */
+                }
+                r.event = unpacked;
+                (void)gw_rpcstream_send(s->req, s->wire, &r.base); /* out of memory: skipped */
+                if (unpacked != NULL) {
+                        keelson__events__v1__event__free_unpacked(unpacked, NULL);
+                }
+        } else {
+                size_t rest = keelson__events__v1__subscribe_response__get_packed_size(&r);
+                uint8_t *buf = malloc(EVENT_HEAD_MAX + (ev != NULL ? ev_len : 0) + rest + 1);
+                if (buf != NULL) {
+                        size_t n = 0;
+                        if (ev != NULL) {
+                                buf[n++] = EVENT_FIELD_TAG;
+                                for (uint64_t v = ev_len; n == 1 || v > 0; v >>= 7) {
+                                        buf[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+                                }
+                                memcpy(buf + n, ev, ev_len);
+                                n += ev_len;
+                        }
+                        n += keelson__events__v1__subscribe_response__pack(&r, buf + n);
+                        (void)gw_rpcstream_send_packed(s->req, s->wire, buf, n);
+                }
+                free(buf);
         }
         s->sent_ms = ks_mono_ms();
         if (ev != NULL) {
@@ -370,8 +385,8 @@ static bool replay(sub *s, uint64_t epoch, uint64_t seq, int64_t at_ms)
         return true;
 }
 
-int gw_hub_subscribe(gw_hub *h, gw_req *req, const char *tenant_id, const char *const *topics,
-                     size_t n, const char *cursor, const char **msg)
+int gw_hub_subscribe(gw_hub *h, gw_req *req, gw_wire wire, const char *tenant_id,
+                     const char *const *topics, size_t n, const char *cursor, const char **msg)
 {
         uint64_t epoch = 0, seq = 0;
         int64_t at_ms = 0;
@@ -399,6 +414,7 @@ int gw_hub_subscribe(gw_hub *h, gw_req *req, const char *tenant_id, const char *
         }
         s->hub = h;
         s->req = req;
+        s->wire = wire;
         snprintf(s->tenant, sizeof(s->tenant), "%s", tenant_id);
         for (size_t i = 0; i < TOPICS_N; i++) {
                 s->topics[i] = n == 0;
@@ -417,7 +433,7 @@ int gw_hub_subscribe(gw_hub *h, gw_req *req, const char *tenant_id, const char *
         h->n_subs++;
         ks_gauge_add(h->streams, 1);
         gw_req_on_cancel(req, sub_gone, s);
-        gw_req_stream_open(req, 200, "application/grpc");
+        gw_rpcstream_open(req, wire);
         /* Now, as a cursor: a client that stops before any event resumes from here. */
         s->last_seq = h->seq;
         s->last_at_ms = ks_now_ms();

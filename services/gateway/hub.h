@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "front.h"
+#include "wire.h"
 
 #define GW_HUB_TOPICS_MAX 32
 #define GW_HUB_CURSOR_MAX 64
@@ -55,14 +56,14 @@ void gw_hub_drain(gw_hub *h);
 bool gw_hub_topic_ok(const char *topic);
 
 /*
- * Takes req's reply (an HTTP/2 gRPC request): the stream opens, with a
+ * Takes req's reply, written on wire (rpcstream.h): the stream opens, with a
  * heartbeat carrying the cursor of now, then what a cursor asks to be sent
  * again, then events as they come. topics: n of them (0: every topic).
  * Returns KS_OK (req is the hub's), or a code with *msg and nothing done:
  * KS_INVALID_ARGUMENT (a malformed cursor), KS_RESOURCE_EXHAUSTED (too many
  * streams), KS_UNAVAILABLE (draining).
  */
-int gw_hub_subscribe(gw_hub *h, gw_req *req, const char *tenant_id, const char *const *topics,
-                     size_t n, const char *cursor, const char **msg);
+int gw_hub_subscribe(gw_hub *h, gw_req *req, gw_wire wire, const char *tenant_id,
+                     const char *const *topics, size_t n, const char *cursor, const char **msg);
 
 #endif

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grpc.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "ks_code.h"
+#include "rpcstream.h"
 #include "watch.h"
 
 #define NAME_MAX_LEN 256
@@ -15,6 +15,7 @@ typedef struct watcher {
         struct watcher *prev, *next;
         gw_watches *w;
         gw_req *req;
+        gw_wire wire;
         char service[NAME_MAX_LEN];
         gw_serving last;
 } watcher;
@@ -60,14 +61,8 @@ static gw_serving status_of(const gw_watches *w, const char *service)
 static void send_status(watcher *x, gw_serving st)
 {
         Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-        uint8_t buf[GW_GRPC_PREFIX_BYTES + 16];
         r.status = (Grpc__Health__V1__HealthCheckResponse__ServingStatus)st;
-        size_t len = grpc__health__v1__health_check_response__get_packed_size(&r);
-        if (len > sizeof(buf) - GW_GRPC_PREFIX_BYTES || gw_grpc_prefix(buf, false, len) != 0) {
-                return;
-        }
-        grpc__health__v1__health_check_response__pack(&r, buf + GW_GRPC_PREFIX_BYTES);
-        gw_req_stream_write(x->req, buf, GW_GRPC_PREFIX_BYTES + len);
+        (void)gw_rpcstream_send(x->req, x->wire, &r.base); /* out of memory: the next change */
         x->last = st;
 }
 
@@ -84,7 +79,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         }
 }
 
-int gw_watch(gw_watches *w, gw_req *req, const uint8_t *msg, size_t len)
+int gw_watch(gw_watches *w, gw_req *req, gw_wire wire, const char *service)
 {
         if (w->draining) {
                 return KS_UNAVAILABLE;
@@ -92,20 +87,14 @@ int gw_watch(gw_watches *w, gw_req *req, const uint8_t *msg, size_t len)
         if (w->n >= GW_WATCHES_MAX) {
                 return KS_RESOURCE_EXHAUSTED;
         }
-        Grpc__Health__V1__HealthCheckRequest *q =
-            grpc__health__v1__health_check_request__unpack(NULL, len, msg);
-        if (q == NULL) {
-                return KS_INVALID_ARGUMENT;
-        }
         watcher *x = calloc(1, sizeof(*x));
         if (x == NULL) {
-                grpc__health__v1__health_check_request__free_unpacked(q, NULL);
                 return KS_RESOURCE_EXHAUSTED;
         }
-        snprintf(x->service, sizeof(x->service), "%s", q->service != NULL ? q->service : "");
-        grpc__health__v1__health_check_request__free_unpacked(q, NULL);
+        snprintf(x->service, sizeof(x->service), "%s", service != NULL ? service : "");
         x->w = w;
         x->req = req;
+        x->wire = wire;
         x->next = w->head;
         if (w->head != NULL) {
                 w->head->prev = x;
@@ -113,7 +102,7 @@ int gw_watch(gw_watches *w, gw_req *req, const uint8_t *msg, size_t len)
         w->head = x;
         w->n++;
         gw_req_on_cancel(req, gone, x);
-        gw_req_stream_open(req, 200, "application/grpc");
+        gw_rpcstream_open(req, wire);
         send_status(x, status_of(w, x->service));
         return KS_OK;
 }
@@ -126,17 +115,10 @@ void gw_watches_drain(gw_watches *w)
         w->draining = true;
         while (w->head != NULL) {
                 watcher *x = w->head;
-                char status[12], text[GW_GRPC_MESSAGE_MAX + 1];
-                static const char why[] = "the gateway is stopping";
                 if (x->last != GW_SERVICE_UNKNOWN) {
                         send_status(x, GW_NOT_SERVING);
                 }
-                snprintf(status, sizeof(status), "%d", gw_grpc_status_of_code(KS_UNAVAILABLE));
-                gw_grpc_message_encode(why, sizeof(why) - 1, text, sizeof(text));
-                gw_req_on_cancel(x->req, NULL, NULL);
-                gw_req_add_trailer(x->req, "grpc-status", status);
-                gw_req_add_trailer(x->req, "grpc-message", text);
-                gw_req_stream_close(x->req);
+                gw_rpcstream_end(x->req, x->wire, KS_UNAVAILABLE, "the gateway is stopping");
                 unlink_free(x);
         }
 }

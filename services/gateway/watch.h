@@ -14,6 +14,7 @@
 
 #include "front.h"
 #include "health.h"
+#include "wire.h"
 
 #define GW_WATCH_TICK_MS 1000
 #define GW_WATCHES_MAX   1000 /* open on one gateway; more are refused */
@@ -26,10 +27,11 @@ void gw_watches_free(gw_watches *w);
 /* Tells every watcher NOT_SERVING and ends its stream UNAVAILABLE. */
 void gw_watches_drain(gw_watches *w);
 /*
- * Takes req (gRPC on HTTP/2) whose HealthCheckRequest is msg: KS_OK (req is
- * the watches' now), or KS_INVALID_ARGUMENT (msg does not parse),
- * KS_RESOURCE_EXHAUSTED (too many), KS_UNAVAILABLE (stopping), nothing done.
+ * Takes req, whose HealthCheckRequest asked for service ("" the gateway
+ * itself), its reply written on wire (rpcstream.h): KS_OK (req is the
+ * watches' now), or KS_RESOURCE_EXHAUSTED (too many), KS_UNAVAILABLE
+ * (stopping), nothing done.
  */
-int gw_watch(gw_watches *w, gw_req *req, const uint8_t *msg, size_t len);
+int gw_watch(gw_watches *w, gw_req *req, gw_wire wire, const char *service);
 
 #endif

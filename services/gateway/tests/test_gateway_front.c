@@ -72,6 +72,20 @@ static void on_request(gw_req *r, void *arg)
                 gw_req_on_cancel(r, on_cancel, NULL);
                 return;
         }
+        if (strncmp(gw_req_path(r), "/stream", 7) == 0) {
+                /* A streamed reply: two pieces, then the end (or an abort). */
+                gw_req_add_header(r, "X-Test", "1");
+                gw_req_stream_open(r, 200, "application/connect+proto");
+                gw_req_stream_write(r, "hello", 5);
+                gw_req_stream_write(r, "", 0);
+                gw_req_stream_write(r, "world!", 6);
+                if (strcmp(gw_req_path(r), "/stream-abort") == 0) {
+                        gw_req_stream_abort(r);
+                } else {
+                        gw_req_stream_close(r);
+                }
+                return;
+        }
         size_t len = 0;
         gw_req_body(r, &len);
         char body[256];
@@ -177,6 +191,54 @@ static void test_valid_requests_keep_the_connection(void **state)
         assert_int_equal(raw_status(&r), 200);
         assert_non_null(strstr(r.text, "POST /b body=5"));
         assert_false(r.closed);
+        close(fd);
+}
+
+/* A reply written as it is made: chunks on HTTP/1.1, and the connection serves on. */
+static void test_streamed_reply(void **state)
+{
+        (void)state;
+        int fd = dial();
+        assert_true(fd >= 0);
+        const char *req = "POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi";
+        raw_reply r;
+        raw_send(fd, req, strlen(req));
+        raw_read(fd, 0, &r);
+        assert_int_equal(raw_status(&r), 200);
+        assert_non_null(strstr(r.text, "Content-Type: application/connect+proto\r\n"));
+        assert_non_null(strstr(r.text, "Transfer-Encoding: chunked\r\n"));
+        assert_non_null(strstr(r.text, "X-Test: 1\r\n"));
+        assert_null(strstr(r.text, "Content-Length"));
+        const char *body = strstr(r.text, "\r\n\r\n");
+        assert_non_null(body);
+        assert_string_equal(body + 4, "5\r\nhello\r\n6\r\nworld!\r\n0\r\n\r\n");
+        assert_false(r.closed);
+        const char *get = "GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
+        raw_send(fd, get, strlen(get));
+        raw_read(fd, 1, &r);
+        assert_int_equal(raw_status(&r), 200);
+        assert_non_null(strstr(r.text, "GET /a body=0"));
+        close(fd);
+
+        /* HTTP/1.0 has no chunks: the end of the reply is the end of the connection. */
+        req = "POST /stream HTTP/1.0\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n";
+        raw_exchange(fx.port, req, 1, &r);
+        assert_int_equal(raw_status(&r), 200);
+        assert_null(strstr(r.text, "Transfer-Encoding"));
+        assert_non_null(strstr(r.text, "Connection: close\r\n"));
+        body = strstr(r.text, "\r\n\r\n");
+        assert_non_null(body);
+        assert_string_equal(body + 4, "helloworld!");
+        assert_true(r.closed);
+
+        /* An aborted stream: what was not sent is dropped, and the connection closed. */
+        fd = dial();
+        assert_true(fd >= 0);
+        req = "POST /stream-abort HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+        raw_send(fd, req, strlen(req));
+        raw_read(fd, 0, &r);
+        assert_true(r.closed);
+        assert_null(strstr(r.text, "0\r\n\r\n"));
         close(fd);
 }
 
@@ -542,6 +604,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_valid_requests_keep_the_connection, setup,
                                             teardown),
             cmocka_unit_test_setup_teardown(test_chunked_body_and_pipelining, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_streamed_reply, setup, teardown),
             cmocka_unit_test_setup_teardown(test_framing_errors_answer_and_close, setup, teardown),
             cmocka_unit_test_setup_teardown(test_head_limit, setup, teardown),
             cmocka_unit_test_setup_teardown(test_expect_continue_and_head, setup, teardown),
