@@ -10,7 +10,9 @@
 // embeds, written by protoc at build time: $KEELSON_DESCRIPTOR_SET) through
 // @bufbuild/protobuf's registry: no generated code. For every transport:
 // WhoAmI with the session answers the same user, and a call without one is
-// refused `unauthenticated` with the gateway's message. Then CORS on a
+// refused `unauthenticated` with the gateway's message; EventService/Subscribe
+// (a server stream) delivers the event of a write made while it is open, and
+// Health/Watch answers at once. Then CORS on a
 // gateway of the test's own: a preflight from an allowed origin, and one
 // from another.
 //
@@ -30,7 +32,7 @@ import {
   createGrpcWebTransport,
 } from '@connectrpc/connect-node';
 
-import { check, stackEnv, summary } from './support.mjs';
+import { check, stackEnv, summary, waitFor } from './support.mjs';
 
 const CALL_TIMEOUT_MS = 10000;
 const PASSWORD = 'correct horse battery staple';
@@ -96,6 +98,149 @@ for (const [name, transport] of Object.entries(transports)) {
     }
   });
 }
+
+// EventService/Subscribe, a server stream, on every transport: the first
+// message a heartbeat with a cursor; then the event of a write made while
+// the stream is open, and none of another tenant's; refused without a
+// session and for a topic one may not subscribe to. One transport also
+// resumes from a cursor.
+const EventService = registry.getService('keelson.events.v1.EventService');
+const BillingService = registry.getService('keelson.billing.v1.BillingService');
+const SubscriptionChanged = registry.getMessage('keelson.billing.v1.SubscriptionChanged');
+const Health = registry.getService('grpc.health.v1.Health');
+assert.ok(EventService && BillingService && SubscriptionChanged && Health, 'services in the descriptor set');
+
+// A stream read into got.messages until it ends (got.error) or is aborted.
+function subscribe(transport, request, headers = {}) {
+  const events = createClient(EventService, transport);
+  const ctl = new AbortController();
+  const got = { messages: [], error: null, ended: false, abort: () => ctl.abort() };
+  (async () => {
+    try {
+      for await (const m of events.subscribe(request, { headers, signal: ctl.signal })) {
+        got.messages.push(m);
+      }
+    } catch (err) {
+      got.error = ConnectError.from(err);
+    }
+    got.ended = true;
+  })();
+  return got;
+}
+
+const eventsOf = (got) => got.messages.filter((m) => m.event);
+const bearerHeader = () => ({ authorization: `Bearer ${token}` });
+
+let customerId;
+let planId;
+await check('billing: a plan and a customer to subscribe during the streams', async () => {
+  const billing = createClient(BillingService, transports['Connect JSON, HTTP/1.1']);
+  const opts = { headers: bearerHeader(), timeoutMs: CALL_TIMEOUT_MS };
+  planId = (
+    await billing.createPlan(
+      {
+        code: `stream-${randomBytes(4).toString('hex')}`,
+        name: 'Streams',
+        currency: 'EUR',
+        intervalUnit: 3, // INTERVAL_UNIT_MONTH
+        price: { model: 1, amount: 1000n }, // PRICE_MODEL_FLAT
+      },
+      opts,
+    )
+  ).plan.id;
+  customerId = (
+    await billing.createCustomer(
+      { email: 'streams@example.test', name: 'Streams', currency: 'EUR', defaultPaymentMethod: 'pm_card_visa' },
+      opts,
+    )
+  ).customer.id;
+});
+
+const otherEmail = `connect-other-${randomBytes(6).toString('hex')}@example.test`;
+let otherToken;
+await check('another tenant, to subscribe beside us', async () => {
+  const auth = createClient(AuthService, transports['Connect JSON, HTTP/1.1']);
+  await auth.signUp({ email: otherEmail, password: PASSWORD, tenantName: 'Other' }, { timeoutMs: CALL_TIMEOUT_MS });
+  otherToken = (await auth.login({ email: otherEmail, password: PASSWORD }, { timeoutMs: CALL_TIMEOUT_MS })).sessionToken;
+});
+
+let firstEvents;
+for (const [name, transport] of Object.entries(transports)) {
+  await check(`${name}: EventService/Subscribe streams the event of a write made during it, and no other tenant's`, async () => {
+    const topics = { topics: ['billing.subscription_changed'] };
+    const mine = subscribe(transport, topics, bearerHeader());
+    const theirs = subscribe(transport, topics, { authorization: `Bearer ${otherToken}` });
+    await waitFor('the first heartbeats', CALL_TIMEOUT_MS, () => (mine.messages.length > 0 && theirs.messages.length > 0) || mine.error || theirs.error);
+    assert.equal(mine.error, null, mine.error && `${Code[mine.error.code]}: ${mine.error.rawMessage}`);
+    assert.equal(mine.messages[0].heartbeat, true);
+    assert.match(mine.messages[0].cursor, /^v1\./);
+    const billing = createClient(BillingService, transports['Connect JSON, HTTP/1.1']);
+    const sub = await billing.createSubscription({ customerId, planId }, { headers: bearerHeader(), timeoutMs: CALL_TIMEOUT_MS });
+    const subId = sub.subscription.id;
+    const ofIt = () =>
+      eventsOf(mine).filter((m) => fromBinary(SubscriptionChanged, m.event.payload).subscriptionId === subId);
+    await waitFor(`the subscription_changed of ${subId}`, CALL_TIMEOUT_MS, () => ofIt().length > 0 || mine.ended);
+    assert.ok(ofIt().length > 0, `no event; the stream ended: ${mine.error && mine.error.rawMessage}`);
+    const ev = ofIt()[0].event;
+    assert.equal(ev.topic, 'billing.subscription_changed');
+    assert.match(ev.eventId, /^[0-9a-f-]{36}$/);
+    assert.equal(mine.ended, false, 'the stream stays open');
+    assert.equal(eventsOf(theirs).length, 0, 'another tenant sees none of them');
+    firstEvents ??= { transport, events: eventsOf(mine) };
+    mine.abort();
+    theirs.abort();
+
+    const anon = subscribe(transport, topics);
+    await waitFor('UNAUTHENTICATED', CALL_TIMEOUT_MS, () => anon.ended);
+    assert.equal(anon.error?.code, Code.Unauthenticated);
+    assert.equal(anon.error.rawMessage, 'missing bearer token');
+    const bad = subscribe(transport, { topics: ['auth.email'] }, bearerHeader());
+    await waitFor('INVALID_ARGUMENT', CALL_TIMEOUT_MS, () => bad.ended);
+    assert.equal(bad.error?.code, Code.InvalidArgument);
+    assert.match(bad.error.rawMessage, /auth\.email is not a topic/);
+  });
+}
+
+await check('EventService/Subscribe resumed from a cursor: what followed it comes again', async () => {
+  // A second write, so that the first event has one after it.
+  const billing = createClient(BillingService, transports['Connect JSON, HTTP/1.1']);
+  const mine = subscribe(firstEvents.transport, { topics: ['billing.subscription_changed'] }, bearerHeader());
+  await waitFor('the first heartbeat', CALL_TIMEOUT_MS, () => mine.messages.length > 0);
+  await billing.createSubscription({ customerId, planId }, { headers: bearerHeader(), timeoutMs: CALL_TIMEOUT_MS });
+  await waitFor('the second event', CALL_TIMEOUT_MS, () => eventsOf(mine).length > 0);
+  mine.abort();
+  const first = firstEvents.events[0];
+  const resumed = subscribe(transports['Connect binary, HTTP/1.1'], { cursor: first.cursor, topics: ['billing.subscription_changed'] }, bearerHeader());
+  await waitFor('the events after the cursor', CALL_TIMEOUT_MS, () =>
+    eventsOf(resumed).some((m) => m.event.eventId === eventsOf(mine)[0].event.eventId),
+  );
+  const ids = eventsOf(resumed).map((m) => m.event.eventId);
+  assert.ok(!ids.includes(first.event.eventId), 'the event of the cursor is not sent again');
+  assert.ok(!resumed.messages.some((m) => m.gap), 'a resume on the same gateway has no gap');
+  resumed.abort();
+});
+
+for (const name of ['Connect binary, HTTP/1.1', 'Connect JSON, HTTP/2', 'gRPC-Web, HTTP/1.1']) {
+  await check(`${name}: grpc.health.v1.Health/Watch, the gateway SERVING at once`, async () => {
+    const health = createClient(Health, transports[name]);
+    const ctl = new AbortController();
+    for await (const m of health.watch({ service: '' }, { signal: ctl.signal })) {
+      assert.equal(m.status, 1); // SERVING
+      ctl.abort();
+      break;
+    }
+  });
+}
+
+await check('a unary method with application/connect+json: 415, and a Connect error', async () => {
+  const res = await fetch(`${baseUrl}/keelson.auth.v1.AuthService/WhoAmI`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/connect+json', authorization: `Bearer ${token}` },
+    body: Buffer.concat([Buffer.from([0, 0, 0, 0, 2]), Buffer.from('{}')]),
+  });
+  assert.equal(res.status, 415);
+  assert.equal((await res.json()).code, 'unimplemented');
+});
 
 // grpc-web-text: what the grpc-web browser library sends by default.
 async function webText(method, message, headers = {}) {
