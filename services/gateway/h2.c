@@ -36,7 +36,6 @@
 
 #define SETTINGS_PAYLOAD_MAX 1024 /* HTTP2-Settings, decoded: 6 bytes a setting */
 #define REPLY_FIELDS_MAX     64   /* fields of one reply, pseudo-header and front's own included */
-#define GW_H2_PATH_MAX       512  /* a stream's path, as the front's callback may read it early */
 
 struct gw_h2_stream {
         gw_req *req;
@@ -492,14 +491,9 @@ static void headers_done(gw_h2 *h, gw_h2_stream *st)
             r->h.target == NULL) {
                 return;
         }
-        /* The path is cut in place: a copy keeps the target whole for the unary path. */
-        char path[GW_H2_PATH_MAX];
-        snprintf(path, sizeof(path), "%s", r->h.target);
-        path[strcspn(path, "?#")] = '\0';
-        r->path = path;
-        bool wanted = f->wants_stream(r, f->stream_arg);
-        r->path = NULL;
-        if (!wanted || (r->path = front_target_path((char *)r->h.target)) == NULL) {
+        /* The path is cut in place once: complete() finds the target cut already. */
+        if ((r->path = front_target_path((char *)r->h.target)) == NULL ||
+            !f->wants_stream(r, f->stream_arg)) {
                 return;
         }
         r->is_head = strcmp(r->h.method, "HEAD") == 0;
