@@ -28,16 +28,21 @@
  *   a message longer than its prefix, two messages, the compressed flag on
  *   identity, an unknown grpc-encoding, a deadline already past, a malformed
  *   grpc-timeout) with their statuses;
- * - a client that opens every window, asks for megabytes and never reads
- *   its socket: closed once writing has stalled for
- *   KEELSON_GATEWAY_IO_TIMEOUT_S (2 s on the test's own gateway);
+ * - clients that give no window or do not read, on a gateway with
+ *   KEELSON_GATEWAY_IO_TIMEOUT_S of 2 s: a reply stalled at a window of 0,
+ *   and a reflection stream asked for 100 MiB at a window of 0, each ended
+ *   within the write bound without the gateway holding the answers; a
+ *   client that opens every window and never reads its socket, closed once
+ *   writing has stalled for the bound;
  * - slow clients: the preface a byte at a time (closed at the idle limit),
  *   a HEADERS frame or a gRPC message a byte at a time (reset, CANCEL, at
  *   the request deadline), connections that send nothing (closed; GOAWAY
- *   NO_ERROR after a preface).
+ *   NO_ERROR after a preface), a frame that opens no stream trickled within
+ *   the idle limit (closed all the same).
  * Each misbehaving client is watched while another is served, and the
  * gateway serves a new connection afterwards. Time bounds are documented
- * timeouts plus SLACK_MS, never a measure of speed.
+ * timeouts plus SLACK_MS, never a measure of speed. The tests of gaps the
+ * gateway still has are skipped unless KEELSON_IT_H2_GAPS=1 (known_gap()).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -716,12 +721,13 @@ static void test_grpc_message_limit(void **state)
 
 /* ---- clients that give no window or do not read ------------------------------------ */
 
-#define REFLECTION  "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
-#define BIG_SYMBOL  "keelson.billing.v1.BillingService" /* the largest file there is */
-#define IO_MS       (atoi(OWN_IO_S) * 1000)
-#define READ_MS     atoi(OWN_READ_MS)
-#define SETTING_WIN 0x4 /* SETTINGS_INITIAL_WINDOW_SIZE */
-#define WINDOW_MAX  0x7fffffffU
+#define REFLECTION   "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
+#define BIG_SYMBOL   "keelson.billing.v1.BillingService" /* the largest file there is */
+#define IO_MS        (atoi(OWN_IO_S) * 1000)
+#define READ_MS      atoi(OWN_READ_MS)
+#define SETTING_WIN  0x4 /* SETTINGS_INITIAL_WINDOW_SIZE */
+#define WINDOW_MAX   0x7fffffffU
+#define HELD_MAX_KIB (16 << 10) /* what the gateway may hold for a client that reads nothing */
 
 /* How a client saw its stream or connection end. */
 typedef enum end_kind { END_NONE, END_RESET, END_GOAWAY, END_CLOSED } end_kind;
@@ -773,6 +779,20 @@ static const char *end_name(const ending *e)
 static long long end_after(const ending *e, int64_t since)
 {
         return (long long)((e->kind != END_NONE ? e->at_ms : ks_mono_ms()) - since);
+}
+
+/*
+ * A gap the gateway still has, named by why: the test is skipped unless
+ * KEELSON_IT_H2_GAPS=1, so that it can be run while the gap is being
+ * closed, and this call then removed.
+ */
+static void known_gap(const char *why)
+{
+        const char *run = getenv("KEELSON_IT_H2_GAPS");
+        if (run == NULL || strcmp(run, "1") != 0) {
+                printf("skipped (KEELSON_IT_H2_GAPS=1 runs it): %s\n", why);
+                skip();
+        }
 }
 
 /* A connection to port that has sent SETTINGS (n pairs) and acknowledged the gateway's. */
@@ -828,6 +848,89 @@ static void reflection_flood(int fd, int count)
                 h2_frame_send(fd, H2_DATA, 0, 1, frame, k * one);
         }
         h2_frame_send(fd, H2_DATA, H2_END_STREAM, 1, NULL, 0);
+}
+
+/* The resident memory of process pid, in KiB (0 if unknown). */
+static long rss_kib(int pid)
+{
+        char path[64], line[128];
+        long kib = 0;
+        snprintf(path, sizeof(path), "/proc/%d/status", pid);
+        FILE *f = fopen(path, "r");
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+                if (strncmp(line, "VmRSS:", 6) == 0) {
+                        kib = strtol(line + 6, NULL, 10);
+                }
+        }
+        if (f != NULL) {
+                fclose(f);
+        }
+        return kib;
+}
+
+/*
+ * A client that gives no window (SETTINGS_INITIAL_WINDOW_SIZE 0) and never
+ * opens one: the reply's HEADERS go out (they take no window), its DATA
+ * cannot. Writing a reply is bounded by KEELSON_GATEWAY_IO_TIMEOUT_S: by
+ * then the stream is reset or the connection ended; others are served
+ * meanwhile.
+ */
+static void test_zero_window_reply_ended(void **state)
+{
+        (void)state;
+        known_gap("a reply stalled by flow control is never ended: with every stream "
+                  "complete h2.c arms no timer, and the output is empty, so the write "
+                  "timeout does not run either");
+        static const uint32_t no_window[] = {SETTING_WIN, 0};
+        static h2_frame f;
+        static const uint8_t empty[5] = {0, 0, 0, 0, 0};
+        uint8_t frame[1024];
+        int fd = dial_acked(g_own_port, no_window, 1);
+        raw_send(fd, frame, grpc_headers_frame(frame, sizeof(frame), 1));
+        h2_frame_send(fd, H2_DATA, H2_END_STREAM, 1, empty, sizeof(empty));
+        assert_true(h2_frame_wait(fd, H2_HEADERS, 1, &f, 5000));
+        int64_t stalled = ks_mono_ms();
+        still_serving(g_own_port);
+        ending e;
+        bool ended = watch_end(fd, 1, IO_MS + SLACK_MS, &e);
+        printf("zero window: %s (code %u) after %lld ms\n", end_name(&e), e.code,
+               end_after(&e, stalled));
+        assert_true(ended);
+        close(fd);
+        still_serving(g_own_port);
+}
+
+/*
+ * The same on a stream whose every request has an answer: reflection,
+ * asked 2,000 times for the largest file (about 50 KiB each: 100 MiB of
+ * answers for 80 KiB sent), then ended by the client. The gateway holds
+ * less than HELD_MAX_KIB more for it, and ends the stream (or the
+ * connection) within the write bound.
+ */
+static void test_zero_window_stream_bounded(void **state)
+{
+        (void)state;
+        known_gap("a reflection stream's unsent answers grow without a bound (no "
+                  "gw_req_stream_pending check, as EventService has), and are held for "
+                  "as long as the stalled connection (see test_zero_window_reply_ended)");
+        static const uint32_t no_window[] = {SETTING_WIN, 0};
+        long before = rss_kib(g_own.pid);
+        int fd = dial_acked(g_own_port, no_window, 1);
+        int64_t sent = ks_mono_ms();
+        reflection_flood(fd, 2000);
+        still_serving(g_own_port);
+        ending e;
+        bool ended = watch_end(fd, 1, 500, &e);
+        long grown = rss_kib(g_own.pid) - before;
+        if (!ended) {
+                ended = watch_end(fd, 1, IO_MS + SLACK_MS, &e);
+        }
+        printf("zero-window reflection: gateway +%ld KiB; %s (code %u) after %lld ms\n", grown,
+               end_name(&e), e.code, end_after(&e, sent));
+        assert_true(grown < HELD_MAX_KIB);
+        assert_true(ended);
+        close(fd);
+        still_serving(g_own_port);
 }
 
 /*
@@ -990,6 +1093,30 @@ static void test_idle_connections_closed(void **state)
         still_serving(g_own_port);
 }
 
+/*
+ * A frame that opens no stream and never ends (an extension frame, which
+ * a server must ignore, of 16,000 bytes) a byte every 400 ms, each within
+ * the idle limit of the last: the connection has no request in progress,
+ * and is closed once the idle limit (or at most the request deadline
+ * after it) has passed.
+ */
+static void test_trickled_frame_without_stream_closed(void **state)
+{
+        (void)state;
+        known_gap("every read re-arms the idle timer of a connection without streams "
+                  "(flush, arm_timer), so bytes that open no stream keep it open for ever");
+        static uint8_t frame[9 + 16000] = {0, 16000 >> 8, 16000 & 0xff, 0xfa};
+        int fd = dial_acked(g_own_port, NULL, 0);
+        int64_t begun = ks_mono_ms();
+        ending e;
+        bool ended = trickle(fd, frame, sizeof(frame), 0, 400, IO_MS + READ_MS + SLACK_MS, &e);
+        printf("trickled frame, no stream: %s (code %u) after %lld ms\n", end_name(&e), e.code,
+               end_after(&e, begun));
+        assert_true(ended);
+        close(fd);
+        still_serving(g_own_port);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -1005,11 +1132,14 @@ int main(void)
             cmocka_unit_test(test_continuation_flood),
             cmocka_unit_test(test_grpc_framing_refused),
             cmocka_unit_test(test_grpc_message_limit),
+            cmocka_unit_test(test_zero_window_reply_ended),
+            cmocka_unit_test(test_zero_window_stream_bounded),
             cmocka_unit_test(test_unread_socket_closed),
             cmocka_unit_test(test_trickled_preface_closed),
             cmocka_unit_test(test_trickled_headers_reset),
             cmocka_unit_test(test_trickled_body_reset),
             cmocka_unit_test(test_idle_connections_closed),
+            cmocka_unit_test(test_trickled_frame_without_stream_closed),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }
