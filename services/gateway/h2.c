@@ -41,6 +41,7 @@ struct gw_h2_stream {
         gw_req *req;
         gw_h2_stream *prev, *next; /* the connection's streams, oldest first */
         int64_t begun_ms;
+        int64_t moved_ms; /* when its reply last moved: submitted, or a frame of it sent */
         size_t head_used;
         int fail_status; /* answered by the front at END_STREAM: 413, 431 */
         bool complete;   /* END_STREAM came */
@@ -57,7 +58,9 @@ struct gw_h2 {
         conn *c;
         nghttp2_session *session;
         gw_h2_stream *first, *last;
-        bool in_recv; /* inside nghttp2_session_mem_recv: no sending */
+        int64_t idle_since_ms; /* when its last stream closed (or it began): frames that
+                                * open no stream (PING, SETTINGS, unknown) do not move it */
+        bool in_recv;          /* inside nghttp2_session_mem_recv: no sending */
         bool draining;
 };
 
@@ -83,6 +86,9 @@ static void stream_free(gw_h2 *h, gw_h2_stream *st)
 {
         gw_req *r = st->req;
         stream_unlink(h, st);
+        if (h->first == NULL) {
+                h->idle_since_ms = ks_mono_ms();
+        }
         if (st->dispatched && !(st->replied && st->reply_done) && r->cancel != NULL) {
                 r->cancel(r->cancel_arg);
         }
@@ -270,6 +276,7 @@ static void submit(gw_h2 *h, gw_h2_stream *st, int status, const char *content_t
 
         st->replied = true;
         st->reply_done = true;
+        st->moved_ms = ks_mono_ms();
         r->cancel = NULL;
         snprintf(status_s, sizeof(status_s), "%d", status);
         snprintf(length_s, sizeof(length_s), "%zu", len);
@@ -568,6 +575,20 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t code, 
 
 /* ---- the session --------------------------------------------------------------- */
 
+/* A reply moved (its HEADERS, or DATA the client's window let out). */
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user)
+{
+        (void)user;
+        if (frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS) {
+                gw_h2_stream *st =
+                    nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+                if (st != NULL) {
+                        st->moved_ms = ks_mono_ms();
+                }
+        }
+        return 0;
+}
+
 static nghttp2_session_callbacks *callbacks(void)
 {
         static nghttp2_session_callbacks *cbs; /* made once, on the loop's thread */
@@ -577,8 +598,22 @@ static nghttp2_session_callbacks *callbacks(void)
                 nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
                 nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
                 nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+                nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
         }
         return cbs;
+}
+
+static ks_counter *stalled_counter(void)
+{
+        static ks_counter *counter;
+        if (counter == NULL) {
+                counter = ks_counter_get(
+                    ks_metrics_default(), "keelson_gateway_http2_stalled_replies_total",
+                    "HTTP/2 replies reset because the client let them wait "
+                    "for KEELSON_GATEWAY_IO_TIMEOUT_S (no window, not reading)",
+                    NULL);
+        }
+        return counter;
 }
 
 static ks_counter *opened_counter(bool upgrade)
@@ -595,7 +630,10 @@ static ks_counter *opened_counter(bool upgrade)
 
 int gw_h2_metrics_init(void)
 {
-        return opened_counter(false) != NULL && opened_counter(true) != NULL ? 0 : -1;
+        return opened_counter(false) != NULL && opened_counter(true) != NULL &&
+                       stalled_counter() != NULL
+                   ? 0
+                   : -1;
 }
 
 static gw_h2 *session_new(conn *c)
@@ -617,6 +655,7 @@ static gw_h2 *session_new(conn *c)
                 return NULL;
         }
         h->c = c;
+        h->idle_since_ms = ks_mono_ms();
         return h;
 }
 
@@ -740,48 +779,89 @@ void gw_h2_write(conn *c)
         flush(c->h2);
 }
 
-/* Idle (no stream): the idle limit. A stream still coming in: its deadline. Else none. */
-static void arm_timer(gw_h2 *h)
+/* A reply with bytes that wait for the client's window (or its socket). */
+static bool stalled(const gw_h2_stream *st)
+{
+        return st->replied && st->reply != NULL && evbuffer_get_length(st->reply) > 0;
+}
+
+/*
+ * The connection's next deadline, in ms from now (-1: none): with no
+ * stream, the idle limit since the last one closed; a stream still coming
+ * in, its whole-request deadline; a reply that waits for the client to
+ * open its window, the I/O limit since a reply last moved. A stream that
+ * waits for its handler (an upstream call, an event stream between
+ * events) has none here: the handler bounds it.
+ */
+static int64_t next_deadline(const gw_h2 *h, int64_t now)
 {
         const gw_front_limits *lim = &h->c->f->lim;
-        struct timeval tv;
-        int64_t ms = -1;
         if (h->first == NULL) {
-                ms = lim->idle_ms;
-        } else {
-                for (gw_h2_stream *st = h->first; st != NULL; st = st->next) {
-                        if (!st->complete) {
-                                int64_t left = st->begun_ms + lim->request_ms - ks_mono_ms();
-                                ms = left > 0 ? left : 0;
-                                break;
-                        }
-                }
+                return h->idle_since_ms + lim->idle_ms - now;
         }
-        if (ms < 0) {
+        int64_t ms = -1;
+        for (const gw_h2_stream *st = h->first; st != NULL; st = st->next) {
+                int64_t due = 0;
+                if (!st->complete) {
+                        due = st->begun_ms + lim->request_ms;
+                } else if (stalled(st)) {
+                        due = st->moved_ms + lim->idle_ms;
+                } else {
+                        continue;
+                }
+                int64_t left = due > now ? due - now : 0;
+                ms = ms < 0 || left < ms ? left : ms;
+        }
+        return ms;
+}
+
+static void arm_timer(gw_h2 *h)
+{
+        struct timeval tv;
+        int64_t ms = next_deadline(h, ks_mono_ms());
+        if (ms < 0 && h->first != NULL) {
                 evtimer_del(h->c->timer);
                 return;
         }
+        ms = ms < 0 ? 0 : ms;
         tv.tv_sec = (time_t)(ms / 1000);
         tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
         evtimer_add(h->c->timer, &tv);
 }
 
+/*
+ * Whatever is due: an idle connection ends (GOAWAY); a stream not whole by
+ * its deadline is reset CANCEL; replies that have not moved for the I/O
+ * limit are dropped and their streams reset CANCEL (the client gave no
+ * window, or stopped reading).
+ */
 void gw_h2_timer(conn *c)
 {
         gw_h2 *h = c->h2;
-        if (h->first == NULL) { /* idle */
-                nghttp2_session_terminate_session(h->session, NGHTTP2_NO_ERROR);
+        const gw_front_limits *lim = &c->f->lim;
+        int64_t now = ks_mono_ms();
+        if (h->first == NULL) {
+                if (now - h->idle_since_ms >= lim->idle_ms) {
+                        nghttp2_session_terminate_session(h->session, NGHTTP2_NO_ERROR);
+                        flush(h);
+                        front_conn_close(c);
+                        return;
+                }
                 flush(h);
-                front_conn_close(c);
                 return;
         }
-        int64_t now = ks_mono_ms();
         for (gw_h2_stream *st = h->first; st != NULL; st = st->next) {
-                if (!st->complete && now - st->begun_ms >= c->f->lim.request_ms) {
+                if (!st->complete && now - st->begun_ms >= lim->request_ms) {
                         front_count_error(c->f, 408);
                         nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, st->req->stream_id,
                                                   NGHTTP2_CANCEL);
                         st->complete = true; /* freed when nghttp2 closes the stream */
+                } else if (st->complete && stalled(st) && now - st->moved_ms >= lim->idle_ms) {
+                        ks_counter_inc(stalled_counter());
+                        evbuffer_drain(st->reply, evbuffer_get_length(st->reply));
+                        st->data_fn = NULL;
+                        nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, st->req->stream_id,
+                                                  NGHTTP2_CANCEL);
                 }
         }
         flush(h);

@@ -91,14 +91,16 @@
 #include "watch.h"
 #include "wire.h"
 
-#define JSON_ERR_MAX         256
-#define SUBSCRIBE_METHOD     "keelson.events.v1.EventService/Subscribe"
-#define WATCH_METHOD         "grpc.health.v1.Health/Watch"
-#define NS_PER_S             1000000000.0
-#define NS_PER_MS            1000000
-#define XFF_LINES_MAX        16 /* X-Forwarded-For header lines considered (the last ones) */
-#define UPSTREAM_ERRORS_NAME "keelson_gateway_upstream_errors_total"
-#define UPSTREAM_ERRORS_HELP "Upstream calls that ended with a fault of the service or transport"
+#define JSON_ERR_MAX     256
+#define SUBSCRIBE_METHOD "keelson.events.v1.EventService/Subscribe"
+#define WATCH_METHOD     "grpc.health.v1.Health/Watch"
+/* A reflection stream's answers its client has not taken, at most (then it is reset). */
+#define REFLECTION_PENDING_MAX (4u << 20)
+#define NS_PER_S               1000000000.0
+#define NS_PER_MS              1000000
+#define XFF_LINES_MAX          16 /* X-Forwarded-For header lines considered (the last ones) */
+#define UPSTREAM_ERRORS_NAME   "keelson_gateway_upstream_errors_total"
+#define UPSTREAM_ERRORS_HELP   "Upstream calls that ended with a fault of the service or transport"
 
 struct gw_handler {
         const gw_handler_env *env;
@@ -1200,6 +1202,14 @@ static void refl_data(const uint8_t *data, size_t len, bool end, void *arg)
                 free(out);
                 if (rc != KS_OK) {
                         refl_end(g, rc, rc == KS_INVALID_ARGUMENT ? "malformed request" : NULL);
+                        return;
+                }
+                if (gw_req_stream_pending(g->req) > REFLECTION_PENDING_MAX) {
+                        /* It asks faster than it reads: its status would wait behind the rest. */
+                        gw_req_on_cancel(g->req, NULL, NULL);
+                        gw_req_stream_abort(g->req);
+                        g->req = NULL;
+                        refl_end(g, KS_RESOURCE_EXHAUSTED, NULL);
                         return;
                 }
         }

@@ -41,8 +41,7 @@
  *   the idle limit (closed all the same).
  * Each misbehaving client is watched while another is served, and the
  * gateway serves a new connection afterwards. Time bounds are documented
- * timeouts plus SLACK_MS, never a measure of speed. The tests of gaps the
- * gateway still has are skipped unless KEELSON_IT_H2_GAPS=1 (known_gap()).
+ * timeouts plus SLACK_MS, never a measure of speed.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -781,20 +780,6 @@ static long long end_after(const ending *e, int64_t since)
         return (long long)((e->kind != END_NONE ? e->at_ms : ks_mono_ms()) - since);
 }
 
-/*
- * A gap the gateway still has, named by why: the test is skipped unless
- * KEELSON_IT_H2_GAPS=1, so that it can be run while the gap is being
- * closed, and this call then removed.
- */
-static void known_gap(const char *why)
-{
-        const char *run = getenv("KEELSON_IT_H2_GAPS");
-        if (run == NULL || strcmp(run, "1") != 0) {
-                printf("skipped (KEELSON_IT_H2_GAPS=1 runs it): %s\n", why);
-                skip();
-        }
-}
-
 /* A connection to port that has sent SETTINGS (n pairs) and acknowledged the gateway's. */
 static int dial_acked(int port, const uint32_t *settings, size_t n)
 {
@@ -878,9 +863,6 @@ static long rss_kib(int pid)
 static void test_zero_window_reply_ended(void **state)
 {
         (void)state;
-        known_gap("a reply stalled by flow control is never ended: with every stream "
-                  "complete h2.c arms no timer, and the output is empty, so the write "
-                  "timeout does not run either");
         static const uint32_t no_window[] = {SETTING_WIN, 0};
         static h2_frame f;
         static const uint8_t empty[5] = {0, 0, 0, 0, 0};
@@ -910,9 +892,6 @@ static void test_zero_window_reply_ended(void **state)
 static void test_zero_window_stream_bounded(void **state)
 {
         (void)state;
-        known_gap("a reflection stream's unsent answers grow without a bound (no "
-                  "gw_req_stream_pending check, as EventService has), and are held for "
-                  "as long as the stalled connection (see test_zero_window_reply_ended)");
         static const uint32_t no_window[] = {SETTING_WIN, 0};
         long before = rss_kib(g_own.pid);
         int fd = dial_acked(g_own_port, no_window, 1);
@@ -1103,8 +1082,6 @@ static void test_idle_connections_closed(void **state)
 static void test_trickled_frame_without_stream_closed(void **state)
 {
         (void)state;
-        known_gap("every read re-arms the idle timer of a connection without streams "
-                  "(flush, arm_timer), so bytes that open no stream keep it open for ever");
         static uint8_t frame[9 + 16000] = {0, 16000 >> 8, 16000 & 0xff, 0xfa};
         int fd = dial_acked(g_own_port, NULL, 0);
         int64_t begun = ks_mono_ms();
