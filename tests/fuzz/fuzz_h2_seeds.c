@@ -114,7 +114,7 @@ static void frame(seed *s, uint8_t type, uint8_t flags, uint32_t sid, const void
 /* The header block of nv (name, value, ..., NULL), HPACK-encoded. */
 static size_t block(seed *s, const char *const *nv, uint8_t *out, size_t cap)
 {
-        nghttp2_nv fields[32];
+        nghttp2_nv fields[128];
         size_t n = 0;
         for (; nv[2 * n] != NULL; n++) {
                 fields[n] = (nghttp2_nv){(uint8_t *)(uintptr_t)nv[2 * n],
@@ -246,6 +246,14 @@ static void upgrade(seed *s, const char *dir)
         headers(s, END_STREAM, 3, get);
         save(s, dir, "upgrade_post");
 
+        begin(s, LIMITS, PIECES(1), NO_EVENTS, post_modes, NULL);
+        req = "POST /up HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\n"
+              "Content-Length: 3\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+              "HTTP2-Settings: AAMAAABk\r\n\r\nabc";
+        put(s, req, strlen(req));
+        preface(s, NULL, 0);
+        save(s, dir, "upgrade_expect_continue");
+
         static const uint8_t h1_modes[4] = {NOW | EXTRA, AFTER_PIECE, NOW | HOW(3), 0};
         static const uint8_t h1_splits[2] = {50, 128};
         begin(s, LIMITS, PIECES(3), NO_EVENTS, h1_modes, h1_splits);
@@ -279,6 +287,20 @@ static void limits(seed *s, const char *dir)
             NULL};
         headers(s, END_STREAM, 1, big);
         save(s, dir, "headers_too_large");
+
+        /* more fields than a head holds (GW_H1_FIELDS_MAX), each one byte from the HPACK table */
+        const char *many[2 * 120 + 1];
+        static const char *const pseudo[] = {":method", "GET",   ":scheme",    "http",
+                                             ":path",   "/many", ":authority", "localhost"};
+        memcpy(many, pseudo, sizeof(pseudo));
+        for (size_t i = 4; i < 120; i++) {
+                many[2 * i] = "x-f";
+                many[2 * i + 1] = "1";
+        }
+        many[2 * 120] = NULL;
+        begin(s, LIMITS, PIECES(1) | PREFACE_FIRST, NO_EVENTS, modes, NULL);
+        headers(s, END_STREAM, 1, many);
+        save(s, dir, "too_many_fields");
 
         uint8_t body[100];
         memset(body, 'b', sizeof(body));
