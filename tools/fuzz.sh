@@ -6,7 +6,7 @@
 # seconds   how long each target fuzzes (default 60; 0 = only replay)
 # target    fuzz_json fuzz_base64 fuzz_password_parse fuzz_connect_headers
 #           fuzz_redis_url fuzz_http1 fuzz_decode fuzz_webhook_signature
-#           fuzz_grpc_frame (default: all)
+#           fuzz_grpc_frame fuzz_h2 (default: all)
 #
 # Environment: FUZZ_BUILD (build tree, default build-fuzz), FUZZ_JOBS
 # (targets fuzzing at once, default 2), FUZZ_RSS_MB (memory limit per target,
@@ -25,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ALL_TARGETS=(fuzz_json fuzz_base64 fuzz_password_parse fuzz_connect_headers fuzz_redis_url fuzz_http1 fuzz_decode
-        fuzz_webhook_signature fuzz_grpc_frame)
+        fuzz_webhook_signature fuzz_grpc_frame fuzz_h2)
 SECONDS_EACH=${1:-60}
 shift || true
 TARGETS=("$@")
@@ -50,6 +50,7 @@ max_len() {
         fuzz_decode) echo 8192 ;;          # room for nesting and element-count cases
         fuzz_webhook_signature) echo 10000 ;; # past WH_HEADER_BYTES_MAX (8192), plus a body
         fuzz_grpc_frame) echo 12288 ;;     # a few messages around the target's 4 KiB bound
+        fuzz_h2) echo 24576 ;;             # a connection: header blocks past the largest head_max (16 KiB)
         *) echo "unknown target $1" >&2; exit 2 ;;
         esac
 }

@@ -1028,6 +1028,8 @@ static struct bufferevent *bev_new(gw_front *f, evutil_socket_t fd)
         return bev;
 }
 
+static int conn_start(gw_front *f, evutil_socket_t fd, uint32_t slot, const char *peer);
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
                       void *arg)
 {
@@ -1049,6 +1051,15 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
                         return;
                 }
         }
+        conn_start(f, fd, slot, peer);
+}
+
+/*
+ * A connection on fd (non-blocking), counted under its address's slot:
+ * 0, or -1 with fd closed and the slot released.
+ */
+static int conn_start(gw_front *f, evutil_socket_t fd, uint32_t slot, const char *peer)
+{
         conn *c = calloc(1, sizeof(*c));
         if (c == NULL || (c->hb = malloc(f->lim.head_max + 1)) == NULL ||
             (c->bev = bev_new(f, fd)) == NULL ||
@@ -1065,7 +1076,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
                         evutil_closesocket(fd);
                 }
                 ip_release(f, slot);
-                return;
+                return -1;
         }
         c->f = f;
         c->tls = f->lim.tls != NULL;
@@ -1084,6 +1095,16 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
         bufferevent_enable(c->bev, EV_READ | EV_WRITE);
         timer_set(c, f->lim.idle_ms);
+        return 0;
+}
+
+int front_adopt_fd(gw_front *f, evutil_socket_t fd, const char *peer)
+{
+        if (f->nconns >= f->lim.conns_max || evutil_make_socket_nonblocking(fd) != 0) {
+                evutil_closesocket(fd);
+                return -1;
+        }
+        return conn_start(f, fd, KS_HMAP_NONE, peer);
 }
 
 static void on_resume(evutil_socket_t fd, short what, void *arg)

@@ -108,6 +108,13 @@ struct gw_front {
         size_t refused_reply_len;
 };
 
+/*
+ * Serves fd, a connected stream socket, as if accepted from peer (not
+ * counted per address): for the fuzz target and tests, which drive a
+ * connection through one end of a socketpair without a listener. The front
+ * owns fd either way. 0, or -1 (over conns_max, out of memory: fd closed).
+ */
+int front_adopt_fd(gw_front *f, evutil_socket_t fd, const char *peer);
 /* Writes what is queued, then stops sending and drops what still comes. */
 void front_conn_close(conn *c);
 /* Frees a connection now: a request not answered yet gets its cancel callback. */
