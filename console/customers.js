@@ -75,7 +75,7 @@ export async function customersPage(root, ctx) {
     reload();
   });
   archived.addEventListener('change', reload);
-  if (ctx.can('billing.manage')) root.append(createForm(ctx, status, reload));
+  if (ctx.may('customer.create')) root.append(createForm(ctx, status, reload));
   root.append(status.node, el('section', {'aria-labelledby': 'customers-h'},
     el('h2', {id: 'customers-h'}, 'Customers'), filterForm, list.node));
   await list.pager.refresh();
@@ -130,7 +130,7 @@ export async function customerPage(root, ctx) {
   const heading = document.getElementById('page-title');
   if (heading) replace(heading, `Customer ${c.name || c.email}`);
   const actions = el('div', {class: 'actions'});
-  if (ctx.can('billing.manage') && !c.archived) {
+  if (ctx.may('customer.archive') && !c.archived) {
     actions.append(confirmButton('Archive', `Archive ${c.email}`, async () => {
       status.loading('Archiving…');
       try {
@@ -154,7 +154,7 @@ export async function customerPage(root, ctx) {
     ]), actions));
   const subs = subscriptionList(ctx, status, {id: 'customer-subscriptions', caption: 'Subscriptions of this customer', filter: () => ({customerId: c.id})});
   const invs = invoiceList(ctx, status, {id: 'customer-invoices', caption: 'Invoices of this customer', filter: () => ({customerId: c.id})});
-  if (ctx.can('billing.manage') && !c.archived) {
+  if (ctx.may('subscription.create') && !c.archived) {
     try {
       root.append(await subscribeForm(ctx, c, status, async () => {
         subs.pager.reset();

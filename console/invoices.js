@@ -130,13 +130,13 @@ export async function invoicePage(root, ctx) {
         ['Automatic charges', String(inv.attemptCount || 0)], ['Next retry', when(inv.nextAttemptUnixMs)],
         ['Description', inv.description || ''], ['Id', el('code', {}, inv.id)],
       ]),
-      ctx.can('billing.manage') ? invoiceActions(inv, status, reload) : null),
+      ctx.may('invoice.pay') ? invoiceActions(inv, status, reload) : null),
     el('section', {'aria-labelledby': 'il-h'}, el('h2', {id: 'il-h'}, 'Lines'), el('div', {id: 'invoice-lines'}, linesTable(inv))),
     el('section', {'aria-labelledby': 'ip-h'}, el('h2', {id: 'ip-h'}, 'Payments'), paymentsTable(inv)),
     el('section', {'aria-labelledby': 'in-h'}, el('h2', {id: 'in-h'}, 'Credit notes'),
       (inv.creditNotes || []).length === 0 ? el('p', {}, 'No credit notes.')
         : table('Credit notes of this invoice', CREDIT_NOTE_HEADERS, inv.creditNotes.map((n) => creditNoteRow(ctx, n, cur))),
-      ctx.can('billing.manage') && (inv.state === 'open' || inv.state === 'paid') ? creditNoteForm(inv, status, reload) : null),
+      ctx.may('credit_note.create') && (inv.state === 'open' || inv.state === 'paid') ? creditNoteForm(inv, status, reload) : null),
   ];
   replace(head, ...parts);
 }

@@ -79,7 +79,7 @@ export async function plansPage(root, ctx) {
     return list.pager.refresh();
   };
   archived.addEventListener('change', reload);
-  if (ctx.can('billing.manage')) root.append(createForm(status, reload));
+  if (ctx.may('plan.create')) root.append(createForm(status, reload));
   root.append(status.node, el('section', {'aria-labelledby': 'plans-h'}, el('h2', {id: 'plans-h'}, 'Plans'),
     el('div', {class: 'check'}, archived, el('label', {for: 'plans-archived'}, 'Include archived')),
     list.node));

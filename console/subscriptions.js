@@ -68,7 +68,7 @@ export async function subscriptionPage(root, ctx) {
   const heading = document.getElementById('page-title');
   if (heading) replace(heading, `Subscription to ${s.planCode}`);
   const actions = el('div', {class: 'actions', id: 'subscription-actions'});
-  if (ctx.can('billing.manage')) {
+  if (ctx.may('subscription.move')) {
     for (const [label, confirmLabel, method, body] of moves(s)) {
       actions.append(confirmButton(label, confirmLabel, async () => {
         status.loading('Working…');
