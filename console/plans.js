@@ -1,7 +1,8 @@
-// Plans: the latest version of each code, and a new flat or per-unit plan
-// (billing.manage). Metered plans with tiers are made through the API.
+// Plans: the latest version of each code, and to billing.manage a new flat
+// or per-unit plan and the archiving of a code (no new subscription on any
+// of its versions). Metered plans with tiers are made through the API.
 import {billing} from './api.js';
-import {cell, el, field, pagedTable, select, Status, when} from './dom.js';
+import {cell, confirmButton, el, field, pagedTable, select, Status, when} from './dom.js';
 import {amount, CURRENCIES, PAGE_SIZE} from './billing-ui.js';
 
 const UNITS = [['INTERVAL_UNIT_MONTH', 'month'], ['INTERVAL_UNIT_YEAR', 'year'], ['INTERVAL_UNIT_WEEK', 'week'], ['INTERVAL_UNIT_DAY', 'day']];
@@ -65,15 +66,28 @@ export async function plansPage(root, ctx) {
   const archived = el('input', {type: 'checkbox', id: 'plans-archived'});
   const list = pagedTable({
     id: 'plans-list', caption: 'Plans (the latest version of each code)', status,
-    headers: ['Code', 'Name', 'Version', 'Price', 'Trial', 'State', 'Created'], empty: 'No plans yet.',
+    headers: ['Code', 'Name', 'Version', 'Price', 'Trial', 'State', 'Created', 'Actions'], empty: 'No plans yet.',
     fetchPage: async (token) => {
       const r = await billing('ListPlans', {pageSize: PAGE_SIZE, pageToken: token, includeArchived: archived.checked});
       return {items: r.plans || [], next: r.nextPageToken};
     },
     row: (p) => el('tr', {dataset: {planCode: p.code}},
       cell(el('code', {}, p.code)), cell(p.name || '—'), cell(String(p.version)), cell(price(p)),
-      cell(p.trialDays ? `${p.trialDays} days` : 'none'), cell(p.archived ? 'archived' : 'active'), cell(when(p.createdAtUnixMs))),
+      cell(p.trialDays ? `${p.trialDays} days` : 'none'), cell(p.archived ? 'archived' : 'active'), cell(when(p.createdAtUnixMs)),
+      el('td', {class: 'actions-cell'}, !p.archived && ctx.may('plan.archive') ? archiveButton(p) : null)),
   });
+  function archiveButton(p) {
+    return confirmButton('Archive', `Archive ${p.code}`, async () => {
+      status.loading('Archiving…');
+      try {
+        await billing('ArchivePlan', {code: p.code});
+        status.ok(`The plan ${p.code} was archived: its subscriptions go on, no new one starts on it.`);
+        await list.pager.refresh();
+      } catch (err) {
+        status.error(err);
+      }
+    }, {'aria-label': `Archive ${p.code}`});
+  }
   const reload = () => {
     list.pager.reset();
     return list.pager.refresh();
