@@ -150,8 +150,10 @@ async function contains(page, selector, needle) {
   await page.waitForFunction((sel, n) => document.querySelector(sel)?.textContent.includes(n), {timeout: WAIT_MS}, selector, needle);
 }
 
+// Nothing is loading: no list busy, no status or placeholder saying
+// "Loading…" (a page shows one until its first read answers).
 async function idle(page) {
-  await page.waitForFunction(() => !document.querySelector('[aria-busy="true"]') && !document.querySelector('.status.loading'), {timeout: WAIT_MS});
+  await page.waitForFunction(() => !document.querySelector('[aria-busy="true"]') && !document.querySelector('main .loading'), {timeout: WAIT_MS});
 }
 
 // Follows the first link in scope whose text includes needle (or whose href does).
@@ -514,7 +516,7 @@ async function run(browser) {
 
   step('the ledger: the payment reaches the cash account (polled, bounded)');
   await nav(page, 'ledger');
-  for (let i = 0; !(await page.$eval('#ledger-accounts', (n) => n.textContent.includes('billing: cash'))); i += 1) {
+  for (let i = 0; !(await text(page, '#ledger-accounts')).includes('billing: cash'); i += 1) {
     assert.ok(i < POLL_TRIES, 'the invoice never reached the ledger');
     await pause(); // the billing relay posts to the ledger after commit
     await page.click('#ledger-show');
@@ -532,7 +534,7 @@ async function run(browser) {
   step('webhooks: the deliveries of the subscription, a redelivery (polled, bounded)');
   await nav(page, 'webhooks');
   await follow(page, '#webhook-subscriptions-list', 'invoices out', 'webhook-subscription');
-  for (let i = 0; !(await page.$eval('#deliveries-list', (n) => n.textContent.includes('billing.invoice'))); i += 1) {
+  for (let i = 0; !(await text(page, '#deliveries-list')).includes('billing.invoice'); i += 1) {
     assert.ok(i < POLL_TRIES, 'no delivery was made for the invoice events');
     await pause(); // the fan-out follows the event
     await page.reload({waitUntil: 'networkidle0'});
