@@ -52,6 +52,7 @@ const OFFERS = {
   'customer.update': {permission: 'billing.manage'},
   'customer.archive': {permission: 'billing.manage'},
   'plan.create': {permission: 'billing.manage'},
+  'plan.update': {permission: 'billing.manage'},
   'plan.archive': {permission: 'billing.manage'},
   'subscription.create': {permission: 'billing.manage'},
   'subscription.change': {permission: 'billing.manage'},
