@@ -649,9 +649,18 @@ async function run(browser) {
   await contains(page, '#subscription-history', `to ${seatsCode} v1, quantity 1 to 3`);
   assert.ok((await text(page, '#subscription-detail')).includes(`${seatsCode} v1`));
 
-  step('billing: a plan archived');
+  step('billing: a plan edited (a new price is a new version), a plan archived');
   await nav(page, 'plans');
   await idle(page);
+  await page.click(`button[aria-label="Edit ${seatsCode}"]`);
+  await page.waitForSelector('#plan-edit-amount', {timeout: WAIT_MS});
+  assert.equal(await page.evaluate(() => document.activeElement.id), 'plan-edit-name', 'focus moves to the edit form');
+  await fill(page, '#plan-edit-name', 'Team seats');
+  await fill(page, '#plan-edit-amount', '1200');
+  await page.click('#plan-edit-submit');
+  await contains(page, '.status.ok', `The plan ${seatsCode} is at version 2: $12.00 per unit every month.`);
+  await contains(page, '#plans-list', 'Team seats');
+  await checkPage(page, 'plans-edited');
   await page.click(`button[aria-label="Archive ${planCode}"]`);
   await clickButton(page, '#plans-list', `Archive ${planCode}`);
   await contains(page, '.status.ok', `The plan ${planCode} was archived`);
@@ -838,6 +847,38 @@ async function run(browser) {
   await admin.context.close();
   await member.context.close();
 
+  step('billing: a cancellation at period end, withdrawn, then a cancellation now');
+  await page.goto(subscriptionUrl, {waitUntil: 'networkidle0'});
+  await waitPage(page, 'subscription');
+  await idle(page);
+  await clickButton(page, '#subscription-actions', 'Cancel at period end');
+  await clickButton(page, '#subscription-actions', 'Cancel at the period\'s end');
+  await contains(page, '.status.ok', 'canceled at its period\'s end');
+  assert.match(await text(page, '#subscription-detail'), /Cancels at period endyes/);
+  await clickButton(page, '#subscription-actions', 'Keep after the period');
+  await clickButton(page, '#subscription-actions', 'Withdraw the cancellation');
+  await page.waitForFunction(() => /Cancels at period endno/.test(document.querySelector('#subscription-detail')?.textContent), {timeout: WAIT_MS});
+  await clickButton(page, '#subscription-actions', 'Cancel now');
+  await clickButton(page, '#subscription-actions', 'Cancel now, for good');
+  await contains(page, '.status.ok', 'The subscription is canceled.');
+  await contains(page, '#subscription-history', 'cancel');
+  assert.equal(await page.$('#subscription-actions button'), null, 'a canceled subscription offers no move');
+  assert.equal(await page.$('#change-plan'), null, 'a canceled subscription offers no change');
+  await checkPage(page, 'subscription-canceled');
+
+  step('billing: the open invoice written off, then paid in full by hand');
+  await page.goto(openInvoiceUrl, {waitUntil: 'networkidle0'});
+  await waitPage(page, 'invoice');
+  await idle(page);
+  await clickButton(page, '#invoice-actions', 'Write off');
+  await clickButton(page, '#invoice-actions', 'Mark uncollectible');
+  await contains(page, '.status.ok', 'Written off.');
+  await contains(page, '#invoice-detail', 'uncollectible');
+  await page.waitForSelector('#payment-submit', {timeout: WAIT_MS}); // money may still come in
+  await page.click('#payment-submit'); // what remains, as the form offers
+  await contains(page, '.status.ok', 'the invoice is paid');
+  assert.equal(await page.$('#payment-submit'), null, 'a paid invoice takes no payment');
+
   step('members: a role changed, an invitation revoked, a member removed');
   await nav(page, 'members');
   await contains(page, '#members-list', memberEmail);
@@ -921,11 +962,12 @@ async function run(browser) {
     assert.ok(overflow <= 0, `${name} scrolls sideways at phone width (${overflow} px)`);
     await checkPage(page, `phone-${name}`);
   }
-  await page.setViewport({width: 1280, height: 900});
+  await page.setViewport({width: 1280, height: 900}); // leaving isMobile reloads the page
 
   step('logout ends the session on the server');
   const last = await sessionCookie(page);
   assert.ok(last);
+  await page.waitForSelector('#signout', {visible: true, timeout: WAIT_MS});
   await page.click('#signout');
   await waitPage(page, 'signin');
   assert.equal(await sessionCookie(page), undefined);
