@@ -62,14 +62,3 @@ export const sessionHint = {
   get: () => window.localStorage.getItem(HINT) === '1',
   set: (on) => (on ? window.localStorage.setItem(HINT, '1') : window.localStorage.removeItem(HINT)),
 };
-
-// Roles rank owner > admin > member > viewer (docs/api.md, "Roles and permissions").
-export const ROLES = ['owner', 'admin', 'member', 'viewer'];
-export function rank(role) {
-  const i = ROLES.indexOf(role);
-  return i < 0 ? 0 : ROLES.length - i;
-}
-// The roles a caller of this role may grant: its own and below.
-export function grantable(role) {
-  return ROLES.filter((r) => rank(r) <= rank(role));
-}

@@ -2,8 +2,9 @@
 // the role may do), and a router over /console/<page> with the History API
 // (the gateway answers index.html for every page path).
 import {auth, sessionHint} from './api.js';
+import {may, mayOpen} from './roles.js';
 import {el, replace, Status} from './dom.js';
-import {signInPage, signUpPage} from './signin.js';
+import {acceptPage, signInPage, signUpPage} from './signin.js';
 import {dashboardPage} from './dashboard.js';
 import {membersPage} from './members.js';
 import {keysPage} from './keys.js';
@@ -18,30 +19,32 @@ import {deliveryPage, webhookEndpointPage, webhookSubscriptionPage, webhooksPage
 
 const BASE = '/console/';
 
-// page name -> {title, render(ctx), permission needed (or null), public}
+// page name -> {title, render(ctx), public (signed out; signedInToo: also signed in),
+// under: the navigation entry it belongs to}.
+// Who may open a page is roles.js's PAGE_NEEDS.
 const PAGES = {
   signin: {title: 'Sign in', render: signInPage, public: true},
   signup: {title: 'Sign up', render: signUpPage, public: true},
-  dashboard: {title: 'Dashboard', render: dashboardPage, permission: 'org.read'},
-  members: {title: 'Members', render: membersPage, permission: 'members.read'},
-  keys: {title: 'API keys', render: keysPage, permission: 'api_keys.manage'},
-  audit: {title: 'Audit log', render: auditPage, permission: 'audit.read'},
-  tenants: {title: 'Tenants', render: tenantsPage, permission: null},
-  customers: {title: 'Customers', render: customersPage, permission: 'billing.read'},
-  customer: {title: 'Customer', render: customerPage, permission: 'billing.read', under: 'customers'},
-  plans: {title: 'Plans', render: plansPage, permission: 'billing.read'},
-  subscriptions: {title: 'Subscriptions', render: subscriptionsPage, permission: 'billing.read'},
-  subscription: {title: 'Subscription', render: subscriptionPage, permission: 'billing.read', under: 'subscriptions'},
-  invoices: {title: 'Invoices', render: invoicesPage, permission: 'billing.read'},
-  invoice: {title: 'Invoice', render: invoicePage, permission: 'billing.read', under: 'invoices'},
-  'credit-notes': {title: 'Credit notes', render: creditNotesPage, permission: 'billing.read'},
-  // The ledger's reads are open to every role (docs/api.md, LedgerService).
-  ledger: {title: 'Ledger', render: ledgerPage, permission: null},
-  'ledger-account': {title: 'Ledger account', render: ledgerAccountPage, permission: null, under: 'ledger'},
-  webhooks: {title: 'Webhooks', render: webhooksPage, permission: 'webhooks.read'},
-  'webhook-endpoint': {title: 'Intake endpoint', render: webhookEndpointPage, permission: 'webhooks.read', under: 'webhooks'},
-  'webhook-subscription': {title: 'Webhook subscription', render: webhookSubscriptionPage, permission: 'webhooks.read', under: 'webhooks'},
-  delivery: {title: 'Delivery', render: deliveryPage, permission: 'webhooks.read', under: 'webhooks'},
+  accept: {title: 'Accept an invitation', render: acceptPage, public: true, signedInToo: true},
+  dashboard: {title: 'Dashboard', render: dashboardPage},
+  members: {title: 'Members', render: membersPage},
+  keys: {title: 'API keys', render: keysPage},
+  audit: {title: 'Audit log', render: auditPage},
+  tenants: {title: 'Tenants', render: tenantsPage},
+  customers: {title: 'Customers', render: customersPage},
+  customer: {title: 'Customer', render: customerPage, under: 'customers'},
+  plans: {title: 'Plans', render: plansPage},
+  subscriptions: {title: 'Subscriptions', render: subscriptionsPage},
+  subscription: {title: 'Subscription', render: subscriptionPage, under: 'subscriptions'},
+  invoices: {title: 'Invoices', render: invoicesPage},
+  invoice: {title: 'Invoice', render: invoicePage, under: 'invoices'},
+  'credit-notes': {title: 'Credit notes', render: creditNotesPage},
+  ledger: {title: 'Ledger', render: ledgerPage},
+  'ledger-account': {title: 'Ledger account', render: ledgerAccountPage, under: 'ledger'},
+  webhooks: {title: 'Webhooks', render: webhooksPage},
+  'webhook-endpoint': {title: 'Intake endpoint', render: webhookEndpointPage, under: 'webhooks'},
+  'webhook-subscription': {title: 'Webhook subscription', render: webhookSubscriptionPage, under: 'webhooks'},
+  delivery: {title: 'Delivery', render: deliveryPage, under: 'webhooks'},
 };
 const NAV = ['dashboard', 'members', 'keys', 'audit', 'customers', 'plans', 'subscriptions', 'invoices',
   'credit-notes', 'ledger', 'webhooks', 'tenants'];
@@ -56,8 +59,8 @@ function pageOf(pathname) {
   return name;
 }
 
-export function can(permission) {
-  return !permission || (state.me && (state.me.permissions || []).includes(permission));
+function canOpen(name) {
+  return mayOpen(state.me, name);
 }
 
 export function navigate(name, {replaceState = false, params = null} = {}) {
@@ -85,7 +88,7 @@ function renderNav(current) {
     return;
   }
   nav.hidden = false;
-  const items = NAV.filter((n) => can(PAGES[n].permission)).map((n) => {
+  const items = NAV.filter(canOpen).map((n) => {
     const a = link(n);
     if (n === current) a.setAttribute('aria-current', 'page');
     else if (PAGES[current] && PAGES[current].under === n) a.setAttribute('aria-current', 'true');
@@ -141,7 +144,7 @@ export async function route() {
     get me() {
       return state.me;
     },
-    can,
+    may: (action, target) => may(state.me, action, target),
     navigate,
     params: new URLSearchParams(window.location.search),
     refreshMe,
@@ -166,10 +169,10 @@ export async function route() {
   if (!page.public && !state.me) {
     name = 'signin';
     page = PAGES.signin;
-  } else if (page.public && state.me) {
+  } else if (page.public && state.me && !page.signedInToo) {
     name = 'dashboard';
     page = PAGES.dashboard;
-  } else if (!can(page.permission)) {
+  } else if (!page.public && !canOpen(name)) {
     name = 'dashboard';
     page = PAGES.dashboard;
   }

@@ -2,7 +2,7 @@
 // lists of them a page embeds (all, one customer's, one subscription's),
 // and how states and amounts are written.
 import {billing} from './api.js';
-import {cell, el, money, pageLink, pagedTable, when} from './dom.js';
+import {cell, el, field, money, pageLink, pagedTable, when} from './dom.js';
 
 export const PAGE_SIZE = 20;
 export const CURRENCIES = ['USD', 'EUR', 'GBP', 'JPY', 'CHF', 'CAD', 'AUD'];
@@ -83,3 +83,33 @@ export function creditNoteRow(ctx, n, currency) {
     cell(when(n.createdAtUnixMs)));
 }
 export const CREDIT_NOTE_HEADERS = ['Number', 'Invoice', 'Amount', 'Credited to', 'Reason', 'Created'];
+
+const LINES_MAX = 20; // lines one form adds at once (the API takes 100)
+
+// Manual lines (CreateInvoice, AddInvoiceLines): description, quantity, unit
+// amount in minor units, and whether the line bears tax; more on demand.
+export function manualLines(prefix, currency) {
+  const box = el('div', {class: 'lines', id: `${prefix}-lines`});
+  const add = el('button', {type: 'button', class: 'secondary', id: `${prefix}-add-line`}, 'Another line');
+  let n = 0;
+  const rows = [];
+  function addRow() {
+    n += 1;
+    const desc = el('input', {id: `${prefix}-line-${n}-desc`, type: 'text', required: true, maxlength: '500', autocomplete: 'off'});
+    const qty = el('input', {id: `${prefix}-line-${n}-qty`, type: 'number', min: '1', max: '1000000', step: '1', value: '1', inputmode: 'numeric'});
+    const unit = el('input', {id: `${prefix}-line-${n}-unit`, type: 'number', required: true, step: '1', inputmode: 'numeric'});
+    const exempt = el('input', {id: `${prefix}-line-${n}-exempt`, type: 'checkbox'});
+    rows.push({desc, qty, unit, exempt});
+    box.append(el('fieldset', {class: 'line'}, el('legend', {}, `Line ${n}`),
+      field('Description', desc), field('Quantity', qty),
+      field('Unit amount in minor units', unit, `May be negative (a discount). 1999 is ${amount(1999, currency)}.`),
+      el('div', {class: 'check'}, exempt, el('label', {for: exempt.id}, 'No tax on this line'))));
+    add.disabled = rows.length >= LINES_MAX;
+    return desc;
+  }
+  add.addEventListener('click', () => addRow().focus());
+  addRow();
+  const values = () => rows.map((r) => ({description: r.desc.value.trim(), quantity: String(r.qty.value || 1),
+    unitAmount: String(r.unit.value || 0), taxExempt: r.exempt.checked}));
+  return {node: el('div', {}, box, el('div', {class: 'actions'}, add)), values};
+}

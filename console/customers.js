@@ -1,9 +1,10 @@
 // Customers: the list (paged, by email address), a new customer
-// (billing.manage), and one customer with its subscriptions, its invoices
-// and a new subscription on a plan of its currency.
+// (billing.manage), and one customer with its subscriptions and invoices;
+// to billing.manage it also offers an edit of its fields (UpdateCustomer),
+// a new subscription on a plan of its currency and a one-off invoice.
 import {billing} from './api.js';
-import {cell, confirmButton, el, facts, field, pageLink, pagedTable, param, replace, select, Status, when} from './dom.js';
-import {amount, CURRENCIES, invoiceList, PAGE_SIZE, stateBadge, subscriptionList} from './billing-ui.js';
+import {announce, cell, confirmButton, el, facts, field, pageLink, pagedTable, param, replace, select, Status, when} from './dom.js';
+import {amount, CURRENCIES, invoiceList, manualLines, PAGE_SIZE, stateBadge, subscriptionList} from './billing-ui.js';
 
 const TEST_CARDS = [['', 'None (invoices wait to be paid by hand)'], ['pm_card_visa', 'pm_card_visa (succeeds)'],
   ['pm_card_chargeDeclined', 'pm_card_chargeDeclined (declined)']];
@@ -75,7 +76,7 @@ export async function customersPage(root, ctx) {
     reload();
   });
   archived.addEventListener('change', reload);
-  if (ctx.can('billing.manage')) root.append(createForm(ctx, status, reload));
+  if (ctx.may('customer.create')) root.append(createForm(ctx, status, reload));
   root.append(status.node, el('section', {'aria-labelledby': 'customers-h'},
     el('h2', {id: 'customers-h'}, 'Customers'), filterForm, list.node));
   await list.pager.refresh();
@@ -114,6 +115,80 @@ async function subscribeForm(ctx, c, status, onDone) {
   return form;
 }
 
+// UpdateCustomer: the mask names the fields that differ from the stored ones.
+function editForm(c, status, onDone) {
+  const email = el('input', {id: 'edit-email', type: 'email', required: true, maxlength: '254', autocomplete: 'off', value: c.email});
+  const name = el('input', {id: 'edit-name', type: 'text', maxlength: '200', autocomplete: 'off', value: c.name || ''});
+  const tax = el('input', {id: 'edit-tax', type: 'number', min: '0', max: '10000', step: '1', inputmode: 'numeric',
+    value: String(c.taxRateBp || 0)});
+  const exempt = el('input', {id: 'edit-exempt', type: 'checkbox', checked: Boolean(c.taxExempt)});
+  const pm = el('input', {id: 'edit-pm', type: 'text', maxlength: '255', autocomplete: 'off', spellcheck: 'false',
+    value: c.defaultPaymentMethod || '', list: 'edit-pm-cards'});
+  const cards = el('datalist', {id: 'edit-pm-cards'}, TEST_CARDS.filter(([v]) => v).map(([v, t]) => el('option', {value: v}, t)));
+  const submit = el('button', {type: 'submit', id: 'edit-submit'}, 'Save changes');
+  const form = el('form', {class: 'card', 'aria-labelledby': 'edit-h'},
+    el('h2', {id: 'edit-h'}, 'Edit customer'),
+    field('Email', email), field('Name', name),
+    field('Tax rate (basis points)', tax, '725 is 7.25%; ignored while tax exempt.'),
+    el('div', {class: 'check'}, exempt, el('label', {for: 'edit-exempt'}, 'Tax exempt')),
+    field('Payment method', pm, 'A provider token; empty: invoices wait to be paid by hand.'), cards,
+    el('p', {class: 'hint'}, `The currency (${c.currency}) never changes.`),
+    el('div', {class: 'actions'}, submit));
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const body = {id: c.id, updateMask: []};
+    const set = (maskName, key, value, stored) => {
+      if (value === stored) return;
+      body.updateMask.push(maskName);
+      body[key] = value;
+    };
+    set('email', 'email', email.value.trim(), c.email);
+    set('name', 'name', name.value.trim(), c.name || '');
+    set('tax_rate_bp', 'taxRateBp', Number(tax.value || 0), Number(c.taxRateBp || 0));
+    set('tax_exempt', 'taxExempt', exempt.checked, Boolean(c.taxExempt));
+    set('default_payment_method', 'defaultPaymentMethod', pm.value.trim(), c.defaultPaymentMethod || '');
+    if (body.updateMask.length === 0) {
+      status.ok('Nothing changed.');
+      return;
+    }
+    submit.disabled = true;
+    status.loading('Saving…');
+    try {
+      await billing('UpdateCustomer', body);
+      await onDone(`Saved: ${body.updateMask.join(', ').replace(/_/g, ' ')}.`);
+    } catch (err) {
+      status.error(err);
+      submit.disabled = false;
+    }
+  });
+  return form;
+}
+
+// A one-off invoice: a draft with its lines, opened at once to be finalized.
+function invoiceForm(ctx, c, status) {
+  const desc = el('input', {id: 'oneoff-description', type: 'text', maxlength: '500', autocomplete: 'off'});
+  const lines = manualLines('oneoff', c.currency);
+  const submit = el('button', {type: 'submit', id: 'oneoff-submit'}, 'Create draft invoice');
+  const form = el('form', {class: 'card', 'aria-labelledby': 'oneoff-h'},
+    el('h2', {id: 'oneoff-h'}, 'New one-off invoice'),
+    el('p', {class: 'hint'}, `A draft in ${c.currency}, taxed at the customer's rate; finalize it on its page.`),
+    field('Description (optional)', desc), lines.node,
+    el('div', {class: 'actions'}, submit));
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    submit.disabled = true;
+    status.loading('Creating the draft…');
+    try {
+      const r = await billing('CreateInvoice', {customerId: c.id, description: desc.value.trim(), lines: lines.values()});
+      await ctx.navigate('invoice', {params: {id: r.invoice.id}});
+    } catch (err) {
+      status.error(err);
+      submit.disabled = false;
+    }
+  });
+  return form;
+}
+
 export async function customerPage(root, ctx) {
   const id = param('id');
   const status = new Status();
@@ -130,7 +205,7 @@ export async function customerPage(root, ctx) {
   const heading = document.getElementById('page-title');
   if (heading) replace(heading, `Customer ${c.name || c.email}`);
   const actions = el('div', {class: 'actions'});
-  if (ctx.can('billing.manage') && !c.archived) {
+  if (ctx.may('customer.archive') && !c.archived) {
     actions.append(confirmButton('Archive', `Archive ${c.email}`, async () => {
       status.loading('Archiving…');
       try {
@@ -154,7 +229,14 @@ export async function customerPage(root, ctx) {
     ]), actions));
   const subs = subscriptionList(ctx, status, {id: 'customer-subscriptions', caption: 'Subscriptions of this customer', filter: () => ({customerId: c.id})});
   const invs = invoiceList(ctx, status, {id: 'customer-invoices', caption: 'Invoices of this customer', filter: () => ({customerId: c.id})});
-  if (ctx.can('billing.manage') && !c.archived) {
+  if (ctx.may('customer.update')) {
+    root.append(editForm(c, status, async (done) => {
+      await ctx.navigate('customer', {replaceState: true, params: {id: c.id}});
+      announce(done);
+    }));
+  }
+  if (ctx.may('invoice.create') && !c.archived) root.append(invoiceForm(ctx, c, status));
+  if (ctx.may('subscription.create') && !c.archived) {
     try {
       root.append(await subscribeForm(ctx, c, status, async () => {
         subs.pager.reset();

@@ -246,3 +246,14 @@ export function pagedTable({id, caption, headers, empty, status, fetchPage, row,
   });
   return {list, pager, node: el('div', {}, list, pager.node)};
 }
+
+// Shows text as the outcome in the first status region of the page shown
+// now: for a write whose page is drawn again after it (ctx.navigate to the
+// same page), so the result is still said once the new page is in place.
+export function announce(text) {
+  const node = document.querySelector('main .page .status');
+  if (!node) return;
+  node.className = 'status ok';
+  node.setAttribute('role', 'status');
+  replace(node, text);
+}

@@ -1,9 +1,11 @@
 // Invoices (by state), one invoice with its lines, payments and credit
-// notes and the moves its state allows (docs/api.md, "Invoices"), and the
-// credit notes of the tenant.
+// notes and the moves its state allows (docs/api.md, "Invoices": a draft
+// takes lines and is finalized; an open one is charged, paid by hand,
+// voided or written off; an open or paid one is credited), and the credit
+// notes of the tenant.
 import {billing} from './api.js';
-import {cell, confirmButton, el, facts, field, pageLink, pagedTable, param, replace, select, Status, table, when} from './dom.js';
-import {amount, CREDIT_NOTE_HEADERS, creditNoteRow, INVOICE_STATES, invoiceList, PAGE_SIZE, stateBadge} from './billing-ui.js';
+import {announce, cell, confirmButton, el, facts, field, pageLink, pagedTable, param, replace, select, Status, table, when} from './dom.js';
+import {amount, CREDIT_NOTE_HEADERS, creditNoteRow, INVOICE_STATES, invoiceList, manualLines, PAGE_SIZE, stateBadge} from './billing-ui.js';
 
 export async function invoicesPage(root, ctx) {
   const status = new Status();
@@ -66,8 +68,7 @@ function creditNoteForm(inv, status, reload) {
     status.loading('Issuing…');
     try {
       const r = await billing('CreateCreditNote', {invoiceId: inv.id, amount: String(amt.value || 0), reason: reason.value.trim()});
-      status.ok(`Credit note ${r.creditNote.number} issued.`);
-      await reload();
+      await reload(`Credit note ${r.creditNote.number} issued.`);
     } catch (err) {
       status.error(err);
       submit.disabled = false;
@@ -76,24 +77,93 @@ function creditNoteForm(inv, status, reload) {
   return form;
 }
 
-function invoiceActions(inv, status, reload) {
+// RecordPayment: money received outside keelson, part or all of what remains.
+function paymentForm(inv, status, reload) {
+  const amt = el('input', {id: 'payment-amount', type: 'number', required: true, min: '1', max: String(inv.amountRemaining || 0),
+    step: '1', value: String(inv.amountRemaining || 0), inputmode: 'numeric'});
+  const ref = el('input', {id: 'payment-reference', type: 'text', maxlength: '200', autocomplete: 'off'});
+  const submit = el('button', {type: 'submit', id: 'payment-submit'}, 'Record payment');
+  const form = el('form', {class: 'card', 'aria-labelledby': 'payment-h'},
+    el('h2', {id: 'payment-h'}, 'Payment received outside keelson'),
+    field('Amount in minor units', amt, `At most the ${amount(inv.amountRemaining, inv.currency)} left to pay.`),
+    field('Reference (optional)', ref, 'The transfer\'s reference, e.g. “wire 2027-001”.'),
+    el('div', {class: 'actions'}, submit));
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    submit.disabled = true;
+    status.loading('Recording…');
+    try {
+      const r = await billing('RecordPayment', {id: inv.id, amount: String(amt.value || 0), reference: ref.value.trim()});
+      await reload(`Recorded ${amount(r.payment.amount, inv.currency)}: the invoice is ${r.invoice.state}.`);
+    } catch (err) {
+      status.error(err);
+      submit.disabled = false;
+    }
+  });
+  return form;
+}
+
+// A one-off draft: more lines, then finalize (optionally charging at once).
+function draftForms(inv, status, reload) {
+  const lines = manualLines('add', inv.currency);
+  const addSubmit = el('button', {type: 'submit', id: 'add-lines-submit'}, 'Add lines');
+  const add = el('form', {class: 'card', 'aria-labelledby': 'add-lines-h'},
+    el('h2', {id: 'add-lines-h'}, 'More lines'), lines.node, el('div', {class: 'actions'}, addSubmit));
+  add.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    addSubmit.disabled = true;
+    status.loading('Adding…');
+    try {
+      await billing('AddInvoiceLines', {id: inv.id, lines: lines.values()});
+      await reload('Lines added; every line is taxed again at the customer\'s rate.');
+    } catch (err) {
+      status.error(err);
+      addSubmit.disabled = false;
+    }
+  });
+  const charge = el('input', {id: 'finalize-charge', type: 'checkbox'});
+  const finSubmit = el('button', {type: 'submit', id: 'finalize-submit'}, 'Finalize');
+  const fin = el('form', {class: 'card', 'aria-labelledby': 'finalize-h'},
+    el('h2', {id: 'finalize-h'}, 'Finalize'),
+    el('p', {class: 'hint'}, 'The invoice is numbered, its lines frozen and the customer\'s credit applied.'),
+    el('div', {class: 'check'}, charge, el('label', {for: 'finalize-charge'}, 'Charge the customer\'s payment method at once')),
+    el('div', {class: 'actions'}, finSubmit));
+  fin.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    finSubmit.disabled = true;
+    status.loading('Finalizing…');
+    try {
+      const r = await billing('FinalizeInvoice', {id: inv.id, autoCharge: charge.checked});
+      const p = r.payment;
+      await reload(p && p.status === 'failed' ? `Finalized; the charge was declined (${p.failureCode}).`
+        : `Finalized as ${r.invoice.number}: ${r.invoice.state}.`);
+    } catch (err) {
+      status.error(err);
+      finSubmit.disabled = false;
+    }
+  });
+  return inv.subscriptionId ? [fin] : [add, fin]; // lines are added to one-off drafts only
+}
+
+function invoiceActions(ctx, inv, status, reload) {
   const actions = el('div', {class: 'actions', id: 'invoice-actions'});
   const act = (label, confirmLabel, method, body, done) => actions.append(confirmButton(label, confirmLabel, async () => {
     status.loading('Working…');
     try {
       const r = await billing(method, body);
       const p = r.payment;
-      status.ok(p && p.status === 'failed' ? `The charge was declined (${p.failureCode}).` : done);
-      await reload();
+      await reload(p && p.status === 'failed' ? `The charge was declined (${p.failureCode}).` : done);
     } catch (err) {
       status.error(err);
     }
   }));
-  if (inv.state === 'open') act('Charge the payment method', 'Charge now', 'PayInvoice', {id: inv.id}, 'Charged.');
+  if (inv.state === 'open' && ctx.may('invoice.pay')) act('Charge the payment method', 'Charge now', 'PayInvoice', {id: inv.id}, 'Charged.');
   const untouched = (inv.payments || []).length === 0 && (inv.creditNotes || []).length === 0;
-  if ((inv.state === 'open' || inv.state === 'uncollectible') && untouched) act('Void', 'Void this invoice', 'VoidInvoice', {id: inv.id}, 'Voided.');
-  if (inv.state === 'open') act('Write off', 'Mark uncollectible', 'MarkUncollectible', {id: inv.id}, 'Written off.');
-  return actions;
+  if (ctx.may('invoice.close')) {
+    if ((inv.state === 'open' || inv.state === 'uncollectible') && untouched) act('Void', 'Void this invoice', 'VoidInvoice', {id: inv.id}, 'Voided.');
+    if (inv.state === 'open') act('Write off', 'Mark uncollectible', 'MarkUncollectible', {id: inv.id}, 'Written off.');
+  }
+  return actions.childNodes.length ? actions : null;
 }
 
 export async function invoicePage(root, ctx) {
@@ -101,7 +171,10 @@ export async function invoicePage(root, ctx) {
   const status = new Status();
   const head = el('div', {id: 'invoice-detail'}, el('p', {class: 'loading'}, 'Loading…'));
   root.append(el('p', {}, pageLink(ctx, 'invoices', null, '← All invoices')), status.node, head);
-  const reload = () => ctx.navigate('invoice', {replaceState: true, params: {id}});
+  const reload = async (done) => {
+    await ctx.navigate('invoice', {replaceState: true, params: {id}});
+    announce(done);
+  };
   let inv;
   try {
     inv = (await billing('GetInvoice', {id})).invoice;
@@ -130,13 +203,15 @@ export async function invoicePage(root, ctx) {
         ['Automatic charges', String(inv.attemptCount || 0)], ['Next retry', when(inv.nextAttemptUnixMs)],
         ['Description', inv.description || ''], ['Id', el('code', {}, inv.id)],
       ]),
-      ctx.can('billing.manage') ? invoiceActions(inv, status, reload) : null),
+      invoiceActions(ctx, inv, status, reload)),
+    ...(inv.state === 'draft' && ctx.may('invoice.finalize') ? draftForms(inv, status, reload) : []),
+    (inv.state === 'open' || inv.state === 'uncollectible') && ctx.may('invoice.pay') ? paymentForm(inv, status, reload) : null,
     el('section', {'aria-labelledby': 'il-h'}, el('h2', {id: 'il-h'}, 'Lines'), el('div', {id: 'invoice-lines'}, linesTable(inv))),
     el('section', {'aria-labelledby': 'ip-h'}, el('h2', {id: 'ip-h'}, 'Payments'), paymentsTable(inv)),
     el('section', {'aria-labelledby': 'in-h'}, el('h2', {id: 'in-h'}, 'Credit notes'),
       (inv.creditNotes || []).length === 0 ? el('p', {}, 'No credit notes.')
         : table('Credit notes of this invoice', CREDIT_NOTE_HEADERS, inv.creditNotes.map((n) => creditNoteRow(ctx, n, cur))),
-      ctx.can('billing.manage') && (inv.state === 'open' || inv.state === 'paid') ? creditNoteForm(inv, status, reload) : null),
+      ctx.may('credit_note.create') && (inv.state === 'open' || inv.state === 'paid') ? creditNoteForm(inv, status, reload) : null),
   ];
   replace(head, ...parts);
 }

@@ -1,5 +1,6 @@
 // API keys: create (the key is shown once, with a copy button), list, revoke.
-import {auth, grantable, rank} from './api.js';
+import {auth} from './api.js';
+import {grantable} from './roles.js';
 import {cell, el, field, Pager, replace, select, Status, table, when} from './dom.js';
 
 const PAGE_SIZE = 20;
@@ -47,7 +48,7 @@ export async function keysPage(root, ctx) {
   const revoked = el('input', {type: 'checkbox', id: 'keys-revoked'});
 
   const name = el('input', {id: 'key-name', name: 'name', type: 'text', required: true, maxlength: '200', autocomplete: 'off'});
-  const role = select(grantable(ctx.me.role), 'member', {id: 'key-role', name: 'role'});
+  const role = select(grantable(ctx.me), 'member', {id: 'key-role', name: 'role'});
   const expires = el('input', {id: 'key-expires', name: 'expires', type: 'date'});
   const submit = el('button', {type: 'submit', id: 'key-submit'}, 'Create key');
   const form = el('form', {class: 'card', 'aria-labelledby': 'key-create-h'},
@@ -76,7 +77,7 @@ export async function keysPage(root, ctx) {
   function keyRow(k) {
     const st = keyStatus(k);
     const actions = el('td', {class: 'actions-cell'});
-    if (st === 'active' && rank(k.role) <= rank(ctx.me.role)) {
+    if (st === 'active' && ctx.may('api_key.revoke', k)) {
       const b = el('button', {type: 'button', class: 'danger', 'aria-label': `Revoke ${k.name}`}, 'Revoke');
       b.addEventListener('click', async () => {
         b.disabled = true;

@@ -52,7 +52,7 @@ function accountName(ctx, a) {
   const parts = [name ? `billing: ${name}` : `code ${a.code}`];
   if (name && ud !== 0n && (a.code === 1 || a.code === 5)) {
     const id = uuidOf(ud);
-    parts.push(' of ', ctx.can('billing.read') ? pageLink(ctx, 'customer', {id}, `customer ${id.slice(0, 8)}`) : `customer ${id.slice(0, 8)}`);
+    parts.push(' of ', ctx.may('customer.open') ? pageLink(ctx, 'customer', {id}, `customer ${id.slice(0, 8)}`) : `customer ${id.slice(0, 8)}`);
   }
   return parts;
 }

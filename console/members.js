@@ -1,8 +1,9 @@
 // Members and invitations. What the caller's role may not do is not
-// offered: no role change or removal without members.set_role /
-// members.remove, nothing for a member ranked above the caller, and only
-// roles up to the caller's own (the server checks all of it again).
-import {auth, grantable, rank} from './api.js';
+// offered (roles.js decides: no role change or removal without
+// members.set_role / members.remove, nothing for a member ranked above the
+// caller, and only roles up to the caller's own); the server checks again.
+import {auth} from './api.js';
+import {grantable} from './roles.js';
 import {cell, el, field, Pager, replace, select, Status, table, when} from './dom.js';
 
 const PAGE_SIZE = 20;
@@ -28,12 +29,11 @@ function confirmButton(label, confirmLabel, action) {
 
 function memberRow(m, ctx, status, reload) {
   const me = ctx.me;
-  const mayTouch = rank(m.role) <= rank(me.role);
   const who = m.displayName ? `${m.displayName} <${m.email}>` : m.email;
   const actions = el('td', {class: 'actions-cell'});
   let roleCell = cell(m.role);
-  if (ctx.can('members.set_role') && mayTouch) {
-    const s = select(grantable(me.role), m.role, {'aria-label': `Role of ${who}`});
+  if (ctx.may('member.set_role', m)) {
+    const s = select(grantable(me), m.role, {'aria-label': `Role of ${who}`});
     const save = el('button', {type: 'button', class: 'secondary'}, 'Save role');
     save.addEventListener('click', async () => {
       status.loading('Changing the role…');
@@ -47,7 +47,7 @@ function memberRow(m, ctx, status, reload) {
     });
     roleCell = el('td', {}, s, ' ', save);
   }
-  if (ctx.can('members.remove') && mayTouch && m.userId !== me.userId) {
+  if (ctx.may('member.remove', m)) {
     actions.append(confirmButton('Remove', `Remove ${m.email}`, async () => {
       status.loading('Removing…');
       try {
@@ -92,7 +92,7 @@ function membersSection(ctx) {
 
 function inviteForm(ctx, status, onDone) {
   const emails = el('textarea', {id: 'invite-emails', name: 'emails', rows: '2', required: true, autocomplete: 'off'});
-  const role = select(grantable(ctx.me.role), 'member', {id: 'invite-role', name: 'role'});
+  const role = select(grantable(ctx.me), 'member', {id: 'invite-role', name: 'role'});
   const submit = el('button', {type: 'submit', id: 'invite-submit'}, 'Invite');
   const form = el('form', {class: 'card', 'aria-labelledby': 'invite-h'},
     el('h3', {id: 'invite-h'}, 'Invite people'),
@@ -126,7 +126,7 @@ function inviteForm(ctx, status, onDone) {
 
 function invitationRow(inv, ctx, status, reload) {
   const actions = el('td', {class: 'actions-cell'});
-  if ((inv.status === 'pending' || inv.status === 'expired') && rank(inv.role) <= rank(ctx.me.role)) {
+  if ((inv.status === 'pending' || inv.status === 'expired') && ctx.may('invitation.revoke', inv)) {
     actions.append(confirmButton('Revoke', `Revoke the invitation of ${inv.email}`, async () => {
       status.loading('Revoking…');
       try {
@@ -181,7 +181,7 @@ export async function membersPage(root, ctx) {
   const members = membersSection(ctx);
   root.append(members.section);
   const loads = [members.pager.refresh()];
-  if (ctx.can('members.invite')) {
+  if (ctx.may('invitation.list')) {
     const inv = invitationsSection(ctx);
     root.append(inv.section);
     loads.push(inv.pager.refresh());

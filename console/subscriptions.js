@@ -1,9 +1,11 @@
 // Subscriptions: every one (by state), and one with its history and its
 // invoices. Only the moves the state table allows from its state are
-// offered, and only to billing.manage (docs/api.md, "Subscriptions").
+// offered, and only to billing.manage (docs/api.md, "Subscriptions"). A
+// change of plan or quantity is previewed first (PreviewChange: the exact
+// lines it would make now) and made only on a confirmation of that preview.
 import {billing} from './api.js';
-import {cell, confirmButton, el, facts, pageLink, pagedTable, param, replace, select, Status, when} from './dom.js';
-import {invoiceList, PAGE_SIZE, stateBadge, SUBSCRIPTION_STATES, subscriptionList} from './billing-ui.js';
+import {announce, cell, confirmButton, el, facts, field, pageLink, pagedTable, param, replace, select, Status, table, when} from './dom.js';
+import {amount, invoiceList, PAGE_SIZE, stateBadge, SUBSCRIPTION_STATES, subscriptionList} from './billing-ui.js';
 
 export async function subscriptionsPage(root, ctx) {
   const status = new Status();
@@ -52,6 +54,83 @@ function historyList(status, id) {
   });
 }
 
+const PRORATIONS = [['create_prorations', 'Prorate onto the next invoice'], ['always_invoice', 'Prorate and invoice now'],
+  ['none', 'No proration']];
+
+function previewTable(p) {
+  const cur = p.currency;
+  const rows = (p.lines || []).map((l) => el('tr', {},
+    cell(l.description || ''), cell(String(l.quantity || 0)), el('td', {class: 'num'}, amount(l.unitAmount, cur)),
+    el('td', {class: 'num'}, amount(l.amount, cur)), el('td', {class: 'num'}, amount(l.tax, cur)),
+    cell(l.periodStartUnixMs ? `${when(l.periodStartUnixMs)} – ${when(l.periodEndUnixMs)}` : '—')));
+  return el('div', {},
+    rows.length === 0 ? el('p', {}, 'The change makes no lines (no proration, or in a trial).')
+      : table('Lines the change would make now', ['Description', 'Quantity', 'Unit', 'Amount', 'Tax', 'Period'], rows),
+    facts('Totals of the change', [['Subtotal', amount(p.subtotal, cur)], ['Tax', amount(p.tax, cur)],
+      ['Total', amount(p.total, cur)], ['Prorated from', when(p.prorationTimeUnixMs)]]));
+}
+
+// ChangeSubscription, confirmed on its preview: the plans of the
+// subscription's currency and interval (ChangeSubscription takes no other),
+// the quantity, how to prorate. Editing any of them drops the preview.
+async function changeForm(ctx, s, status) {
+  const current = (await billing('GetPlan', {id: s.planId})).plan;
+  const r = await billing('ListPlans', {pageSize: 200});
+  const plans = (r.plans || []).filter((p) => !p.archived && p.currency === s.currency &&
+    p.intervalUnit === current.intervalUnit && (p.intervalCount || 1) === (current.intervalCount || 1));
+  const plan = select([['', `Keep ${s.planCode} v${s.planVersion || 1}`],
+    ...plans.map((p) => [p.code, `${p.name || p.code} (${p.code} v${p.version})`])], '', {id: 'change-plan'});
+  const quantity = el('input', {id: 'change-quantity', type: 'number', min: '1', max: '1000000', step: '1',
+    value: String(s.quantity || 1), inputmode: 'numeric'});
+  const proration = select(PRORATIONS, 'create_prorations', {id: 'change-proration'});
+  const preview = el('button', {type: 'submit', id: 'change-preview-submit'}, 'Preview the change');
+  const shown = el('div', {id: 'change-preview', 'aria-live': 'polite'});
+  const form = el('form', {class: 'card', 'aria-labelledby': 'change-h'},
+    el('h2', {id: 'change-h'}, 'Change plan or quantity'),
+    field('Plan', plan, `Plans in ${s.currency} billed on the same interval.`),
+    field('Quantity', quantity, 'Per-unit plans only; 1 for the others.'),
+    field('Proration', proration),
+    el('div', {class: 'actions'}, preview), shown);
+  const request = () => {
+    const body = {id: s.id, prorationBehavior: proration.value};
+    if (plan.value) body.planCode = plan.value;
+    if (String(quantity.value) !== String(s.quantity || 1)) body.quantity = String(quantity.value || 1);
+    return body;
+  };
+  for (const input of [plan, quantity, proration]) input.addEventListener('input', () => replace(shown));
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const body = request();
+    preview.disabled = true;
+    status.loading('Previewing…');
+    try {
+      const p = await billing('PreviewChange', body);
+      status.clear();
+      const confirm = el('button', {type: 'button', id: 'change-confirm'}, 'Make this change');
+      confirm.addEventListener('click', async () => {
+        confirm.disabled = true;
+        status.loading('Changing…');
+        try {
+          const c = await billing('ChangeSubscription', body);
+          const inv = c.invoice ? `; invoiced as ${c.invoice.number} (${c.invoice.state})` : '';
+          await ctx.navigate('subscription', {replaceState: true, params: {id: s.id}});
+          announce(`Changed to ${c.subscription.planCode} v${c.subscription.planVersion}, quantity ${c.subscription.quantity || 1}${inv}.`);
+        } catch (err) {
+          status.error(err);
+          confirm.disabled = false;
+        }
+      });
+      replace(shown, el('h3', {}, 'Preview'), previewTable(p), el('div', {class: 'actions'}, confirm));
+    } catch (err) {
+      status.error(err);
+      replace(shown);
+    } finally {
+      preview.disabled = false;
+    }
+  });
+  return form;
+}
+
 export async function subscriptionPage(root, ctx) {
   const id = param('id');
   const status = new Status();
@@ -68,14 +147,14 @@ export async function subscriptionPage(root, ctx) {
   const heading = document.getElementById('page-title');
   if (heading) replace(heading, `Subscription to ${s.planCode}`);
   const actions = el('div', {class: 'actions', id: 'subscription-actions'});
-  if (ctx.can('billing.manage')) {
+  if (ctx.may('subscription.move')) {
     for (const [label, confirmLabel, method, body] of moves(s)) {
       actions.append(confirmButton(label, confirmLabel, async () => {
         status.loading('Working…');
         try {
           const r = await billing(method, body);
-          status.ok(`The subscription is ${r.subscription.state}${r.subscription.cancelAtPeriodEnd ? ', canceled at its period\'s end' : ''}.`);
           await ctx.navigate('subscription', {replaceState: true, params: {id: s.id}});
+          announce(`The subscription is ${r.subscription.state}${r.subscription.cancelAtPeriodEnd ? ', canceled at its period\'s end' : ''}.`);
         } catch (err) {
           status.error(err);
         }
@@ -96,6 +175,13 @@ export async function subscriptionPage(root, ctx) {
       ['Latest invoice', s.latestInvoiceId ? pageLink(ctx, 'invoice', {id: s.latestInvoiceId}, 'open it') : ''],
       ['Created', when(s.createdAtUnixMs)], ['Id', el('code', {}, s.id)],
     ]), actions));
+  if (ctx.may('subscription.change') && ['trialing', 'active', 'past_due'].includes(s.state)) {
+    try {
+      root.append(await changeForm(ctx, s, status));
+    } catch (err) {
+      status.error(err);
+    }
+  }
   const history = historyList(status, s.id);
   const invs = invoiceList(ctx, status, {id: 'subscription-invoices', caption: 'Invoices of this subscription',
     filter: () => ({subscriptionId: s.id})});

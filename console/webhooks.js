@@ -99,7 +99,7 @@ function subscriptionForm(status, slot, onCreated) {
 
 export async function webhooksPage(root, ctx) {
   const status = new Status();
-  const manage = ctx.can('webhooks.manage');
+  const manage = ctx.may('webhook.manage');
   const endpoints = pagedTable({
     id: 'endpoints-list', caption: 'Intake endpoints, newest first', status,
     headers: ['Endpoint', 'Provider', 'Enabled', 'Path', 'Created'], empty: 'No intake endpoints.',
@@ -166,7 +166,7 @@ export async function webhookEndpointPage(root, ctx) {
     ['Created', when(e.createdAtUnixMs)], ['Id', el('code', {}, e.id)],
   ]), secretsTable(e.secrets)));
   const filter = statusFilter('received-status', RECEIVED, 'RECEIVED_STATUS');
-  const manage = ctx.can('webhooks.manage');
+  const manage = ctx.may('webhook.manage');
   const events = pagedTable({
     id: 'received-list', caption: 'Events received, newest first', status,
     headers: ['Received', 'Event', 'Type', 'Status', 'Attempts', 'Last error', 'Actions'], empty: 'No events received.',
@@ -230,7 +230,7 @@ export async function webhookSubscriptionPage(root, ctx) {
     replace(head);
     return;
   }
-  const manage = ctx.can('webhooks.manage');
+  const manage = ctx.may('webhook.manage');
   const actions = el('div', {class: 'actions'});
   if (manage) {
     const toggle = el('button', {type: 'button', class: 'secondary', id: 'sub-toggle'}, s.enabled ? 'Disable' : 'Enable');
@@ -305,7 +305,7 @@ export async function deliveryPage(root, ctx) {
       ['Topic', d.topic], ['Status', stateBadge(word(d.status))], ['Event (webhook-id)', el('code', {}, d.eventId)],
       ['Attempts', String(d.attempts || 0)], ['Next attempt', when(d.nextAttemptAtUnixMs)],
       ['Delivered', when(d.deliveredAtUnixMs)], ['Last error', d.lastError || ''], ['Created', when(d.createdAtUnixMs)],
-    ]), ctx.can('webhooks.manage') ? el('div', {class: 'actions'}, redeliverButton(d, status, reload)) : null),
+    ]), ctx.may('webhook.manage') ? el('div', {class: 'actions'}, redeliverButton(d, status, reload)) : null),
     el('section', {'aria-labelledby': 'da-h'}, el('h2', {id: 'da-h'}, 'Attempts'),
       attempts.length === 0 ? el('p', {}, 'Not attempted yet.')
         : table('Attempts, oldest first', ['#', 'Ended', 'Outcome', 'HTTP', 'Latency', 'Detail', 'Response'], attempts)),
