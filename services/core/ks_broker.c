@@ -1,26 +1,35 @@
 /*
  * ks_broker: see ks_broker.h.
  *
- * The forwarding is our own rather than nng_device: nng 1.5's device keeps a
- * hold on both sockets until one of its pending operations fails, so closing
- * the "wrong" socket first hangs shutdown. Here each direction is one aio
- * looping recv -> send, which we can cancel with nng_aio_stop before closing
- * anything, and which counts what it forwards.
+ * One libevent loop on a thread of its own serves every socket of the
+ * broker through ks_sp (nng's wire protocol), so a message costs the read
+ * that brings it and the write that sends it on: no nng task queue, no
+ * hand-off between threads (nng's device cost about 16 thread switches per
+ * request; docs/performance.md).
  *
- * The watch (ks_broker.h, "Hung replicas") runs on a ticker thread of its
- * own: it reads nng's statistics snapshot (each pipe's socket and message
- * counts), feeds each back's pipes to its ks_outlier and closes the pipes it
- * names. Only that thread touches the outliers.
+ * Requests and replies, as nng's raw req/rep device does them. A request
+ * from a client's req socket is [request id][body], the request id's high
+ * bit set. The broker sends [client pipe id][request id][body] to one
+ * replica (the connected one holding the fewest unanswered calls, round
+ * robin among equals; none connected: a bounded queue until one is); the
+ * replica's rep socket takes the two words as the backtrace and sends them
+ * back before its reply, and the broker, popping the pipe id, sends
+ * [request id][reply] to that client, if it is still connected.
+ *
+ * Events: what a publisher sends goes to every subscriber as it is (nng's
+ * sub sockets filter by topic themselves); a subscriber whose output is
+ * over its bound misses it, as with nng's pub.
+ *
+ * The watch (ks_broker.h, "Hung replicas") is a timer on the same loop: it
+ * gives each back's pipes, with the calls sent to each and answered, to
+ * its ks_outlier and closes the pipes it names.
  */
 #include "ks_broker.h"
 
-#include <nng/nng.h>
-#include <nng/protocol/pubsub0/pub.h>
-#include <nng/protocol/pubsub0/sub.h>
-#include <nng/protocol/reqrep0/rep.h>
-#include <nng/protocol/reqrep0/req.h>
-#include <arpa/inet.h>
+#include <event2/event.h>
+#include <event2/thread.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,332 +41,438 @@
 #include "ks_metrics.h"
 #include "ks_outlier.h"
 #include "ks_rpc.h"
-#include "ks_ticker.h"
+#include "ks_sp.h"
 #include "ks_topology.h"
 
 #define RECV_MAX_BYTES ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
-#define N_DEVICES      (KS_SVC_COUNT + 1) /* one per service, one for events */
+#define SEND_MAX_BYTES ((size_t)16 << 20) /* a peer's unread output; over it, messages drop */
+#define QUEUE_MAX      1024               /* requests waiting for a first replica */
+#define HOPS_MAX       8                  /* backtrace words a request may carry (nng's TTL) */
+#define WORD           4
 
-typedef struct path {
-        nng_socket src, dst;
-        nng_aio *aio;
-        bool sending;
-        ks_counter *forwarded;
-} path;
+/* A request waiting for a replica: the client's pipe, and the message as it came. */
+typedef struct queued {
+        struct queued *next;
+        uint32_t client;
+        size_t len;
+        uint8_t msg[];
+} queued;
 
-typedef struct device {
+/* What the broker keeps of a replica's pipe. */
+typedef struct replica {
+        uint64_t sent, answered;
+} replica;
+
+typedef struct service {
+        struct ks_broker *b;
         const char *name;
-        nng_socket a, b; /* a: front / events in; b: back / events out */
-        path paths[2];   /* a -> b, and b -> a for request/reply */
-        int n_paths;
+        ks_sp_listener *front, *back;
+        ks_sp_pipe *last; /* the replica chosen last (round robin among equals) */
+        queued *head, *tail;
+        size_t n_queued;
+        ks_counter *requests, *replies, *dropped;
         ks_gauge *pipes;
-} device;
-
-/* The watch of one service's back. */
-typedef struct watch {
+        /* the watch */
         ks_outlier *outlier;
-        ks_outlier_pipe pipes[KS_OUTLIER_PIPES_MAX]; /* the look being gathered */
-        size_t n_pipes;
         ks_counter *ejections, *readmissions, *held;
         ks_gauge *ejected;
-} watch;
+} service;
+
+typedef struct events_device {
+        ks_sp_listener *in, *out;
+        ks_counter *forwarded, *dropped;
+        ks_gauge *pipes;
+} events_device;
 
 struct ks_broker {
-        device devices[N_DEVICES];
         ks_broker_options opts;
-        watch watches[KS_SVC_COUNT]; /* one per service device, same index */
-        ks_outlier_event events[KS_OUTLIER_EVENTS_MAX];
-        ks_ticker *ticker;
-        bool stats_failed; /* logged once */
+        struct event_base *base;
+        ks_sp *sp;
+        pthread_t thread;
+        bool running;
+        service services[KS_SVC_COUNT];
+        events_device events;
+        struct event *watch;
+        struct event *stop; /* ends the loop: made active from ks_broker_stop's thread */
+        ks_outlier_pipe look[KS_OUTLIER_PIPES_MAX];
+        ks_outlier_event acts[KS_OUTLIER_EVENTS_MAX];
 };
 
-static void path_recv(path *p)
+static uint32_t word_at(const uint8_t *p)
 {
-        p->sending = false;
-        nng_recv_aio(p->src, p->aio);
+        return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-static void path_cb(void *arg)
+static void word_put(uint8_t *p, uint32_t w)
 {
-        path *p = arg;
-        int rv = nng_aio_result(p->aio);
-        if (rv == NNG_ECLOSED || rv == NNG_ECANCELED) {
-                if (p->sending) {
-                        nng_msg_free(nng_aio_get_msg(p->aio));
-                        nng_aio_set_msg(p->aio, NULL);
-                }
-                return; /* stopping */
-        }
-        if (p->sending) {
-                if (rv != 0) {
-                        nng_msg_free(nng_aio_get_msg(p->aio));
-                        nng_aio_set_msg(p->aio, NULL);
-                } else {
-                        ks_counter_inc(p->forwarded);
-                }
-                path_recv(p);
-                return;
-        }
-        if (rv != 0) {
-                path_recv(p);
-                return;
-        }
-        p->sending = true;
-        nng_aio_set_msg(p->aio, nng_aio_get_msg(p->aio));
-        nng_send_aio(p->dst, p->aio);
+        p[0] = (uint8_t)(w >> 24);
+        p[1] = (uint8_t)(w >> 16);
+        p[2] = (uint8_t)(w >> 8);
+        p[3] = (uint8_t)w;
 }
 
-static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
+/* ---- requests ----------------------------------------------------------------------- */
+
+/* The replica to send the next request to: the fewest calls held, round robin among equals. */
+static ks_sp_pipe *choose(service *s)
+{
+        ks_sp_pipe *first = ks_sp_listener_first(s->back);
+        if (first == NULL) {
+                return NULL;
+        }
+        ks_sp_pipe *start = s->last != NULL ? ks_sp_pipe_next(s->last) : NULL;
+        start = start != NULL ? start : first;
+        ks_sp_pipe *best = NULL, *p = start;
+        uint64_t best_held = UINT64_MAX;
+        do {
+                const replica *r = ks_sp_pipe_user(p);
+                uint64_t held = r->sent - r->answered;
+                if (held < best_held && ks_sp_pending(p) <= SEND_MAX_BYTES) {
+                        best = p;
+                        best_held = held;
+                        if (held == 0) {
+                                break;
+                        }
+                }
+                p = ks_sp_pipe_next(p) != NULL ? ks_sp_pipe_next(p) : first;
+        } while (p != start);
+        return best;
+}
+
+/* Sends msg of client on to a replica; false when none can take it now. */
+static bool forward_request(service *s, uint32_t client, const uint8_t *msg, size_t len)
+{
+        ks_sp_pipe *p = choose(s);
+        if (p == NULL) {
+                return false;
+        }
+        uint8_t head[WORD];
+        word_put(head, client);
+        if (ks_sp_send(p, head, sizeof(head), msg, len) != 0) {
+                return false;
+        }
+        replica *r = ks_sp_pipe_user(p);
+        r->sent++;
+        s->last = p;
+        ks_counter_inc(s->requests);
+        return true;
+}
+
+static void queue_push(service *s, uint32_t client, const uint8_t *msg, size_t len)
+{
+        if (s->n_queued >= QUEUE_MAX) {
+                ks_counter_inc(s->dropped); /* the client resends after its timeout */
+                return;
+        }
+        queued *q = malloc(sizeof(*q) + len);
+        if (q == NULL) {
+                ks_counter_inc(s->dropped);
+                return;
+        }
+        q->next = NULL;
+        q->client = client;
+        q->len = len;
+        memcpy(q->msg, msg, len);
+        if (s->tail != NULL) {
+                s->tail->next = q;
+        } else {
+                s->head = q;
+        }
+        s->tail = q;
+        s->n_queued++;
+}
+
+/* What waited for a replica, now that one can take it. */
+static void queue_flush(service *s)
+{
+        while (s->head != NULL) {
+                queued *q = s->head;
+                if (ks_sp_pipe_find(s->b->sp, q->client) != NULL &&
+                    !forward_request(s, q->client, q->msg, q->len)) {
+                        return;
+                }
+                s->head = q->next;
+                if (s->head == NULL) {
+                        s->tail = NULL;
+                }
+                s->n_queued--;
+                free(q);
+        }
+}
+
+static void queue_free(service *s)
+{
+        while (s->head != NULL) {
+                queued *q = s->head;
+                s->head = q->next;
+                free(q);
+        }
+        s->tail = NULL;
+        s->n_queued = 0;
+}
+
+/* A request from a client: its backtrace must end in a request id (high bit set). */
+static void on_request(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg)
+{
+        service *s = arg;
+        bool ok = false;
+        for (size_t at = 0; at + WORD <= len && at < HOPS_MAX * WORD; at += WORD) {
+                if ((word_at(msg + at) & 0x80000000u) != 0) {
+                        ok = true;
+                        break;
+                }
+        }
+        if (!ok) {
+                ks_counter_inc(s->dropped); /* nng's rep drops it the same way */
+                return;
+        }
+        uint32_t client = ks_sp_pipe_id(p);
+        if (s->head != NULL || !forward_request(s, client, msg, len)) {
+                queue_push(s, client, msg, len);
+        }
+}
+
+/* A reply from a replica: [client pipe id][request id][reply]. */
+static void on_reply(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg)
+{
+        service *s = arg;
+        replica *r = ks_sp_pipe_user(p);
+        r->answered++;
+        if (len < 2 * WORD) {
+                ks_counter_inc(s->dropped);
+                return;
+        }
+        ks_sp_pipe *client = ks_sp_pipe_find(s->b->sp, word_at(msg));
+        if (client == NULL || ks_sp_send(client, NULL, 0, msg + WORD, len - WORD) != 0) {
+                ks_counter_inc(s->dropped); /* the client left, or does not read */
+                return;
+        }
+        ks_counter_inc(s->replies);
+}
+
+static void on_client_added(ks_sp_pipe *p, void *arg)
 {
         (void)p;
-        device *d = arg;
-        ks_gauge_add(d->pipes, ev == NNG_PIPE_EV_ADD_POST ? 1 : -1);
+        service *s = arg;
+        ks_gauge_add(s->pipes, 1);
 }
 
-static int listen_on(nng_socket s, const char *base, int service, ks_broker_side side, device *d)
+static void on_client_removed(ks_sp_pipe *p, void *arg)
 {
-        char url[KS_URL_MAX];
-        if (ks_broker_url(url, sizeof(url), base, service, side) != 0) {
-                ks_log_error(NULL, "bad broker url", "{s:s}", "url", base);
-                return -1;
-        }
-        nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, RECV_MAX_BYTES);
-        nng_pipe_notify(s, NNG_PIPE_EV_ADD_POST, pipe_event, d);
-        nng_pipe_notify(s, NNG_PIPE_EV_REM_POST, pipe_event, d);
-        int rv = nng_listen(s, url, NULL, 0);
-        if (rv != 0) {
-                ks_log_error(NULL, "cannot listen", "{s:s,s:s}", "url", url, "error",
-                             nng_strerror(rv));
-                return -1;
-        }
-        return 0;
+        (void)p;
+        service *s = arg;
+        ks_gauge_add(s->pipes, -1);
 }
 
-static int open_path(device *d, int i, nng_socket src, nng_socket dst, const char *direction)
+static void on_replica_added(ks_sp_pipe *p, void *arg)
 {
-        path *p = &d->paths[i];
-        p->src = src;
-        p->dst = dst;
-        char labels[128];
-        snprintf(labels, sizeof(labels), "device=\"%s\",direction=\"%s\"", d->name, direction);
-        p->forwarded = ks_counter_get(ks_metrics_default(), "keelson_broker_forwarded_total",
-                                      "Messages forwarded, by device and direction.", labels);
-        if (nng_aio_alloc(&p->aio, path_cb, p) != 0) {
-                return -1;
-        }
-        d->n_paths = i + 1;
-        return 0;
-}
-
-static void device_init(device *d, const char *name)
-{
-        d->name = name;
-        d->a = (nng_socket)NNG_SOCKET_INITIALIZER;
-        d->b = (nng_socket)NNG_SOCKET_INITIALIZER;
-        char labels[128];
-        snprintf(labels, sizeof(labels), "device=\"%s\"", name);
-        d->pipes =
-            ks_gauge_get(ks_metrics_default(), "keelson_broker_pipes",
-                         "Connected peers (clients, replicas, publishers, subscribers).", labels);
-}
-
-static int open_service(device *d, const char *base, int service)
-{
-        device_init(d, ks_service_name((ks_service_id)service));
-        if (nng_rep0_open_raw(&d->a) != 0 || nng_req0_open_raw(&d->b) != 0) {
-                return -1;
-        }
-        if (listen_on(d->a, base, service, KS_SIDE_FRONT, d) != 0 ||
-            listen_on(d->b, base, service, KS_SIDE_BACK, d) != 0) {
-                return -1;
-        }
-        if (open_path(d, 0, d->a, d->b, "request") != 0 ||
-            open_path(d, 1, d->b, d->a, "reply") != 0) {
-                return -1;
-        }
-        return 0;
-}
-
-static int open_events(device *d, const char *base)
-{
-        device_init(d, "events");
-        if (nng_sub0_open_raw(&d->a) != 0 || nng_pub0_open_raw(&d->b) != 0) {
-                return -1;
-        }
-        if (listen_on(d->a, base, 0, KS_SIDE_EVENTS_IN, d) != 0 ||
-            listen_on(d->b, base, 0, KS_SIDE_EVENTS_OUT, d) != 0) {
-                return -1;
-        }
-        /* nng's default of 16 queued messages per peer drops most of a burst */
-        nng_socket_set_int(d->a, NNG_OPT_RECVBUF, 8192);
-        nng_socket_set_int(d->b, NNG_OPT_SENDBUF, 8192);
-        return open_path(d, 0, d->a, d->b, "event");
-}
-
-/* ---- the watch of the backs ---------------------------------------------- */
-
-static uint64_t stat_u64(nng_stat *node, const char *name)
-{
-        nng_stat *s = nng_stat_find(node, name);
-        return s != NULL ? nng_stat_value(s) : 0;
-}
-
-/* "127.0.0.1" into host, and "127.0.0.1:41234" into peer (either may be NULL). */
-static void pipe_peer(uint32_t id, char *host, size_t host_len, char *peer, size_t peer_len)
-{
-        nng_pipe p = {.id = id};
-        nng_sockaddr sa;
-        char ip[INET6_ADDRSTRLEN] = "unknown";
-        unsigned port = 0;
-
-        if (nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) == 0) {
-                if (sa.s_family == NNG_AF_INET) {
-                        inet_ntop(AF_INET, &sa.s_in.sa_addr, ip, sizeof(ip));
-                        port = ntohs(sa.s_in.sa_port);
-                } else if (sa.s_family == NNG_AF_INET6) {
-                        inet_ntop(AF_INET6, sa.s_in6.sa_addr, ip, sizeof(ip));
-                        port = ntohs(sa.s_in6.sa_port);
-                }
-        }
-        if (host != NULL) {
-                snprintf(host, host_len, "%s", ip);
-        }
-        if (peer != NULL) {
-                snprintf(peer, peer_len, "%s:%u", ip, port);
-        }
-}
-
-/* One pipe of the snapshot: kept when it is a pipe of a service's back. */
-static void gather_pipe(ks_broker *b, nng_stat *node)
-{
-        uint64_t sock = stat_u64(node, "socket");
-
-        for (int i = 0; i < KS_SVC_COUNT; i++) {
-                watch *w = &b->watches[i];
-                if ((uint64_t)nng_socket_id(b->devices[i].b) != sock) {
-                        continue;
-                }
-                if (w->n_pipes == KS_OUTLIER_PIPES_MAX) {
-                        return; /* beyond the bound: left alone (ks_outlier.h) */
-                }
-                ks_outlier_pipe *p = &w->pipes[w->n_pipes++];
-                p->id = (uint32_t)stat_u64(node, "id");
-                p->sent = stat_u64(node, "tx_msgs");
-                p->answered = stat_u64(node, "rx_msgs");
-                pipe_peer(p->id, p->host, sizeof(p->host), NULL, 0);
+        service *s = arg;
+        replica *r = calloc(1, sizeof(*r));
+        if (r == NULL) {
+                ks_sp_close(p);
                 return;
         }
+        ks_sp_pipe_set_user(p, r);
+        ks_gauge_add(s->pipes, 1);
+        queue_flush(s);
 }
 
-static void gather(ks_broker *b, nng_stat *node, int depth)
+static void on_replica_removed(ks_sp_pipe *p, void *arg)
 {
-        for (nng_stat *c = nng_stat_child(node); c != NULL; c = nng_stat_next(c)) {
-                if (strcmp(nng_stat_name(c), "pipe") == 0) {
-                        gather_pipe(b, c);
-                } else if (depth < 4) {
-                        gather(b, c, depth + 1);
+        service *s = arg;
+        if (s->last == p) {
+                s->last = NULL;
+        }
+        free(ks_sp_pipe_user(p));
+        ks_sp_pipe_set_user(p, NULL);
+        ks_gauge_add(s->pipes, -1);
+}
+
+/* ---- events ------------------------------------------------------------------------- */
+
+static void on_event(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg)
+{
+        (void)p;
+        events_device *e = arg;
+        for (ks_sp_pipe *sub = ks_sp_listener_first(e->out); sub != NULL;
+             sub = ks_sp_pipe_next(sub)) {
+                if (ks_sp_send(sub, NULL, 0, msg, len) == 0) {
+                        ks_counter_inc(e->forwarded);
+                } else {
+                        ks_counter_inc(e->dropped);
                 }
         }
 }
 
-static void act(ks_broker *b, int svc, const ks_outlier_event *e)
+static void on_events_pipe_added(ks_sp_pipe *p, void *arg)
 {
-        watch *w = &b->watches[svc];
-        const char *name = b->devices[svc].name;
-        char peer[INET6_ADDRSTRLEN + 8];
+        (void)p;
+        ks_gauge_add(((events_device *)arg)->pipes, 1);
+}
 
-        pipe_peer(e->pipe, NULL, 0, peer, sizeof(peer));
+static void on_events_pipe_removed(ks_sp_pipe *p, void *arg)
+{
+        (void)p;
+        ks_gauge_add(((events_device *)arg)->pipes, -1);
+}
+
+/* Subscribers send nothing; what one sends is dropped. */
+static void on_subscriber_message(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg)
+{
+        (void)p;
+        (void)msg;
+        (void)len;
+        (void)arg;
+}
+
+/* ---- the watch of the backs ---------------------------------------------------------- */
+
+static void act(service *s, ks_sp_pipe *p, const ks_outlier_event *e)
+{
+        const char *peer = p != NULL ? ks_sp_pipe_peer(p) : e->host;
         if (e->kind == KS_OUTLIER_EJECT) {
-                nng_pipe p = {.id = e->pipe};
-                nng_pipe_close(p); /* gone already: nothing to do */
-                ks_counter_inc(w->ejections);
+                ks_counter_inc(s->ejections);
                 ks_log_warn(NULL, "replica ejected: it holds calls and answers none",
-                            "{s:s,s:I,s:s,s:I,s:I}", "device", name, "pipe", (json_int_t)e->pipe,
+                            "{s:s,s:I,s:s,s:I,s:I}", "device", s->name, "pipe", (json_int_t)e->pipe,
                             "peer", peer, "outstanding", (json_int_t)e->outstanding, "silent_ms",
                             (json_int_t)e->elapsed_ms);
+                if (p != NULL) {
+                        ks_sp_close(p); /* its calls are lost: their clients resend */
+                }
         } else if (e->kind == KS_OUTLIER_HELD) {
-                ks_counter_inc(w->held);
+                ks_counter_inc(s->held);
                 ks_log_warn(NULL,
                             "replica holds calls and answers none, kept: no other replica answers",
-                            "{s:s,s:I,s:s,s:I,s:I}", "device", name, "pipe", (json_int_t)e->pipe,
+                            "{s:s,s:I,s:s,s:I,s:I}", "device", s->name, "pipe", (json_int_t)e->pipe,
                             "peer", peer, "outstanding", (json_int_t)e->outstanding, "silent_ms",
                             (json_int_t)e->elapsed_ms);
         } else {
-                ks_counter_inc(w->readmissions);
+                ks_counter_inc(s->readmissions);
                 ks_log_info(NULL, "replica readmitted: it dialled back after an ejection",
-                            "{s:s,s:I,s:s,s:I}", "device", name, "pipe", (json_int_t)e->pipe,
+                            "{s:s,s:I,s:s,s:I}", "device", s->name, "pipe", (json_int_t)e->pipe,
                             "peer", peer, "ejected_ms", (json_int_t)e->elapsed_ms);
         }
 }
 
-static ks_ticker_next watch_step(void *arg)
+static void watch_step(evutil_socket_t fd, short what, void *arg)
 {
+        (void)fd;
+        (void)what;
         ks_broker *b = arg;
-        nng_stat *st = NULL;
-        int rv = nng_stats_get(&st);
-
-        if (rv != 0) {
-                if (!b->stats_failed) {
-                        ks_log_error(NULL, "cannot read nng statistics: no replica is ejected",
-                                     "{s:s}", "error", nng_strerror(rv));
-                        b->stats_failed = true;
-                }
-                return KS_TICKER_REST;
-        }
-        for (int i = 0; i < KS_SVC_COUNT; i++) {
-                b->watches[i].n_pipes = 0;
-        }
-        gather(b, st, 0);
-        nng_stats_free(st);
         int64_t now = ks_mono_ms();
         for (int i = 0; i < KS_SVC_COUNT; i++) {
-                watch *w = &b->watches[i];
-                size_t n = ks_outlier_step(w->outlier, w->pipes, w->n_pipes, now, b->events);
-                for (size_t j = 0; j < n; j++) {
-                        act(b, i, &b->events[j]);
+                service *s = &b->services[i];
+                size_t n = 0;
+                for (ks_sp_pipe *p = ks_sp_listener_first(s->back);
+                     p != NULL && n < KS_OUTLIER_PIPES_MAX; p = ks_sp_pipe_next(p)) {
+                        const replica *r = ks_sp_pipe_user(p);
+                        ks_outlier_pipe *o = &b->look[n++];
+                        o->id = ks_sp_pipe_id(p);
+                        o->sent = r->sent;
+                        o->answered = r->answered;
+                        snprintf(o->host, sizeof(o->host), "%s", ks_sp_pipe_host(p));
                 }
-                ks_gauge_set(w->ejected, ks_outlier_pending(w->outlier));
+                size_t k = ks_outlier_step(s->outlier, b->look, n, now, b->acts);
+                for (size_t j = 0; j < k; j++) {
+                        act(s, ks_sp_pipe_find(b->sp, b->acts[j].pipe), &b->acts[j]);
+                }
+                ks_gauge_set(s->ejected, ks_outlier_pending(s->outlier));
         }
-        return KS_TICKER_REST;
 }
 
-static int watch_init(watch *w, const char *service, int64_t after_ms)
-{
-        ks_metrics *reg = ks_metrics_default();
-        char labels[128];
+/* ---- life ------------------------------------------------------------------------------ */
 
-        snprintf(labels, sizeof(labels), "device=\"%s\"", service);
-        w->ejections = ks_counter_get(reg, "keelson_broker_ejections_total",
+static int listen_side(ks_broker *b, const char *base, int service_id, ks_broker_side side,
+                       uint16_t self, uint16_t peer, const ks_sp_callbacks *cb, void *arg,
+                       ks_sp_listener **out)
+{
+        char url[KS_URL_MAX];
+        if (ks_broker_url(url, sizeof(url), base, service_id, side) != 0) {
+                ks_log_error(NULL, "bad broker url", "{s:s}", "url", base);
+                return -1;
+        }
+        int rc = ks_sp_listen(b->sp, url, self, peer, cb, arg, out);
+        if (rc != KS_OK) {
+                ks_log_error(NULL, "cannot listen", "{s:s,s:s}", "url", url, "error",
+                             ks_code_name(rc));
+                return -1;
+        }
+        return 0;
+}
+
+static int open_service(ks_broker *b, const char *base, int id)
+{
+        static const ks_sp_callbacks front = {on_client_added, on_request, on_client_removed};
+        static const ks_sp_callbacks back = {on_replica_added, on_reply, on_replica_removed};
+        ks_metrics *reg = ks_metrics_default();
+        service *s = &b->services[id];
+        char labels[128];
+        s->b = b;
+        s->name = ks_service_name((ks_service_id)id);
+        snprintf(labels, sizeof(labels), "device=\"%s\",direction=\"request\"", s->name);
+        s->requests = ks_counter_get(reg, "keelson_broker_forwarded_total",
+                                     "Messages forwarded, by device and direction.", labels);
+        snprintf(labels, sizeof(labels), "device=\"%s\",direction=\"reply\"", s->name);
+        s->replies = ks_counter_get(reg, "keelson_broker_forwarded_total",
+                                    "Messages forwarded, by device and direction.", labels);
+        snprintf(labels, sizeof(labels), "device=\"%s\"", s->name);
+        s->dropped = ks_counter_get(reg, "keelson_broker_dropped_total",
+                                    "Messages not forwarded: malformed, a peer gone or not "
+                                    "reading, no replica connected with the queue full.",
+                                    labels);
+        s->pipes =
+            ks_gauge_get(reg, "keelson_broker_pipes",
+                         "Connected peers (clients, replicas, publishers, subscribers).", labels);
+        s->ejections = ks_counter_get(reg, "keelson_broker_ejections_total",
                                       "Replicas taken out of the rotation: they held calls and "
                                       "answered none for KEELSON_BROKER_EJECT_AFTER_MS.",
                                       labels);
-        w->readmissions = ks_counter_get(
+        s->readmissions = ks_counter_get(
             reg, "keelson_broker_readmissions_total",
             "Connections to a back taken as an ejected replica dialling back.", labels);
-        w->held = ks_counter_get(reg, "keelson_broker_ejections_held_total",
+        s->held = ks_counter_get(reg, "keelson_broker_ejections_held_total",
                                  "Replicas that held calls and answered none, kept in the "
                                  "rotation because no other replica of the service answered.",
                                  labels);
-        w->ejected = ks_gauge_get(reg, "keelson_broker_ejected_replicas",
+        s->ejected = ks_gauge_get(reg, "keelson_broker_ejected_replicas",
                                   "Ejected replicas that have not dialled back.", labels);
-        return ks_outlier_new(&w->outlier, after_ms);
+        if (b->opts.eject_after_ms > 0 &&
+            ks_outlier_new(&s->outlier, b->opts.eject_after_ms) != KS_OK) {
+                return -1;
+        }
+        if (listen_side(b, base, id, KS_SIDE_FRONT, KS_SP_REP0, KS_SP_REQ0, &front, s, &s->front) !=
+                0 ||
+            listen_side(b, base, id, KS_SIDE_BACK, KS_SP_REQ0, KS_SP_REP0, &back, s, &s->back) !=
+                0) {
+                return -1;
+        }
+        return 0;
 }
 
-static int watch_start(ks_broker *b)
+static int open_events(ks_broker *b, const char *base)
 {
-        int rc;
-
-        for (int i = 0; i < KS_SVC_COUNT; i++) {
-                if ((rc = watch_init(&b->watches[i], b->devices[i].name, b->opts.eject_after_ms)) !=
-                    KS_OK) {
-                        return rc;
-                }
+        static const ks_sp_callbacks in = {on_events_pipe_added, on_event, on_events_pipe_removed};
+        static const ks_sp_callbacks out = {on_events_pipe_added, on_subscriber_message,
+                                            on_events_pipe_removed};
+        ks_metrics *reg = ks_metrics_default();
+        events_device *e = &b->events;
+        e->forwarded = ks_counter_get(reg, "keelson_broker_forwarded_total",
+                                      "Messages forwarded, by device and direction.",
+                                      "device=\"events\",direction=\"event\"");
+        e->dropped = ks_counter_get(reg, "keelson_broker_dropped_total",
+                                    "Messages not forwarded: malformed, a peer gone or not "
+                                    "reading, no replica connected with the queue full.",
+                                    "device=\"events\"");
+        e->pipes = ks_gauge_get(reg, "keelson_broker_pipes",
+                                "Connected peers (clients, replicas, publishers, subscribers).",
+                                "device=\"events\"");
+        if (listen_side(b, base, 0, KS_SIDE_EVENTS_IN, KS_SP_SUB0, KS_SP_PUB0, &in, e, &e->in) !=
+                0 ||
+            listen_side(b, base, 0, KS_SIDE_EVENTS_OUT, KS_SP_PUB0, KS_SP_SUB0, &out, e, &e->out) !=
+                0) {
+                return -1;
         }
-        ks_ticker_options t = {.name = "broker-eject",
-                               .interval_ms = b->opts.eject_check_ms,
-                               .step = watch_step,
-                               .arg = b};
-        return ks_ticker_start(&b->ticker, &t);
+        return 0;
 }
 
 static bool options_ok(const ks_broker_options *o)
@@ -370,31 +485,52 @@ static bool options_ok(const ks_broker_options *o)
                                           o->eject_after_ms <= KS_OUTLIER_AFTER_MAX_MS);
 }
 
+/* A loopbreak from another thread is lost if the loop has not begun: an event is not. */
+static void on_stop(evutil_socket_t fd, short what, void *arg)
+{
+        (void)fd;
+        (void)what;
+        event_base_loopbreak(((ks_broker *)arg)->base);
+}
+
+static void *loop_main(void *arg)
+{
+        ks_broker *b = arg;
+        event_base_loop(b->base, EVLOOP_NO_EXIT_ON_EMPTY);
+        return NULL;
+}
+
 void ks_broker_stop(ks_broker *b)
 {
         if (b == NULL) {
                 return;
         }
-        ks_ticker_stop(b->ticker); /* first: it closes pipes of the sockets closed below */
-        for (int i = 0; i < N_DEVICES; i++) {
-                for (int j = 0; j < b->devices[i].n_paths; j++) {
-                        nng_aio_stop(b->devices[i].paths[j].aio);
-                }
+        if (b->running) {
+                event_active(b->stop, EV_TIMEOUT, 0);
+                pthread_join(b->thread, NULL);
         }
-        for (int i = 0; i < N_DEVICES; i++) {
-                device *d = &b->devices[i];
-                if (nng_socket_id(d->a) > 0) {
-                        nng_close(d->a);
-                }
-                if (nng_socket_id(d->b) > 0) {
-                        nng_close(d->b);
-                }
-                for (int j = 0; j < d->n_paths; j++) {
-                        nng_aio_free(d->paths[j].aio);
-                }
+        if (b->watch != NULL) {
+                event_free(b->watch);
+        }
+        if (b->stop != NULL) {
+                event_free(b->stop);
         }
         for (int i = 0; i < KS_SVC_COUNT; i++) {
-                ks_outlier_free(b->watches[i].outlier);
+                if (b->services[i].back == NULL) {
+                        continue;
+                }
+                for (ks_sp_pipe *p = ks_sp_listener_first(b->services[i].back); p != NULL;
+                     p = ks_sp_pipe_next(p)) {
+                        free(ks_sp_pipe_user(p));
+                }
+        }
+        ks_sp_free(b->sp); /* every pipe and listener, no callback */
+        for (int i = 0; i < KS_SVC_COUNT; i++) {
+                queue_free(&b->services[i]);
+                ks_outlier_free(b->services[i].outlier);
+        }
+        if (b->base != NULL) {
+                event_base_free(b->base);
         }
         free(b);
 }
@@ -417,30 +553,38 @@ int ks_broker_start_with(ks_broker **out, const char *base, const ks_broker_opti
                 return KS_INTERNAL;
         }
         b->opts = *o;
-        for (int i = 0; i < N_DEVICES; i++) {
-                b->devices[i].a = (nng_socket)NNG_SOCKET_INITIALIZER;
-                b->devices[i].b = (nng_socket)NNG_SOCKET_INITIALIZER;
+        /* The loop is stopped from another thread (ks_broker_stop). */
+        if (evthread_use_pthreads() != 0 || (b->base = event_base_new()) == NULL ||
+            (b->stop = event_new(b->base, -1, 0, on_stop, b)) == NULL ||
+            ks_sp_new(&b->sp, b->base, RECV_MAX_BYTES, SEND_MAX_BYTES) != KS_OK) {
+                ks_broker_stop(b);
+                return KS_INTERNAL;
         }
         int rv = 0;
         for (int i = 0; i < KS_SVC_COUNT && rv == 0; i++) {
-                rv = open_service(&b->devices[i], base, i);
+                rv = open_service(b, base, i);
         }
         if (rv == 0) {
-                rv = open_events(&b->devices[KS_SVC_COUNT], base);
+                rv = open_events(b, base);
         }
         if (rv != 0) {
                 ks_broker_stop(b);
                 return KS_UNAVAILABLE;
         }
-        if (o->eject_after_ms > 0 && (rv = watch_start(b)) != KS_OK) {
-                ks_broker_stop(b);
-                return rv;
-        }
-        for (int i = 0; i < N_DEVICES; i++) {
-                for (int j = 0; j < b->devices[i].n_paths; j++) {
-                        path_recv(&b->devices[i].paths[j]);
+        if (o->eject_after_ms > 0) {
+                struct timeval tv = {(time_t)(o->eject_check_ms / 1000),
+                                     (suseconds_t)(o->eject_check_ms % 1000) * 1000};
+                if ((b->watch = event_new(b->base, -1, EV_PERSIST, watch_step, b)) == NULL ||
+                    event_add(b->watch, &tv) != 0) {
+                        ks_broker_stop(b);
+                        return KS_INTERNAL;
                 }
         }
+        if (pthread_create(&b->thread, NULL, loop_main, b) != 0) {
+                ks_broker_stop(b);
+                return KS_INTERNAL;
+        }
+        b->running = true;
         *out = b;
         return KS_OK;
 }

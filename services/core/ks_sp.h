@@ -1,0 +1,102 @@
+/*
+ * ks_sp: the listening side of nng's wire protocol (SP over TCP, the
+ * nanomsg RFC sp-tcp-mapping-01 that nng speaks) on a libevent loop, so a
+ * process can serve nng peers from one thread with no hand-off per
+ * message. keelson-broker is built on it (ks_broker.h): its peers are the
+ * services' and the gateway's nng sockets, which cannot tell it from nng.
+ *
+ * On the wire. Each side of a new connection sends 8 bytes: 0x00 'S' 'P'
+ * 0x00, its protocol number (16 bits, big-endian) and 16 zero bits; a peer
+ * whose protocol is not the one expected is closed. Then messages, each a
+ * 64-bit big-endian length and that many bytes. A protocol's own header
+ * (req/rep's backtrace and request id) is the message's first bytes: ks_sp
+ * leaves it to the caller.
+ *
+ * Pipes. Every connection that completed its handshake is a pipe with an
+ * id (31 bits, never 0, not reused while it lives) that ks_sp_pipe_find
+ * turns back into the pipe: what a req/rep backtrace carries. At most
+ * KS_SP_PIPES_MAX at once; more are closed at accept. A message over the
+ * receive bound closes its pipe; a send over a pipe's send bound (its peer
+ * does not read) is refused and the message dropped, as nng drops what a
+ * full queue cannot take.
+ *
+ * One loop, one thread: every call and callback on the loop's thread. A
+ * callback may close any pipe, its own included (ks_sp_close); the memory
+ * goes later, on the loop.
+ */
+#ifndef KS_SP_H
+#define KS_SP_H
+
+#include <event2/event.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ks_code.h"
+
+/* Protocol numbers (nng's NNI_PROTO(major, minor) = major * 16 + minor). */
+#define KS_SP_PUB0 0x20
+#define KS_SP_SUB0 0x21
+#define KS_SP_REQ0 0x30
+#define KS_SP_REP0 0x31
+
+#define KS_SP_PIPES_MAX    65535 /* connections at once, over every listener of a ks_sp */
+#define KS_SP_HANDSHAKE_MS 10000 /* a peer that has not sent its 8 bytes by then is closed */
+#define KS_SP_HEADER_BYTES 8
+#define KS_SP_HOST_MAX     64
+#define KS_SP_PEER_MAX     (KS_SP_HOST_MAX + 8)
+
+typedef struct ks_sp ks_sp;
+typedef struct ks_sp_listener ks_sp_listener;
+typedef struct ks_sp_pipe ks_sp_pipe;
+
+typedef struct ks_sp_callbacks {
+        /* A pipe completed its handshake. */
+        void (*added)(ks_sp_pipe *p, void *arg);
+        /* A whole message: msg is valid during the call only. */
+        void (*message)(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg);
+        /* A pipe that was added is gone (its peer closed, an error, ks_sp_close). */
+        void (*removed)(ks_sp_pipe *p, void *arg);
+} ks_sp_callbacks;
+
+/*
+ * Pipes on base: each message at most recv_max bytes, each pipe's unsent
+ * output at most send_max. KS_OK, KS_INTERNAL.
+ */
+int ks_sp_new(ks_sp **out, struct event_base *base, size_t recv_max, size_t send_max) KS_MUST_CHECK;
+/* Closes every listener and pipe (no callback runs) and frees. Accepts NULL. */
+void ks_sp_free(ks_sp *sp);
+
+/*
+ * Listens on url ("tcp://host:port"; host "*" or empty: every address;
+ * port 0: any free one) for peers speaking peer, answering as self. KS_OK,
+ * KS_INVALID_ARGUMENT (a malformed url), KS_UNAVAILABLE (cannot listen).
+ */
+int ks_sp_listen(ks_sp *sp, const char *url, uint16_t self, uint16_t peer,
+                 const ks_sp_callbacks *cb, void *arg, ks_sp_listener **out) KS_MUST_CHECK;
+int ks_sp_listener_port(const ks_sp_listener *l);
+/* The listener's added pipes, oldest first; NULL after the last. */
+ks_sp_pipe *ks_sp_listener_first(const ks_sp_listener *l);
+ks_sp_pipe *ks_sp_pipe_next(const ks_sp_pipe *p);
+
+/* The pipe of id, or NULL when there is none (closed, or never was). */
+ks_sp_pipe *ks_sp_pipe_find(const ks_sp *sp, uint32_t id);
+uint32_t ks_sp_pipe_id(const ks_sp_pipe *p);
+/* The peer's address: "127.0.0.1", and "127.0.0.1:41234". */
+const char *ks_sp_pipe_host(const ks_sp_pipe *p);
+const char *ks_sp_pipe_peer(const ks_sp_pipe *p);
+/* What the caller keeps with a pipe (NULL at first). */
+void *ks_sp_pipe_user(const ks_sp_pipe *p);
+void ks_sp_pipe_set_user(ks_sp_pipe *p, void *user);
+
+/*
+ * One message, head then body (either may be empty), framed. 0, or -1 when
+ * the pipe's output is over its bound or the pipe is closing (nothing sent).
+ */
+int ks_sp_send(ks_sp_pipe *p, const void *head, size_t head_len, const void *body, size_t body_len);
+/* Bytes written to the pipe that its peer has not taken yet. */
+size_t ks_sp_pending(const ks_sp_pipe *p);
+/* Closes the pipe: its removed callback runs now, its memory goes later. */
+void ks_sp_close(ks_sp_pipe *p);
+
+#endif
