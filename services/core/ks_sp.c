@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <event2/buffer.h>
+#include <event2/dns.h>
 #include <event2/bufferevent.h>
 #include <event2/listener.h>
 #include <jansson.h>
@@ -21,9 +22,19 @@
 #define SLOT_MASK  ((1u << SLOT_BITS) - 1)
 #define GEN_MASK   0x7fffu /* ids keep the high bit clear: req/rep backtraces need it so */
 
+/* What a listener and a dialer share: the protocols, the callbacks, the added pipes. */
+typedef struct endpoint {
+        ks_sp *sp;
+        uint16_t self, peer;
+        ks_sp_callbacks cb;
+        void *arg;
+        ks_sp_pipe *first, *last;
+        ks_sp_dialer *dialer; /* a dialer's; NULL for a listener's */
+} endpoint;
+
 struct ks_sp_pipe {
         ks_sp *sp;
-        ks_sp_listener *l;
+        endpoint *ep;
         struct bufferevent *bev;
         ks_sp_pipe *prev, *next; /* the listener's added pipes; next: the dead ones once closed */
         uint32_t id;
@@ -36,14 +47,20 @@ struct ks_sp_pipe {
 };
 
 struct ks_sp_listener {
-        ks_sp *sp;
+        endpoint ep;
         struct evconnlistener *ev;
-        uint16_t self, peer;
-        ks_sp_callbacks cb;
-        void *arg;
-        ks_sp_pipe *first, *last;
         int port;
         ks_sp_listener *next_listener;
+};
+
+struct ks_sp_dialer {
+        endpoint ep;
+        char host[256];
+        char port[8];
+        ks_sp_pipe *pipe; /* connecting or connected; NULL while waiting to redial */
+        struct event *redial;
+        int64_t backoff_ms;
+        ks_sp_dialer *next_dialer;
 };
 
 struct ks_sp {
@@ -54,6 +71,9 @@ struct ks_sp {
         uint32_t next_slot;
         uint32_t n_pipes;
         ks_sp_listener *listeners;
+        ks_sp_dialer *dialers;
+        struct evdns_base *dns; /* a dialer's host names; NULL: getaddrinfo */
+        bool freeing;
         ks_sp_pipe *dead;   /* closed, to be freed by reap */
         struct event *reap; /* frees the dead on the loop, after the callback that closed them */
 };
@@ -71,6 +91,10 @@ static void header_of(uint8_t out[KS_SP_HEADER_BYTES], uint16_t proto)
 }
 
 /* ---- pipes ------------------------------------------------------------------------- */
+
+static void peer_of(const struct sockaddr *sa, char *host, size_t host_len, char *peer,
+                    size_t peer_len);
+static void redial_later(ks_sp_dialer *d);
 
 static void free_dead(ks_sp *sp)
 {
@@ -93,7 +117,7 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 static void pipe_detach(ks_sp_pipe *p, bool quiet)
 {
         ks_sp *sp = p->sp;
-        ks_sp_listener *l = p->l;
+        endpoint *l = p->ep;
         if (p->closing) {
                 return;
         }
@@ -116,6 +140,12 @@ static void pipe_detach(ks_sp_pipe *p, bool quiet)
         if (p->added && !quiet && l->cb.removed != NULL) {
                 l->cb.removed(p, l->arg);
         }
+        if (l->dialer != NULL && l->dialer->pipe == p) {
+                l->dialer->pipe = NULL;
+                if (!sp->freeing) {
+                        redial_later(l->dialer);
+                }
+        }
 }
 
 void ks_sp_close(ks_sp_pipe *p)
@@ -132,7 +162,7 @@ void ks_sp_close(ks_sp_pipe *p)
 
 static void handshake(ks_sp_pipe *p, struct evbuffer *in)
 {
-        ks_sp_listener *l = p->l;
+        endpoint *l = p->ep;
         uint8_t got[KS_SP_HEADER_BYTES], want[KS_SP_HEADER_BYTES];
         evbuffer_remove(in, got, sizeof(got));
         header_of(want, l->peer);
@@ -151,6 +181,9 @@ static void handshake(ks_sp_pipe *p, struct evbuffer *in)
                 l->first = p;
         }
         l->last = p;
+        if (l->dialer != NULL) {
+                l->dialer->backoff_ms = KS_SP_REDIAL_MIN_MS;
+        }
         if (l->cb.added != NULL) {
                 l->cb.added(p, l->arg);
         }
@@ -191,18 +224,41 @@ static void on_read(struct bufferevent *bev, void *arg)
                         ks_sp_close(p);
                         return;
                 }
-                p->l->cb.message(p, all + sizeof(len_be), (size_t)len, p->l->arg);
+                p->ep->cb.message(p, all + sizeof(len_be), (size_t)len, p->ep->arg);
                 if (!p->closing) {
                         evbuffer_drain(in, sizeof(len_be) + len);
                 }
         }
 }
 
+/* Our 8 bytes, and the handshake's deadline: at once on an accepted connection, on a
+ * dialled one once it is connected. */
+static void hello(ks_sp_pipe *p)
+{
+        uint8_t h[KS_SP_HEADER_BYTES];
+        header_of(h, p->ep->self);
+        bufferevent_write(p->bev, h, sizeof(h));
+        struct timeval tv = {KS_SP_HANDSHAKE_MS / 1000, (KS_SP_HANDSHAKE_MS % 1000) * 1000};
+        bufferevent_set_timeouts(p->bev, &tv, NULL);
+}
+
 static void on_event(struct bufferevent *bev, short what, void *arg)
 {
-        (void)bev;
-        (void)what;
-        ks_sp_close(arg); /* EOF, an error, or the handshake's timeout */
+        ks_sp_pipe *p = arg;
+        if ((what & BEV_EVENT_CONNECTED) != 0) {
+                struct sockaddr_storage ss;
+                socklen_t len = sizeof(ss);
+                evutil_socket_t fd = bufferevent_getfd(bev);
+                int one = 1;
+                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0) {
+                        peer_of((struct sockaddr *)&ss, p->host, sizeof(p->host), p->peer,
+                                sizeof(p->peer));
+                }
+                hello(p);
+                return;
+        }
+        ks_sp_close(p); /* EOF, an error, a failed connect, or the handshake's timeout */
 }
 
 static void peer_of(const struct sockaddr *sa, char *host, size_t host_len, char *peer,
@@ -236,42 +292,48 @@ static uint32_t slot_take(ks_sp *sp)
         return 0;
 }
 
-static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sockaddr *sa, int salen,
-                      void *arg)
+/* A pipe of ep over fd (-1: a socket the dialer connects later), or NULL (no slot, memory). */
+static ks_sp_pipe *pipe_new(endpoint *ep, evutil_socket_t fd)
 {
-        (void)ev;
-        (void)salen;
-        ks_sp_listener *l = arg;
-        ks_sp *sp = l->sp;
+        ks_sp *sp = ep->sp;
         uint32_t slot = sp->n_pipes < KS_SP_PIPES_MAX ? slot_take(sp) : 0;
         ks_sp_pipe *p = slot != 0 ? calloc(1, sizeof(*p)) : NULL;
         struct bufferevent *bev =
             p != NULL ? bufferevent_socket_new(sp->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
         if (bev == NULL) {
                 free(p);
-                evutil_closesocket(fd);
-                ks_log_warn(NULL, "peer refused: too many pipes, or out of memory", "{s:i}",
-                            "pipes", (int)sp->n_pipes);
-                return;
+                return NULL;
         }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         p->sp = sp;
-        p->l = l;
+        p->ep = ep;
         p->bev = bev;
         p->slot = slot;
         sp->gens[slot] = (uint16_t)((sp->gens[slot] + 1) & GEN_MASK);
         p->id = (uint32_t)sp->gens[slot] << SLOT_BITS | slot;
         sp->slots[slot] = p;
         sp->n_pipes++;
-        peer_of(sa, p->host, sizeof(p->host), p->peer, sizeof(p->peer));
-        uint8_t hello[KS_SP_HEADER_BYTES];
-        header_of(hello, l->self);
-        bufferevent_write(bev, hello, sizeof(hello));
-        struct timeval tv = {KS_SP_HANDSHAKE_MS / 1000, (KS_SP_HANDSHAKE_MS % 1000) * 1000};
-        bufferevent_set_timeouts(bev, &tv, NULL);
         bufferevent_setcb(bev, on_read, NULL, on_event, p);
-        bufferevent_enable(bev, EV_READ | EV_WRITE);
+        return p;
+}
+
+static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sockaddr *sa, int salen,
+                      void *arg)
+{
+        (void)ev;
+        (void)salen;
+        ks_sp_listener *l = arg;
+        ks_sp_pipe *p = pipe_new(&l->ep, fd);
+        if (p == NULL) {
+                evutil_closesocket(fd);
+                ks_log_warn(NULL, "peer refused: too many pipes, or out of memory", "{s:i}",
+                            "pipes", (int)l->ep.sp->n_pipes);
+                return;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        peer_of(sa, p->host, sizeof(p->host), p->peer, sizeof(p->peer));
+        hello(p);
+        bufferevent_enable(p->bev, EV_READ | EV_WRITE);
 }
 
 ks_sp_pipe *ks_sp_pipe_find(const ks_sp *sp, uint32_t id)
@@ -311,7 +373,7 @@ void ks_sp_pipe_set_user(ks_sp_pipe *p, void *user)
 
 ks_sp_pipe *ks_sp_listener_first(const ks_sp_listener *l)
 {
-        return l->first;
+        return l->ep.first;
 }
 
 ks_sp_pipe *ks_sp_pipe_next(const ks_sp_pipe *p)
@@ -400,11 +462,7 @@ int ks_sp_listen(ks_sp *sp, const char *url, uint16_t self, uint16_t peer,
                 freeaddrinfo(ai);
                 return KS_INTERNAL;
         }
-        l->sp = sp;
-        l->self = self;
-        l->peer = peer;
-        l->cb = *cb;
-        l->arg = arg;
+        l->ep = (endpoint){.sp = sp, .self = self, .peer = peer, .cb = *cb, .arg = arg};
         /* Close-on-exec, as nng's sockets are: a child this process starts must not hold a
          * pipe open after the broker closed it (an ejected replica would never see it end). */
         l->ev = evconnlistener_new_bind(sp->base, on_accept, l,
@@ -433,6 +491,107 @@ int ks_sp_listener_port(const ks_sp_listener *l)
         return l->port;
 }
 
+/* ---- dialers ----------------------------------------------------------------------------- */
+
+static void dial_resolved(int err, struct evutil_addrinfo *ai, void *arg)
+{
+        ks_sp_dialer *d = arg;
+        if (err == EVUTIL_EAI_CANCEL) {
+                return; /* ks_sp_free is freeing d */
+        }
+        ks_sp_pipe *p = d->pipe;
+        evutil_socket_t fd = -1;
+        if (err != 0 || ai == NULL ||
+            (fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0 ||
+            bufferevent_setfd(p->bev, fd) != 0) {
+                if (fd >= 0) {
+                        evutil_closesocket(fd);
+                }
+                if (ai != NULL) {
+                        evutil_freeaddrinfo(ai);
+                }
+                ks_sp_close(p); /* then the dialer tries again later */
+                return;
+        }
+        bufferevent_enable(p->bev, EV_READ | EV_WRITE);
+        int rc = bufferevent_socket_connect(p->bev, ai->ai_addr, (int)ai->ai_addrlen);
+        evutil_freeaddrinfo(ai);
+        if (rc != 0) {
+                ks_sp_close(p);
+        }
+}
+
+static void dial_now(ks_sp_dialer *d)
+{
+        ks_sp_pipe *p = pipe_new(&d->ep, -1);
+        if (p == NULL) {
+                redial_later(d);
+                return;
+        }
+        d->pipe = p;
+        snprintf(p->host, sizeof(p->host), "%.*s", KS_SP_HOST_MAX - 1, d->host);
+        snprintf(p->peer, sizeof(p->peer), "%.*s:%s", KS_SP_HOST_MAX - 1, d->host, d->port);
+        struct evutil_addrinfo hints = {.ai_family = AF_UNSPEC,
+                                        .ai_socktype = SOCK_STREAM,
+                                        .ai_flags = EVUTIL_AI_NUMERICSERV | EVUTIL_AI_ADDRCONFIG};
+        if (d->ep.sp->dns != NULL) {
+                evdns_getaddrinfo(d->ep.sp->dns, d->host, d->port, &hints, dial_resolved, d);
+                return;
+        }
+        struct evutil_addrinfo *ai = NULL;
+        int err = evutil_getaddrinfo(d->host, d->port, &hints, &ai);
+        dial_resolved(err, ai, d);
+}
+
+static void on_redial(evutil_socket_t fd, short what, void *arg)
+{
+        (void)fd;
+        (void)what;
+        dial_now(arg);
+}
+
+/* The next try after the current backoff, which doubles up to KS_SP_REDIAL_MAX_MS. */
+static void redial_later(ks_sp_dialer *d)
+{
+        struct timeval tv = {(time_t)(d->backoff_ms / 1000),
+                             (suseconds_t)(d->backoff_ms % 1000) * 1000};
+        evtimer_add(d->redial, &tv);
+        d->backoff_ms =
+            d->backoff_ms * 2 > KS_SP_REDIAL_MAX_MS ? KS_SP_REDIAL_MAX_MS : d->backoff_ms * 2;
+}
+
+int ks_sp_dial(ks_sp *sp, const char *url, uint16_t self, uint16_t peer, const ks_sp_callbacks *cb,
+               void *arg, ks_sp_dialer **out)
+{
+        *out = NULL;
+        ks_sp_dialer *d = calloc(1, sizeof(*d));
+        if (d == NULL) {
+                return KS_INTERNAL;
+        }
+        if (parse_url(url, d->host, sizeof(d->host), d->port, sizeof(d->port)) != 0 ||
+            d->host[0] == '\0' || strcmp(d->host, "*") == 0 || strcmp(d->port, "0") == 0) {
+                free(d);
+                return KS_INVALID_ARGUMENT;
+        }
+        if ((d->redial = evtimer_new(sp->base, on_redial, d)) == NULL) {
+                free(d);
+                return KS_INTERNAL;
+        }
+        d->ep =
+            (endpoint){.sp = sp, .self = self, .peer = peer, .cb = *cb, .arg = arg, .dialer = d};
+        d->backoff_ms = KS_SP_REDIAL_MIN_MS;
+        d->next_dialer = sp->dialers;
+        sp->dialers = d;
+        dial_now(d);
+        *out = d;
+        return KS_OK;
+}
+
+ks_sp_pipe *ks_sp_dialer_pipe(const ks_sp_dialer *d)
+{
+        return d->pipe != NULL && d->pipe->added ? d->pipe : NULL;
+}
+
 /* ---- life ------------------------------------------------------------------------------ */
 
 int ks_sp_new(ks_sp **out, struct event_base *base, size_t recv_max, size_t send_max)
@@ -456,6 +615,7 @@ int ks_sp_new(ks_sp **out, struct event_base *base, size_t recv_max, size_t send
         sp->recv_max = recv_max;
         sp->send_max = send_max;
         sp->next_slot = 1;
+        sp->dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS); /* NULL: getaddrinfo */
         *out = sp;
         return KS_OK;
 }
@@ -465,6 +625,7 @@ void ks_sp_free(ks_sp *sp)
         if (sp == NULL) {
                 return;
         }
+        sp->freeing = true;
         for (uint32_t s = 1; sp->slots != NULL && s <= KS_SP_PIPES_MAX; s++) {
                 ks_sp_pipe *p = sp->slots[s];
                 if (p != NULL) {
@@ -472,6 +633,15 @@ void ks_sp_free(ks_sp *sp)
                         bufferevent_free(p->bev);
                         free(p);
                 }
+        }
+        while (sp->dialers != NULL) {
+                ks_sp_dialer *d = sp->dialers;
+                sp->dialers = d->next_dialer;
+                event_free(d->redial);
+                free(d);
+        }
+        if (sp->dns != NULL) {
+                evdns_base_free(sp->dns, 1); /* fails what is being looked up (EAI_CANCEL) */
         }
         while (sp->listeners != NULL) {
                 ks_sp_listener *l = sp->listeners;

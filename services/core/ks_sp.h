@@ -1,5 +1,5 @@
 /*
- * ks_sp: the listening side of nng's wire protocol (SP over TCP, the
+ * ks_sp: nng's wire protocol (SP over TCP, the
  * nanomsg RFC sp-tcp-mapping-01 that nng speaks) on a libevent loop, so a
  * process can serve nng peers from one thread with no hand-off per
  * message. keelson-broker is built on it (ks_broker.h): its peers are the
@@ -40,14 +40,17 @@
 #define KS_SP_REQ0 0x30
 #define KS_SP_REP0 0x31
 
-#define KS_SP_PIPES_MAX    65535 /* connections at once, over every listener of a ks_sp */
-#define KS_SP_HANDSHAKE_MS 10000 /* a peer that has not sent its 8 bytes by then is closed */
-#define KS_SP_HEADER_BYTES 8
-#define KS_SP_HOST_MAX     64
-#define KS_SP_PEER_MAX     (KS_SP_HOST_MAX + 8)
+#define KS_SP_PIPES_MAX     65535 /* connections at once, over every listener of a ks_sp */
+#define KS_SP_HANDSHAKE_MS  10000 /* a peer that has not sent its 8 bytes by then is closed */
+#define KS_SP_HEADER_BYTES  8
+#define KS_SP_HOST_MAX      64
+#define KS_SP_PEER_MAX      (KS_SP_HOST_MAX + 8)
+#define KS_SP_REDIAL_MIN_MS 100  /* a dialer's first wait after a lost or failed pipe */
+#define KS_SP_REDIAL_MAX_MS 5000 /* ... doubling up to this */
 
 typedef struct ks_sp ks_sp;
 typedef struct ks_sp_listener ks_sp_listener;
+typedef struct ks_sp_dialer ks_sp_dialer;
 typedef struct ks_sp_pipe ks_sp_pipe;
 
 typedef struct ks_sp_callbacks {
@@ -78,6 +81,19 @@ int ks_sp_listener_port(const ks_sp_listener *l);
 /* The listener's added pipes, oldest first; NULL after the last. */
 ks_sp_pipe *ks_sp_listener_first(const ks_sp_listener *l);
 ks_sp_pipe *ks_sp_pipe_next(const ks_sp_pipe *p);
+
+/*
+ * Dials url ("tcp://host:port", a name or an address) speaking self to a
+ * peer of peer, and keeps one pipe to it: a pipe lost, or a connection
+ * that fails, is dialled again after KS_SP_REDIAL_MIN_MS, doubling up to
+ * KS_SP_REDIAL_MAX_MS (back to the least once a handshake completes). Its
+ * pipe comes and goes through cb as a listener's. KS_OK,
+ * KS_INVALID_ARGUMENT (a malformed url), KS_INTERNAL. Freed with sp.
+ */
+int ks_sp_dial(ks_sp *sp, const char *url, uint16_t self, uint16_t peer, const ks_sp_callbacks *cb,
+               void *arg, ks_sp_dialer **out) KS_MUST_CHECK;
+/* The dialer's pipe, once its handshake is done; else NULL. */
+ks_sp_pipe *ks_sp_dialer_pipe(const ks_sp_dialer *d);
 
 /* The pipe of id, or NULL when there is none (closed, or never was). */
 ks_sp_pipe *ks_sp_pipe_find(const ks_sp *sp, uint32_t id);

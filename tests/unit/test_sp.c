@@ -21,6 +21,7 @@
 #include <cmocka.h>
 #include <nng/nng.h>
 #include <nng/protocol/pubsub0/pub.h>
+#include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
 
 #include "ks_clock.h"
@@ -180,12 +181,120 @@ static void test_message_over_bound_closes(void **state)
         nng_close(req);
 }
 
+/* ---- a dialer, against nng's rep listening ---- */
+
+static ks_sp_dialer *dialer;
+static atomic_int d_added, d_removed, d_messages;
+static char d_reply[64];
+static size_t d_reply_len;
+
+static void d_on_added(ks_sp_pipe *p, void *arg)
+{
+        (void)p;
+        (void)arg;
+        atomic_fetch_add(&d_added, 1);
+}
+
+static void d_on_removed(ks_sp_pipe *p, void *arg)
+{
+        (void)p;
+        (void)arg;
+        atomic_fetch_add(&d_removed, 1);
+}
+
+static void d_on_message(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg)
+{
+        (void)p;
+        (void)arg;
+        d_reply_len = len < sizeof(d_reply) ? len : sizeof(d_reply);
+        memcpy(d_reply, msg, d_reply_len);
+        atomic_fetch_add(&d_messages, 1);
+}
+
+/* On the loop: a request with request id 0x80000007 and "ping". */
+static void send_ping(evutil_socket_t fd, short what, void *arg)
+{
+        (void)fd;
+        (void)what;
+        (void)arg;
+        static const uint8_t id[4] = {0x80, 0, 0, 7};
+        assert_int_equal(ks_sp_send(ks_sp_dialer_pipe(dialer), id, 4, "ping", 4), 0);
+}
+
+/* A free loopback port: nng listens on it, and is closed. */
+static int free_port(void)
+{
+        nng_socket s;
+        nng_listener l;
+        int port = 0;
+        if (nng_rep0_open(&s) != 0 || nng_listen(s, "tcp://127.0.0.1:0", &l, 0) != 0 ||
+            nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) != 0) {
+                return -1;
+        }
+        nng_close(s);
+        return port;
+}
+
+static void rep_echo(nng_socket rep)
+{
+        char *got = NULL;
+        size_t len = 0;
+        assert_int_equal(nng_recv(rep, &got, &len, NNG_FLAG_ALLOC), 0);
+        assert_int_equal(len, 4);
+        assert_memory_equal(got, "ping", 4);
+        nng_free(got, len);
+        assert_int_equal(nng_send(rep, "pong", 4, 0), 0);
+}
+
+static void test_dialer_round_trip_and_redial(void **state)
+{
+        (void)state;
+        static const ks_sp_callbacks cb = {d_on_added, d_on_message, d_on_removed};
+        char url[64];
+        int port = free_port();
+        assert_true(port > 0);
+        snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
+        /* Nobody listens yet: the dialer keeps trying. Dialled before the loop runs. */
+        assert_int_equal(teardown(NULL), 0);
+        assert_int_equal(setup(NULL), 0);
+        event_base_once(base, -1, EV_TIMEOUT, stop_cb, NULL, NULL);
+        pthread_join(thread, NULL);
+        assert_int_equal(ks_sp_dial(sp, url, KS_SP_REQ0, KS_SP_REP0, &cb, NULL, &dialer), KS_OK);
+        assert_int_equal(pthread_create(&thread, NULL, loop_main, NULL), 0);
+        usleep(300 * 1000);
+        assert_int_equal(atomic_load(&d_added), 0);
+
+        nng_socket rep;
+        assert_int_equal(nng_rep0_open(&rep), 0);
+        assert_int_equal(nng_socket_set_ms(rep, NNG_OPT_RECVTIMEO, WAIT_MS), 0);
+        assert_int_equal(nng_listen(rep, url, NULL, 0), 0);
+        assert_true(wait_for(&d_added, 1)); /* within the backoff */
+        event_base_once(base, -1, EV_TIMEOUT, send_ping, NULL, NULL);
+        rep_echo(rep);
+        assert_true(wait_for(&d_messages, 1));
+        assert_int_equal(d_reply_len, 8);
+        assert_memory_equal(d_reply, "\x80\x00\x00\x07pong", 8);
+
+        /* The listener goes and comes back: the pipe is removed, then dialled again. */
+        nng_close(rep);
+        assert_true(wait_for(&d_removed, 1));
+        assert_int_equal(nng_rep0_open(&rep), 0);
+        assert_int_equal(nng_socket_set_ms(rep, NNG_OPT_RECVTIMEO, WAIT_MS), 0);
+        assert_int_equal(nng_listen(rep, url, NULL, 0), 0);
+        assert_true(wait_for(&d_added, 2));
+        event_base_once(base, -1, EV_TIMEOUT, send_ping, NULL, NULL);
+        rep_echo(rep);
+        assert_true(wait_for(&d_messages, 2));
+        nng_close(rep);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test_setup_teardown(test_nng_req_round_trip, setup, teardown),
             cmocka_unit_test_setup_teardown(test_other_protocol_refused, setup, teardown),
             cmocka_unit_test_setup_teardown(test_message_over_bound_closes, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_dialer_round_trip_and_redial, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
