@@ -92,51 +92,65 @@ static void entry_item(void *item, const PGresult *res, int row)
 /* ---- ListAudit ---------------------------------------------------------- */
 
 /*
- * Keyset paging on the identity column: newest first, stable under inserts.
- * $1 the cursor (the last id shown, NULL on the first page), $2 the limit.
+ * Newest first: by occurred_at, then id (keyset paging, stable under
+ * inserts). The sort key is occurred_at in microseconds (the last result
+ * column) and the id. $1, $2 the cursor (NULL on the first page), $3 the
+ * limit, then the filters. The time window is always a range, open ends
+ * given as 0 and AUDIT_MS_MAX + 1.
  *
- * Plans are generic (ks_pg.c): one statement per filter that leads, each
- * with a condition its index can take, the others as plain filters on the
- * rows it reaches. The action leads (audit_log_action_idx), then the actor
- * (audit_log_actor_idx), then the time window (audit_log_occurred_idx);
- * with none, the tenant's log by id (audit_log_tenant_id_idx). A filter
- * that does not lead is written "($n = 0 OR ...)", which no index takes, so
- * that the plan stays the leader's whatever the values.
+ * Plans are generic (ks_pg.c): one statement per filter that leads, on an
+ * index that ends in (occurred_at, id), so that the window and the cursor
+ * bound one range of it, read in order, and the scan stops at the page's
+ * end whatever the values. The action leads (audit_log_action_at_idx), then
+ * the actor (audit_log_actor_at_idx), else the tenant's whole log
+ * (audit_log_tenant_at_idx). The window's end and the cursor are one row
+ * comparison, the lower of the two (no cursor: the window's end, before
+ * any id), as btree starts a backward scan at one bound only. The actor
+ * beside an action is a plain filter, written "($n = '' OR ...)" so that no
+ * plan takes the other index.
  */
 #define AUDIT_SELECT                                                                               \
         "SELECT id, floor(extract(epoch FROM occurred_at) * 1000)::int8,"                          \
         " coalesce(actor_user_id::text, ''), coalesce(actor_api_key_id::text, ''), action,"        \
-        " target_type, target_id, detail::text, request_id"                                        \
+        " target_type, target_id, detail::text, request_id,"                                       \
+        " (extract(epoch FROM occurred_at) * 1000000)::int8"                                       \
         " FROM auth.audit_log WHERE tenant_id = auth.ctx_tenant()"
-#define AUDIT_REST " AND ($1::int8 IS NULL OR id < $1::int8) ORDER BY id DESC LIMIT $2::int"
-/* A parameter of unix milliseconds as a timestamptz: exact, unlike to_timestamp's float. */
-#define AUDIT_MS(n)    "('epoch'::timestamptz + $" n "::int8 * interval '1 millisecond')"
-#define AUDIT_SINCE(n) " AND ($" n "::int8 = 0 OR occurred_at >= " AUDIT_MS(n) ")"
-#define AUDIT_UNTIL(n) " AND ($" n "::int8 = 0 OR occurred_at < " AUDIT_MS(n) ")"
+/* Parameter n, unix milliseconds (or microseconds), as a timestamptz. */
+#define AUDIT_AT(n, unit) "(timestamptz 'epoch' + $" n "::int8 * interval '1 " unit "')"
+#define AUDIT_CURSOR      AUDIT_AT("1", "microsecond")
+/* since <= occurred_at, and (occurred_at, id) before the lower of until and the cursor. */
+#define AUDIT_WINDOW(since, until)                                                                 \
+        " AND occurred_at >= " AUDIT_AT(                                                           \
+            since, "millisecond") " AND (occurred_at, id) <"                                       \
+                                  " (least(coalesce(" AUDIT_CURSOR ", 'infinity'), " AUDIT_AT(     \
+                                      until,                                                       \
+                                      "millisecond") "),"                                          \
+                                                     " CASE WHEN " AUDIT_CURSOR " < " AUDIT_AT(    \
+                                                         until,                                    \
+                                                         "millisecond") " THEN $2::int8 ELSE 0"    \
+                                                                        " END)"
+#define AUDIT_REST " ORDER BY occurred_at DESC, id DESC LIMIT $3::int"
 
 /* The latest time a window may name, 9999-12-31T23:59:59.999Z: what a timestamptz surely holds. */
 #define AUDIT_MS_MAX INT64_C(253402300799999)
 
-static const char sql_list[] = AUDIT_SELECT AUDIT_REST;
+/* $4 since, $5 until. */
+static const char sql_list[] = AUDIT_SELECT AUDIT_WINDOW("4", "5") AUDIT_REST;
 
-/* $3 action, $4 actor ("" = any), $5 since, $6 until (0 = open). */
+/* $4 action, $5 actor ("" = any), $6 since, $7 until. */
 static const char sql_list_action[] = AUDIT_SELECT
-    " AND action = $3::text"
-    " AND ($4::text = '' OR actor_user_id = NULLIF($4::text, '')::uuid)" AUDIT_SINCE("5")
-        AUDIT_UNTIL("6") AUDIT_REST;
+    " AND action = $4::text"
+    " AND ($5::text = '' OR actor_user_id = NULLIF($5::text, '')::uuid)" AUDIT_WINDOW("6", "7")
+        AUDIT_REST;
 
-/* $3 actor, $4 since, $5 until. */
+/* $4 actor, $5 since, $6 until. */
 static const char sql_list_actor[] =
-    AUDIT_SELECT " AND actor_user_id = $3::uuid" AUDIT_SINCE("4") AUDIT_UNTIL("5") AUDIT_REST;
+    AUDIT_SELECT " AND actor_user_id = $4::uuid" AUDIT_WINDOW("5", "6") AUDIT_REST;
 
-/* $3 since, $4 until: both always bounds (0 and AUDIT_MS_MAX + 1 for open ends). */
-static const char sql_list_window[] = AUDIT_SELECT
-    " AND occurred_at >= " AUDIT_MS("3") " AND occurred_at < " AUDIT_MS("4") AUDIT_REST;
-
-/* Newest first; the sort key is the row's id. Tokens are bound to the filters. */
+/* Tokens are bound to the filters (auth_list_audit). */
 #define AUDIT_PAGE                                                                                 \
         AUTH_LIST_PAGE("ListAudit", Keelson__Auth__V1__AuditEntry, entry_item,                     \
-                       {KS_LIST_KEY_INT64, 0})
+                       {KS_LIST_KEY_INT64, 9}, {KS_LIST_KEY_INT64, 0})
 
 static const ks_list_method list_audit = {
     .page = AUDIT_PAGE, .sql = sql_list, .items_field = "entries"};
@@ -144,8 +158,6 @@ static const ks_list_method list_by_action = {
     .page = AUDIT_PAGE, .sql = sql_list_action, .items_field = "entries"};
 static const ks_list_method list_by_actor = {
     .page = AUDIT_PAGE, .sql = sql_list_actor, .items_field = "entries"};
-static const ks_list_method list_by_window = {
-    .page = AUDIT_PAGE, .sql = sql_list_window, .items_field = "entries"};
 
 /* Refuses an unknown action with the list of known ones. */
 static int refuse_action(ks_call *call)
@@ -185,7 +197,7 @@ typedef struct audit_query {
         const ks_list_method *m;
         const char *filters[4];
         int n_filters;
-        ks_pg_num since, until, until_bound;
+        ks_pg_num since, until;
         char binding[KS_LIST_BINDING_BYTES_MAX];
 } audit_query;
 
@@ -195,10 +207,7 @@ static void audit_query_of(const Keelson__Auth__V1__ListAuditRequest *req, audit
         const char **f = q->filters;
 
         q->since = ks_pg_num_of(req->since_unix_ms);
-        q->until = ks_pg_num_of(req->until_unix_ms);
-        q->until_bound =
-            ks_pg_num_of(req->until_unix_ms != 0 ? req->until_unix_ms : AUDIT_MS_MAX + 1);
-        q->binding[0] = '\0';
+        q->until = ks_pg_num_of(req->until_unix_ms != 0 ? req->until_unix_ms : AUDIT_MS_MAX + 1);
         if (action[0] != '\0') {
                 q->m = &list_by_action;
                 q->n_filters = 4;
@@ -207,18 +216,18 @@ static void audit_query_of(const Keelson__Auth__V1__ListAuditRequest *req, audit
                 q->m = &list_by_actor;
                 q->n_filters = 3;
                 f[0] = actor, f[1] = q->since.s, f[2] = q->until.s;
-        } else if (req->since_unix_ms != 0 || req->until_unix_ms != 0) {
-                q->m = &list_by_window;
-                q->n_filters = 2;
-                f[0] = q->since.s, f[1] = q->until_bound.s;
         } else {
                 q->m = &list_audit;
-                q->n_filters = 0;
-                return; /* no binding: the token ListAudit always gave */
+                q->n_filters = 2;
+                f[0] = q->since.s, f[1] = q->until.s;
         }
-        /* Action and actor were checked: neither holds a newline. */
-        snprintf(q->binding, sizeof(q->binding), "%s\n%s\n%s\n%s", action, actor, q->since.s,
-                 q->until.s);
+        q->binding[0] = '\0';
+        if (action[0] != '\0' || actor[0] != '\0' || req->since_unix_ms != 0 ||
+            req->until_unix_ms != 0) {
+                /* Action and actor were checked: neither holds a newline. */
+                snprintf(q->binding, sizeof(q->binding), "%s\n%s\n%s\n%s", action, actor,
+                         q->since.s, q->until.s);
+        }
 }
 
 /*

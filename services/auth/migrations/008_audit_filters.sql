@@ -1,21 +1,25 @@
--- keelson-auth, schema "auth": indexes for ListAudit's filters.
+-- keelson-auth, schema "auth": indexes for ListAudit's order and filters.
 --
--- ListAudit filters a tenant's log by action, by the user who wrote a row
--- and by a time window, newest first by id. With the tenant's index alone
--- (audit_log_tenant_id_idx) a filter that matches few rows reads the whole
--- log to fill a page, or to find that there is none. Each filter that leads
--- a query (services/auth/audit.c) has an index of its own:
+-- ListAudit shows a tenant's log newest first by occurred_at, then id, and
+-- filters it by action, by the user who wrote a row and by a time window.
+-- With the tenant's id index alone (audit_log_tenant_id_idx) a filter that
+-- matches few rows reads the whole log to fill a page, or to find there is
+-- none, and a window sorts every row in it. Each query of ListAudit
+-- (services/auth/audit.c) has an index that ends in (occurred_at, id): the
+-- window and the page's cursor are one range of it, read in order, and the
+-- scan stops at the end of the page.
 --
---   by action   (tenant_id, action, id DESC): the page is the index order;
---   by actor    (tenant_id, actor_user_id, id DESC), partial: rows written
---               with an API key have no user and are never looked up so;
---   by window   (tenant_id, occurred_at): the window's rows, then sorted by
---               id (occurred_at is the writing transaction's start, which
---               ids follow only roughly, so the window cannot be an id range).
+--   the whole log  (tenant_id, occurred_at, id)
+--   by action      (tenant_id, action, occurred_at, id)
+--   by actor       (tenant_id, actor_user_id, occurred_at, id), partial:
+--                  rows written with an API key have no user to look up.
 --
--- Plain CREATE INDEX, as the migrations run in a transaction: audit writes
--- (every admin write) wait while the indexes are built.
-CREATE INDEX audit_log_action_idx ON auth.audit_log (tenant_id, action, id DESC);
-CREATE INDEX audit_log_actor_idx ON auth.audit_log (tenant_id, actor_user_id, id DESC)
+-- The id index served the list's former order only: dropped, as every row
+-- written updates every index. Plain CREATE INDEX, as the migrations run in
+-- a transaction: audit writes (every admin write) wait while the indexes
+-- are built.
+CREATE INDEX audit_log_tenant_at_idx ON auth.audit_log (tenant_id, occurred_at, id);
+CREATE INDEX audit_log_action_at_idx ON auth.audit_log (tenant_id, action, occurred_at, id);
+CREATE INDEX audit_log_actor_at_idx ON auth.audit_log (tenant_id, actor_user_id, occurred_at, id)
     WHERE actor_user_id IS NOT NULL;
-CREATE INDEX audit_log_occurred_idx ON auth.audit_log (tenant_id, occurred_at);
+DROP INDEX auth.audit_log_tenant_id_idx;
