@@ -113,6 +113,14 @@ ticks() {
         done | awk '{u += $12; s += $13} END {print u + 0, s + 0}'
 }
 
+# switches PID...: context switches (voluntary and not) of every thread of these processes, summed.
+switches() {
+        local p
+        for p in "$@"; do
+                cat /proc/"$p"/task/*/status 2>/dev/null
+        done | awk '/^(voluntary|nonvoluntary)_ctxt_switches:/ {n += $2} END {print n + 0}'
+}
+
 # The postmaster and its children: every process of the cluster.
 pg_pids() {
         local pm f
@@ -127,8 +135,8 @@ pg_pids() {
 # One more run at 10 connections with every process's CPU read before and after,
 # divided by the requests wrk completed.
 cpu_per_request() {
-        local hz names=(postgres auth gateway broker redis) out n i u0 s0 u1 s1
-        local -a groups before
+        local hz names=(postgres auth gateway broker redis) out n i u0 s0 u1 s1 cs
+        local -a groups before cs_before
         hz=$(getconf CLK_TCK)
         groups[0]=$(pg_pids | tr '\n' ' ')
         groups[1]=$(cat "$WORK"/stack/pids/auth-*.pid | tr '\n' ' ')
@@ -138,17 +146,22 @@ cpu_per_request() {
         for i in "${!names[@]}"; do
                 # shellcheck disable=SC2086 # a list of pids
                 before[i]=$(ticks ${groups[i]})
+                # shellcheck disable=SC2086
+                cs_before[i]=$(switches ${groups[i]})
         done
         out=$(wrk -t2 -c10 -d"${DURATION}s" -s "$WORK/whoami.lua" "$WHOAMI")
         n=$(awk '/requests in/ {print $1}' <<<"$out")
-        echo "CPU per WhoAmI (10 conns, $n requests; /proc/<pid>/stat before and after):"
-        printf '  %-10s %9s %9s %9s\n' process "user µs" "sys µs" "total µs"
+        echo "CPU per WhoAmI (10 conns, $n requests; /proc/<pid>/stat before and after), and context"
+        echo "switches per WhoAmI (every thread's, /proc/<pid>/task/*/status):"
+        printf '  %-10s %9s %9s %9s %9s\n' process "user µs" "sys µs" "total µs" switches
         for i in "${!names[@]}"; do
                 read -r u0 s0 <<<"${before[i]}"
                 # shellcheck disable=SC2086
                 read -r u1 s1 <<<"$(ticks ${groups[i]})"
-                awk -v name="${names[i]}" -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v hz="$hz" -v n="$n" \
-                        'BEGIN { f = 1e6 / hz / n; printf "  %-10s %9.0f %9.0f %9.0f\n", name, u * f, s * f, (u + s) * f }'
+                # shellcheck disable=SC2086
+                cs=$(($(switches ${groups[i]}) - cs_before[i]))
+                awk -v name="${names[i]}" -v u=$((u1 - u0)) -v s=$((s1 - s0)) -v hz="$hz" -v n="$n" -v cs="$cs" \
+                        'BEGIN { f = 1e6 / hz / n; printf "  %-10s %9.0f %9.0f %9.0f %9.1f\n", name, u * f, s * f, (u + s) * f, cs / n }'
         done
 }
 

@@ -336,6 +336,11 @@ int auth_list_reply(ks_call *call, const ks_list_method *m, int32_t page_size,
                     const char *page_token, const char *const *filters,
                     int n_filters) KS_MUST_CHECK;
 
+/* The same for a list whose tokens are bound to its filters (ks_list_reply_bound). */
+int auth_list_reply_bound(ks_call *call, const ks_list_method *m, int32_t page_size,
+                          const char *page_token, const char *const *filters, int n_filters,
+                          const char *binding) KS_MUST_CHECK;
+
 /* ---- events (events.c): inside the write's transaction ----------------- */
 
 int auth_emit_admin_summary(PGconn *conn, const char *request_id, const char *tenant_id,

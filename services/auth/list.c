@@ -7,6 +7,8 @@
  * A token is bound to its list and to the tenant it was issued in: a token
  * of another list, or of the same list in another tenant, is refused
  * ("page_token: not from this list") rather than read as a position there.
+ * ListAudit's tokens are bound to its filters too (auth_list_reply_bound):
+ * one issued under other filters is refused the same way.
  */
 #include "auth.h"
 
@@ -45,4 +47,12 @@ int auth_list_reply(ks_call *call, const ks_list_method *m, int32_t page_size,
                     const char *page_token, const char *const *filters, int n_filters)
 {
         return ks_list_reply(call, m, page_size, page_token, filters, n_filters, &in_tenant);
+}
+
+int auth_list_reply_bound(ks_call *call, const ks_list_method *m, int32_t page_size,
+                          const char *page_token, const char *const *filters, int n_filters,
+                          const char *binding)
+{
+        return ks_list_reply_bound(call, m, page_size, page_token, filters, n_filters, binding,
+                                   &in_tenant);
 }

@@ -9,7 +9,9 @@
  * and the scope digest is HMAC-SHA256(list name, scope). So a token made for
  * another list or another scope, or altered in any byte, fails the check;
  * only the canonical base64url spelling of a token is accepted, so a list
- * position has exactly one token.
+ * position has exactly one token. The scope is the caller's tenant, and for
+ * a list whose tokens are bound to its filters (ks_list_reply_bound) the
+ * filters' text after it.
  *
  * ks_list_reply is the frame of a whole list method around those steps: the
  * page query runs in the service's own tenant transaction (a callback), and
@@ -34,6 +36,7 @@
 #define TOKEN_CHECK_BYTES 8
 #define KEY_TEXT_MAX      (KS_LIST_KEYS_MAX * KS_LIST_KEY_BYTES_MAX)
 #define TOKEN_RAW_MAX     (1 + KEY_TEXT_MAX + TOKEN_CHECK_BYTES)
+#define SCOPE_TENANT_MAX  64 /* a caller's tenant id: a uuid is 36 */
 
 _Static_assert(KS_BASE64_LEN(TOKEN_RAW_MAX) <= KS_LIST_TOKEN_BYTES_MAX,
                "the longest token fits KS_LIST_TOKEN_BYTES_MAX");
@@ -314,18 +317,40 @@ static int list_query_run(PGconn *conn, void *arg)
         return ks_pg_exec(conn, q->request_id, q->m->sql, q->n_params, q->params, &q->res);
 }
 
+/*
+ * A token's scope: the caller's tenant, then the binding after a newline
+ * (a tenant id holds none), so that neither can pass for the other. With no
+ * binding, the tenant alone: the tokens of an unbound list. Returns 0, or
+ * -1 when the binding is too long.
+ */
+static int list_scope(const ks_call *call, const char *binding, char *out, size_t out_len)
+{
+        const char *tenant = call->caller->tenant_id != NULL ? call->caller->tenant_id : "";
+        int n;
+
+        if (binding == NULL || binding[0] == '\0') {
+                n = snprintf(out, out_len, "%s", tenant);
+        } else if (strlen(binding) >= KS_LIST_BINDING_BYTES_MAX) {
+                return -1;
+        } else {
+                n = snprintf(out, out_len, "%s\n%s", tenant, binding);
+        }
+        return n < 0 || (size_t)n >= out_len ? -1 : 0;
+}
+
 /* The page's items and next_page_token, or a code the call carries (page then cleared). */
 static int list_page(ks_call *call, const ks_list_method *m, int32_t page_size,
                      const char *page_token, const char *const *filters, int n_filters,
-                     const ks_list_runner *r, ks_list_page *page)
+                     const char *binding, const ks_list_runner *r, ks_list_page *page)
 {
-        const char *scope = call->caller->tenant_id != NULL ? call->caller->tenant_id : "";
+        char scope[SCOPE_TENANT_MAX + KS_LIST_BINDING_BYTES_MAX];
         list_query q = {.m = m, .request_id = call->request_id, .res = NULL};
         const char *err = NULL;
         int rc;
 
         memset(page, 0, sizeof(*page));
-        if (n_filters < 0 || n_filters > KS_LIST_FILTERS_MAX) {
+        if (n_filters < 0 || n_filters > KS_LIST_FILTERS_MAX ||
+            list_scope(call, binding, scope, sizeof(scope)) != 0) {
                 return ks_call_fail(call, KS_INTERNAL, "%s", r->internal_msg);
         }
         if ((rc = ks_list_page_begin(page, &m->page, page_size, page_token, scope, &err)) !=
@@ -380,17 +405,25 @@ int ks_list_reply_page(ks_call *call, const char *items_field, const ks_list_pag
         return rc;
 }
 
-int ks_list_reply(ks_call *call, const ks_list_method *m, int32_t page_size, const char *page_token,
-                  const char *const *filters, int n_filters, const ks_list_runner *r)
+int ks_list_reply_bound(ks_call *call, const ks_list_method *m, int32_t page_size,
+                        const char *page_token, const char *const *filters, int n_filters,
+                        const char *binding, const ks_list_runner *r)
 {
         ks_list_page p;
         int rc;
 
         KS_ASSERT(r != NULL && r->run != NULL && r->internal_msg != NULL);
-        if ((rc = list_page(call, m, page_size, page_token, filters, n_filters, r, &p)) != KS_OK) {
+        if ((rc = list_page(call, m, page_size, page_token, filters, n_filters, binding, r, &p)) !=
+            KS_OK) {
                 return rc;
         }
         rc = ks_list_reply_page(call, m->items_field, &p);
         ks_list_page_clear(&p);
         return rc;
+}
+
+int ks_list_reply(ks_call *call, const ks_list_method *m, int32_t page_size, const char *page_token,
+                  const char *const *filters, int n_filters, const ks_list_runner *r)
+{
+        return ks_list_reply_bound(call, m, page_size, page_token, filters, n_filters, NULL, r);
 }

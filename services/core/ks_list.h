@@ -7,7 +7,8 @@
  *   page_token  empty for the first page, else a previous reply's
  *               next_page_token: the sort key of the last row it showed.
  *               A token that is garbage, was altered, or comes from another
- *               list or another scope (a tenant) is invalid_argument
+ *               list or another scope (a tenant; for a list bound to its
+ *               filters, other filters) is invalid_argument
  *               "page_token: not from this list".
  *   next_page_token  empty on the last page. The query fetches one row more
  *               than the page: that row's presence says a next page exists.
@@ -50,7 +51,8 @@
 #define KS_LIST_KEYS_MAX          2   /* columns in a sort key */
 #define KS_LIST_KEY_BYTES_MAX     40  /* one key as text, NUL included: a uuid is 36 */
 #define KS_LIST_TOKEN_BYTES_MAX   128 /* a page token, NUL included; longer is refused unread */
-#define KS_LIST_FILTERS_MAX       2   /* a method's own parameters after the page's */
+#define KS_LIST_FILTERS_MAX       4   /* a method's own parameters after the page's */
+#define KS_LIST_BINDING_BYTES_MAX 256 /* a token's binding to its filters, NUL included */
 
 /* The wire messages of the two refusals. */
 #define KS_LIST_PAGE_SIZE_NEGATIVE_MSG "page_size: must not be negative"
@@ -211,6 +213,19 @@ typedef struct ks_list_runner {
  */
 int ks_list_reply(ks_call *call, const ks_list_method *m, int32_t page_size, const char *page_token,
                   const char *const *filters, int n_filters, const ks_list_runner *r) KS_MUST_CHECK;
+
+/*
+ * ks_list_reply for a list whose tokens are bound to the request's filters
+ * too: binding is the filters as the method spells them, one text (NULL or
+ * "" for none: the tokens of ks_list_reply). A token issued under one
+ * binding is refused under any other, as one of another list is
+ * ("page_token: not from this list"), rather than resumed from a position
+ * the other filters did not give. A binding of KS_LIST_BINDING_BYTES_MAX
+ * bytes or more is the method's mistake: internal.
+ */
+int ks_list_reply_bound(ks_call *call, const ks_list_method *m, int32_t page_size,
+                        const char *page_token, const char *const *filters, int n_filters,
+                        const char *binding, const ks_list_runner *r) KS_MUST_CHECK;
 
 /*
  * The reply of the call's method with the page in it (ks_call_reply): every

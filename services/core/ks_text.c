@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "ks_assert.h"
 
@@ -80,6 +81,21 @@ static bool is_space(uint32_t cp)
         return cp == 0x20 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200B) ||
                cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000 ||
                cp == 0xFEFF;
+}
+
+bool ks_media_type_is(const char *value, const char *want)
+{
+        if (value == NULL) {
+                return false;
+        }
+        while (*value == ' ' || *value == '\t') {
+                value++;
+        }
+        size_t len = strcspn(value, ";");
+        while (len > 0 && (value[len - 1] == ' ' || value[len - 1] == '\t')) {
+                len--;
+        }
+        return len == strlen(want) && strncasecmp(value, want, len) == 0;
 }
 
 void ks_trim_bounds(const char *s, size_t *start, size_t *len)

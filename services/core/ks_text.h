@@ -29,6 +29,14 @@ int ks_utf8_next(const char *s, size_t len, size_t *i, uint32_t *cp);
 /* Code points in s when it is valid UTF-8 (no overlongs, no surrogates), else -1. */
 long ks_utf8_count(const char *s, size_t len);
 
+/*
+ * Whether an HTTP field value names the media type want, as a client may
+ * write it: case-insensitive, white space around it and parameters after
+ * ';' allowed ("Application/JSON; charset=utf-8" is application/json).
+ * False for NULL.
+ */
+bool ks_media_type_is(const char *value, const char *want);
+
 /* The bounds of s without its leading and trailing ASCII white space: [*start, *start + *len). */
 void ks_trim_bounds(const char *s, size_t *start, size_t *len);
 

@@ -23,6 +23,7 @@
 #include "connect.h"
 #include "ks_crypto.h"
 #include "ks_log.h"
+#include "ks_text.h"
 
 #define MEDIA_JSON  "application/json"
 #define MEDIA_PROTO "application/proto"
@@ -33,28 +34,16 @@ static bool is_space(char c)
 }
 
 /* Compares the media type of a header value (before any ';') with want. */
-static bool media_type_is(const char *value, const char *want)
-{
-        while (is_space(*value)) {
-                value++;
-        }
-        size_t len = strcspn(value, ";");
-        while (len > 0 && is_space(value[len - 1])) {
-                len--;
-        }
-        return len == strlen(want) && strncasecmp(value, want, len) == 0;
-}
-
 int gw_connect_codec(const char *content_type, gw_codec *out)
 {
         if (content_type == NULL) {
                 return -1;
         }
-        if (media_type_is(content_type, MEDIA_JSON)) {
+        if (ks_media_type_is(content_type, MEDIA_JSON)) {
                 *out = GW_CODEC_JSON;
                 return 0;
         }
-        if (media_type_is(content_type, MEDIA_PROTO)) {
+        if (ks_media_type_is(content_type, MEDIA_PROTO)) {
                 *out = GW_CODEC_PROTO;
                 return 0;
         }
@@ -116,7 +105,7 @@ int gw_idempotency_key(const char *value, char out[GW_IDEMPOTENCY_KEY_MAX + 1])
 
 bool gw_identity_encoding(const char *value)
 {
-        return value == NULL || media_type_is(value, "identity");
+        return value == NULL || ks_media_type_is(value, "identity");
 }
 
 static bool is_request_id_char(char c)

@@ -23,6 +23,7 @@
 #include "grpc.h"
 #include "ks_assert.h"
 #include "ks_crypto.h"
+#include "ks_text.h"
 
 #define GROW_FIRST_BYTES 4096
 #define KEEP_BYTES       (64 * 1024) /* buffers above this are freed between messages */
@@ -78,16 +79,8 @@ int gw_grpc_protocol_parse(const char *content_type, gw_grpc_protocol *out)
             {"application/grpc-web-text", GW_GRPC_WEB_TEXT},
             {"application/grpc-web-text+proto", GW_GRPC_WEB_TEXT},
         };
-        if (content_type == NULL) {
-                return -1;
-        }
-        size_t len = strcspn(content_type, ";");
-        while (len > 0 && (content_type[len - 1] == ' ' || content_type[len - 1] == '\t')) {
-                len--;
-        }
         for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
-                if (strlen(types[i].name) == len &&
-                    strncasecmp(content_type, types[i].name, len) == 0) {
+                if (ks_media_type_is(content_type, types[i].name)) {
                         *out = types[i].protocol;
                         return 0;
                 }

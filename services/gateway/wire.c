@@ -9,6 +9,7 @@
 #include "grpc.h"
 #include "grpcweb.h"
 #include "ks_json.h"
+#include "ks_text.h"
 
 int gw_wire_parse(const char *content_type, gw_wire *out)
 {
@@ -26,16 +27,8 @@ int gw_wire_parse(const char *content_type, gw_wire *out)
                                           : GW_WIRE_GRPC_WEB_TEXT;
                 return 0;
         }
-        if (content_type == NULL) {
-                return -1;
-        }
-        size_t len = strcspn(content_type, ";");
-        while (len > 0 && (content_type[len - 1] == ' ' || content_type[len - 1] == '\t')) {
-                len--;
-        }
         for (size_t i = 0; i < sizeof(connect) / sizeof(connect[0]); i++) {
-                if (strlen(connect[i].name) == len &&
-                    strncasecmp(content_type, connect[i].name, len) == 0) {
+                if (ks_media_type_is(content_type, connect[i].name)) {
                         *out = connect[i].wire;
                         return 0;
                 }

@@ -34,7 +34,9 @@
 //   permission_denied what the page would have offered (called from the
 //   page's own session).
 //   Then the owner changes a member's role, revokes an invitation and removes
-//   the member (the audit log shows each); accepts, signed in, an invitation
+//   the member (the audit log shows each); the audit log filtered by the
+//   server (an action whose rows are on no first page, an actor) and paged
+//   under a filter, after keys created and revoked in a loop; accepts, signed in, an invitation
 //   to a second tenant (its name an XSS payload too) and switches back; and
 //   pages through a list longer than a page.
 import {execFileSync} from 'node:child_process';
@@ -404,6 +406,8 @@ async function run(browser) {
   await page.waitForFunction(() => document.querySelector('#audit-list')?.textContent.includes('api_key.revoked'), {timeout: WAIT_MS});
   assert.ok((await text(page, '#audit-list')).includes('invitation.created'));
   await page.select('#audit-action', 'api_key.created');
+  await idle(page);
+  assert.ok((await text(page, '#audit-list')).includes('api_key.created'));
   assert.ok(!(await text(page, '#audit-list')).includes('api_key.revoked'));
   await checkPage(page, 'audit');
 
@@ -903,6 +907,63 @@ async function run(browser) {
   await nav(page, 'audit');
   await contains(page, '#audit-list', 'member.removed');
   for (const action of ['member.role_set', 'invitation.revoked', 'invitation.accepted']) await contains(page, '#audit-list', action);
+
+  step('the audit log, filtered by the server and paged under a filter');
+  r = await rpc('Login', {email, password});
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  const ownerBearer = {Authorization: `Bearer ${r.body.sessionToken}`};
+  assert.equal(r.body.userId, ownerId);
+  // 27 keys created and revoked: more than a page (25) of either action,
+  // and the members' rows pushed off the first page of the whole log.
+  for (let i = 0; i < 27; i += 1) {
+    r = await rpc('CreateApiKey', {name: `churn-${i}`, role: 'viewer'}, ownerBearer);
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    r = await rpc('RevokeApiKey', {apiKeyId: r.body.apiKey.id}, ownerBearer);
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+  }
+  await nav(page, 'audit');
+  await idle(page);
+  assert.ok(!(await text(page, '#audit-list')).includes('member.removed'), 'the member rows are past the first page');
+  // 54 newer rows: the member's removal is the first row of page 3.
+  await clickButton(page, 'nav[aria-label="Audit log pages"]', 'Next page');
+  await contains(page, 'nav[aria-label="Audit log pages"] .page-no', 'Page 2');
+  await clickButton(page, 'nav[aria-label="Audit log pages"]', 'Next page');
+  await contains(page, 'nav[aria-label="Audit log pages"] .page-no', 'Page 3');
+  await contains(page, '#audit-list', 'member.removed');
+  // The server's filter: the action whose rows were on no first page, alone.
+  await page.select('#audit-action', 'member.removed');
+  await contains(page, 'nav[aria-label="Audit log pages"] .page-no', 'Page 1');
+  await idle(page);
+  let shown = await page.$$eval('#audit-list tbody tr td:nth-child(2)', (n) => n.map((td) => td.textContent));
+  assert.deepEqual(shown, ['member.removed']);
+  // Paging keeps the filter: both pages of api_key.revoked hold nothing else.
+  await page.select('#audit-action', 'api_key.revoked');
+  await idle(page);
+  shown = await page.$$eval('#audit-list tbody tr td:nth-child(2)', (n) => n.map((td) => td.textContent));
+  assert.equal(shown.length, 25);
+  assert.ok(shown.every((a) => a === 'api_key.revoked'), shown.join());
+  await clickButton(page, 'nav[aria-label="Audit log pages"]', 'Next page');
+  await contains(page, 'nav[aria-label="Audit log pages"] .page-no', 'Page 2');
+  await idle(page);
+  shown = await page.$$eval('#audit-list tbody tr td:nth-child(2)', (n) => n.map((td) => td.textContent));
+  assert.ok(shown.length >= 3 && shown.every((a) => a === 'api_key.revoked'), shown.join());
+  assert.ok(await page.$eval('nav[aria-label="Audit log pages"] button:last-child', (b) => b.disabled), 'the last page');
+  await clickButton(page, 'nav[aria-label="Audit log pages"]', 'Previous page');
+  await contains(page, 'nav[aria-label="Audit log pages"] .page-no', 'Page 1');
+  // An actor: the owner's own rows; a malformed one is refused before any request.
+  await page.select('#audit-action', '');
+  await idle(page);
+  await fill(page, '#audit-actor', 'not-a-user-id');
+  await page.click('#audit-apply');
+  await contains(page, '.status.error', 'a user id');
+  await fill(page, '#audit-actor', ownerId);
+  await page.click('#audit-apply');
+  await page.waitForFunction(() => !document.querySelector('.status.error'), {timeout: WAIT_MS});
+  await idle(page);
+  const actors = await page.$$eval('#audit-list tbody tr td:nth-child(3)', (n) => n.map((td) => td.textContent));
+  assert.equal(actors.length, 25);
+  assert.ok(actors.every((a) => a === `user ${ownerId}`), actors.join());
+  await checkPage(page, 'audit-filtered');
 
   step('tenants: an invitation to another tenant accepted by a signed-in account, and the switch back');
   const otherTenant = '<img src=x onerror=alert(5)> Other';

@@ -4,7 +4,8 @@
  * ListTenants, Logout and RevokeAllSessions, request-id deduplication, and
  * the events each write publishes (read back from auth.outbox): exactly one
  * users.admin_summary per committed admin write, none for a refused or
- * repeated one, none for logins.
+ * repeated one, none for logins; ListAudit's filters (each, combined,
+ * paged, per tenant) and their refusals.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -506,6 +507,300 @@ static void test_audit_newest_first(void **state)
         json_decref(j);
 }
 
+/* ---- ListAudit's filters -------------------------------------------------------- */
+
+#define AUDIT_ROWS_MAX 32
+
+/* One row of the log as the test compares them. */
+typedef struct audit_row {
+        char id[AIT_ID_MAX];
+        char action[AIT_ID_MAX];
+        char actor_user_id[AIT_ID_MAX];
+        char target_id[AIT_ID_MAX];
+        long long at_ms;
+} audit_row;
+
+/*
+ * Every row ListAudit shows for filters (a JSON object's members, "" for
+ * none), two a page, into rows; the number of rows. Every page but the last
+ * is full and carries a token, which the next request sends with the same
+ * filters.
+ */
+static int audit_pages(const char *token, const char *filters, audit_row *rows, int *pages)
+{
+        char body[1024], next[256] = "";
+        int n = 0;
+
+        *pages = 0;
+        do {
+                json_t *j, *e;
+
+                snprintf(body, sizeof(body), "{\"pageSize\":2,\"pageToken\":\"%s\"%s%s}", next,
+                         filters[0] != '\0' ? "," : "", filters);
+                j = ait_ok("ListAudit", body, token);
+                e = json_object_get(j, "entries");
+                snprintf(next, sizeof(next), "%s", ait_str_or(j, "nextPageToken"));
+                assert_true(json_array_size(e) == 2 || (next[0] == '\0' && json_array_size(e) < 2));
+                for (size_t i = 0; i < json_array_size(e); i++) {
+                        json_t *row = json_array_get(e, i);
+                        const char *at = ait_str(row, "occurredAtUnixMs");
+
+                        assert_true(n < AUDIT_ROWS_MAX);
+                        snprintf(rows[n].id, AIT_ID_MAX, "%s", ait_str(row, "id"));
+                        snprintf(rows[n].action, AIT_ID_MAX, "%s", ait_str(row, "action"));
+                        snprintf(rows[n].actor_user_id, AIT_ID_MAX, "%s",
+                                 ait_str_or(row, "actorUserId"));
+                        snprintf(rows[n].target_id, AIT_ID_MAX, "%s", ait_str(row, "targetId"));
+                        rows[n].at_ms = strtoll(at, NULL, 10);
+                        n++;
+                }
+                json_decref(j);
+                assert_true(++*pages <= AUDIT_ROWS_MAX);
+        } while (next[0] != '\0');
+        return n;
+}
+
+/* What a filter should show: the rows of all that match, in the same order. */
+typedef struct audit_filter {
+        const char *action;        /* NULL: any */
+        const char *actor_user_id; /* NULL: any */
+        long long since_ms, until_ms;
+} audit_filter;
+
+static bool audit_matches(const audit_row *r, const audit_filter *f)
+{
+        return (f->action == NULL || strcmp(r->action, f->action) == 0) &&
+               (f->actor_user_id == NULL || strcmp(r->actor_user_id, f->actor_user_id) == 0) &&
+               (f->since_ms == 0 || r->at_ms >= f->since_ms) &&
+               (f->until_ms == 0 || r->at_ms < f->until_ms);
+}
+
+/* The filter as ListAudit's JSON members. */
+static void audit_filter_json(const audit_filter *f, char *out, size_t len)
+{
+        json_t *o = json_object();
+        char *text;
+
+        if (f->action != NULL) {
+                json_object_set_new(o, "action", json_string(f->action));
+        }
+        if (f->actor_user_id != NULL) {
+                json_object_set_new(o, "actorUserId", json_string(f->actor_user_id));
+        }
+        if (f->since_ms != 0) {
+                json_object_set_new(o, "sinceUnixMs", json_integer(f->since_ms));
+        }
+        if (f->until_ms != 0) {
+                json_object_set_new(o, "untilUnixMs", json_integer(f->until_ms));
+        }
+        text = json_dumps(o, JSON_COMPACT);
+        assert_non_null(text);
+        /* The members without the braces, to go after pageSize and pageToken. */
+        snprintf(out, len, "%.*s", (int)strlen(text) - 2, text + 1);
+        free(text);
+        json_decref(o);
+}
+
+/* ListAudit under f shows exactly the rows of all that match f, paged; returns how many. */
+static int assert_audit_filter(const char *token, const audit_row *all, int n_all,
+                               const audit_filter *f)
+{
+        audit_row got[AUDIT_ROWS_MAX];
+        char filters[512];
+        int n, pages, k = 0;
+
+        audit_filter_json(f, filters, sizeof(filters));
+        n = audit_pages(token, filters, got, &pages);
+        for (int i = 0; i < n_all; i++) {
+                if (!audit_matches(&all[i], f)) {
+                        continue;
+                }
+                if (k >= n || strcmp(got[k].id, all[i].id) != 0) {
+                        fail_msg("filter {%s}: row %d should be %s (%s), got %s", filters, k,
+                                 all[i].id, all[i].action, k < n ? got[k].id : "none");
+                }
+                k++;
+        }
+        if (k != n) {
+                fail_msg("filter {%s}: %d rows, expected %d", filters, n, k);
+        }
+        assert_int_equal(pages, n == 0 ? 1 : (n + 1) / 2);
+        return n;
+}
+
+/* Writes with a few milliseconds between them, so that a time window can part them. */
+static void audit_write(const char *method, const char *body, const char *token, char *key_id)
+{
+        json_t *j;
+
+        it_sleep_ms(5);
+        j = ait_ok(method, body, token);
+        if (key_id != NULL) {
+                snprintf(key_id, AIT_ID_MAX, "%s", ait_str(json_object_get(j, "apiKey"), "id"));
+        }
+        json_decref(j);
+        it_sleep_ms(5);
+}
+
+/*
+ * Several kinds of rows, by two users and an API key, and another tenant's
+ * rows of the same kinds: each filter, and all of them at once, shows the
+ * rows of the tenant's whole log that match (as the test filters it), paged
+ * two at a time; never another tenant's.
+ */
+static void test_audit_filters(void **state)
+{
+        ait_user owner, admin, other;
+        audit_row all[AUDIT_ROWS_MAX], theirs[AUDIT_ROWS_MAX];
+        char body[512], key[AIT_TOKEN_MAX], key_ids[4][AIT_ID_MAX];
+        int n_all, n_theirs, pages, n;
+
+        (void)state;
+        ait_tenant_of_two("it-ten-audf", "Audit Filter Tenant", "admin", &owner, &admin);
+        ait_signup("it-ten-audf-other", "Audit Filter Other", &other);
+        for (int i = 0; i < 3; i++) {
+                AIT_BODY(body, "{s:s, s:s}", "name", "owner-key", "role", "viewer");
+                audit_write("CreateApiKey", body, owner.token, key_ids[i]);
+                AIT_BODY(body, "{s:s, s:s}", "name", "other-key", "role", "viewer");
+                audit_write("CreateApiKey", body, other.token, NULL);
+        }
+        AIT_BODY(body, "{s:s, s:s}", "name", "admin-key", "role", "viewer");
+        audit_write("CreateApiKey", body, admin.token, NULL);
+        AIT_BODY(body, "{s:s}", "apiKeyId", key_ids[0]);
+        audit_write("RevokeApiKey", body, owner.token, NULL);
+        /* A row written with an API key: no actor user. */
+        ait_create_key(owner.token, "writer", "admin", key, key_ids[3]);
+        AIT_BODY(body, "{s:s, s:s}", "name", "by-key", "role", "viewer");
+        audit_write("CreateApiKey", body, key, NULL);
+        AIT_BODY(body, "{s:s}", "apiKeyId", key_ids[1]);
+        audit_write("RevokeApiKey", body, admin.token, NULL);
+
+        /* The whole log, unfiltered: what every filter is checked against. */
+        n_all = audit_pages(owner.token, "", all, &pages);
+        assert_int_equal(n_all, 11);
+        n_theirs = audit_pages(other.token, "", theirs, &pages);
+        assert_int_equal(n_theirs, 4);
+
+        /* One filter at a time. */
+        audit_filter f = {.action = "api_key.created"};
+        assert_int_equal(assert_audit_filter(owner.token, all, n_all, &f), 6);
+        f = (audit_filter){.action = "api_key.revoked"};
+        assert_int_equal(assert_audit_filter(owner.token, all, n_all, &f), 2);
+        f = (audit_filter){.action = "member.removed"};
+        assert_int_equal(assert_audit_filter(owner.token, all, n_all, &f), 0);
+        f = (audit_filter){.actor_user_id = admin.user_id};
+        assert_int_equal(assert_audit_filter(owner.token, all, n_all, &f), 3);
+        f = (audit_filter){.actor_user_id = owner.user_id};
+        assert_int_equal(assert_audit_filter(owner.token, all, n_all, &f), 7);
+        /* A window from the fourth-newest row to the newest (which it leaves out). */
+        f = (audit_filter){.since_ms = all[3].at_ms, .until_ms = all[0].at_ms};
+        n = assert_audit_filter(owner.token, all, n_all, &f);
+        assert_true(n >= 3 && n < n_all);
+        f = (audit_filter){.since_ms = all[5].at_ms};
+        assert_true(assert_audit_filter(owner.token, all, n_all, &f) >= 6);
+        f = (audit_filter){.until_ms = all[5].at_ms};
+        assert_true(assert_audit_filter(owner.token, all, n_all, &f) <= 5);
+
+        /* All at once, and action with actor. */
+        f = (audit_filter){.action = "api_key.created",
+                           .actor_user_id = owner.user_id,
+                           .since_ms = all[n_all - 1].at_ms + 1,
+                           .until_ms = all[0].at_ms};
+        assert_int_equal(assert_audit_filter(owner.token, all, n_all, &f), 4);
+        f = (audit_filter){.action = "api_key.revoked", .actor_user_id = admin.user_id};
+        assert_int_equal(assert_audit_filter(owner.token, all, n_all, &f), 1);
+
+        /* Another tenant: its own rows only, whatever names another's. */
+        f = (audit_filter){.action = "api_key.created"};
+        assert_int_equal(assert_audit_filter(other.token, theirs, n_theirs, &f), 3);
+        f = (audit_filter){.actor_user_id = owner.user_id};
+        assert_int_equal(assert_audit_filter(other.token, theirs, n_theirs, &f), 0);
+        f = (audit_filter){.actor_user_id = other.user_id};
+        assert_int_equal(assert_audit_filter(owner.token, all, n_all, &f), 0);
+        f = (audit_filter){.since_ms = all[n_all - 1].at_ms};
+        assert_int_equal(assert_audit_filter(other.token, theirs, n_theirs, &f), n_theirs);
+}
+
+/* A token resumes the list of the filters it was issued under, and no other. */
+static void test_audit_filter_tokens(void **state)
+{
+        ait_user owner, other;
+        char body[512], token[256], plain[256], key[AIT_TOKEN_MAX];
+        json_t *j;
+
+        (void)state;
+        ait_signup("it-ten-audtok", "Audit Token Tenant", &owner);
+        ait_signup("it-ten-audtok-other", "Audit Token Other", &other);
+        for (int i = 0; i < 3; i++) {
+                ait_create_key(owner.token, "k", "viewer", key, NULL);
+                ait_create_key(other.token, "k", "viewer", key, NULL);
+        }
+        j = ait_ok("ListAudit", "{\"pageSize\":1,\"action\":\"api_key.created\"}", owner.token);
+        snprintf(token, sizeof(token), "%s", ait_str(j, "nextPageToken"));
+        json_decref(j);
+        j = ait_ok("ListAudit", "{\"pageSize\":1}", owner.token);
+        snprintf(plain, sizeof(plain), "%s", ait_str(j, "nextPageToken"));
+        json_decref(j);
+
+        AIT_BODY(body, "{s:i, s:s, s:s}", "pageSize", 1, "pageToken", token, "action",
+                 "api_key.created");
+        j = ait_ok("ListAudit", body, owner.token);
+        assert_string_equal(ait_str(json_array_get(json_object_get(j, "entries"), 0), "action"),
+                            "api_key.created");
+        json_decref(j);
+        /* The same token under other filters, under none, in another tenant. */
+        AIT_BODY(body, "{s:s, s:s}", "pageToken", token, "action", "tenant.created");
+        ait_fails_with("ListAudit", body, owner.token, "invalid_argument",
+                       "page_token: not from this list");
+        AIT_BODY(body, "{s:s, s:s, s:s}", "pageToken", token, "action", "api_key.created",
+                 "actorUserId", owner.user_id);
+        ait_fails_with("ListAudit", body, owner.token, "invalid_argument",
+                       "page_token: not from this list");
+        AIT_BODY(body, "{s:s}", "pageToken", token);
+        ait_fails_with("ListAudit", body, owner.token, "invalid_argument",
+                       "page_token: not from this list");
+        AIT_BODY(body, "{s:s, s:s}", "pageToken", token, "action", "api_key.created");
+        ait_fails_with("ListAudit", body, other.token, "invalid_argument",
+                       "page_token: not from this list");
+        /* An unfiltered token under a filter; still good without one. */
+        AIT_BODY(body, "{s:s, s:I}", "pageToken", plain, "sinceUnixMs", (json_int_t)1);
+        ait_fails_with("ListAudit", body, owner.token, "invalid_argument",
+                       "page_token: not from this list");
+        AIT_BODY(body, "{s:s}", "pageToken", plain);
+        json_decref(ait_ok("ListAudit", body, owner.token));
+}
+
+/* What a filter cannot be: refused, each with its own message. */
+static void test_audit_filter_refusals(void **state)
+{
+        ait_user owner;
+        char body[256];
+
+        (void)state;
+        ait_signup("it-ten-audbad", "Audit Refusals Tenant", &owner);
+        ait_fails_with("ListAudit", "{\"action\":\"member.invited\"}", owner.token,
+                       "invalid_argument",
+                       "action: not an audited action (one of tenant.created, invitation.created,"
+                       " invitation.accepted, invitation.revoked, member.role_set, member.removed,"
+                       " api_key.created, api_key.revoked)");
+        ait_fails("ListAudit", "{\"action\":\"API_KEY.CREATED\"}", owner.token, "invalid_argument");
+        ait_fails_with("ListAudit", "{\"actorUserId\":\"not-a-uuid\"}", owner.token,
+                       "invalid_argument", "actor_user_id: not a valid uuid");
+        ait_fails_with("ListAudit", "{\"sinceUnixMs\":\"2000\",\"untilUnixMs\":\"1000\"}",
+                       owner.token, "invalid_argument", "until_unix_ms: before since_unix_ms");
+        ait_fails_with("ListAudit", "{\"sinceUnixMs\":\"-1\"}", owner.token, "invalid_argument",
+                       "since_unix_ms: must be 0..253402300799999");
+        AIT_BODY(body, "{s:I}", "untilUnixMs", (json_int_t)INT64_MAX);
+        ait_fails_with("ListAudit", body, owner.token, "invalid_argument",
+                       "until_unix_ms: must be 0..253402300799999");
+        /* An open end on either side is no bound at all; an empty window shows nothing. */
+        json_decref(ait_ok("ListAudit", "{\"untilUnixMs\":\"253402300799999\"}", owner.token));
+        json_t *j =
+            ait_ok("ListAudit", "{\"sinceUnixMs\":\"1000\",\"untilUnixMs\":\"1000\"}", owner.token);
+        assert_int_equal(json_array_size(json_object_get(j, "entries")), 0);
+        json_decref(j);
+}
+
 /* ---- a write that fails after its outbox insert publishes nothing -------------- */
 
 static int restore_audit_grant(void **state)
@@ -671,6 +966,9 @@ int main(void)
             cmocka_unit_test(test_switch_tenant),
             cmocka_unit_test(test_logout_and_revoke_all_sessions),
             cmocka_unit_test(test_audit_newest_first),
+            cmocka_unit_test(test_audit_filters),
+            cmocka_unit_test(test_audit_filter_tokens),
+            cmocka_unit_test(test_audit_filter_refusals),
             cmocka_unit_test_teardown(test_rolled_back_write_publishes_nothing,
                                       restore_audit_grant),
             cmocka_unit_test(test_housekeeping_deletes_only_stale_sessions),

@@ -669,7 +669,7 @@ static int fake_run(ks_call *call, ks_list_query_fn query, void *query_arg, void
 static int list_inners_reply(fake_call *f, fake_tx *t, int32_t page_size, const char *token,
                              int n_filters)
 {
-        static const char *const filters[3] = {"a", "b", "c"};
+        static const char *const filters[KS_LIST_FILTERS_MAX + 1] = {"a", "b", "c", "d", "e"};
         const ks_list_runner r = {.run = fake_run, .run_arg = t, .internal_msg = "test internal"};
 
         return ks_list_reply(&f->call, &list_inners, page_size, token, filters, n_filters, &r);
@@ -722,6 +722,56 @@ static void test_reply_transaction_fails(void **state)
         assert_null(f.call.out_payload);
 }
 
+static int bound_reply(fake_call *f, fake_tx *t, const char *token, const char *binding)
+{
+        static const char *const filters[1] = {"a"};
+        const ks_list_runner r = {.run = fake_run, .run_arg = t, .internal_msg = "test internal"};
+
+        return ks_list_reply_bound(&f->call, &list_inners, 0, token, filters, 1, binding, &r);
+}
+
+/*
+ * A bound list's token resumes under its own filters only (the scope is the
+ * tenant, a newline, the binding); no binding is an unbound list's token; a
+ * binding the frame cannot hold is internal. A token that passes reaches
+ * the transaction, whose refusal (unavailable) is the reply.
+ */
+static void test_reply_bound_tokens(void **state)
+{
+        const char *keys[1] = {"100"};
+        char long_binding[KS_LIST_BINDING_BYTES_MAX + 1];
+        char bound[KS_LIST_TOKEN_BYTES_MAX], plain[KS_LIST_TOKEN_BYTES_MAX];
+        fake_tx t = {0};
+        fake_call f;
+
+        (void)state;
+        fake_call_init(&f, TENANT_1);
+        assert_int_equal(ks_list_token_encode(&list_inners.page, TENANT_1 "\naction=a", keys, bound,
+                                              sizeof(bound)),
+                         0);
+        assert_int_equal(
+            ks_list_token_encode(&list_inners.page, TENANT_1, keys, plain, sizeof(plain)), 0);
+
+        assert_int_equal(bound_reply(&f, &t, bound, "action=a"), KS_UNAVAILABLE);
+        assert_int_equal(bound_reply(&f, &t, bound, "action=b"), KS_INVALID_ARGUMENT);
+        assert_string_equal(f.call.message, "page_token: not from this list");
+        assert_int_equal(bound_reply(&f, &t, bound, NULL), KS_INVALID_ARGUMENT);
+        assert_int_equal(bound_reply(&f, &t, plain, NULL), KS_UNAVAILABLE);
+        assert_int_equal(bound_reply(&f, &t, plain, ""), KS_UNAVAILABLE);
+        assert_int_equal(bound_reply(&f, &t, plain, "action=a"), KS_INVALID_ARGUMENT);
+        /* Another tenant with the same filters: refused too. */
+        fake_call_init(&f, TENANT_2);
+        assert_int_equal(bound_reply(&f, &t, bound, "action=a"), KS_INVALID_ARGUMENT);
+        assert_int_equal(t.runs, 3);
+
+        memset(long_binding, 'x', sizeof(long_binding) - 1);
+        long_binding[sizeof(long_binding) - 1] = '\0';
+        assert_int_equal(bound_reply(&f, &t, "", long_binding), KS_INTERNAL);
+        assert_string_equal(f.call.message, "test internal");
+        assert_int_equal(t.runs, 3);
+        assert_null(f.call.out_payload);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -743,6 +793,7 @@ int main(void)
             cmocka_unit_test(test_reply_page),
             cmocka_unit_test(test_reply_refuses_before_query),
             cmocka_unit_test(test_reply_transaction_fails),
+            cmocka_unit_test(test_reply_bound_tokens),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -256,9 +256,23 @@ static void test_trim_bounds(void **state)
         assert_int_equal(n, 3);
 }
 
+static void test_media_type_is(void **state)
+{
+        (void)state;
+        assert_true(ks_media_type_is("application/json", "application/json"));
+        assert_true(ks_media_type_is("Application/JSON; charset=utf-8", "application/json"));
+        assert_true(ks_media_type_is(" application/json ;x=1", "application/json"));
+        assert_true(ks_media_type_is("application/grpc+proto\t", "application/grpc+proto"));
+        assert_false(ks_media_type_is("application/jsonx", "application/json"));
+        assert_false(ks_media_type_is("application/js", "application/json"));
+        assert_false(ks_media_type_is("", "application/json"));
+        assert_false(ks_media_type_is(NULL, "application/json"));
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_media_type_is),
             cmocka_unit_test(test_email_normalize_trims_and_lowercases),
             cmocka_unit_test(test_email_normalize_bounds),
             cmocka_unit_test(test_email_valid_addresses),
