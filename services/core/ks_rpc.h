@@ -145,6 +145,11 @@ typedef struct ks_rpc_result {
 } ks_rpc_result;
 
 void ks_rpc_result_clear(ks_rpc_result *r);
+/*
+ * A Reply envelope's bytes into res (its payload malloc'd): a malformed
+ * one, or no memory for its payload, is KS_INTERNAL with a message.
+ */
+void ks_rpc_reply_read(const uint8_t *p, size_t len, ks_rpc_result *res);
 
 typedef struct ks_rpc_call_args {
         const char *method;
@@ -161,6 +166,10 @@ typedef struct ks_rpc_call_args {
          */
         int resend_ms;
 } ks_rpc_call_args;
+
+/* The Request envelope of a call (pointing into a): what every client sends. */
+void ks_rpc_request_of(const ks_rpc_call_args *a, int64_t deadline_unix_ms,
+                       Keelson__Rpc__V1__Request *req);
 
 /*
  * Blocking call from any thread. Transport failures become codes:

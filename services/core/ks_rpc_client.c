@@ -224,34 +224,39 @@ static void finish_error(call_slot *s, int code, const char *message)
         finish(s, &res);
 }
 
-static void finish_reply(call_slot *s, nng_msg *msg)
+void ks_rpc_reply_read(const uint8_t *p, size_t len, ks_rpc_result *res)
 {
-        ks_rpc_result res;
-        memset(&res, 0, sizeof(res));
-        Keelson__Rpc__V1__Reply *rep =
-            keelson__rpc__v1__reply__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
-        nng_msg_free(msg);
+        memset(res, 0, sizeof(*res));
+        Keelson__Rpc__V1__Reply *rep = keelson__rpc__v1__reply__unpack(NULL, len, p);
         if (rep == NULL || rep->code >= KS_CODE_COUNT) {
                 if (rep != NULL) {
                         keelson__rpc__v1__reply__free_unpacked(rep, NULL);
                 }
-                finish_error(s, KS_INTERNAL, "malformed reply from service");
+                res->code = KS_INTERNAL;
+                snprintf(res->message, sizeof(res->message), "malformed reply from service");
                 return;
         }
-        res.code = (int)rep->code;
-        res.replayed = rep->replayed;
-        snprintf(res.message, sizeof(res.message), "%s", rep->message);
+        res->code = (int)rep->code;
+        res->replayed = rep->replayed;
+        snprintf(res->message, sizeof(res->message), "%s", rep->message);
         if (rep->payload.len > 0) {
-                res.payload = malloc(rep->payload.len);
-                if (res.payload == NULL) {
-                        keelson__rpc__v1__reply__free_unpacked(rep, NULL);
-                        finish_error(s, KS_INTERNAL, "out of memory");
-                        return;
+                if ((res->payload = malloc(rep->payload.len)) == NULL) {
+                        res->code = KS_INTERNAL;
+                        res->replayed = false;
+                        snprintf(res->message, sizeof(res->message), "out of memory");
+                } else {
+                        memcpy(res->payload, rep->payload.data, rep->payload.len);
+                        res->payload_len = rep->payload.len;
                 }
-                memcpy(res.payload, rep->payload.data, rep->payload.len);
-                res.payload_len = rep->payload.len;
         }
         keelson__rpc__v1__reply__free_unpacked(rep, NULL);
+}
+
+static void finish_reply(call_slot *s, nng_msg *msg)
+{
+        ks_rpc_result res;
+        ks_rpc_reply_read(nng_msg_body(msg), nng_msg_len(msg), &res);
+        nng_msg_free(msg);
         finish(s, &res);
 }
 
@@ -311,16 +316,23 @@ static void call_cb(void *arg)
         }
 }
 
+void ks_rpc_request_of(const ks_rpc_call_args *a, int64_t deadline_unix_ms,
+                       Keelson__Rpc__V1__Request *req)
+{
+        keelson__rpc__v1__request__init(req);
+        req->method = (char *)a->method;
+        req->request_id = (char *)(a->request_id != NULL ? a->request_id : "");
+        req->deadline_unix_ms = deadline_unix_ms;
+        req->caller = (ks_caller *)a->caller;
+        req->idempotency_key = (char *)(a->idempotency_key != NULL ? a->idempotency_key : "");
+        req->payload.data = (uint8_t *)a->payload;
+        req->payload.len = a->payload_len;
+}
+
 static int pack_request(const ks_rpc_call_args *a, int64_t deadline_ms, nng_msg **out)
 {
-        Keelson__Rpc__V1__Request req = KEELSON__RPC__V1__REQUEST__INIT;
-        req.method = (char *)a->method;
-        req.request_id = (char *)(a->request_id != NULL ? a->request_id : "");
-        req.deadline_unix_ms = deadline_ms;
-        req.caller = (ks_caller *)a->caller;
-        req.idempotency_key = (char *)(a->idempotency_key != NULL ? a->idempotency_key : "");
-        req.payload.data = (uint8_t *)a->payload;
-        req.payload.len = a->payload_len;
+        Keelson__Rpc__V1__Request req;
+        ks_rpc_request_of(a, deadline_ms, &req);
         size_t size = keelson__rpc__v1__request__get_packed_size(&req);
         if (nng_msg_alloc(out, size) != 0) {
                 return KS_INTERNAL;

@@ -1,6 +1,6 @@
 /*
- * upstream.c: one rpc client per service that has routes, and the hop from
- * nng's threads back onto the libevent thread.
+ * upstream.c: the gateway's calls to the services, made and answered on its
+ * libevent loop (nng's req protocol spoken by ks_sp, no thread between).
  */
 #ifndef GW_UPSTREAM_H
 #define GW_UPSTREAM_H
@@ -14,9 +14,10 @@ struct gw_config;
 
 /*
  * One upstream call in flight. Embedded in the caller's request state; the
- * upstream writes result on an nng thread, then hands the call back on the
- * libevent thread through the completion function. Between a successful
- * gw_upstream_call and that hand-back the caller must not free the call.
+ * upstream writes result and hands the call back through the completion
+ * function, on the loop, never from within gw_upstream_call. Between a
+ * successful gw_upstream_call and that hand-back the caller must not free
+ * the call.
  */
 typedef struct gw_upstream gw_upstream;
 
@@ -29,15 +30,15 @@ typedef struct gw_call {
 typedef void (*gw_complete_fn)(gw_call *call, void *arg);
 
 /*
- * Makes one rpc client per service that has routes, plus auth (for
- * ResolveContext), dialling the front of that service on every broker.
- * complete(call, arg) runs on base's thread for every call started.
+ * Dials the front of every service that has routes, plus auth (for
+ * ResolveContext), on every broker. complete(call, arg) runs on base's
+ * thread for every call started.
  */
 int gw_upstream_new(gw_upstream **out, struct event_base *base, const struct gw_config *cfg,
                     const gw_routes *routes, gw_complete_fn complete, void *arg);
 /*
- * Stops every client (calls in flight end with UNAVAILABLE), hands every
- * call still queued to complete, then frees. Accepts NULL.
+ * Ends every call in flight with UNAVAILABLE (through complete), closes
+ * every broker connection, then frees. Accepts NULL.
  */
 void gw_upstream_free(gw_upstream *u);
 /* Starts a call; returns KS_OK (complete will run once), else a code. */
