@@ -28,7 +28,7 @@
 
 #include "grpc.h"
 #include "h2.h"
-#include "rpcstream.h"
+#include "wire.h"
 #include "ks_clock.h"
 #include "ks_crypto.h"
 #include "ks_log.h"
@@ -318,10 +318,12 @@ static void fail_stream(gw_h2 *h, gw_h2_stream *st, int status, const char *mess
         const char *type = gw_req_header(st->req, "content-type");
         gw_grpc_protocol p;
         if (gw_grpc_protocol_parse(type, &p) == 0 && p == GW_GRPC) {
-                gw_rpcstream_trailers(st->req,
-                                      status == 413 || status == 431 ? KS_RESOURCE_EXHAUSTED
-                                                                     : KS_INVALID_ARGUMENT,
-                                      message);
+                char code[12], text[GW_GRPC_MESSAGE_MAX + 1];
+                gw_wire_status(status == 413 || status == 431 ? KS_RESOURCE_EXHAUSTED
+                                                              : KS_INVALID_ARGUMENT,
+                               message, code, text);
+                gw_req_add_trailer(st->req, "grpc-status", code);
+                gw_req_add_trailer(st->req, "grpc-message", text);
                 submit(h, st, 200, "application/grpc", NULL, 0, false);
                 return;
         }

@@ -100,7 +100,6 @@ static void finish(slot *s, ks_rpc_result *res)
         s->next_free = u->free_head;
         u->free_head = index_of(u, s);
         call->result = *res;
-        call->next = NULL;
         u->complete(call, u->complete_arg);
 }
 
@@ -205,8 +204,6 @@ int gw_upstream_call(gw_upstream *u, int service, const ks_rpc_call_args *args, 
         slot *s = &u->slots[u->free_head];
         u->free_head = s->next_free;
         memset(&call->result, 0, sizeof(call->result));
-        call->next = NULL;
-        call->owner = u;
         s->call = call;
         s->service = service;
         s->msg = msg;

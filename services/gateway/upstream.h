@@ -22,8 +22,6 @@ struct gw_config;
 typedef struct gw_upstream gw_upstream;
 
 typedef struct gw_call {
-        struct gw_call *next; /* completion queue link */
-        gw_upstream *owner;
         ks_rpc_result result;
 } gw_call;
 
