@@ -9,7 +9,8 @@
 // The services come from keelson's descriptor set (the one the gateway
 // embeds, written by protoc at build time: $KEELSON_DESCRIPTOR_SET) through
 // @bufbuild/protobuf's registry: no generated code. For every transport:
-// WhoAmI with the session answers the same user, and a call without one is
+// WhoAmI with the session answers the same user (LedgerService makes and reads
+// accounts), and a call without one is
 // refused `unauthenticated` with the gateway's message; EventService/Subscribe
 // (a server stream) delivers the event of a write made while it is open, and
 // Health/Watch answers at once. Then CORS on a
@@ -96,6 +97,27 @@ for (const [name, transport] of Object.entries(transports)) {
       assert.equal(ce.code, Code.Unauthenticated, `code ${Code[ce.code]}: ${ce.rawMessage}`);
       assert.equal(ce.rawMessage, 'missing bearer token');
     }
+  });
+}
+
+// LedgerService on every transport: two accounts made, then read back.
+const LedgerService = registry.getService('keelson.ledger.v1.LedgerService');
+assert.ok(LedgerService, 'keelson.ledger.v1.LedgerService in the descriptor set');
+const accountId = () => BigInt.asUintN(63, BigInt(`0x${randomBytes(8).toString('hex')}`));
+
+for (const [name, transport] of Object.entries(transports)) {
+  await check(`${name}: LedgerService CreateAccounts, then LookupAccounts`, async () => {
+    const ledger = createClient(LedgerService, transport);
+    const opts = { headers: { authorization: `Bearer ${token}` }, timeoutMs: CALL_TIMEOUT_MS };
+    const ids = [accountId(), accountId()];
+    const made = await ledger.createAccounts(
+      { accounts: ids.map((id) => ({ id, ledger: 840, code: 1 })) },
+      opts,
+    );
+    assert.deepEqual(made.results, [0, 0]); // ok, ok
+    const found = await ledger.lookupAccounts({ ids }, opts);
+    assert.deepEqual(found.accounts.map((a) => a.id), ids);
+    assert.ok(found.accounts.every((a) => a.ledger === 840 && a.debitsPosted === 0n));
   });
 }
 
