@@ -27,9 +27,7 @@
 #include "ks_broker.h"
 
 #include <event2/event.h>
-#include <event2/thread.h>
 #include <jansson.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +36,7 @@
 #include "ks_clock.h"
 #include "ks_code.h"
 #include "ks_log.h"
+#include "ks_loop.h"
 #include "ks_metrics.h"
 #include "ks_outlier.h"
 #include "ks_rpc.h"
@@ -47,7 +46,6 @@
 #define RECV_MAX_BYTES ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
 #define SEND_MAX_BYTES ((size_t)16 << 20) /* a peer's unread output; over it, messages drop */
 #define QUEUE_MAX      1024               /* requests waiting for a first replica */
-#define HOPS_MAX       8                  /* backtrace words a request may carry (nng's TTL) */
 #define WORD           4
 
 /* A request waiting for a replica: the client's pipe, and the message as it came. */
@@ -86,14 +84,11 @@ typedef struct events_device {
 
 struct ks_broker {
         ks_broker_options opts;
-        struct event_base *base;
+        ks_loop *loop; /* one thread: every pipe, timer and callback */
         ks_sp *sp;
-        pthread_t thread;
-        bool running;
         service services[KS_SVC_COUNT];
         events_device events;
         struct event *watch;
-        struct event *stop; /* ends the loop: made active from ks_broker_stop's thread */
         ks_outlier_pipe look[KS_OUTLIER_PIPES_MAX];
         ks_outlier_event acts[KS_OUTLIER_EVENTS_MAX];
 };
@@ -215,14 +210,7 @@ static void queue_free(service *s)
 static void on_request(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg)
 {
         service *s = arg;
-        bool ok = false;
-        for (size_t at = 0; at + WORD <= len && at < HOPS_MAX * WORD; at += WORD) {
-                if ((word_at(msg + at) & 0x80000000u) != 0) {
-                        ok = true;
-                        break;
-                }
-        }
-        if (!ok) {
+        if (ks_sp_backtrace(msg, len) == 0) {
                 ks_counter_inc(s->dropped); /* nng's rep drops it the same way */
                 return;
         }
@@ -485,35 +473,14 @@ static bool options_ok(const ks_broker_options *o)
                                           o->eject_after_ms <= KS_OUTLIER_AFTER_MAX_MS);
 }
 
-/* A loopbreak from another thread is lost if the loop has not begun: an event is not. */
-static void on_stop(evutil_socket_t fd, short what, void *arg)
-{
-        (void)fd;
-        (void)what;
-        event_base_loopbreak(((ks_broker *)arg)->base);
-}
-
-static void *loop_main(void *arg)
-{
-        ks_broker *b = arg;
-        event_base_loop(b->base, EVLOOP_NO_EXIT_ON_EMPTY);
-        return NULL;
-}
-
 void ks_broker_stop(ks_broker *b)
 {
         if (b == NULL) {
                 return;
         }
-        if (b->running) {
-                event_active(b->stop, EV_TIMEOUT, 0);
-                pthread_join(b->thread, NULL);
-        }
+        ks_loop_stop(b->loop);
         if (b->watch != NULL) {
                 event_free(b->watch);
-        }
-        if (b->stop != NULL) {
-                event_free(b->stop);
         }
         for (int i = 0; i < KS_SVC_COUNT; i++) {
                 if (b->services[i].back == NULL) {
@@ -529,9 +496,7 @@ void ks_broker_stop(ks_broker *b)
                 queue_free(&b->services[i]);
                 ks_outlier_free(b->services[i].outlier);
         }
-        if (b->base != NULL) {
-                event_base_free(b->base);
-        }
+        ks_loop_free(b->loop);
         free(b);
 }
 
@@ -553,10 +518,8 @@ int ks_broker_start_with(ks_broker **out, const char *base, const ks_broker_opti
                 return KS_INTERNAL;
         }
         b->opts = *o;
-        /* The loop is stopped from another thread (ks_broker_stop). */
-        if (evthread_use_pthreads() != 0 || (b->base = event_base_new()) == NULL ||
-            (b->stop = event_new(b->base, -1, 0, on_stop, b)) == NULL ||
-            ks_sp_new(&b->sp, b->base, RECV_MAX_BYTES, SEND_MAX_BYTES) != KS_OK) {
+        if (ks_loop_new(&b->loop) != KS_OK ||
+            ks_sp_new(&b->sp, ks_loop_base(b->loop), RECV_MAX_BYTES, SEND_MAX_BYTES) != KS_OK) {
                 ks_broker_stop(b);
                 return KS_INTERNAL;
         }
@@ -574,17 +537,16 @@ int ks_broker_start_with(ks_broker **out, const char *base, const ks_broker_opti
         if (o->eject_after_ms > 0) {
                 struct timeval tv = {(time_t)(o->eject_check_ms / 1000),
                                      (suseconds_t)(o->eject_check_ms % 1000) * 1000};
-                if ((b->watch = event_new(b->base, -1, EV_PERSIST, watch_step, b)) == NULL ||
+                if ((b->watch = event_new(ks_loop_base(b->loop), -1, EV_PERSIST, watch_step, b)) == NULL ||
                     event_add(b->watch, &tv) != 0) {
                         ks_broker_stop(b);
                         return KS_INTERNAL;
                 }
         }
-        if (pthread_create(&b->thread, NULL, loop_main, b) != 0) {
+        if (ks_loop_start(b->loop) != KS_OK) {
                 ks_broker_stop(b);
                 return KS_INTERNAL;
         }
-        b->running = true;
         *out = b;
         return KS_OK;
 }

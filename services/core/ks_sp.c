@@ -657,3 +657,15 @@ void ks_sp_free(ks_sp *sp)
         free(sp->gens);
         free(sp);
 }
+
+size_t ks_sp_backtrace(const uint8_t *msg, size_t len)
+{
+        for (size_t at = 0; at + 4 <= len && at < KS_SP_HOPS_MAX * 4; at += 4) {
+                uint32_t w = (uint32_t)msg[at] << 24 | (uint32_t)msg[at + 1] << 16 |
+                             (uint32_t)msg[at + 2] << 8 | msg[at + 3];
+                if ((w & KS_SP_ID_BIT) != 0) {
+                        return at + 4;
+                }
+        }
+        return 0;
+}

@@ -47,6 +47,8 @@
 #define KS_SP_PEER_MAX      (KS_SP_HOST_MAX + 8)
 #define KS_SP_REDIAL_MIN_MS 100  /* a dialer's first wait after a lost or failed pipe */
 #define KS_SP_REDIAL_MAX_MS 5000 /* ... doubling up to this */
+#define KS_SP_HOPS_MAX      8    /* req/rep: backtrace words a message may carry (nng's TTL) */
+#define KS_SP_ID_BIT        0x80000000u /* req/rep: marks the request id, the backtrace's end */
 
 typedef struct ks_sp ks_sp;
 typedef struct ks_sp_listener ks_sp_listener;
@@ -114,5 +116,12 @@ int ks_sp_send(ks_sp_pipe *p, const void *head, size_t head_len, const void *bod
 size_t ks_sp_pending(const ks_sp_pipe *p);
 /* Closes the pipe: its removed callback runs now, its memory goes later. */
 void ks_sp_close(ks_sp_pipe *p);
+
+/*
+ * req/rep: the length of msg's backtrace, 32-bit big-endian words up to and
+ * including the first with KS_SP_ID_BIT (the request id); 0 when none is
+ * among its first KS_SP_HOPS_MAX words (nng's rep drops such a message).
+ */
+size_t ks_sp_backtrace(const uint8_t *msg, size_t len);
 
 #endif

@@ -501,6 +501,48 @@ static void test_events_by_prefix(void **state)
         ks_publisher_free(pub);
 }
 
+/* A subscriber flooded while nobody reads keeps the newest, and closes at once. */
+static void test_events_flooded_subscriber(void **state)
+{
+        fixture *f = *state;
+        const char *bases[] = {f->base};
+        const char *prefixes[] = {"flood."};
+        ks_publisher *pub = NULL;
+        ks_subscriber *sub = NULL, *unread = NULL;
+        assert_int_equal(ks_publisher_new(&pub, bases, 1), KS_OK);
+        assert_int_equal(ks_subscriber_new(&sub, bases, 1, prefixes, 1), KS_OK);
+        assert_int_equal(ks_subscriber_new(&unread, bases, 1, prefixes, 1), KS_OK);
+        sleep_ms(200);
+
+        char id[32];
+        Keelson__Events__V1__Event ev = KEELSON__EVENTS__V1__EVENT__INIT;
+        ev.topic = "flood.x";
+        ev.tenant_id = "t-1";
+        ev.event_id = id;
+        for (int i = 0; i <= 20000; i++) {
+                snprintf(id, sizeof(id), i == 20000 ? "last" : "e-%d", i);
+                int rv;
+                while ((rv = ks_publish(pub, &ev)) == KS_UNAVAILABLE) {
+                        sleep_ms(1); /* the publisher's queue is full: a relay retries */
+                }
+                assert_int_equal(rv, KS_OK);
+        }
+        /* The reader comes late: what it gets ends with the newest event. */
+        Keelson__Events__V1__Event *got = NULL;
+        int n = 0;
+        bool last = false;
+        while (!last && ks_subscriber_next(sub, 5000, &got) == KS_OK) {
+                last = strcmp(got->event_id, "last") == 0;
+                keelson__events__v1__event__free_unpacked(got, NULL);
+                n++;
+        }
+        assert_true(last);
+        assert_true(n >= 1 && n <= 20001);
+        ks_subscriber_free(unread); /* its queue full, its broker still sending */
+        ks_subscriber_free(sub);
+        ks_publisher_free(pub);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -515,6 +557,7 @@ int main(void)
                                             teardown),
             cmocka_unit_test_setup_teardown(test_no_broker_is_unavailable_at_once, setup, teardown),
             cmocka_unit_test_setup_teardown(test_events_by_prefix, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_events_flooded_subscriber, setup, teardown),
         };
         int failed = cmocka_run_group_tests_name("rpc", tests, NULL, NULL);
         nng_fini(); /* nng frees sockets on its own threads: let it finish before leak checks */
