@@ -2,13 +2,15 @@
  * ks_rpc: request/reply between the gateway and the services, protobuf in
  * nng messages, through the broker.
  *
- * Server. A replica dials the back of its service on every broker. A fixed
- * set of nng contexts (max_inflight) receives requests; each request is
- * checked (envelope, method, deadline) and put on a bounded work queue that a
- * fixed pool of worker threads drains. A full queue is answered at once with
- * RESOURCE_EXHAUSTED, an expired deadline with DEADLINE_EXCEEDED, an unknown
- * method with UNIMPLEMENTED: nothing queues without bound. Handlers run on the
- * worker threads and may block (PostgreSQL); each worker has its own state.
+ * Server. A replica dials the back of its service on every broker, from a
+ * loop of its own that speaks nng's rep protocol (ks_sp). Each request is
+ * checked on that loop (envelope, method, deadline) and put on a bounded
+ * work queue that a fixed pool of worker threads drains. A full queue is
+ * answered at once with RESOURCE_EXHAUSTED, an expired deadline with
+ * DEADLINE_EXCEEDED, an unknown method with UNIMPLEMENTED: nothing queues
+ * without bound. Handlers run on the worker threads and may block
+ * (PostgreSQL); each worker has its own state. A worker hands its reply
+ * back to the loop, which writes it.
  *
  * Client. One req socket dials the front of a service on every broker; each
  * call takes its own nng context, so any number of threads may call at once
@@ -85,7 +87,8 @@ typedef struct ks_rpc_server_options {
         size_t n_methods;
         int workers;      /* worker threads */
         int queue_max;    /* work queue capacity */
-        int max_inflight; /* nng contexts receiving; > workers + queue_max */
+        int max_inflight; /* calls held at once (queued, running, reply not yet written);
+                           * > workers + queue_max; more get RESOURCE_EXHAUSTED */
         /* KS_M_HEAVY calls queued or running at once; more are refused with
          * RESOURCE_EXHAUSTED on arrival (0: no bound of their own). */
         int heavy_max;
