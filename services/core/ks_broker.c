@@ -537,7 +537,8 @@ int ks_broker_start_with(ks_broker **out, const char *base, const ks_broker_opti
         if (o->eject_after_ms > 0) {
                 struct timeval tv = {(time_t)(o->eject_check_ms / 1000),
                                      (suseconds_t)(o->eject_check_ms % 1000) * 1000};
-                if ((b->watch = event_new(ks_loop_base(b->loop), -1, EV_PERSIST, watch_step, b)) == NULL ||
+                if ((b->watch = event_new(ks_loop_base(b->loop), -1, EV_PERSIST, watch_step, b)) ==
+                        NULL ||
                     event_add(b->watch, &tv) != 0) {
                         ks_broker_stop(b);
                         return KS_INTERNAL;

@@ -411,8 +411,7 @@ int ks_subscriber_next(ks_subscriber *s, int timeout_ms, Keelson__Events__V1__Ev
                 pthread_mutex_lock(&s->mu);
                 msg *m;
                 while ((m = queue_pop(&s->in)) == NULL) {
-                        if (pthread_cond_timedwait(&s->cv, &s->mu, &until) != 0 &&
-                            s->in.n == 0) {
+                        if (pthread_cond_timedwait(&s->cv, &s->mu, &until) != 0 && s->in.n == 0) {
                                 pthread_mutex_unlock(&s->mu);
                                 return KS_DEADLINE_EXCEEDED;
                         }
@@ -421,8 +420,8 @@ int ks_subscriber_next(ks_subscriber *s, int timeout_ms, Keelson__Events__V1__Ev
                 const uint8_t *nul = memchr(m->data, '\0', m->len);
                 if (nul != NULL) {
                         size_t off = (size_t)(nul - m->data) + 1;
-                        *out = keelson__events__v1__event__unpack(NULL, m->len - off,
-                                                                  m->data + off);
+                        *out =
+                            keelson__events__v1__event__unpack(NULL, m->len - off, m->data + off);
                 }
                 free(m);
                 if (*out != NULL) {

@@ -171,7 +171,6 @@ int ks_call_fail(ks_call *call, int code, const char *fmt, ...)
         return code;
 }
 
-
 static void count_call(ks_rpc_server *srv, const ks_method *m, int code, double seconds)
 {
         if (m == NULL || code < 0 || code >= KS_CODE_COUNT) {
@@ -192,7 +191,6 @@ static void count_call(ks_rpc_server *srv, const ks_method *m, int code, double 
         ks_counter_inc(c);
         ks_histogram_observe(mm->duration, seconds);
 }
-
 
 static bool is_bounded_heavy(const ks_rpc_server *srv, const ks_method *m)
 {
@@ -218,8 +216,6 @@ static void heavy_give(ks_rpc_server *srv, const ks_method *m)
                 atomic_fetch_sub(&srv->heavy, 1);
         }
 }
-
-
 
 /* Packs the Reply of j into j->reply, and lets its request go. */
 static void pack_reply(job *j, int code, const char *message, const uint8_t *payload, size_t len,
@@ -577,7 +573,6 @@ static void init_metrics(ks_rpc_server *srv)
         }
 }
 
-
 static int start_workers(ks_rpc_server *srv)
 {
         srv->threads = calloc((size_t)srv->opts.workers, sizeof(pthread_t));
@@ -642,8 +637,8 @@ int ks_rpc_server_connected(const ks_rpc_server *s)
 static bool idle(ks_rpc_server *srv)
 {
         pthread_mutex_lock(&srv->mu);
-        bool none = srv->queue.n == 0 && srv->running == 0 && srv->done.n == 0 &&
-                    srv->replying == 0;
+        bool none =
+            srv->queue.n == 0 && srv->running == 0 && srv->done.n == 0 && srv->replying == 0;
         pthread_mutex_unlock(&srv->mu);
         return none;
 }
