@@ -8,6 +8,7 @@
  *   audit.c      the append-only audit log and ListAudit
  *   list.c       the list methods on core's frame (ks_list_reply), in the tenant transaction
  *   hash_pool.c  scrypt on its own bounded pool of threads
+ *   hash_worker.c  ... each thread's scrypt in a process of its own, at low priority
  *   passwords.c  password checks with lockout, shared by Login, AcceptInvitation, ChangePassword
  *   sessions.c   session tokens, ResolveContext, WhoAmI, Logout, tenants, RevokeAllSessions
  *   signup.c login.c members.c invitations.c reset.c api_keys.c: the methods
@@ -62,12 +63,16 @@
 typedef struct auth_hash_pool auth_hash_pool;
 
 /*
- * workers threads run scrypt at nice value nice (0..19); at most queue_max
- * jobs wait for one. A job beyond that is refused at once
- * (resource_exhausted), so the RPC workers that can be blocked on hashing
- * are bounded: workers + queue_max.
+ * workers threads hash; at most queue_max jobs wait for one. A job beyond
+ * that is refused at once (resource_exhausted), so the RPC workers that can
+ * be blocked on hashing are bounded: workers + queue_max. With worker_exe
+ * (auth's own binary, "/proc/self/exe"), each thread hands its scrypt to a
+ * hash worker process at nice value nice (0..19) in a scheduling group of
+ * its own (hash_worker.c); with NULL, the threads run scrypt themselves at
+ * that nice value.
  */
-int auth_hash_pool_new(auth_hash_pool **out, int workers, int queue_max, int nice);
+int auth_hash_pool_new(auth_hash_pool **out, int workers, int queue_max, int nice,
+                       const char *worker_exe);
 void auth_hash_pool_free(auth_hash_pool *p);
 
 /*
@@ -92,6 +97,44 @@ int auth_verify_password(auth_hash_pool *p, const char *password, const char *st
  * caller refuses on it: the counter then matches the 429s clients got.
  */
 bool auth_hash_pool_full(auth_hash_pool *p);
+
+/* The pid of hash thread i's worker process (-1: none, or threads hash themselves). */
+int auth_hash_pool_worker_pid(auth_hash_pool *p, int i);
+
+/* ---- hash workers (hash_worker.c) ---------------------------------------- */
+
+/* argv[1] of a hash worker: auth's main() hands such a process to auth_hash_worker_main. */
+#define AUTH_HASH_WORKER_ARG "--hash-worker"
+/* Password and stored hash bytes one job may carry. */
+#define AUTH_HASH_INPUT_MAX (AUTH_PASSWORD_BYTES_MAX + KS_PASSWORD_HASH_MAX)
+
+/* One hash or verification, and its results. */
+typedef struct auth_hash_work {
+        bool verify;
+        const char *password;
+        const char *stored; /* verify */
+        ks_scrypt_params params;
+        int rc;
+        bool ok, needs_rehash;          /* verify */
+        char out[KS_PASSWORD_HASH_MAX]; /* hash */
+} auth_hash_work;
+
+/* Runs w here, on the calling thread. */
+void auth_hash_compute(auth_hash_work *w);
+
+typedef struct auth_hasher {
+        int pid;
+        int fd;
+} auth_hasher;
+
+/* Starts a worker process (exe AUTH_HASH_WORKER_ARG nice). KS_OK or KS_INTERNAL. */
+int auth_hasher_start(auth_hasher *h, const char *exe, int nice);
+/* Closes its socket and waits for it to exit. */
+void auth_hasher_stop(auth_hasher *h);
+/* Runs w on the worker, starting another once if it is gone; KS_OK or KS_INTERNAL (w->rc). */
+int auth_hasher_run(auth_hasher *h, const char *exe, int nice, auth_hash_work *w);
+/* The worker process's main: serves jobs on fd 3 until it closes. */
+int auth_hash_worker_main(int argc, char **argv);
 
 /* Jobs waiting for a hash thread now, jobs being hashed now, and jobs refused since start. */
 int auth_hash_pool_queued(auth_hash_pool *p);

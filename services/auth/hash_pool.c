@@ -15,10 +15,12 @@
  *
  * Free workers are not enough when the cores themselves are busy with
  * scrypt: a ResolveContext needs CPU too (this process, the broker,
- * PostgreSQL). Hash threads therefore run at a lower scheduling priority
- * (KEELSON_AUTH_HASH_NICE, default 10: about a tenth of a normal thread's
- * share under contention), so a cheap call gets a core first and logins use
- * what is left. Nothing starves: with no cheap work, hashes use every core.
+ * PostgreSQL). So each hash thread hands its scrypt to a hash worker
+ * process of its own, at a lower priority in a scheduling group of its own
+ * (KEELSON_AUTH_HASH_NICE, default 10; hash_worker.c says why a process):
+ * a cheap call gets a core first and logins use what is left. Nothing
+ * starves: with no cheap work, hashes use every core. (Tests may let the
+ * threads hash themselves: auth_hash_pool_new with no worker_exe.)
  *
  * A job lives on its caller's stack: the caller waits until the job is done,
  * or removes it from the queue itself when its deadline passes first (a
@@ -43,18 +45,11 @@
 /* A call without a deadline still waits at most this long in the queue. */
 #define NO_DEADLINE_WAIT_MS 60000
 
-typedef enum job_kind { JOB_HASH, JOB_VERIFY } job_kind;
 typedef enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
 
 typedef struct job {
-        job_kind kind;
         job_state state;
-        const char *password;
-        const char *stored;             /* verify */
-        const ks_scrypt_params *params; /* hash: the parameters; verify: the current ones */
-        char *out;                      /* hash: KS_PASSWORD_HASH_MAX bytes */
-        bool ok, needs_rehash;          /* verify */
-        int rc;
+        auth_hash_work work;
         struct job *next;
 } job;
 
@@ -68,34 +63,35 @@ struct auth_hash_pool {
         int queue_max;
         bool stop;
         pthread_t *threads;
+        auth_hasher *hashers; /* one per thread, with worker_exe */
         int n_threads;
         int nice;
+        char *worker_exe; /* NULL: the threads hash themselves */
         atomic_uint_fast64_t rejected;
         ks_gauge *queue_gauge;
         ks_counter *rejected_counter;
 };
 
-static void run_job(job *j)
-{
-        if (j->kind == JOB_HASH) {
-                j->rc = ks_password_hash(j->password, j->params, j->out) == 0 ? KS_OK : KS_INTERNAL;
-                return;
-        }
-        j->ok = false;
-        j->needs_rehash = false;
-        j->rc = ks_password_verify(j->password, j->stored, j->params, &j->ok, &j->needs_rehash) == 0
-                    ? KS_OK
-                    : KS_INTERNAL;
-}
+typedef struct thread_arg {
+        auth_hash_pool *p;
+        int index;
+} thread_arg;
 
 static void *worker_main(void *arg)
 {
-        auth_hash_pool *p = arg;
+        thread_arg ta = *(thread_arg *)arg;
+        free(arg);
+        auth_hash_pool *p = ta.p;
+        auth_hasher *h = p->worker_exe != NULL ? &p->hashers[ta.index] : NULL;
         job *j;
 
         /* Linux: a thread's nice value is its own (PRIO_PROCESS with its tid). */
-        if (p->nice > 0 && setpriority(PRIO_PROCESS, (id_t)gettid(), p->nice) != 0) {
+        if (h == NULL && p->nice > 0 && setpriority(PRIO_PROCESS, (id_t)gettid(), p->nice) != 0) {
                 ks_log_warn(NULL, "cannot lower the hash thread's priority", NULL);
+        }
+        /* Started here: the worker is killed if this thread goes (PR_SET_PDEATHSIG). */
+        if (h != NULL) {
+                (void)auth_hasher_start(h, p->worker_exe, p->nice); /* else: at its first job */
         }
         pthread_mutex_lock(&p->mu);
         for (;;) {
@@ -115,17 +111,25 @@ static void *worker_main(void *arg)
                 j->state = JOB_RUNNING;
                 p->running++;
                 pthread_mutex_unlock(&p->mu);
-                run_job(j);
+                if (h != NULL) {
+                        (void)auth_hasher_run(h, p->worker_exe, p->nice, &j->work);
+                } else {
+                        auth_hash_compute(&j->work);
+                }
                 pthread_mutex_lock(&p->mu);
                 p->running--;
                 j->state = JOB_DONE;
                 pthread_cond_broadcast(&p->done_cv);
         }
         pthread_mutex_unlock(&p->mu);
+        if (h != NULL) {
+                auth_hasher_stop(h);
+        }
         return NULL;
 }
 
-int auth_hash_pool_new(auth_hash_pool **out, int workers, int queue_max, int nice)
+int auth_hash_pool_new(auth_hash_pool **out, int workers, int queue_max, int nice,
+                       const char *worker_exe)
 {
         auth_hash_pool *p;
 
@@ -149,12 +153,22 @@ int auth_hash_pool_new(auth_hash_pool **out, int workers, int queue_max, int nic
         p->rejected_counter =
             ks_counter_get(ks_metrics_default(), "keelson_auth_hash_rejected_total",
                            "Password hash jobs refused because the hash queue was full", NULL);
-        if ((p->threads = calloc((size_t)workers, sizeof(*p->threads))) == NULL) {
+        if ((p->threads = calloc((size_t)workers, sizeof(*p->threads))) == NULL ||
+            (p->hashers = calloc((size_t)workers, sizeof(*p->hashers))) == NULL ||
+            (worker_exe != NULL && (p->worker_exe = strdup(worker_exe)) == NULL)) {
                 auth_hash_pool_free(p);
                 return KS_INTERNAL;
         }
         for (int i = 0; i < workers; i++) {
-                if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0) {
+                thread_arg *ta = malloc(sizeof(*ta));
+                p->hashers[i] = (auth_hasher){.pid = -1, .fd = -1};
+                if (ta == NULL) {
+                        auth_hash_pool_free(p);
+                        return KS_INTERNAL;
+                }
+                *ta = (thread_arg){.p = p, .index = i};
+                if (pthread_create(&p->threads[i], NULL, worker_main, ta) != 0) {
+                        free(ta);
                         auth_hash_pool_free(p);
                         return KS_INTERNAL;
                 }
@@ -177,6 +191,8 @@ void auth_hash_pool_free(auth_hash_pool *p)
                 pthread_join(p->threads[i], NULL);
         }
         free(p->threads);
+        free(p->hashers);
+        free(p->worker_exe);
         pthread_cond_destroy(&p->done_cv);
         pthread_cond_destroy(&p->work_cv);
         pthread_mutex_destroy(&p->mu);
@@ -248,20 +264,24 @@ static int submit_and_wait(auth_hash_pool *p, job *j, int64_t deadline_unix_ms)
                 }
         }
         pthread_mutex_unlock(&p->mu);
-        return rc != KS_OK ? rc : j->rc;
+        return rc != KS_OK ? rc : j->work.rc;
 }
 
 int auth_hash_password(auth_hash_pool *p, const char *password, const ks_scrypt_params *params,
                        char out[KS_PASSWORD_HASH_MAX], int64_t deadline_unix_ms)
 {
         job j;
+        int rc;
 
         memset(&j, 0, sizeof(j));
-        j.kind = JOB_HASH;
-        j.password = password;
-        j.params = params;
-        j.out = out;
-        return submit_and_wait(p, &j, deadline_unix_ms);
+        j.work.password = password;
+        j.work.params = *params;
+        rc = submit_and_wait(p, &j, deadline_unix_ms);
+        if (rc == KS_OK) {
+                memcpy(out, j.work.out, KS_PASSWORD_HASH_MAX);
+        }
+        explicit_bzero(&j, sizeof(j));
+        return rc;
 }
 
 int auth_verify_password(auth_hash_pool *p, const char *password, const char *stored,
@@ -272,16 +292,29 @@ int auth_verify_password(auth_hash_pool *p, const char *password, const char *st
         int rc;
 
         memset(&j, 0, sizeof(j));
-        j.kind = JOB_VERIFY;
-        j.password = password;
-        j.stored = stored;
-        j.params = current;
+        j.work.verify = true;
+        j.work.password = password;
+        j.work.stored = stored;
+        j.work.params = *current;
         rc = submit_and_wait(p, &j, deadline_unix_ms);
-        *ok = rc == KS_OK && j.ok;
+        *ok = rc == KS_OK && j.work.ok;
         if (needs_rehash != NULL) {
-                *needs_rehash = rc == KS_OK && j.needs_rehash;
+                *needs_rehash = rc == KS_OK && j.work.needs_rehash;
         }
         return rc;
+}
+
+int auth_hash_pool_worker_pid(auth_hash_pool *p, int i)
+{
+        int pid;
+
+        if (i < 0 || i >= p->n_threads || p->worker_exe == NULL) {
+                return -1;
+        }
+        pthread_mutex_lock(&p->mu);
+        pid = p->hashers[i].pid;
+        pthread_mutex_unlock(&p->mu);
+        return pid;
 }
 
 int auth_hash_pool_queued(auth_hash_pool *p)

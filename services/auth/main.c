@@ -13,8 +13,13 @@
 #include "auth.h"
 #include "ks_service.h"
 
+#include <string.h>
+
 int main(int argc, char **argv)
 {
+        if (argc > 1 && strcmp(argv[1], AUTH_HASH_WORKER_ARG) == 0) {
+                return auth_hash_worker_main(argc, argv); /* a hash worker (hash_worker.c) */
+        }
         static auth_config cfg;
         static auth_service svc = {.cfg = &cfg};
         const ks_service_spec spec = {

@@ -122,7 +122,7 @@ static int init_passwords(auth_service *svc)
         explicit_bzero(throwaway, sizeof(throwaway));
         explicit_bzero(raw, sizeof(raw));
         if (auth_hash_pool_new(&svc->hash, svc->hash_workers, svc->hash_queue_max,
-                               (int)c->hash_nice) != KS_OK) {
+                               (int)c->hash_nice, "/proc/self/exe") != KS_OK) {
                 ks_log_error(NULL, "cannot start the hash pool", NULL);
                 return -1;
         }

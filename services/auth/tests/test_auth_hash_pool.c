@@ -1,7 +1,11 @@
 /*
  * Unit tests of the auth service's hash pool (services/auth/hash_pool.c):
  * results match ks_crypto's, a full queue refuses at once instead of
- * growing, and a job whose deadline passes in the queue is dropped.
+ * growing, and a job whose deadline passes in the queue is dropped; each
+ * with the threads hashing themselves and with hash worker processes (this
+ * binary started again as one, as auth is), which also must run in a
+ * session of their own at the pool's nice value, be replaced when killed,
+ * and be gone once the pool is freed.
  *
  * Linked with keelson_auth_lib: the same hash_pool.o the service runs.
  */
@@ -12,6 +16,11 @@
 #include <string.h>
 #include <pthread.h>
 #include <time.h>
+#include <signal.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -22,6 +31,23 @@ static const ks_scrypt_params fast = {1u << 10, 8, 1, 64, 16};
 /* Slow enough (tens of ms or more) to hold the only hash thread while the test looks. */
 static const ks_scrypt_params slow = {1u << 16, 8, 1, 64, 16};
 
+/* NULL: the threads hash themselves; else the hash workers' binary (this one). */
+static const char *g_exe;
+
+static int use_threads(void **state)
+{
+        (void)state;
+        g_exe = NULL;
+        return 0;
+}
+
+static int use_processes(void **state)
+{
+        (void)state;
+        g_exe = "/proc/self/exe";
+        return 0;
+}
+
 static void test_hash_then_verify(void **state)
 {
         auth_hash_pool *p = NULL;
@@ -29,7 +55,7 @@ static void test_hash_then_verify(void **state)
         bool ok = false, rehash = true;
 
         (void)state;
-        assert_int_equal(auth_hash_pool_new(&p, 2, 4, 0), KS_OK);
+        assert_int_equal(auth_hash_pool_new(&p, 2, 4, 0, g_exe), KS_OK);
         assert_int_equal(auth_hash_password(p, "correct horse", &fast, stored, 0), KS_OK);
         assert_int_equal(auth_verify_password(p, "correct horse", stored, &fast, &ok, &rehash, 0),
                          KS_OK);
@@ -50,9 +76,9 @@ static void test_bad_sizes(void **state)
         auth_hash_pool *p = NULL;
 
         (void)state;
-        assert_int_equal(auth_hash_pool_new(&p, 0, 1, 0), KS_INVALID_ARGUMENT);
-        assert_int_equal(auth_hash_pool_new(&p, 1, 0, 0), KS_INVALID_ARGUMENT);
-        assert_int_equal(auth_hash_pool_new(&p, 1, 1, 20), KS_INVALID_ARGUMENT);
+        assert_int_equal(auth_hash_pool_new(&p, 0, 1, 0, g_exe), KS_INVALID_ARGUMENT);
+        assert_int_equal(auth_hash_pool_new(&p, 1, 0, 0, g_exe), KS_INVALID_ARGUMENT);
+        assert_int_equal(auth_hash_pool_new(&p, 1, 1, 20, g_exe), KS_INVALID_ARGUMENT);
         assert_null(p);
         auth_hash_pool_free(NULL);
 }
@@ -93,7 +119,7 @@ static void test_full_queue_refuses_at_once(void **state)
         char out[KS_PASSWORD_HASH_MAX];
 
         (void)state;
-        assert_int_equal(auth_hash_pool_new(&p, 1, 1, 0), KS_OK);
+        assert_int_equal(auth_hash_pool_new(&p, 1, 1, 0, g_exe), KS_OK);
         memset(&a, 0, sizeof(a));
         memset(&b, 0, sizeof(b));
         a.p = b.p = p;
@@ -120,7 +146,7 @@ static void test_deadline_drops_a_queued_job(void **state)
         char out[KS_PASSWORD_HASH_MAX];
 
         (void)state;
-        assert_int_equal(auth_hash_pool_new(&p, 1, 4, 0), KS_OK);
+        assert_int_equal(auth_hash_pool_new(&p, 1, 4, 0, g_exe), KS_OK);
         memset(&a, 0, sizeof(a));
         memset(&b, 0, sizeof(b));
         a.p = b.p = p;
@@ -139,13 +165,106 @@ static void test_deadline_drops_a_queued_job(void **state)
         auth_hash_pool_free(p);
 }
 
-int main(void)
+/* Field n (1-based, after the command) of /proc/pid/stat, or -1. */
+static long stat_field(int pid, int n)
 {
+        char path[64], buf[1024];
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (f == NULL) {
+                return -1;
+        }
+        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[len] = '\0';
+        char *p = strrchr(buf, ')'); /* the command may hold spaces */
+        if (p == NULL) {
+                return -1;
+        }
+        p += 2; /* field 3, the state */
+        for (int i = 3; i < n; i++) {
+                p = strchr(p, ' ');
+                if (p == NULL) {
+                        return -1;
+                }
+                p++;
+        }
+        return strtol(p, NULL, 10);
+}
+
+/* A worker per thread, in a session of its own, at the pool's nice value. */
+static void test_workers_run_apart(void **state)
+{
+        auth_hash_pool *p = NULL;
+        char out[KS_PASSWORD_HASH_MAX];
+
+        (void)state;
+        assert_int_equal(auth_hash_pool_new(&p, 2, 4, 7, "/proc/self/exe"), KS_OK);
+        assert_int_equal(auth_hash_password(p, "a", &fast, out, 0), KS_OK);
+        assert_int_equal(auth_hash_password(p, "b", &fast, out, 0), KS_OK);
+        for (int i = 0; i < 2; i++) {
+                int pid = auth_hash_pool_worker_pid(p, i);
+                assert_true(pid > 0);
+                assert_int_not_equal(pid, getpid());
+                assert_int_equal(stat_field(pid, 6), pid); /* session id: its own */
+                assert_int_equal(stat_field(pid, 19), 7);  /* nice */
+        }
+        assert_int_equal(auth_hash_pool_worker_pid(p, 2), -1);
+        auth_hash_pool_free(p);
+}
+
+/* A worker that dies is replaced, and the job still gets its answer. */
+static void test_killed_worker_is_replaced(void **state)
+{
+        auth_hash_pool *p = NULL;
+        char stored[KS_PASSWORD_HASH_MAX];
+        bool ok = false;
+
+        (void)state;
+        assert_int_equal(auth_hash_pool_new(&p, 1, 4, 0, "/proc/self/exe"), KS_OK);
+        assert_int_equal(auth_hash_password(p, "before", &fast, stored, 0), KS_OK);
+        int pid = auth_hash_pool_worker_pid(p, 0);
+        assert_true(pid > 0);
+        assert_int_equal(kill(pid, SIGKILL), 0);
+        assert_int_equal(auth_verify_password(p, "before", stored, &fast, &ok, NULL, 0), KS_OK);
+        assert_true(ok);
+        int again = auth_hash_pool_worker_pid(p, 0);
+        assert_true(again > 0);
+        assert_int_not_equal(again, pid);
+        auth_hash_pool_free(p);
+        /* freed: the worker has exited and been reaped */
+        assert_int_equal(kill(again, 0), -1);
+        assert_int_equal(errno, ESRCH);
+}
+
+/* With threads hashing themselves there is no worker process. */
+static void test_threads_have_no_worker(void **state)
+{
+        auth_hash_pool *p = NULL;
+
+        (void)state;
+        assert_int_equal(auth_hash_pool_new(&p, 1, 1, 0, NULL), KS_OK);
+        assert_int_equal(auth_hash_pool_worker_pid(p, 0), -1);
+        auth_hash_pool_free(p);
+}
+
+int main(int argc, char **argv)
+{
+        if (argc > 1 && strcmp(argv[1], AUTH_HASH_WORKER_ARG) == 0) {
+                return auth_hash_worker_main(argc, argv);
+        }
         const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_hash_then_verify),
-            cmocka_unit_test(test_bad_sizes),
-            cmocka_unit_test(test_full_queue_refuses_at_once),
-            cmocka_unit_test(test_deadline_drops_a_queued_job),
+            cmocka_unit_test_setup(test_hash_then_verify, use_threads),
+            cmocka_unit_test_setup(test_bad_sizes, use_threads),
+            cmocka_unit_test_setup(test_full_queue_refuses_at_once, use_threads),
+            cmocka_unit_test_setup(test_deadline_drops_a_queued_job, use_threads),
+            cmocka_unit_test_setup(test_hash_then_verify, use_processes),
+            cmocka_unit_test_setup(test_bad_sizes, use_processes),
+            cmocka_unit_test_setup(test_full_queue_refuses_at_once, use_processes),
+            cmocka_unit_test_setup(test_deadline_drops_a_queued_job, use_processes),
+            cmocka_unit_test(test_workers_run_apart),
+            cmocka_unit_test(test_killed_worker_is_replaced),
+            cmocka_unit_test(test_threads_have_no_worker),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
