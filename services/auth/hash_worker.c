@@ -73,6 +73,24 @@ void auth_hash_compute(auth_hash_work *w)
 
 /* ---- the pool's side ------------------------------------------------------------------- */
 
+/*
+ * The worker's environment: none of auth's (its secrets stay in auth),
+ * only the sanitizers' options of a test build.
+ */
+static void worker_env(char **out, int max)
+{
+        static const char *const keep[] = {"ASAN_OPTIONS=", "UBSAN_OPTIONS=", "LSAN_OPTIONS="};
+        int n = 0;
+        for (char **e = environ; *e != NULL && n < max - 1; e++) {
+                for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++) {
+                        if (strncmp(*e, keep[i], strlen(keep[i])) == 0) {
+                                out[n++] = *e;
+                        }
+                }
+        }
+        out[n] = NULL;
+}
+
 int auth_hasher_start(auth_hasher *h, const char *exe, int nice)
 {
         int sv[2];
@@ -89,7 +107,9 @@ int auth_hasher_start(auth_hasher *h, const char *exe, int nice)
         posix_spawn_file_actions_init(&fa);
         /* dup2 onto fd 3 clears its close-on-exec flag; every other fd of ours closes */
         posix_spawn_file_actions_adddup2(&fa, sv[1], WORKER_FD);
-        int rv = posix_spawn(&h->pid, exe, &fa, NULL, argv, environ);
+        char *envp[4];
+        worker_env(envp, 4);
+        int rv = posix_spawn(&h->pid, exe, &fa, NULL, argv, envp);
         posix_spawn_file_actions_destroy(&fa);
         close(sv[1]);
         if (rv != 0) {

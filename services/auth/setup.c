@@ -28,7 +28,8 @@ const ks_config_var auth_config_vars[] = {
                "password hashes waiting for a hash thread; more are refused with"
                " resource_exhausted (0 = twice the hash workers)"),
     KS_CFG_INT("KEELSON_AUTH_HASH_NICE", C, hash_nice, "10", 0, 19,
-               "scheduling niceness of the hash threads: cheap calls get the cores first"),
+               "scheduling niceness of the hash worker processes (and of their session's"
+               " scheduling group): cheap calls get the cores first"),
     KS_CFG_INT("KEELSON_AUTH_INVITATION_TTL_S", C, invitation_ttl_s, "604800", 60, 31536000,
                "invitation lifetime in seconds"),
     KS_CFG_INT("KEELSON_AUTH_RESET_TTL_S", C, reset_ttl_s, "3600", 60, 86400,

@@ -192,13 +192,29 @@ static long stat_field(int pid, int n)
         return strtol(p, NULL, 10);
 }
 
-/* A worker per thread, in a session of its own, at the pool's nice value. */
+/* True when /proc/pid/environ holds needle. */
+static bool environ_has(int pid, const char *needle)
+{
+        char path[64], buf[65536];
+        snprintf(path, sizeof(path), "/proc/%d/environ", pid);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        size_t len = fread(buf, 1, sizeof(buf), f);
+        fclose(f);
+        return memmem(buf, len, needle, strlen(needle)) != NULL;
+}
+
+/* A worker per thread, in a session of its own, at the pool's nice value, with none of our
+ * environment (a secret stays in auth). */
 static void test_workers_run_apart(void **state)
 {
         auth_hash_pool *p = NULL;
         char out[KS_PASSWORD_HASH_MAX];
 
         (void)state;
+        setenv("KEELSON_PG_DSN", "postgresql://u:hash-worker-secret@h/db", 1);
+        setenv("UBSAN_OPTIONS",
+               getenv("UBSAN_OPTIONS") ? getenv("UBSAN_OPTIONS") : "print_stacktrace=1", 1);
         assert_int_equal(auth_hash_pool_new(&p, 2, 4, 7, "/proc/self/exe"), KS_OK);
         assert_int_equal(auth_hash_password(p, "a", &fast, out, 0), KS_OK);
         assert_int_equal(auth_hash_password(p, "b", &fast, out, 0), KS_OK);
@@ -208,8 +224,11 @@ static void test_workers_run_apart(void **state)
                 assert_int_not_equal(pid, getpid());
                 assert_int_equal(stat_field(pid, 6), pid); /* session id: its own */
                 assert_int_equal(stat_field(pid, 19), 7);  /* nice */
+                assert_false(environ_has(pid, "hash-worker-secret"));
+                assert_true(environ_has(pid, "UBSAN_OPTIONS=")); /* what it is given: seen */
         }
         assert_int_equal(auth_hash_pool_worker_pid(p, 2), -1);
+        unsetenv("KEELSON_PG_DSN");
         auth_hash_pool_free(p);
 }
 
