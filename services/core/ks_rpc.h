@@ -1,6 +1,6 @@
 /*
  * ks_rpc: request/reply between the gateway and the services, protobuf in
- * nng messages, through the broker.
+ * messages of nng's wire protocol, through the broker.
  *
  * Server. A replica dials the back of its service on every broker, from a
  * loop of its own that speaks nng's rep protocol (ks_sp). Each request is
@@ -12,11 +12,12 @@
  * (PostgreSQL); each worker has its own state. A worker hands its reply
  * back to the loop, which writes it.
  *
- * Client. One req socket dials the front of a service on every broker; each
- * call takes its own nng context, so any number of threads may call at once
- * (bounded by max_inflight). A call carries a deadline; nng's automatic
- * resend is off unless the caller asks for it per call (idempotent methods
- * only: a resent write would be a duplicate).
+ * Client. A loop of the client's own dials the front of a service on every
+ * broker and speaks nng's req protocol there (ks_req.h); any number of
+ * threads may call at once (bounded by max_inflight). A call carries a
+ * deadline; it is resent only when the caller asks for it per call
+ * (idempotent methods only: a resent write would be a duplicate), or when
+ * the broker it went to is lost (as nng's req does).
  */
 #ifndef KS_RPC_H
 #define KS_RPC_H
@@ -184,7 +185,8 @@ void ks_rpc_request_of(const ks_rpc_call_args *a, int64_t deadline_unix_ms,
 int ks_rpc_call(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_result *res) KS_MUST_CHECK;
 
 /*
- * Asynchronous call: done(arg, res) runs once on an nng thread when the reply
+ * Asynchronous call: done(arg, res) runs once on the client's loop thread (or,
+ * for calls still held when the client is freed, on the freeing thread) when the reply
  * arrives or the call fails; res is only valid during done (take the payload
  * by setting res->payload = NULL after copying the pointer). Returns 0 when
  * the call was started, else a code (done is then not called): UNAVAILABLE

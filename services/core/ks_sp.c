@@ -589,7 +589,8 @@ int ks_sp_dial(ks_sp *sp, const char *url, uint16_t self, uint16_t peer, const k
 
 ks_sp_pipe *ks_sp_dialer_pipe(const ks_sp_dialer *d)
 {
-        return d->pipe != NULL && d->pipe->added ? d->pipe : NULL;
+        /* a pipe closing is gone already, also inside its own removed callback */
+        return d->pipe != NULL && d->pipe->added && !d->pipe->closing ? d->pipe : NULL;
 }
 
 /* ---- life ------------------------------------------------------------------------------ */

@@ -5,9 +5,7 @@
  */
 #include "ks_topology.h"
 
-#include <pthread.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -234,96 +232,4 @@ int ks_broker_list(const char *list, char urls[][KS_URL_MAX], int max)
                 }
                 p = comma + 1;
         }
-}
-
-void ks_broker_dialer(nng_socket s, nng_pipe_cb cb, void *arg)
-{
-        nng_socket_set_ms(s, NNG_OPT_RECONNMINT, 50);
-        nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, 1000);
-        if (cb != NULL) {
-                nng_pipe_notify(s, NNG_PIPE_EV_ADD_POST, cb, arg);
-                nng_pipe_notify(s, NNG_PIPE_EV_REM_POST, cb, arg);
-        }
-}
-
-/* A close on its own thread; whichever of it and its waiter leaves last frees it. */
-typedef struct close_job {
-        nng_socket sock;
-        pthread_mutex_t mu;
-        pthread_cond_t cv;
-        bool done;
-        int refs;
-} close_job;
-
-static void close_job_rele(close_job *j)
-{
-        pthread_mutex_lock(&j->mu);
-        bool last = --j->refs == 0;
-        pthread_mutex_unlock(&j->mu);
-        if (last) {
-                pthread_cond_destroy(&j->cv);
-                pthread_mutex_destroy(&j->mu);
-                free(j);
-        }
-}
-
-static void *close_main(void *arg)
-{
-        close_job *j = arg;
-
-        nng_close(j->sock);
-        pthread_mutex_lock(&j->mu);
-        j->done = true;
-        pthread_cond_signal(&j->cv);
-        pthread_mutex_unlock(&j->mu);
-        close_job_rele(j);
-        return NULL;
-}
-
-bool ks_broker_close(nng_socket s, int timeout_ms)
-{
-        pthread_condattr_t attr;
-        pthread_t thread;
-        pthread_attr_t tattr;
-        close_job *j = calloc(1, sizeof(*j));
-
-        if (j == NULL) {
-                nng_close(s); /* no memory for the guard: close unguarded */
-                return true;
-        }
-        j->sock = s;
-        j->refs = 2;
-        pthread_mutex_init(&j->mu, NULL);
-        pthread_condattr_init(&attr);
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-        pthread_cond_init(&j->cv, &attr);
-        pthread_condattr_destroy(&attr);
-        pthread_attr_init(&tattr);
-        pthread_attr_setdetachstate(&tattr, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&thread, &tattr, close_main, j) != 0) {
-                pthread_attr_destroy(&tattr);
-                j->refs = 1;
-                close_main(j); /* no thread: close unguarded, which frees j */
-                return true;
-        }
-        pthread_attr_destroy(&tattr);
-
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += timeout_ms / 1000;
-        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000L;
-        }
-        pthread_mutex_lock(&j->mu);
-        while (!j->done) {
-                if (pthread_cond_timedwait(&j->cv, &j->mu, &until) != 0) {
-                        break;
-                }
-        }
-        bool done = j->done;
-        pthread_mutex_unlock(&j->mu);
-        close_job_rele(j);
-        return done;
 }

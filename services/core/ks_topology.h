@@ -14,7 +14,6 @@
 
 #include "ks_code.h"
 
-#include <nng/nng.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -36,26 +35,6 @@ typedef enum ks_broker_side {
 
 #define KS_BROKERS_MAX 8
 #define KS_URL_MAX     256
-
-/*
- * How a socket that dials the brokers redials: a lost broker is dialled
- * again after 50 ms, backing off to 1 s. When cb is not NULL, it hears of
- * every pipe to a broker that comes (NNG_PIPE_EV_ADD_POST) or goes
- * (NNG_PIPE_EV_REM_POST).
- */
-void ks_broker_dialer(nng_socket s, nng_pipe_cb cb, void *arg);
-
-/*
- * Closes a socket that dials the brokers, waiting at most timeout_ms.
- * nng 1.5.2's close can wait forever on a wake-up it missed (nanomsg/nng
- * #1543, fixed after that release; seen here on a subscriber closed while
- * a broker kept sending to it); a process that is stopping should not hang
- * on it. Returns true when the socket is closed; false when the close is
- * still running on a thread of its own, in which case nng may still call
- * the socket's pipe callbacks: their argument must not be freed.
- */
-bool ks_broker_close(nng_socket s, int timeout_ms);
-#define KS_BROKER_CLOSE_MS 2000 /* what a stopping process gives each close */
 
 /* "auth", "billing", ... */
 const char *ks_service_name(ks_service_id id);

@@ -1,12 +1,14 @@
 /*
  * upstream.c: the gateway's calls to the services, made and answered on its
- * libevent loop (nng's req protocol spoken by ks_sp, no thread between).
+ * libevent loop (ks_req: nng's req protocol spoken by ks_sp, no thread
+ * between).
  */
 #ifndef GW_UPSTREAM_H
 #define GW_UPSTREAM_H
 
 #include <event2/event.h>
 
+#include "ks_req.h"
 #include "ks_rpc.h"
 #include "routes.h"
 
@@ -21,9 +23,7 @@ struct gw_config;
  */
 typedef struct gw_upstream gw_upstream;
 
-typedef struct gw_call {
-        ks_rpc_result result;
-} gw_call;
+typedef ks_req_call gw_call;
 
 typedef void (*gw_complete_fn)(gw_call *call, void *arg);
 

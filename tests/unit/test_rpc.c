@@ -20,8 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <nng/nng.h>
-
 #include "auth.pb-c.h"
 #include "ks_broker.h"
 #include "ks_events.h"
@@ -150,11 +148,7 @@ static int teardown(void **state)
                 pthread_cond_broadcast(&f->svc[i].cv);
                 pthread_mutex_unlock(&f->svc[i].mu);
         }
-        /*
-         * Replicas, then broker, then client: the client's pipe then ends by the
-         * peer's close, with no reply half-received while the client closes
-         * (nng 1.5 can hang closing a socket in that case; see ks_shutdown.h).
-         */
+        /* Replicas, then broker, then client. */
         for (int i = 0; i < 2; i++) {
                 ks_rpc_server_stop(f->srv[i]);
         }
@@ -560,6 +554,5 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_events_flooded_subscriber, setup, teardown),
         };
         int failed = cmocka_run_group_tests_name("rpc", tests, NULL, NULL);
-        nng_fini(); /* nng frees sockets on its own threads: let it finish before leak checks */
         return failed;
 }

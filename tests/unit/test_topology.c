@@ -6,9 +6,6 @@
 #include <string.h>
 
 #include <cmocka.h>
-#include <nng/nng.h>
-#include <nng/protocol/pubsub0/pub.h>
-#include <nng/protocol/pubsub0/sub.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -201,19 +198,6 @@ static void test_broker_list_rejects(void **state)
         assert_int_equal(ks_broker_list(many, urls, KS_BROKERS_MAX + 1), -1);
 }
 
-/* A subscriber that dials nothing that listens (redialling) closes, and in time. */
-static void test_broker_close_redialling(void **state)
-{
-        (void)state;
-        nng_socket sub;
-
-        assert_int_equal(nng_sub0_open(&sub), 0);
-        ks_broker_dialer(sub, NULL, NULL);
-        assert_int_equal(nng_dial(sub, "tcp://127.0.0.1:1", NULL, NNG_FLAG_NONBLOCK), 0);
-        assert_true(ks_broker_close(sub, KS_BROKER_CLOSE_MS));
-        assert_int_equal(nng_close(sub), NNG_ECLOSED); /* closed once, not twice */
-}
-
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -227,7 +211,6 @@ int main(void)
             cmocka_unit_test(test_broker_url_small_buffer),
             cmocka_unit_test(test_broker_list),
             cmocka_unit_test(test_broker_list_rejects),
-            cmocka_unit_test(test_broker_close_redialling),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
