@@ -171,5 +171,28 @@ cpu_per_request
 # has, answered 404 from the loop (no token check, no limit, no upstream).
 read -r h_rps h_p50 h_p99 _ <<<"$(run "$GW/keelson.none.v1.None/Nothing" 10)"
 echo "gateway POST to an unknown method (404 from the loop, no upstream, no limit), 10 conns: $h_rps req/s, p50 $h_p50 ms, p99 $h_p99 ms"
+
+# The baseline of that route: a minimal libevent HTTP server (evhttp, a fixed
+# 20-byte reply; tools/http_front/minimal_evhttp.c) on a free port of the same
+# loopback, with one loop, then one loop per core (SO_REUSEPORT).
+MINIMAL="$BUILD/tools/minimal_evhttp"
+if [ -x "$MINIMAL" ]; then
+        for threads in 1 "$(nproc)"; do
+                m_port=$(free_port)
+                "$MINIMAL" "$m_port" "$threads" &
+                m_pid=$!
+                for _ in $(seq 1 50); do
+                        curl -s -o /dev/null "http://127.0.0.1:$m_port/" && break
+                        sleep 0.1
+                done
+                read -r m_rps m_p50 m_p99 _ <<<"$(run "http://127.0.0.1:$m_port/keelson.none.v1.None/Nothing" 10)"
+                kill "$m_pid"
+                wait "$m_pid" 2>/dev/null || true
+                awk -v t="$threads" -v m="$m_rps" -v p50="$m_p50" -v p99="$m_p99" -v g="$h_rps" 'BEGIN {
+                        printf "minimal libevent server, %d loop(s), 10 conns: %s req/s, p50 %s ms, p99 %s ms; gateway 404 / it: %.2f\n", t, m, p50, p99, g / m }'
+        done
+else
+        echo "(no $MINIMAL: the minimal libevent baseline is built with the tools, make build)"
+fi
 echo "(reference from DESIGN.md: an authenticated list read, Go + PostgreSQL on a 10-core M2 Pro:"
 echo " 7,814 req/s, p99 27 ms)"

@@ -6,7 +6,7 @@
 # seconds   how long each target fuzzes (default 60; 0 = only replay)
 # target    fuzz_json fuzz_base64 fuzz_password_parse fuzz_connect_headers
 #           fuzz_redis_url fuzz_http1 fuzz_decode fuzz_webhook_signature
-#           fuzz_grpc_frame fuzz_h2 (default: all)
+#           fuzz_grpc_frame fuzz_h2 fuzz_sp (default: all)
 #
 # Environment: FUZZ_BUILD (build tree, default build-fuzz), FUZZ_JOBS
 # (targets fuzzing at once, default 2), FUZZ_RSS_MB (memory limit per target,
@@ -25,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ALL_TARGETS=(fuzz_json fuzz_base64 fuzz_password_parse fuzz_connect_headers fuzz_redis_url fuzz_http1 fuzz_decode
-        fuzz_webhook_signature fuzz_grpc_frame fuzz_h2)
+        fuzz_webhook_signature fuzz_grpc_frame fuzz_h2 fuzz_sp)
 SECONDS_EACH=${1:-60}
 shift || true
 TARGETS=("$@")
