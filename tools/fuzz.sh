@@ -51,6 +51,7 @@ max_len() {
         fuzz_webhook_signature) echo 10000 ;; # past WH_HEADER_BYTES_MAX (8192), plus a body
         fuzz_grpc_frame) echo 12288 ;;     # a few messages around the target's 4 KiB bound
         fuzz_h2) echo 24576 ;;             # a connection: header blocks past the largest head_max (16 KiB)
+        fuzz_sp) echo 12288 ;;             # a connection: messages around the target's 4 KiB receive bound
         *) echo "unknown target $1" >&2; exit 2 ;;
         esac
 }
