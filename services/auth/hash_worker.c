@@ -218,6 +218,7 @@ int auth_hash_worker_main(int argc, char **argv)
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() == 1) {
                 return 1;
         }
+        (void)prctl(PR_SET_NAME, "keelson-hash"); /* in ps and top, not "exe" */
         signal(SIGINT, SIG_IGN); /* a terminal's ^C is for auth, which closes the socket */
         lower_priority(nice < 0 ? 0 : nice > 19 ? 19 : nice);
         for (;;) {

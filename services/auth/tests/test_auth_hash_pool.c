@@ -226,6 +226,13 @@ static void test_workers_run_apart(void **state)
                 assert_int_equal(stat_field(pid, 19), 7);  /* nice */
                 assert_false(environ_has(pid, "hash-worker-secret"));
                 assert_true(environ_has(pid, "UBSAN_OPTIONS=")); /* what it is given: seen */
+                char path[64], comm[32] = "";
+                snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+                FILE *f = fopen(path, "r");
+                assert_non_null(f);
+                assert_non_null(fgets(comm, sizeof(comm), f));
+                fclose(f);
+                assert_string_equal(comm, "keelson-hash\n");
         }
         assert_int_equal(auth_hash_pool_worker_pid(p, 2), -1);
         unsetenv("KEELSON_PG_DSN");
