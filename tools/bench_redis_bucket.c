@@ -137,7 +137,7 @@ static void next(bench *b)
         }
         int n = snprintf(key, sizeof(key), "bench:%d", rand_r(&b->seed) % KEYS);
         b->started++;
-        if (gw_redis_take(b->redis, key, (size_t)n, &b->lim, on_done, b) != KS_OK) {
+        if (gw_redis_take(b->redis, key, (size_t)n, &b->lim, 1, on_done, b) != KS_OK) {
                 b->started--;
                 b->failed++;
                 b->done++;

@@ -79,6 +79,7 @@ typedef struct gw_config {
         char *rate_resolve;
         char *rate_intake;
         char *rate_overrides;
+        int64_t rate_lease_max;
         int64_t rate_local_keys;
         int64_t redis_timeout_ms;
         int64_t redis_retry_ms;

@@ -117,6 +117,10 @@ static const ks_config_var config_vars[] = {
     KS_CFG_STR("KEELSON_GATEWAY_RATE_OVERRIDES", gw_config, rate_overrides, "", 0,
                "per-method limits, comma-separated package.Service/Method=CAPACITY:TOKENS/PERIOD "
                "or =off; each gets a bucket of its own"),
+    KS_CFG_INT("KEELSON_GATEWAY_RATE_LEASE_MAX", gw_config, rate_lease_max, "100", 0, 1000,
+               "most tokens of a bucket this gateway takes from Redis at once and spends "
+               "itself, never over 1% of the bucket's capacity (0: every request decided in "
+               "Redis; buckets under 200 always are)"),
     KS_CFG_INT("KEELSON_GATEWAY_RATE_LOCAL_KEYS", gw_config, rate_local_keys, "65536", 16, 1048576,
                "keys the in-process buckets hold (used while Redis is unavailable); "
                "the least recently used goes first"),

@@ -26,6 +26,26 @@
  * parameters (divided by KEELSON_GATEWAY_REPLICAS), so the fleet as a whole
  * stays near the configured rate and no request fails because Redis is down.
  *
+ * Leases. A request to Redis per request costs Redis and the gateway a
+ * round trip each, which a busy tenant's bucket does not need: when a
+ * bucket holds plenty, the gateway takes a lease of tokens at once (cost
+ * lease, all or none, in the same script) and spends them itself, one per
+ * request, for at most LEASE_TTL_MS. A route's lease is 1% of its bucket's
+ * capacity, at most KEELSON_GATEWAY_RATE_LEASE_MAX; under 2 (a bucket
+ * under 200, as for the auth scope's defaults) there is none and every
+ * request is decided in Redis. A lease Redis refuses (fewer tokens left
+ * than the lease) makes the key "low" for LEASE_TTL_MS: its requests are
+ * then decided one by one, exactly, and the bucket's last tokens are
+ * never held by one replica while another is refused them. The bounds:
+ * every request let through took a token from the shared bucket, so no
+ * more are admitted than the limit allows; at most lease - 1 tokens per
+ * key and replica are held unspent, and those that expire are lost
+ * (admission may fall short of the limit by that much per
+ * LEASE_TTL_MS). RateLimit-Remaining is then what Redis said at the
+ * lease plus what the lease still holds. A lease table slot is taken by
+ * key hash; a collision drops the lease it replaces (its tokens are lost,
+ * within the same bound).
+ *
  * Keys are "a:<method>:<address>", "t:<tenant>", "m:<method>:<tenant>",
  * "r:<address>" and "w:<intake endpoint>"
  * (behind KEELSON_GATEWAY_REDIS_PREFIX in Redis). One longer than
@@ -43,19 +63,33 @@
 #include "redis.h"
 #include "routes.h"
 #include "ks_crypto.h"
+#include "ks_hmap.h"
 #include "ks_log.h"
 
+#define LEASE_SLOTS    4096 /* leases held at once (a power of two) */
+#define LEASE_TTL_MS   250  /* a lease's tokens not spent by then are dropped */
+#define LEASE_PERMILLE 10   /* a lease: 1% of the bucket's capacity ... */
 #define DECISIONS_NAME "keelson_gateway_ratelimit_decisions_total"
 #define DECISIONS_HELP "Rate-limit decisions by scope, result and where they were made"
 #define ERR_MAX        256
 
+typedef struct lease {
+        char key[GW_LIMIT_KEY_MAX + 1];
+        size_t key_len;       /* 0: empty */
+        int64_t tokens;       /* left to spend */
+        int64_t expires_us;   /* gw_bucket_now_us clock */
+        int64_t low_until_us; /* a lease refused: decide one by one until then */
+        gw_decision granted;  /* Redis's decision on the lease */
+} lease;
+
 struct gw_ratelimit {
         gw_redis *redis; /* NULL without KEELSON_REDIS_URL */
+        lease *leases;   /* LEASE_SLOTS, by key hash */
         gw_buckets *local;
         gw_route resolve; /* the resolve scope's pseudo-route: its limits, no path */
         int64_t tick_ms;  /* the in-process buckets' clock resolution, rounded up */
-        /* [scope][local][limited] */
-        ks_counter *decisions[GW_SCOPE_COUNT][2][2];
+        /* [scope][backend: redis, local, lease][limited] */
+        ks_counter *decisions[GW_SCOPE_COUNT][3][2];
 };
 
 static const char *const scope_names[GW_SCOPE_COUNT] = {"auth", "api", "resolve", "intake"};
@@ -178,6 +212,14 @@ static const gw_override *override_of(const gw_rate_config *rc, const char *meth
         return NULL;
 }
 
+/* A route's lease: 1% of its capacity, at most max; none under 2. */
+static int64_t lease_of(const gw_limit *lim, int64_t max)
+{
+        int64_t n = lim->capacity * LEASE_PERMILLE / 1000;
+        n = n < max ? n : max;
+        return n >= 2 ? n : 0;
+}
+
 static void route_limit(gw_route *r, const gw_config *cfg)
 {
         const gw_rate_config *rc = &cfg->rate;
@@ -194,13 +236,16 @@ static void route_limit(gw_route *r, const gw_config *cfg)
                 r->key_method = true;
         }
         r->local = gw_limit_share(&r->limit, cfg->replicas);
+        r->lease = lease_of(&r->limit, cfg->rate_lease_max);
 }
 
 /* ---- decisions ---------------------------------------------------------------- */
 
-static void count(gw_ratelimit *rl, const gw_route *route, bool local, const gw_decision *d)
+enum { BY_REDIS, BY_LOCAL, BY_LEASE };
+
+static void count(gw_ratelimit *rl, const gw_route *route, int backend, const gw_decision *d)
 {
-        ks_counter_inc(rl->decisions[route->scope][local ? 1 : 0][d->allowed ? 0 : 1]);
+        ks_counter_inc(rl->decisions[route->scope][backend][d->allowed ? 0 : 1]);
 }
 
 /*
@@ -215,7 +260,7 @@ static void decide_locally(gw_limit_wait *w)
         if (!w->decision.allowed) {
                 w->decision.retry_ms += w->rl->tick_ms;
         }
-        count(w->rl, w->route, true, &w->decision);
+        count(w->rl, w->route, BY_LOCAL, &w->decision);
 }
 
 static void on_redis(void *arg, int rc, const gw_decision *d)
@@ -223,7 +268,7 @@ static void on_redis(void *arg, int rc, const gw_decision *d)
         gw_limit_wait *w = arg;
         if (rc == KS_OK) {
                 w->decision = *d;
-                count(w->rl, w->route, false, d);
+                count(w->rl, w->route, BY_REDIS, d);
         } else {
                 decide_locally(w);
         }
@@ -258,6 +303,79 @@ static void make_key(gw_limit_wait *w, const char *subject)
         w->key_len = (size_t)snprintf(w->key, sizeof(w->key), "h:%s", hex);
 }
 
+/* ---- leases ------------------------------------------------------------------- */
+
+static lease *lease_slot(gw_ratelimit *rl, const char *key, size_t key_len)
+{
+        uint64_t h = ks_hash64(0x6b65656c736f6e, key, key_len);
+        return &rl->leases[h & (LEASE_SLOTS - 1)];
+}
+
+static bool lease_is(const lease *l, const char *key, size_t key_len)
+{
+        return l->key_len == key_len && memcmp(l->key, key, key_len) == 0;
+}
+
+/* A token from the key's lease, when it holds one: the decision is made. */
+static bool lease_spend(gw_limit_wait *w, int64_t now_us)
+{
+        lease *l = lease_slot(w->rl, w->key, w->key_len);
+        if (!lease_is(l, w->key, w->key_len) || l->tokens < 1 || now_us >= l->expires_us) {
+                return false;
+        }
+        l->tokens--;
+        w->decision = l->granted;
+        w->decision.remaining = l->granted.remaining + l->tokens;
+        count(w->rl, w->route, BY_LEASE, &w->decision);
+        return true;
+}
+
+/* Recently refused a lease: the bucket is low, decide one by one. */
+static bool lease_low(gw_limit_wait *w, int64_t now_us)
+{
+        lease *l = lease_slot(w->rl, w->key, w->key_len);
+        return lease_is(l, w->key, w->key_len) && now_us < l->low_until_us;
+}
+
+static void on_lease(void *arg, int rc, const gw_decision *d)
+{
+        gw_limit_wait *w = arg;
+        gw_ratelimit *rl = w->rl;
+        int64_t now_us = gw_bucket_now_us();
+        if (rc != KS_OK) {
+                decide_locally(w);
+                w->done(w);
+                return;
+        }
+        lease *l = lease_slot(rl, w->key, w->key_len);
+        if (!lease_is(l, w->key, w->key_len)) {
+                memset(l, 0, sizeof(*l));
+                memcpy(l->key, w->key, w->key_len + 1);
+                l->key_len = w->key_len;
+        }
+        if (!d->allowed) {
+                /* Fewer tokens than a lease: this request, and the key's for a while, one by one.
+                 */
+                l->low_until_us = now_us + LEASE_TTL_MS * 1000;
+                if (gw_redis_take(rl->redis, w->key, w->key_len, &w->route->limit, 1, on_redis,
+                                  w) != KS_OK) {
+                        decide_locally(w);
+                        w->done(w);
+                }
+                return;
+        }
+        if (now_us >= l->expires_us) {
+                l->tokens = 0;
+        }
+        l->tokens += w->route->lease - 1; /* one is this request's */
+        l->expires_us = now_us + LEASE_TTL_MS * 1000;
+        l->granted = *d;
+        w->decision = *d;
+        w->decision.remaining = d->remaining + l->tokens;
+        count(rl, w->route, BY_REDIS, &w->decision);
+        w->done(w);
+}
+
 int gw_ratelimit_take(gw_ratelimit *rl, const gw_route *route, const char *subject,
                       gw_limit_wait *w)
 {
@@ -267,7 +385,18 @@ int gw_ratelimit_take(gw_ratelimit *rl, const gw_route *route, const char *subje
         w->rl = rl;
         w->route = route;
         make_key(w, subject);
-        if (gw_redis_take(rl->redis, w->key, w->key_len, &route->limit, on_redis, w) == KS_OK) {
+        if (route->lease > 0 && gw_redis_up(rl->redis)) {
+                int64_t now_us = gw_bucket_now_us();
+                if (lease_spend(w, now_us)) {
+                        return GW_LIMIT_NOW;
+                }
+                if (!lease_low(w, now_us) &&
+                    gw_redis_take(rl->redis, w->key, w->key_len, &route->limit, route->lease,
+                                  on_lease, w) == KS_OK) {
+                        return GW_LIMIT_LATER;
+                }
+        }
+        if (gw_redis_take(rl->redis, w->key, w->key_len, &route->limit, 1, on_redis, w) == KS_OK) {
                 return GW_LIMIT_LATER;
         }
         decide_locally(w);
@@ -304,10 +433,10 @@ void gw_ratelimit_headers(const gw_decision *d, gw_req *req)
 
 static void metrics_init(gw_ratelimit *rl)
 {
-        static const char *const backend[2] = {"redis", "local"};
+        static const char *const backend[3] = {"redis", "local", "lease"};
         static const char *const result[2] = {"allowed", "limited"};
         for (int s = 0; s < GW_SCOPE_COUNT; s++) {
-                for (int b = 0; b < 2; b++) {
+                for (int b = 0; b < 3; b++) {
                         for (int d = 0; d < 2; d++) {
                                 char labels[96];
                                 snprintf(labels, sizeof(labels),
@@ -325,7 +454,11 @@ int gw_ratelimit_new(gw_ratelimit **out, struct event_base *base, const gw_confi
 {
         *out = NULL;
         gw_ratelimit *rl = calloc(1, sizeof(*rl));
-        if (rl == NULL || gw_buckets_new(&rl->local, (size_t)cfg->rate_local_keys) != 0) {
+        if (rl == NULL || (rl->leases = calloc(LEASE_SLOTS, sizeof(lease))) == NULL ||
+            gw_buckets_new(&rl->local, (size_t)cfg->rate_local_keys) != 0) {
+                if (rl != NULL) {
+                        free(rl->leases);
+                }
                 free(rl);
                 return -1;
         }
@@ -341,6 +474,7 @@ int gw_ratelimit_new(gw_ratelimit **out, struct event_base *base, const gw_confi
         rl->resolve.limited = !cfg->rate.scope_off[GW_SCOPE_RESOLVE];
         rl->resolve.limit = cfg->rate.scope[GW_SCOPE_RESOLVE];
         rl->resolve.local = gw_limit_share(&rl->resolve.limit, cfg->replicas);
+        rl->resolve.lease = lease_of(&rl->resolve.limit, cfg->rate_lease_max);
         if (cfg->rate.has_redis) {
                 gw_redis_options o = {
                     .url = cfg->rate.redis,
@@ -370,5 +504,6 @@ void gw_ratelimit_free(gw_ratelimit *rl)
         }
         gw_redis_free(rl->redis); /* decisions in flight end here, decided locally */
         gw_buckets_free(rl->local);
+        free(rl->leases);
         free(rl);
 }

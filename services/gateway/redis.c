@@ -63,6 +63,7 @@ typedef struct op {
         gw_redis_done_fn done;
         void *arg;
         gw_limit lim;
+        int64_t cost;   /* tokens taken: 1, or a lease (ratelimit.c) */
         int64_t now_us; /* < 0: Redis TIME */
         bool reloaded;  /* NOSCRIPT seen: sent again as EVAL */
         size_t key_len;
@@ -458,7 +459,7 @@ static int send_op(gw_redis *r, op *o)
         snprintf(nums[0], NUM_MAX, "%lld", (long long)o->lim.capacity);
         snprintf(nums[1], NUM_MAX, "%lld", (long long)o->lim.refill);
         snprintf(nums[2], NUM_MAX, "%lld", (long long)o->lim.period_us);
-        snprintf(nums[3], NUM_MAX, "1");
+        snprintf(nums[3], NUM_MAX, "%lld", (long long)o->cost);
         snprintf(nums[4], NUM_MAX, "%lld", (long long)o->now_us);
         argv[argc] = o->reloaded ? "EVAL" : "EVALSHA";
         lens[argc] = strlen(argv[argc]);
@@ -536,13 +537,14 @@ static void on_decision(redisAsyncContext *ac, void *reply, void *privdata)
         finish_op(o, KS_OK, &d);
 }
 
-int gw_redis_take(gw_redis *r, const char *key, size_t key_len, const gw_limit *lim,
+int gw_redis_take(gw_redis *r, const char *key, size_t key_len, const gw_limit *lim, int64_t cost,
                   gw_redis_done_fn done, void *arg)
 {
         if (r == NULL || !r->up || r->ac == NULL) {
                 return KS_UNAVAILABLE;
         }
-        if (r->n_pending >= r->pending_max || key_len > GW_LIMIT_KEY_MAX) {
+        if (r->n_pending >= r->pending_max || key_len > GW_LIMIT_KEY_MAX || cost < 1 ||
+            cost > lim->capacity) {
                 return KS_RESOURCE_EXHAUSTED;
         }
         op *o = calloc(1, sizeof(*o));
@@ -553,6 +555,7 @@ int gw_redis_take(gw_redis *r, const char *key, size_t key_len, const gw_limit *
         o->done = done;
         o->arg = arg;
         o->lim = *lim;
+        o->cost = cost;
         o->now_us = -1;
         if (!r->server_time) {
                 struct timespec ts;

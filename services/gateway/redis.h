@@ -35,11 +35,12 @@ void gw_redis_free(gw_redis *r);
 /* True while connected with the script loaded. */
 bool gw_redis_up(const gw_redis *r);
 /*
- * Sends one decision on key (the prefix is added). KS_OK: done runs once,
+ * Sends one decision on key (the prefix is added) for cost tokens (1 to
+ * the capacity: all of them or none). KS_OK: done runs once,
  * later, on the loop. Otherwise (KS_UNAVAILABLE: no connection;
  * KS_RESOURCE_EXHAUSTED: too many in flight) done never runs.
  */
-int gw_redis_take(gw_redis *r, const char *key, size_t key_len, const gw_limit *lim,
+int gw_redis_take(gw_redis *r, const char *key, size_t key_len, const gw_limit *lim, int64_t cost,
                   gw_redis_done_fn done, void *arg);
 
 #endif

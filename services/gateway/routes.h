@@ -32,6 +32,7 @@ typedef struct gw_route {
         bool key_method; /* the method is part of the key (auth scope, overrides) */
         gw_limit limit;  /* shared by every replica, through Redis */
         gw_limit local;  /* this replica's share, while Redis is unavailable */
+        int64_t lease;   /* tokens taken from Redis at once (ratelimit.c); 0: one per request */
         const ProtobufCMessageDescriptor *input;
         const ProtobufCMessageDescriptor *output;
         /* Metrics, owned by the default registry; counters are made on first use. */

@@ -433,6 +433,74 @@ static void test_started_while_redis_down(void **state)
         it_gateway_stop(&gw);
 }
 
+/*
+ * Leases: a bucket with plenty in it is spent from leases of 1% of its
+ * capacity, so most decisions never reach Redis, and the headers still
+ * count down.
+ */
+static void test_lease_spares_redis(void **state)
+{
+        (void)state;
+        char token[TOKEN_MAX], tenant[ID_MAX];
+        it_gateway gw;
+        it_http_response r;
+        const char *env[] = {"KEELSON_GATEWAY_RATE_API=20000:1/1h", g_prefix, NULL};
+        new_session(token, tenant);
+        assert_int_equal(it_gateway_start(&g_stack, env, 1, &gw), 0);
+        wait_redis_up(&gw, 1);
+        long last = 20000;
+        for (int i = 0; i < 150; i++) {
+                call_from(&gw, "WhoAmI", "{}", token, NULL, &r);
+                assert_int_equal(r.status, 200);
+                long remaining = it_header_long(&r, "RateLimit-Remaining");
+                assert_true(remaining >= 0 && remaining < 20000);
+                assert_true(remaining < last); /* one bucket, counting down (no refill to speak of) */
+                last = remaining;
+                it_http_response_free(&r);
+        }
+        double leased = metric_of(&gw, "keelson_gateway_ratelimit_decisions_total{scope=\"api\","
+                                       "decision=\"allowed\",backend=\"lease\"}");
+        double redis = metric_of(&gw, "keelson_gateway_ratelimit_decisions_total{scope=\"api\","
+                                      "decision=\"allowed\",backend=\"redis\"}");
+        /* leases of 100: the calls took two or a few leases (one expires between slow calls) */
+        assert_true(leased >= 100);
+        assert_true(redis >= 1 && redis + leased >= 150 && redis <= 20);
+        it_gateway_stop(&gw);
+}
+
+/*
+ * Leases never let more through than the bucket holds: two gateways spend
+ * one tenant's bucket of 300 (leases of 3) in turn, and exactly the
+ * tokens it held are let through, less at most what the leases still held
+ * unspent when the bucket ran low.
+ */
+static void test_lease_never_over_admits(void **state)
+{
+        (void)state;
+        char token[TOKEN_MAX], tenant[ID_MAX];
+        it_gateway a, b;
+        const char *env[] = {"KEELSON_GATEWAY_RATE_API=300:1/1h", g_prefix, NULL};
+        new_session(token, tenant);
+        assert_int_equal(it_gateway_start(&g_stack, env, 1, &a), 0);
+        assert_int_equal(it_gateway_start(&g_stack, env, 1, &b), 0);
+        wait_redis_up(&a, 1);
+        wait_redis_up(&b, 1);
+        int allowed = 0, refused = 0;
+        for (int i = 0; i < 340; i++) {
+                long status = status_of(i % 2 ? &b : &a, "WhoAmI", "{}", token, NULL);
+                assert_true(status == 200 || status == 429);
+                allowed += status == 200;
+                refused += status == 429;
+        }
+        assert_true(allowed <= 300);
+        assert_true(allowed >= 300 - 2 * (3 - 1));
+        assert_true(refused >= 40);
+        assert_true(metric_of(&a, "keelson_gateway_ratelimit_decisions_total{scope=\"api\","
+                                  "decision=\"allowed\",backend=\"lease\"}") >= 1);
+        it_gateway_stop(&a);
+        it_gateway_stop(&b);
+}
+
 /* ResolveContext calls every auth replica has handled, whatever their code. */
 static double auth_resolves(void)
 {
@@ -516,6 +584,8 @@ int main(void)
             cmocka_unit_test(test_script_reloaded_after_flush),
             cmocka_unit_test(test_redis_down_then_back),
             cmocka_unit_test(test_started_while_redis_down),
+            cmocka_unit_test(test_lease_spares_redis),
+            cmocka_unit_test(test_lease_never_over_admits),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }
