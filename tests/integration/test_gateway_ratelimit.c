@@ -454,7 +454,8 @@ static void test_lease_spares_redis(void **state)
                 assert_int_equal(r.status, 200);
                 long remaining = it_header_long(&r, "RateLimit-Remaining");
                 assert_true(remaining >= 0 && remaining < 20000);
-                assert_true(remaining < last); /* one bucket, counting down (no refill to speak of) */
+                assert_true(remaining <
+                            last); /* one bucket, counting down (no refill to speak of) */
                 last = remaining;
                 it_http_response_free(&r);
         }
