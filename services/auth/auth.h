@@ -127,7 +127,7 @@ typedef struct auth_hasher {
         int fd;
 } auth_hasher;
 
-/* Starts a worker process (exe AUTH_HASH_WORKER_ARG nice). KS_OK or KS_INTERNAL. */
+/* Starts a worker process (exe AUTH_HASH_WORKER_ARG nice our-pid). KS_OK or KS_INTERNAL. */
 int auth_hasher_start(auth_hasher *h, const char *exe, int nice);
 /* Closes its socket and waits for it to exit. */
 void auth_hasher_stop(auth_hasher *h);

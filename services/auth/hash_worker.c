@@ -9,7 +9,7 @@
  * login storm took half of every core the cheap calls needed, whatever the
  * threads' niceness (docs/performance.md, "ResolveContext during a login
  * storm"). A hash worker is auth's own binary started again
- * (/proc/self/exe AUTH_HASH_WORKER_ARG NICE): it starts a session of its
+ * (/proc/self/exe AUTH_HASH_WORKER_ARG NICE PARENT_PID): it starts a session of its
  * own, so that it is a scheduling group of its own, and lowers that group's
  * priority and its own to NICE; PostgreSQL, the broker and auth's RPC
  * threads then get a core before it, and it uses what they leave.
@@ -94,7 +94,7 @@ static void worker_env(char **out, int max)
 int auth_hasher_start(auth_hasher *h, const char *exe, int nice)
 {
         int sv[2];
-        char nice_arg[16];
+        char nice_arg[16], parent_arg[24];
         posix_spawn_file_actions_t fa;
 
         h->pid = -1;
@@ -103,7 +103,8 @@ int auth_hasher_start(auth_hasher *h, const char *exe, int nice)
                 return KS_INTERNAL;
         }
         snprintf(nice_arg, sizeof(nice_arg), "%d", nice);
-        char *argv[] = {(char *)exe, (char *)AUTH_HASH_WORKER_ARG, nice_arg, NULL};
+        snprintf(parent_arg, sizeof(parent_arg), "%ld", (long)getpid());
+        char *argv[] = {(char *)exe, (char *)AUTH_HASH_WORKER_ARG, nice_arg, parent_arg, NULL};
         posix_spawn_file_actions_init(&fa);
         /* dup2 onto fd 3 clears its close-on-exec flag; every other fd of ours closes */
         posix_spawn_file_actions_adddup2(&fa, sv[1], WORKER_FD);
@@ -214,8 +215,11 @@ int auth_hash_worker_main(int argc, char **argv)
 {
         static uint8_t msg[MSG_MAX];
         int nice = argc > 2 ? atoi(argv[2]) : 10;
+        long parent = argc > 3 ? atol(argv[3]) : -1;
 
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() == 1) {
+        /* Its parent gone before the death signal was armed: the parent is no longer the one
+         * that started it (not "pid 1": in a container auth itself may be pid 1). */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || (long)getppid() != parent) {
                 return 1;
         }
         (void)prctl(PR_SET_NAME, "keelson-hash"); /* in ps and top, not "exe" */

@@ -21,6 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -263,6 +266,48 @@ static void test_killed_worker_is_replaced(void **state)
         assert_int_equal(errno, ESRCH);
 }
 
+/* Runs this binary as a hash worker for parent pid `parent`, fd 3 a socket; its exit status. */
+static int worker_status(long parent, bool close_first)
+{
+        int sv[2];
+        char nice[] = "0", par[24];
+        pid_t pid;
+        posix_spawn_file_actions_t fa;
+
+        snprintf(par, sizeof(par), "%ld", parent);
+        char *argv[] = {"/proc/self/exe", AUTH_HASH_WORKER_ARG, nice, par, NULL};
+        char *envp[] = {NULL};
+        assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
+        assert_int_equal(posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, envp), 0);
+        posix_spawn_file_actions_destroy(&fa);
+        close(sv[1]);
+        if (close_first) {
+                close(sv[0]); /* the pool is gone: the worker reads the end and leaves */
+        }
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        if (!close_first) {
+                close(sv[0]);
+        }
+        assert_true(WIFEXITED(status));
+        return WEXITSTATUS(status);
+}
+
+/*
+ * A worker serves only the process that started it: started for another
+ * parent (its own died before the death signal was armed), it leaves at
+ * once; for its parent, it serves until the socket closes. Its parent may
+ * be pid 1 (auth in a container), which is not taken for "orphaned".
+ */
+static void test_worker_checks_its_parent(void **state)
+{
+        (void)state;
+        assert_int_equal(worker_status(getpid() + 1000000L, false), 1);
+        assert_int_equal(worker_status(getpid(), true), 0);
+}
+
 /* With threads hashing themselves there is no worker process. */
 static void test_threads_have_no_worker(void **state)
 {
@@ -291,6 +336,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_workers_run_apart),
             cmocka_unit_test(test_killed_worker_is_replaced),
             cmocka_unit_test(test_threads_have_no_worker),
+            cmocka_unit_test(test_worker_checks_its_parent),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
