@@ -4,7 +4,7 @@
  * RPC worker never delays a liveness probe.
  *
  * Stopping: libevent is told to use pthreads locks once per process
- * (evthread_use_pthreads) before the first base is created, which makes
+ * (ks_loop_threads_init) before the first base is created, which makes
  * event_base_loopexit() from another thread safe and wakes the loop through
  * its notification pipe. loopexit also works when it lands before the loop
  * has started: it is queued as a timeout the loop runs first.
@@ -12,6 +12,7 @@
 #include "ks_health.h"
 
 #include "ks_log.h"
+#include "ks_loop.h"
 #include "ks_metrics.h"
 
 #include <arpa/inet.h>
@@ -19,7 +20,6 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
-#include <event2/thread.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -161,14 +161,6 @@ static void *loop_main(void *arg)
         return NULL;
 }
 
-static pthread_once_t evthread_once = PTHREAD_ONCE_INIT;
-static int evthread_rv = -1;
-
-static void evthread_init(void)
-{
-        evthread_rv = evthread_use_pthreads();
-}
-
 int ks_health_bound_port(struct evhttp_bound_socket *sock)
 {
         struct sockaddr_storage ss;
@@ -228,8 +220,7 @@ int ks_health_start(ks_health **out, const char *host, int port)
         if (out == NULL || host == NULL || port < 0 || port > 65535) {
                 return -1;
         }
-        pthread_once(&evthread_once, evthread_init);
-        if (evthread_rv != 0) {
+        if (ks_loop_threads_init() != 0) {
                 return -1;
         }
         ks_health *h = calloc(1, sizeof(*h));

@@ -19,7 +19,6 @@
  * request), the event subscriber, the context cache, then the event base.
  */
 #include <event2/event.h>
-#include <event2/thread.h>
 #include <jansson.h>
 #include <stdatomic.h>
 #include <signal.h>
@@ -44,6 +43,7 @@
 #include "ks_clock.h"
 #include "ks_health.h"
 #include "ks_log.h"
+#include "ks_loop.h"
 #include "ks_metrics.h"
 #include "ks_topology.h"
 #include "ratelimit.h"
@@ -288,8 +288,9 @@ static int handler_setup(gw_server *s)
 int gw_server_new(gw_server **out, const gw_config *cfg)
 {
         *out = NULL;
-        /* Before any base exists: upstream.c activates an event from nng's threads. */
-        if (evthread_use_pthreads() != 0) {
+        /* Before any base exists: the decode pool's and the event bus's threads activate
+         * events on the gateway's loop. */
+        if (ks_loop_threads_init() != 0) {
                 return -1;
         }
         gw_server *s = calloc(1, sizeof(*s));
