@@ -23,7 +23,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "ks_clock.h"
 #include "ks_code.h"
+#include "ks_fifo.h"
 #include "ks_log.h"
 #include "ks_loop.h"
 #include "ks_sp.h"
@@ -44,42 +46,23 @@
 #define PIPE_IDLE_MAX    64 /* what a pipe that receives nothing may take */
 
 typedef struct msg {
-        struct msg *next;
+        ks_fifo_link link;
         size_t len;
         uint8_t data[];
 } msg;
 
-typedef struct queue {
-        msg *head, *tail;
-        size_t n;
-} queue;
-
-static void queue_push(queue *q, msg *m)
+static void queue_push(ks_fifo *q, msg *m)
 {
-        m->next = NULL;
-        if (q->tail != NULL) {
-                q->tail->next = m;
-        } else {
-                q->head = m;
-        }
-        q->tail = m;
-        q->n++;
+        ks_fifo_push(q, &m->link);
 }
 
-static msg *queue_pop(queue *q)
+static msg *queue_pop(ks_fifo *q)
 {
-        msg *m = q->head;
-        if (m != NULL) {
-                q->head = m->next;
-                if (q->head == NULL) {
-                        q->tail = NULL;
-                }
-                q->n--;
-        }
-        return m;
+        ks_fifo_link *l = ks_fifo_pop(q);
+        return l != NULL ? KS_FIFO_ITEM(l, msg, link) : NULL;
 }
 
-static void queue_clear(queue *q)
+static void queue_clear(ks_fifo *q)
 {
         msg *m;
         while ((m = queue_pop(q)) != NULL) {
@@ -148,7 +131,7 @@ struct ks_publisher {
         bus bus;
         struct event *wake;
         pthread_mutex_t mu;
-        queue out; /* under mu */
+        ks_fifo out; /* under mu */
         atomic_int connected;
 };
 
@@ -170,8 +153,7 @@ static void publisher_wake(evutil_socket_t fd, short what, void *arg)
         (void)what;
         ks_publisher *p = arg;
         pthread_mutex_lock(&p->mu);
-        queue q = p->out;
-        p->out = (queue){0};
+        ks_fifo q = ks_fifo_take(&p->out);
         pthread_mutex_unlock(&p->mu);
         msg *m;
         while ((m = queue_pop(&q)) != NULL) {
@@ -278,7 +260,7 @@ struct ks_subscriber {
         int n_prefixes;
         pthread_mutex_t mu;
         pthread_cond_t cv;
-        queue in; /* under mu */
+        ks_fifo in; /* under mu */
         uint64_t dropped;
 };
 
@@ -335,11 +317,10 @@ int ks_subscriber_new(ks_subscriber **out, const char *const *broker_bases, int 
         if (s == NULL) {
                 return KS_INTERNAL;
         }
-        pthread_condattr_t attr;
-        pthread_condattr_init(&attr);
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-        pthread_cond_init(&s->cv, &attr);
-        pthread_condattr_destroy(&attr);
+        if (ks_cond_init_monotonic(&s->cv) != 0) {
+                free(s);
+                return KS_INTERNAL;
+        }
         pthread_mutex_init(&s->mu, NULL);
         int rv = KS_OK;
         s->prefixes = calloc((size_t)n_prefixes + 1, sizeof(*s->prefixes));
@@ -390,23 +371,11 @@ void ks_subscriber_free(ks_subscriber *s)
         free(s);
 }
 
-static struct timespec deadline_after(int timeout_ms)
-{
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        t.tv_sec += timeout_ms / 1000;
-        t.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (t.tv_nsec >= 1000000000L) {
-                t.tv_sec++;
-                t.tv_nsec -= 1000000000L;
-        }
-        return t;
-}
-
 int ks_subscriber_next(ks_subscriber *s, int timeout_ms, Keelson__Events__V1__Event **out)
 {
         *out = NULL;
-        struct timespec until = deadline_after(timeout_ms < 0 ? 0 : timeout_ms);
+        struct timespec until =
+            ks_deadline_timespec(ks_deadline_after_ms(timeout_ms)); /* negative: due now */
         for (;;) {
                 pthread_mutex_lock(&s->mu);
                 msg *m;

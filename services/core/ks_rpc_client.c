@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ks_fifo.h"
 #include "ks_log.h"
 #include "ks_loop.h"
 #include "ks_req.h"
@@ -28,8 +29,8 @@
 
 /* A call from a thread: queued for the loop, then in flight there. */
 typedef struct pending {
-        ks_req_call call; /* first: the completion finds the pending from it */
-        struct pending *next;
+        ks_req_call call;  /* first: the completion finds the pending from it */
+        ks_fifo_link link; /* on the queue for the loop */
         uint8_t *msg;
         size_t len;
         int64_t deadline_unix_ms;
@@ -47,7 +48,7 @@ struct ks_rpc_client {
         atomic_int connected;
         atomic_int places; /* of max_inflight, not taken */
         pthread_mutex_t mu;
-        pending *head, *tail; /* queued for the loop, under mu */
+        ks_fifo queued; /* for the loop, under mu */
 };
 
 void ks_rpc_result_clear(ks_rpc_result *r)
@@ -76,18 +77,29 @@ static void fail(ks_rpc_client *c, pending *p, int code, const char *message)
         on_complete(&p->call, c);
 }
 
+/* What the threads queued for the loop, taken off the queue. */
+static ks_fifo take_queued(ks_rpc_client *c)
+{
+        pthread_mutex_lock(&c->mu);
+        ks_fifo q = ks_fifo_take(&c->queued);
+        pthread_mutex_unlock(&c->mu);
+        return q;
+}
+
+static pending *pending_pop(ks_fifo *q)
+{
+        ks_fifo_link *l = ks_fifo_pop(q);
+        return l != NULL ? KS_FIFO_ITEM(l, pending, link) : NULL;
+}
+
 /* On the loop: starts what the threads queued. */
 static void on_wake(evutil_socket_t fd, short what, void *arg)
 {
         (void)fd;
         (void)what;
         ks_rpc_client *c = arg;
-        pthread_mutex_lock(&c->mu);
-        pending *p = c->head;
-        c->head = c->tail = NULL;
-        pthread_mutex_unlock(&c->mu);
-        while (p != NULL) {
-                pending *next = p->next;
+        ks_fifo q = take_queued(c);
+        for (pending *p; (p = pending_pop(&q)) != NULL;) {
                 uint8_t *msg = p->msg;
                 p->msg = NULL;
                 int code = ks_req_start_packed(c->req, c->target, msg, p->len, p->deadline_unix_ms,
@@ -98,7 +110,6 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
                              : code == KS_UNAVAILABLE     ? "no broker connected"
                                                           : "call could not be started");
                 }
-                p = next;
         }
 }
 
@@ -177,15 +188,10 @@ void ks_rpc_client_free(ks_rpc_client *c)
         }
         ks_loop_stop(c->loop);
         /* Nothing runs on the loop now: what is queued or in flight ends unavailable here. */
-        pthread_mutex_lock(&c->mu);
-        pending *p = c->head;
-        c->head = c->tail = NULL;
-        pthread_mutex_unlock(&c->mu);
-        while (p != NULL) {
-                pending *next = p->next;
+        ks_fifo q = take_queued(c);
+        for (pending *p; (p = pending_pop(&q)) != NULL;) {
                 free(p->msg);
                 fail(c, p, KS_UNAVAILABLE, "the client is closing");
-                p = next;
         }
         ks_req_free(c->req, "the client is closing");
         if (c->wake != NULL) {
@@ -278,13 +284,8 @@ int ks_rpc_call_async(ks_rpc_client *c, const ks_rpc_call_args *args, ks_rpc_don
         p->done = done;
         p->arg = arg;
         pthread_mutex_lock(&c->mu);
-        bool first = c->head == NULL;
-        if (c->tail != NULL) {
-                c->tail->next = p;
-        } else {
-                c->head = p;
-        }
-        c->tail = p;
+        bool first = c->queued.n == 0;
+        ks_fifo_push(&c->queued, &p->link);
         pthread_mutex_unlock(&c->mu);
         if (first) {
                 event_active(c->wake, EV_TIMEOUT, 0);

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ks_fifo.h"
 #include "ks_log.h"
 #include "ks_loop.h"
 #include "ks_metrics.h"
@@ -51,8 +52,8 @@
 #define DRAIN_MESSAGE "replica stopping, retry"
 
 typedef struct job {
-        struct job *next;
-        uint32_t pipe; /* ks_sp pipe id the request came on */
+        ks_fifo_link link; /* on the work queue or the done list */
+        uint32_t pipe;     /* ks_sp pipe id the request came on */
         uint8_t backtrace[KS_SP_HOPS_MAX * 4];
         size_t backtrace_len;
         Keelson__Rpc__V1__Request *req; /* owned until the reply is packed */
@@ -63,34 +64,15 @@ typedef struct job {
         size_t reply_len;
 } job;
 
-typedef struct jobs {
-        job *head, *tail;
-        int n;
-} jobs;
-
-static void jobs_push(jobs *q, job *j)
+static void jobs_push(ks_fifo *q, job *j)
 {
-        j->next = NULL;
-        if (q->tail != NULL) {
-                q->tail->next = j;
-        } else {
-                q->head = j;
-        }
-        q->tail = j;
-        q->n++;
+        ks_fifo_push(q, &j->link);
 }
 
-static job *jobs_pop(jobs *q)
+static job *jobs_pop(ks_fifo *q)
 {
-        job *j = q->head;
-        if (j != NULL) {
-                q->head = j->next;
-                if (q->head == NULL) {
-                        q->tail = NULL;
-                }
-                q->n--;
-        }
-        return j;
+        ks_fifo_link *l = ks_fifo_pop(q);
+        return l != NULL ? KS_FIFO_ITEM(l, job, link) : NULL;
 }
 
 static void job_free(job *j)
@@ -129,8 +111,8 @@ struct ks_rpc_server {
         /* the work queue and the done list, under mu */
         pthread_mutex_t mu;
         pthread_cond_t cv;
-        jobs queue;
-        jobs done;
+        ks_fifo queue;
+        ks_fifo done;
         int running;        /* jobs a worker took and has not put on done yet */
         int replying;       /* jobs the loop took off done and is writing */
         method_metrics *mm; /* one per method */
@@ -277,12 +259,12 @@ static queue_result enqueue(ks_rpc_server *srv, job *j)
                 pthread_mutex_unlock(&srv->mu);
                 return QUEUE_DRAINING;
         }
-        if (srv->queue.n >= srv->opts.queue_max) {
+        if (srv->queue.n >= (size_t)srv->opts.queue_max) {
                 pthread_mutex_unlock(&srv->mu);
                 return QUEUE_FULL;
         }
         jobs_push(&srv->queue, j);
-        ks_gauge_set(srv->queue_depth, srv->queue.n);
+        ks_gauge_set(srv->queue_depth, (int64_t)srv->queue.n);
         pthread_cond_signal(&srv->cv);
         pthread_mutex_unlock(&srv->mu);
         return QUEUED;
@@ -332,8 +314,7 @@ static void on_request(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg)
         j->pipe = ks_sp_pipe_id(p);
         memcpy(j->backtrace, msg, bt);
         j->backtrace_len = bt;
-        atomic_fetch_add(&srv->held, 1);
-        if (atomic_load(&srv->held) > srv->opts.max_inflight) {
+        if (atomic_fetch_add(&srv->held, 1) >= srv->opts.max_inflight) {
                 ks_counter_inc(srv->rejected_full);
                 answer_now(srv, j, KS_RESOURCE_EXHAUSTED, "service overloaded, retry later");
                 return;
@@ -385,9 +366,8 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
         (void)what;
         ks_rpc_server *srv = arg;
         pthread_mutex_lock(&srv->mu);
-        jobs done = srv->done;
-        srv->done = (jobs){0};
-        srv->replying += done.n;
+        ks_fifo done = ks_fifo_take(&srv->done);
+        srv->replying += (int)done.n;
         pthread_mutex_unlock(&srv->mu);
         job *j;
         while ((j = jobs_pop(&done)) != NULL) {
@@ -492,7 +472,7 @@ static void *worker_main(void *arg)
         }
         for (;;) {
                 pthread_mutex_lock(&srv->mu);
-                while (srv->queue.head == NULL && !atomic_load(&srv->stopping)) {
+                while (srv->queue.n == 0 && !atomic_load(&srv->stopping)) {
                         pthread_cond_wait(&srv->cv, &srv->mu);
                 }
                 if (atomic_load(&srv->stopping)) {
@@ -501,7 +481,7 @@ static void *worker_main(void *arg)
                 }
                 job *j = jobs_pop(&srv->queue);
                 srv->running++;
-                ks_gauge_set(srv->queue_depth, srv->queue.n);
+                ks_gauge_set(srv->queue_depth, (int64_t)srv->queue.n);
                 pthread_mutex_unlock(&srv->mu);
                 run_call(srv, j, state);
         }
@@ -712,7 +692,7 @@ void ks_rpc_server_stop(ks_rpc_server *srv)
                 ks_log_info(NULL, "rpc server stopped", "{s:i, s:i, s:i}", "drain_ms",
                             (int)drain_ms, "refused_while_draining",
                             atomic_load(&srv->refused_draining), "dropped_at_close",
-                            srv->queue.n + srv->done.n);
+                            (int)(srv->queue.n + srv->done.n));
         }
         job *j;
         while ((j = jobs_pop(&srv->queue)) != NULL) {

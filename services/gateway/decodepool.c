@@ -15,46 +15,28 @@
 
 #define THREADS_MAX 64
 
-typedef struct queue {
-        gw_decode_job *head, *tail;
-} queue;
-
 struct gw_decodepool {
         struct event *wake;
         gw_decoded_fn fn;
         void *arg;
         size_t queue_max;
-        size_t waiting; /* jobs in todo */
         pthread_mutex_t mu;
         pthread_cond_t cv;
         bool stopping;
-        queue todo, done;
+        ks_fifo todo, done; /* of gw_decode_job */
         pthread_t threads[THREADS_MAX];
         int n_threads;
 };
 
-static void push(queue *q, gw_decode_job *j)
+static void push(ks_fifo *q, gw_decode_job *j)
 {
-        j->next = NULL;
-        if (q->tail != NULL) {
-                q->tail->next = j;
-        } else {
-                q->head = j;
-        }
-        q->tail = j;
+        ks_fifo_push(q, &j->link);
 }
 
-static gw_decode_job *pop(queue *q)
+static gw_decode_job *pop(ks_fifo *q)
 {
-        gw_decode_job *j = q->head;
-        if (j != NULL) {
-                q->head = j->next;
-                if (q->head == NULL) {
-                        q->tail = NULL;
-                }
-                j->next = NULL;
-        }
-        return j;
+        ks_fifo_link *l = ks_fifo_pop(q);
+        return l != NULL ? KS_FIFO_ITEM(l, gw_decode_job, link) : NULL;
 }
 
 static void *worker_main(void *arg)
@@ -62,21 +44,20 @@ static void *worker_main(void *arg)
         gw_decodepool *p = arg;
         pthread_mutex_lock(&p->mu);
         for (;;) {
-                while (!p->stopping && p->todo.head == NULL) {
+                while (!p->stopping && p->todo.n == 0) {
                         pthread_cond_wait(&p->cv, &p->mu);
                 }
                 if (p->stopping) {
                         break;
                 }
                 gw_decode_job *j = pop(&p->todo);
-                p->waiting--;
                 pthread_mutex_unlock(&p->mu);
                 j->rc = gw_decode(j->desc, j->codec, j->body, j->body_len, &j->payload,
                                   &j->payload_len, j->err, sizeof(j->err));
                 free(j->body);
                 j->body = NULL;
                 pthread_mutex_lock(&p->mu);
-                bool was_empty = p->done.head == NULL;
+                bool was_empty = p->done.n == 0;
                 push(&p->done, j);
                 if (was_empty) {
                         event_active(p->wake, EV_READ, 0);
@@ -89,14 +70,10 @@ static void *worker_main(void *arg)
 static void hand_back(gw_decodepool *p)
 {
         pthread_mutex_lock(&p->mu);
-        gw_decode_job *list = p->done.head;
-        p->done.head = p->done.tail = NULL;
+        ks_fifo done = ks_fifo_take(&p->done);
         pthread_mutex_unlock(&p->mu);
-        while (list != NULL) {
-                gw_decode_job *next = list->next; /* fn may free the job */
-                list->next = NULL;
-                p->fn(list, p->arg);
-                list = next;
+        for (gw_decode_job *j; (j = pop(&done)) != NULL;) {
+                p->fn(j, p->arg); /* may free the job: it is off the list already */
         }
 }
 
@@ -144,12 +121,11 @@ int gw_decodepool_submit(gw_decodepool *p, gw_decode_job *job)
         job->payload_len = 0;
         job->err[0] = '\0';
         pthread_mutex_lock(&p->mu);
-        if (p->waiting >= p->queue_max) {
+        if (p->todo.n >= p->queue_max) {
                 pthread_mutex_unlock(&p->mu);
                 return -1;
         }
         push(&p->todo, job);
-        p->waiting++;
         pthread_cond_signal(&p->cv);
         pthread_mutex_unlock(&p->mu);
         return 0;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "connect.h"
+#include "ks_fifo.h"
 
 #define GW_DECODE_INLINE_BYTES 16384 /* bodies up to this size are decoded on the loop */
 #define GW_DECODE_ERR_MAX      256
@@ -23,7 +24,7 @@ typedef struct gw_decodepool gw_decodepool;
 
 /* One body to decode; owned by the pool from submit until handed back. */
 typedef struct gw_decode_job {
-        struct gw_decode_job *next;
+        ks_fifo_link link; /* the pool's */
         const ProtobufCMessageDescriptor *desc;
         gw_codec codec;
         uint8_t *body; /* malloc'd copy; the pool frees it once decoded */
