@@ -226,12 +226,9 @@ int auth_whoami(ks_call *call)
         if ((rc = ks_pg_acquire(((auth_service *)call->service)->pool, &conn)) != KS_OK) {
                 return auth_db_fail(call, rc);
         }
-        /* One round trip: BEGIN, the tenant, the read, COMMIT. */
-        const ks_pg_stmt read[2] = {
-            {.sql = sql_whoami, .n_params = 2, .params = params, .out = &res},
-            {.sql = "COMMIT"},
-        };
-        rc = auth_tx_open(conn, call->request_id, a.tenant_id, a.user_id, read, 2);
+        /* One round trip, one transaction: the tenant, the read. */
+        const ks_pg_stmt read = {.sql = sql_whoami, .n_params = 2, .params = params, .out = &res};
+        rc = auth_tx_read(conn, call->request_id, a.tenant_id, a.user_id, &read, 1);
         ks_pg_rollback(conn);
         ks_pg_release(((auth_service *)call->service)->pool, conn);
         if (rc != KS_OK) {

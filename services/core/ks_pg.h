@@ -112,8 +112,9 @@ int ks_pg_failure_expected(const PGconn *conn, const char *request_id, const PGr
  * them; type 0 lets the statement's cast decide); out (may be NULL)
  * receives its result. Returns KS_OK with every out filled, or the code of
  * the first failure with every out NULL; the statements after a failure do
- * not run. Statements in one pipeline share a transaction only when the
- * pipeline holds its BEGIN (or a transaction is open already).
+ * not run. The statements of one pipeline are one transaction: outside a
+ * BEGIN, PostgreSQL commits them together at the pipeline's Sync, or rolls
+ * them back together at a failure (a SET LOCAL lasts until the Sync).
  */
 typedef struct ks_pg_param {
         const char *value;

@@ -265,8 +265,9 @@ static queue_result enqueue(ks_rpc_server *srv, job *j)
         }
         jobs_push(&srv->queue, j);
         ks_gauge_set(srv->queue_depth, (int64_t)srv->queue.n);
-        pthread_cond_signal(&srv->cv);
         pthread_mutex_unlock(&srv->mu);
+        /* After the unlock: a worker woken under it would only wait for mu again. */
+        pthread_cond_signal(&srv->cv);
         return QUEUED;
 }
 
@@ -369,13 +370,14 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
         ks_fifo done = ks_fifo_take(&srv->done);
         srv->replying += (int)done.n;
         pthread_mutex_unlock(&srv->mu);
+        int written = (int)done.n;
         job *j;
         while ((j = jobs_pop(&done)) != NULL) {
                 send_reply(srv, j);
-                pthread_mutex_lock(&srv->mu);
-                srv->replying--;
-                pthread_mutex_unlock(&srv->mu);
         }
+        pthread_mutex_lock(&srv->mu);
+        srv->replying -= written;
+        pthread_mutex_unlock(&srv->mu);
 }
 
 /* On the loop, while draining: what the brokers have not taken of the replies written. */

@@ -467,6 +467,36 @@ static void test_pipeline(void **state)
         query_value(c, "SELECT count(*) FROM piped", rows, sizeof(rows));
         assert_string_equal(rows, "1");
 
+        /*
+         * No BEGIN: the statements up to the pipeline's Sync are still one
+         * transaction (what auth's reads rely on). A SET LOCAL holds for the
+         * statements after it and is gone after the Sync; a failure undoes
+         * the statements before it.
+         */
+        a = NULL;
+        const char *tenant[] = {"t-1"};
+        const ks_pg_stmt local[2] = {
+            {.sql = "SELECT set_config('keelson.test_tenant', $1, true)",
+             .n_params = 1,
+             .params = tenant},
+            {.sql = "SELECT current_setting('keelson.test_tenant')", .out = &a},
+        };
+        assert_int_equal(ks_pg_pipeline(c, "t", local, 2), KS_OK);
+        assert_string_equal(PQgetvalue(a, 0, 0), "t-1");
+        PQclear(a);
+        assert_int_equal(PQtransactionStatus(c), PQTRANS_IDLE);
+        char after[16];
+        query_value(c, "SELECT current_setting('keelson.test_tenant', true)", after, sizeof(after));
+        assert_string_equal(after, "");
+        const ks_pg_stmt undone[2] = {
+            {.sql = "INSERT INTO piped VALUES ($1::int)", .n_params = 1, .params = two},
+            {.sql = "INSERT INTO piped VALUES ($1::int)", .n_params = 1, .params = one},
+        };
+        assert_int_equal(ks_pg_pipeline(c, "t", undone, 2), KS_ALREADY_EXISTS);
+        assert_int_equal(PQtransactionStatus(c), PQTRANS_IDLE);
+        query_value(c, "SELECT count(*) FROM piped", rows, sizeof(rows));
+        assert_string_equal(rows, "1");
+
         /* Bad calls are refused before anything is sent. */
         const ks_pg_stmt no_params[1] = {{.sql = "SELECT $1::int", .n_params = 1}};
         assert_int_equal(ks_pg_pipeline(c, "t", no_params, 1), KS_INVALID_ARGUMENT);
