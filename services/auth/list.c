@@ -12,29 +12,19 @@
  */
 #include "auth.h"
 
-typedef struct list_tx_arg {
-        ks_list_query_fn query;
-        void *query_arg;
-} list_tx_arg;
-
 static int list_tx(auth_tx *tx, void *arg)
 {
-        list_tx_arg *a = arg;
-        int rc;
+        const ks_pg_stmt *q = arg;
+        int rc = ks_pg_exec(tx->conn, tx->call->request_id, q->sql, q->n_params, q->params, q->out);
 
-        if ((rc = a->query(tx->conn, a->query_arg)) != KS_OK) {
-                return auth_db_fail(tx->call, rc);
-        }
-        return KS_OK;
+        return rc == KS_OK ? KS_OK : auth_db_fail(tx->call, rc);
 }
 
 /* The one call of the tenant frame for every list method. */
-static int list_in_tenant(ks_call *call, ks_list_query_fn query, void *query_arg, void *run_arg)
+static int list_in_tenant(ks_call *call, const ks_pg_stmt *query, void *run_arg)
 {
-        list_tx_arg a = {.query = query, .query_arg = query_arg};
-
         (void)run_arg;
-        return auth_tenant_tx(call, 0, list_tx, &a);
+        return auth_tenant_tx(call, 0, list_tx, (void *)query);
 }
 
 static const ks_list_runner in_tenant = {

@@ -184,6 +184,16 @@ int bl_tx_run(ks_call *call, bl_tx_fn fn, void *arg);
 int bl_tx_run_as(bl_service *svc, const char *request_id, const char *tenant_id, bl_tx_fn fn,
                  void *arg);
 
+/*
+ * A read of the caller's tenant in one round trip: the tenant, then reads[]
+ * (1 to KS_PG_PIPELINE_MAX - 1 statements, each out filled), sent as one
+ * pipeline with no BEGIN or COMMIT, which PostgreSQL runs as one transaction
+ * ended by the pipeline's Sync. Returns KS_OK, or the call's failure (the
+ * caller not in a tenant, the database's failure mapped by bl_db_fail), every
+ * out NULL.
+ */
+int bl_tx_read(ks_call *call, const ks_pg_stmt *reads, int n_reads);
+
 /* The caller's tenant, checked (authenticated, a uuid); else the call fails (unauthenticated). */
 int bl_require_tenant(ks_call *call);
 

@@ -380,29 +380,11 @@ int bl_update_customer(ks_call *call)
 
 /* ---- ListCustomers, and the frame of every billing list --------------------------------- */
 
-typedef struct list_query {
-        ks_list_query_fn query;
-        void *query_arg;
-} list_query;
-
-static int list_tx(bl_tx *tx, void *arg)
+/* A page is one read: the tenant and the page query in one round trip (bl_tx_read). */
+static int list_run(ks_call *call, const ks_pg_stmt *query, void *run_arg)
 {
-        list_query *q = arg;
-        int rc = bl_flush(tx);
-
-        if (rc != KS_OK) {
-                return rc;
-        }
-        rc = q->query(tx->conn, q->query_arg);
-        return rc == KS_OK ? KS_OK : bl_db_fail(tx, rc);
-}
-
-static int list_run(ks_call *call, ks_list_query_fn query, void *query_arg, void *run_arg)
-{
-        list_query q = {query, query_arg};
-
         (void)run_arg;
-        return bl_tx_run(call, list_tx, &q);
+        return bl_tx_read(call, query, 1);
 }
 
 const ks_list_runner bl_list_runner = {.run = list_run, .internal_msg = BL_INTERNAL_MSG};

@@ -719,8 +719,7 @@ static const ks_list_method list_history = {
 };
 
 typedef struct history_query {
-        ks_list_query_fn query;
-        void *query_arg;
+        const ks_pg_stmt *query;
         const char *id;
 } history_query;
 
@@ -734,13 +733,12 @@ static int history_tx(bl_tx *tx, void *arg)
         if ((rc = bl_sub_load(tx, q->id, false, &s)) != KS_OK) {
                 return rc == KS_NOT_FOUND ? not_found(tx) : rc;
         }
-        rc = q->query(tx->conn, q->query_arg);
-        return rc == KS_OK ? KS_OK : bl_db_fail(tx, rc);
+        return bl_pipeline(tx, q->query, 1);
 }
 
-static int history_run(ks_call *call, ks_list_query_fn query, void *query_arg, void *run_arg)
+static int history_run(ks_call *call, const ks_pg_stmt *query, void *run_arg)
 {
-        history_query q = {query, query_arg, run_arg};
+        history_query q = {query, run_arg};
 
         return bl_tx_run(call, history_tx, &q);
 }

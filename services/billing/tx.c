@@ -356,6 +356,34 @@ int bl_tx_run(ks_call *call, bl_tx_fn fn, void *arg)
         return rc;
 }
 
+int bl_tx_read(ks_call *call, const ks_pg_stmt *reads, int n_reads)
+{
+        ks_pg_stmt s[KS_PG_PIPELINE_MAX];
+        bl_tx tx;
+        int rc;
+
+        KS_ASSERT(n_reads >= 1 && n_reads < KS_PG_PIPELINE_MAX);
+        if ((rc = bl_require_tenant(call)) != KS_OK) {
+                return rc;
+        }
+        memset(&tx, 0, sizeof(tx));
+        tx.call = call;
+        tx.svc = call->service;
+        tx.tenant_id = call->caller->tenant_id;
+        tx.request_id = call->request_id;
+        const char *params[1] = {tx.tenant_id};
+        s[0] = (ks_pg_stmt){.sql = sql_act_for, .n_params = 1, .params = params};
+        memcpy(s + 1, reads, (size_t)n_reads * sizeof(s[0]));
+        if ((rc = ks_pg_acquire(tx.svc->pool, &tx.conn)) != KS_OK) {
+                return bl_db_fail(&tx, rc);
+        }
+        /* A pooled connection is released outside a transaction: the Sync ends the read's. */
+        KS_ASSERT(PQtransactionStatus(tx.conn) == PQTRANS_IDLE);
+        rc = ks_pg_pipeline(tx.conn, tx.request_id, s, 1 + n_reads);
+        ks_pg_release(tx.svc->pool, tx.conn);
+        return rc == KS_OK ? KS_OK : bl_db_fail(&tx, rc);
+}
+
 int bl_tx_run_as(bl_service *svc, const char *request_id, const char *tenant_id, bl_tx_fn fn,
                  void *arg)
 {

@@ -300,22 +300,10 @@ void ks_list_page_clear(ks_list_page *p)
 /* ---- a whole list method ------------------------------------------------ */
 
 typedef struct list_query {
-        const ks_list_method *m;
-        const char *request_id;
         const char *params[KS_LIST_KEYS_MAX + 1 + KS_LIST_FILTERS_MAX];
         int n_params;
         PGresult *res;
 } list_query;
-
-/* The page query, in the service's transaction (run again if it retries). */
-static int list_query_run(PGconn *conn, void *arg)
-{
-        list_query *q = arg;
-
-        PQclear(q->res);
-        q->res = NULL;
-        return ks_pg_exec(conn, q->request_id, q->m->sql, q->n_params, q->params, &q->res);
-}
 
 /*
  * A token's scope: the caller's tenant, then the binding after a newline
@@ -344,7 +332,7 @@ static int list_page(ks_call *call, const ks_list_method *m, int32_t page_size,
                      const char *binding, const ks_list_runner *r, ks_list_page *page)
 {
         char scope[SCOPE_TENANT_MAX + KS_LIST_BINDING_BYTES_MAX];
-        list_query q = {.m = m, .request_id = call->request_id, .res = NULL};
+        list_query q = {.res = NULL};
         const char *err = NULL;
         int rc;
 
@@ -363,7 +351,9 @@ static int list_page(ks_call *call, const ks_list_method *m, int32_t page_size,
                 q.params[page->n_params + i] = filters[i];
         }
         q.n_params = page->n_params + n_filters;
-        if ((rc = r->run(call, list_query_run, &q, r->run_arg)) != KS_OK) {
+        const ks_pg_stmt query = {
+            .sql = m->sql, .n_params = q.n_params, .params = q.params, .out = &q.res};
+        if ((rc = r->run(call, &query, r->run_arg)) != KS_OK) {
                 PQclear(q.res);
                 ks_list_page_clear(page);
                 return rc;

@@ -45,6 +45,7 @@
 
 #include "ks_code.h"
 #include "ks_method.h" /* ks_call */
+#include "ks_pg.h"     /* ks_pg_stmt */
 
 #define KS_LIST_PAGE_SIZE_DEFAULT 50
 #define KS_LIST_PAGE_SIZE_MAX     200
@@ -178,19 +179,15 @@ typedef struct ks_list_method {
         }
 
 /*
- * The page query, which ks_list_reply hands to the service's transaction:
- * runs it on conn. Returns KS_OK, or the database's code (ks_pg_exec's),
- * which the transaction maps to the reply as it maps its own failures.
- */
-typedef int (*ks_list_query_fn)(PGconn *conn, void *query_arg);
-
-/*
  * The service's tenant transaction: checks the caller (ks_call's caller
- * context, role, the method's permission), opens a transaction acting for
- * the caller's tenant, runs query(conn, query_arg) there and commits.
- * Returns KS_OK, or a code the call carries (its message set).
+ * context, role, the method's permission) and runs the page query, a
+ * statement whose out receives the page's rows, acting for the caller's
+ * tenant: in the same pipeline as the statements that set the tenant when
+ * it can (one round trip), and never more than once. Returns KS_OK, or a
+ * code the call carries (its message set; a database failure mapped as the
+ * service maps its own).
  */
-typedef int (*ks_list_tx_fn)(ks_call *call, ks_list_query_fn query, void *query_arg, void *run_arg);
+typedef int (*ks_list_tx_fn)(ks_call *call, const ks_pg_stmt *query, void *run_arg);
 
 /* What a service lends every one of its list methods: stated once, as a static const. */
 typedef struct ks_list_runner {

@@ -104,25 +104,18 @@ int wh_rotate_window(ks_call *call, int64_t in_s, int64_t *out_s)
 
 /* ---- lists ------------------------------------------------------------------------------ */
 
-typedef struct list_query {
-        ks_list_query_fn query;
-        void *query_arg;
-} list_query;
-
 static int list_tx(wh_tx *tx, void *arg)
 {
-        list_query *q = arg;
-        int rc = q->query(tx->conn, q->query_arg);
+        const ks_pg_stmt *q = arg;
+        int rc = ks_pg_exec(tx->conn, tx->call->request_id, q->sql, q->n_params, q->params, q->out);
 
         return rc == KS_OK ? KS_OK : wh_db_fail(tx->call, rc);
 }
 
-static int list_run(ks_call *call, ks_list_query_fn query, void *query_arg, void *run_arg)
+static int list_run(ks_call *call, const ks_pg_stmt *query, void *run_arg)
 {
-        list_query q = {query, query_arg};
-
         (void)run_arg;
-        return wh_tx_run(call, list_tx, &q);
+        return wh_tx_run(call, list_tx, (void *)query);
 }
 
 const ks_list_runner wh_list_runner = {.run = list_run, .internal_msg = WH_INTERNAL_MSG};

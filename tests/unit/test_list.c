@@ -647,22 +647,22 @@ static void test_reply_page(void **state)
         free(f.call.out_payload);
 }
 
-/* A fake tenant transaction: counts its runs, runs the query on no connection. */
+/* A fake tenant transaction: counts its runs, keeps what it was handed, runs nothing. */
 typedef struct fake_tx {
         int runs;
-        int query_code;  /* what the query returned */
-        bool skip_query; /* a transaction that commits without running it */
+        ks_pg_stmt query; /* the page query it was handed */
+        bool skip_query;  /* a transaction that commits without running it */
 } fake_tx;
 
-static int fake_run(ks_call *call, ks_list_query_fn query, void *query_arg, void *run_arg)
+static int fake_run(ks_call *call, const ks_pg_stmt *query, void *run_arg)
 {
         fake_tx *t = run_arg;
 
         t->runs++;
+        t->query = *query;
         if (t->skip_query) {
                 return KS_OK;
         }
-        t->query_code = query(NULL, query_arg);
         return ks_call_fail(call, KS_UNAVAILABLE, "the service's own message");
 }
 
@@ -710,7 +710,12 @@ static void test_reply_transaction_fails(void **state)
         fake_call_init(&f, TENANT_1);
         assert_int_equal(list_inners_reply(&f, &t, 0, "", KS_LIST_FILTERS_MAX), KS_UNAVAILABLE);
         assert_int_equal(t.runs, 1);
-        assert_int_not_equal(t.query_code, KS_OK); /* no connection */
+        /* The page query: the method's, the cursor (none), the limit, then the filters. */
+        assert_ptr_equal(t.query.sql, list_inners.sql);
+        assert_int_equal(t.query.n_params, list_inners.page.n_keys + 1 + KS_LIST_FILTERS_MAX);
+        assert_null(t.query.params[0]);
+        assert_string_equal(t.query.params[list_inners.page.n_keys + 1], "a");
+        assert_non_null(t.query.out);
         assert_string_equal(f.call.message, "the service's own message");
         assert_null(f.call.out_payload);
 
