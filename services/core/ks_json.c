@@ -8,11 +8,12 @@
  * that protobuf_c_message_free_unpacked(msg, NULL) frees them, also halfway
  * through a failed parse.
  *
- * Output builds a jansson tree (jansson checks that every string is valid
- * UTF-8, and a map's repeated keys collapse to the last one as protobuf's
- * rule says) and then prints it with a small printer of our own: jansson
- * prints every real with 17 digits (0.1 as 0.10000000000000001), and the
- * proto3 mapping wants the shortest form that reads back to the same value.
+ * Output is written straight from the message into one growing buffer, no
+ * tree in between (a list of fifty customers is thousands of values): every
+ * string checked to be UTF-8 as jansson would check it, a map's repeated
+ * keys written once with the last value as protobuf's rule says, reals in
+ * the shortest form that reads back to the same value (jansson's printer
+ * would give 0.1 as 0.10000000000000001).
  *
  * protobuf-c descriptors carry neither json_name nor the map_entry option, so
  * both are derived the way protoc derives them (ToJsonName, MapEntryName).
@@ -66,7 +67,6 @@ typedef struct jbuf {
 } jbuf;
 
 static int parse_value(parse_ctx *c, const ProtobufCFieldDescriptor *fd, void *dst, json_t *val);
-static int msg_to_json(const ProtobufCMessage *msg, int depth, json_t **out);
 
 /* ---- names ------------------------------------------------------------ */
 
@@ -901,209 +901,7 @@ int ks_json_to_message(const ProtobufCMessageDescriptor *desc, const char *json,
         return KS_OK;
 }
 
-/* ---- values out --------------------------------------------------------- */
-
-/* Shortest %g form that reads back as the same float, as a JSON real. */
-static json_t *float_to_json(float f)
-{
-        char buf[32];
-
-        if (isnan(f))
-                return json_string("NaN");
-        if (isinf(f))
-                return json_string(f > 0 ? "Infinity" : "-Infinity");
-        for (int p = 1; p <= 9; p++) {
-                snprintf(buf, sizeof(buf), "%.*g", p, (double)f);
-                /* read back as a reader will: a double, then rounded to float */
-                if ((float)strtod(buf, NULL) == f)
-                        break;
-        }
-        /* The printer then finds the same short form for this double. */
-        return json_real(strtod(buf, NULL));
-}
-
-static json_t *double_to_json(double d)
-{
-        if (isnan(d))
-                return json_string("NaN");
-        if (isinf(d))
-                return json_string(d > 0 ? "Infinity" : "-Infinity");
-        return json_real(d);
-}
-
-static json_t *bytes_to_json(const ProtobufCBinaryData *b)
-{
-        if (b->len == 0)
-                return json_string("");
-        if (b->data == NULL || b->len > SIZE_MAX / 2)
-                return NULL;
-        size_t cap = KS_BASE64_LEN(b->len);
-        char *buf = malloc(cap);
-        if (buf == NULL)
-                return NULL;
-        int n = ks_base64_encode(b->data, b->len, buf, cap);
-        json_t *v = n < 0 ? NULL : json_stringn(buf, (size_t)n);
-        free(buf);
-        return v;
-}
-
-static json_t *enum_to_json(const ProtobufCEnumDescriptor *ed, int32_t v)
-{
-        const ProtobufCEnumValue *ev = protobuf_c_enum_descriptor_get_value(ed, v);
-
-        return ev != NULL ? json_string(ev->name) : json_integer(v);
-}
-
-static json_t *int64_to_json(int64_t v)
-{
-        char buf[32];
-
-        snprintf(buf, sizeof(buf), "%" PRId64, v);
-        return json_string(buf);
-}
-
-static json_t *uint64_to_json(uint64_t v)
-{
-        char buf[32];
-
-        snprintf(buf, sizeof(buf), "%" PRIu64, v);
-        return json_string(buf);
-}
-
-static int value_to_json(const ProtobufCFieldDescriptor *fd, const void *p, int depth, json_t **out)
-{
-        const char *s;
-        const ProtobufCMessage *m;
-
-        switch (fd->type) {
-        case PROTOBUF_C_TYPE_INT32:
-        case PROTOBUF_C_TYPE_SINT32:
-        case PROTOBUF_C_TYPE_SFIXED32:
-                *out = json_integer(*(const int32_t *)p);
-                break;
-        case PROTOBUF_C_TYPE_UINT32:
-        case PROTOBUF_C_TYPE_FIXED32:
-                *out = json_integer(*(const uint32_t *)p);
-                break;
-        case PROTOBUF_C_TYPE_INT64:
-        case PROTOBUF_C_TYPE_SINT64:
-        case PROTOBUF_C_TYPE_SFIXED64:
-                *out = int64_to_json(*(const int64_t *)p);
-                break;
-        case PROTOBUF_C_TYPE_UINT64:
-        case PROTOBUF_C_TYPE_FIXED64:
-                *out = uint64_to_json(*(const uint64_t *)p);
-                break;
-        case PROTOBUF_C_TYPE_FLOAT:
-                *out = float_to_json(*(const float *)p);
-                break;
-        case PROTOBUF_C_TYPE_DOUBLE:
-                *out = double_to_json(*(const double *)p);
-                break;
-        case PROTOBUF_C_TYPE_BOOL:
-                *out = json_boolean(*(const protobuf_c_boolean *)p);
-                break;
-        case PROTOBUF_C_TYPE_ENUM:
-                *out = enum_to_json(fd->descriptor, *(const int32_t *)p);
-                break;
-        case PROTOBUF_C_TYPE_STRING:
-                s = *(char *const *)p;
-                /* NULL on invalid UTF-8: the message is not valid proto3. */
-                *out = json_string(s != NULL ? s : "");
-                break;
-        case PROTOBUF_C_TYPE_BYTES:
-                *out = bytes_to_json(p);
-                break;
-        case PROTOBUF_C_TYPE_MESSAGE:
-                m = *(ProtobufCMessage *const *)p;
-                if (m == NULL) {
-                        *out = json_object();
-                        break;
-                }
-                return msg_to_json(m, depth + 1, out);
-        default:
-                *out = NULL;
-        }
-        return *out != NULL ? KS_OK : KS_INTERNAL;
-}
-
-/* ---- repeated fields, maps and messages out ------------------------------- */
-
-static int list_to_json(const ProtobufCFieldDescriptor *fd, const ProtobufCMessage *msg, int depth,
-                        json_t **out)
-{
-        const char *base = (const char *)msg;
-        size_t n = *(const size_t *)(base + fd->quantifier_offset);
-        const char *arr = *(char *const *)(base + fd->offset);
-        json_t *a = json_array();
-        json_t *v = NULL;
-
-        if (a == NULL || arr == NULL) {
-                json_decref(a);
-                return KS_INTERNAL;
-        }
-        for (size_t i = 0; i < n; i++) {
-                int rc = value_to_json(fd, arr + i * elem_size(fd->type), depth, &v);
-                if (rc != KS_OK || json_array_append_new(a, v) != 0) {
-                        json_decref(a);
-                        return KS_INTERNAL;
-                }
-        }
-        *out = a;
-        return KS_OK;
-}
-
-static json_t *key_to_json_string(const ProtobufCFieldDescriptor *kf, const void *p)
-{
-        if (kf->type == PROTOBUF_C_TYPE_BOOL)
-                return json_string(*(const protobuf_c_boolean *)p ? "true" : "false");
-        /* Integer keys print as their JSON value does, then become strings. */
-        json_t *v = NULL;
-        if (value_to_json(kf, p, 0, &v) != KS_OK)
-                return NULL;
-        if (json_is_integer(v)) {
-                char buf[32];
-                snprintf(buf, sizeof(buf), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-                json_decref(v);
-                return json_string(buf);
-        }
-        return v;
-}
-
-static int map_to_json(const ProtobufCFieldDescriptor *fd, const ProtobufCMessage *msg, int depth,
-                       json_t **out)
-{
-        const char *base = (const char *)msg;
-        size_t n = *(const size_t *)(base + fd->quantifier_offset);
-        ProtobufCMessage *const *arr = *(ProtobufCMessage *const *const *)(base + fd->offset);
-        const ProtobufCMessageDescriptor *ed = fd->descriptor;
-        json_t *obj = json_object();
-
-        if (obj == NULL || arr == NULL)
-                goto fail;
-        for (size_t i = 0; i < n; i++) {
-                const char *e = (const char *)arr[i];
-                json_t *k, *v = NULL;
-                if (e == NULL)
-                        goto fail;
-                k = key_to_json_string(&ed->fields[0], e + ed->fields[0].offset);
-                if (k == NULL || !json_is_string(k) ||
-                    value_to_json(&ed->fields[1], e + ed->fields[1].offset, depth, &v) != KS_OK) {
-                        json_decref(k);
-                        goto fail;
-                }
-                /* A repeated key replaces the earlier one: protobuf's last-wins. */
-                int rc = json_object_setn_new(obj, json_string_value(k), json_string_length(k), v);
-                json_decref(k);
-                if (rc != 0)
-                        goto fail;
-        }
-        *out = obj;
-        return KS_OK;
-fail:
-        json_decref(obj);
-        return KS_INTERNAL;
-}
+/* ---- presence ------------------------------------------------------------ */
 
 static bool is_zero(const ProtobufCFieldDescriptor *fd, const void *p)
 {
@@ -1152,39 +950,6 @@ static bool field_present(const ProtobufCMessage *msg, const ProtobufCFieldDescr
         return !is_zero(fd, p);
 }
 
-static int msg_to_json(const ProtobufCMessage *msg, int depth, json_t **out)
-{
-        const ProtobufCMessageDescriptor *desc = msg->descriptor;
-        char jn[KS_JSON_NAME_MAX];
-        json_t *obj;
-
-        if (desc == NULL || desc->magic != PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC ||
-            depth >= KS_JSON_DEPTH_MAX || (obj = json_object()) == NULL)
-                return KS_INTERNAL;
-        for (unsigned i = 0; i < desc->n_fields; i++) {
-                const ProtobufCFieldDescriptor *fd = &desc->fields[i];
-                json_t *v = NULL;
-                int rc;
-                if (!field_present(msg, fd))
-                        continue;
-                if (fd->label == PROTOBUF_C_LABEL_REPEATED)
-                        rc = is_map_field(desc, fd) ? map_to_json(fd, msg, depth, &v)
-                                                    : list_to_json(fd, msg, depth, &v);
-                else
-                        rc = value_to_json(fd, (const char *)msg + fd->offset, depth, &v);
-                if (rc == KS_OK && json_name(fd->name, jn) != 0)
-                        rc = KS_INTERNAL;
-                if (rc != KS_OK || json_object_set_new(obj, jn, v) != 0) {
-                        if (rc != KS_OK)
-                                json_decref(v);
-                        json_decref(obj);
-                        return KS_INTERNAL;
-                }
-        }
-        *out = obj;
-        return KS_OK;
-}
-
 /* ---- the printer -------------------------------------------------------- */
 
 static void put(jbuf *b, const char *s, size_t n)
@@ -1212,7 +977,7 @@ static void put(jbuf *b, const char *s, size_t n)
         b->p[b->len] = '\0';
 }
 
-/* s is valid UTF-8 (jansson checked it): only '"', '\\' and controls escape. */
+/* s is valid UTF-8 (utf8_valid): only '"', '\\' and controls escape. */
 static void put_string(jbuf *b, const char *s, size_t n)
 {
         char esc[8];
@@ -1262,74 +1027,323 @@ static void put_real(jbuf *b, double d)
         put(b, buf, strlen(buf));
 }
 
-static void put_value(jbuf *b, const json_t *v)
+/*
+ * UTF-8 as jansson accepts it (and so as the parser above reads it): no
+ * overlong forms, no surrogates, nothing above U+10FFFF.
+ */
+static bool utf8_valid(const char *s, size_t n)
+{
+        size_t i = 0;
+
+        while (i < n) {
+                unsigned char c = (unsigned char)s[i];
+                size_t len;
+                uint32_t v;
+                if (c < 0x80) {
+                        i++;
+                        continue;
+                }
+                if (c >= 0xc2 && c <= 0xdf) {
+                        len = 2;
+                        v = c & 0x1f;
+                } else if (c >= 0xe0 && c <= 0xef) {
+                        len = 3;
+                        v = c & 0x0f;
+                } else if (c >= 0xf0 && c <= 0xf4) {
+                        len = 4;
+                        v = c & 0x07;
+                } else {
+                        return false;
+                }
+                if (n - i < len)
+                        return false;
+                for (size_t k = 1; k < len; k++) {
+                        unsigned char cc = (unsigned char)s[i + k];
+                        if ((cc & 0xc0) != 0x80)
+                                return false;
+                        v = (v << 6) | (cc & 0x3f);
+                }
+                if ((len == 3 && v < 0x800) || (len == 4 && v < 0x10000) || v > 0x10ffff ||
+                    (v >= 0xd800 && v <= 0xdfff))
+                        return false;
+                i += len;
+        }
+        return true;
+}
+
+static void put_cstr(jbuf *b, const char *s)
+{
+        put(b, s, strlen(s));
+}
+
+/* A string field's value; invalid UTF-8 is not valid proto3: no output. */
+static int put_text(jbuf *b, const char *s)
+{
+        size_t n = s != NULL ? strlen(s) : 0;
+
+        if (n > 0 && !utf8_valid(s, n))
+                return KS_INTERNAL;
+        put_string(b, n > 0 ? s : "", n);
+        return KS_OK;
+}
+
+/* NaN and the infinities are strings in the proto3 mapping. */
+static bool put_special(jbuf *b, double d)
+{
+        if (isnan(d))
+                put_cstr(b, "\"NaN\"");
+        else if (isinf(d))
+                put_cstr(b, d > 0 ? "\"Infinity\"" : "\"-Infinity\"");
+        else
+                return false;
+        return true;
+}
+
+/* The shortest %g form that reads back as the same float, printed as that double. */
+static void put_float(jbuf *b, float f)
 {
         char buf[32];
-        const char *key;
-        json_t *item;
-        size_t i;
-        bool first = true;
 
-        switch (json_typeof(v)) {
-        case JSON_OBJECT:
-                put(b, "{", 1);
-                json_object_foreach((json_t *)v, key, item)
-                {
-                        if (!first)
-                                put(b, ",", 1);
-                        first = false;
-                        put_string(b, key, strlen(key));
-                        put(b, ":", 1);
-                        put_value(b, item);
-                }
-                put(b, "}", 1);
-                break;
-        case JSON_ARRAY:
-                put(b, "[", 1);
-                json_array_foreach(v, i, item)
-                {
-                        if (i > 0)
-                                put(b, ",", 1);
-                        put_value(b, item);
-                }
-                put(b, "]", 1);
-                break;
-        case JSON_STRING:
-                put_string(b, json_string_value(v), json_string_length(v));
-                break;
-        case JSON_INTEGER:
-                snprintf(buf, sizeof(buf), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-                put(b, buf, strlen(buf));
-                break;
-        case JSON_REAL:
-                put_real(b, json_real_value(v));
-                break;
-        case JSON_TRUE:
-                put(b, "true", 4);
-                break;
-        case JSON_FALSE:
-                put(b, "false", 5);
-                break;
-        case JSON_NULL:
-                put(b, "null", 4);
-                break;
+        if (put_special(b, (double)f))
+                return;
+        for (int p = 1; p <= 9; p++) {
+                snprintf(buf, sizeof(buf), "%.*g", p, (double)f);
+                /* read back as a reader will: a double, then rounded to float */
+                if ((float)strtod(buf, NULL) == f)
+                        break;
+        }
+        put_real(b, strtod(buf, NULL));
+}
+
+static int put_bytes(jbuf *b, const ProtobufCBinaryData *v)
+{
+        if (v->len == 0) {
+                put(b, "\"\"", 2);
+                return KS_OK;
+        }
+        if (v->data == NULL || v->len > SIZE_MAX / 2)
+                return KS_INTERNAL;
+        size_t cap = KS_BASE64_LEN(v->len);
+        char *buf = malloc(cap);
+        if (buf == NULL)
+                return KS_INTERNAL;
+        int n = ks_base64_encode(v->data, v->len, buf, cap);
+        if (n >= 0) {
+                put(b, "\"", 1);
+                put(b, buf, (size_t)n);
+                put(b, "\"", 1);
+        }
+        free(buf);
+        return n >= 0 ? KS_OK : KS_INTERNAL;
+}
+
+/*
+ * A scalar as a map key prints: its text, as a JSON string's content
+ * (integers in decimal, bools as true/false, strings as they are). NULL for
+ * a type that cannot be a key or a string that is not UTF-8.
+ */
+static const char *key_text(const ProtobufCFieldDescriptor *kf, const void *p, char buf[32])
+{
+        const char *s;
+
+        switch (kf->type) {
+        case PROTOBUF_C_TYPE_BOOL:
+                return *(const protobuf_c_boolean *)p ? "true" : "false";
+        case PROTOBUF_C_TYPE_INT32:
+        case PROTOBUF_C_TYPE_SINT32:
+        case PROTOBUF_C_TYPE_SFIXED32:
+                snprintf(buf, 32, "%" PRId32, *(const int32_t *)p);
+                return buf;
+        case PROTOBUF_C_TYPE_UINT32:
+        case PROTOBUF_C_TYPE_FIXED32:
+                snprintf(buf, 32, "%" PRIu32, *(const uint32_t *)p);
+                return buf;
+        case PROTOBUF_C_TYPE_INT64:
+        case PROTOBUF_C_TYPE_SINT64:
+        case PROTOBUF_C_TYPE_SFIXED64:
+                snprintf(buf, 32, "%" PRId64, *(const int64_t *)p);
+                return buf;
+        case PROTOBUF_C_TYPE_UINT64:
+        case PROTOBUF_C_TYPE_FIXED64:
+                snprintf(buf, 32, "%" PRIu64, *(const uint64_t *)p);
+                return buf;
+        case PROTOBUF_C_TYPE_STRING:
+                s = *(char *const *)p != NULL ? *(char *const *)p : "";
+                return utf8_valid(s, strlen(s)) ? s : NULL;
+        default:
+                return NULL;
         }
 }
 
+static int write_message(jbuf *b, const ProtobufCMessage *msg, int depth);
+
+static int write_value(jbuf *b, const ProtobufCFieldDescriptor *fd, const void *p, int depth)
+{
+        char buf[32];
+        const ProtobufCEnumValue *ev;
+        const ProtobufCMessage *m;
+
+        switch (fd->type) {
+        case PROTOBUF_C_TYPE_INT32:
+        case PROTOBUF_C_TYPE_SINT32:
+        case PROTOBUF_C_TYPE_SFIXED32:
+        case PROTOBUF_C_TYPE_UINT32:
+        case PROTOBUF_C_TYPE_FIXED32:
+                put_cstr(b, key_text(fd, p, buf));
+                return KS_OK;
+        case PROTOBUF_C_TYPE_INT64:
+        case PROTOBUF_C_TYPE_SINT64:
+        case PROTOBUF_C_TYPE_SFIXED64:
+        case PROTOBUF_C_TYPE_UINT64:
+        case PROTOBUF_C_TYPE_FIXED64:
+                /* 64-bit integers are decimal strings in the proto3 mapping. */
+                put(b, "\"", 1);
+                put_cstr(b, key_text(fd, p, buf));
+                put(b, "\"", 1);
+                return KS_OK;
+        case PROTOBUF_C_TYPE_FLOAT:
+                put_float(b, *(const float *)p);
+                return KS_OK;
+        case PROTOBUF_C_TYPE_DOUBLE:
+                if (!put_special(b, *(const double *)p))
+                        put_real(b, *(const double *)p);
+                return KS_OK;
+        case PROTOBUF_C_TYPE_BOOL:
+                put_cstr(b, *(const protobuf_c_boolean *)p ? "true" : "false");
+                return KS_OK;
+        case PROTOBUF_C_TYPE_ENUM:
+                ev = protobuf_c_enum_descriptor_get_value(fd->descriptor, *(const int32_t *)p);
+                if (ev != NULL)
+                        return put_text(b, ev->name);
+                snprintf(buf, sizeof(buf), "%" PRId32, *(const int32_t *)p);
+                put_cstr(b, buf);
+                return KS_OK;
+        case PROTOBUF_C_TYPE_STRING:
+                return put_text(b, *(char *const *)p);
+        case PROTOBUF_C_TYPE_BYTES:
+                return put_bytes(b, p);
+        case PROTOBUF_C_TYPE_MESSAGE:
+                m = *(ProtobufCMessage *const *)p;
+                if (m == NULL) {
+                        put(b, "{}", 2);
+                        return KS_OK;
+                }
+                return write_message(b, m, depth + 1);
+        default:
+                return KS_INTERNAL;
+        }
+}
+
+static int write_list(jbuf *b, const ProtobufCFieldDescriptor *fd, const ProtobufCMessage *msg,
+                      int depth)
+{
+        const char *base = (const char *)msg;
+        size_t n = *(const size_t *)(base + fd->quantifier_offset);
+        const char *arr = *(char *const *)(base + fd->offset);
+
+        if (arr == NULL)
+                return KS_INTERNAL;
+        put(b, "[", 1);
+        for (size_t i = 0; i < n; i++) {
+                if (i > 0)
+                        put(b, ",", 1);
+                if (write_value(b, fd, arr + i * elem_size(fd->type), depth) != KS_OK)
+                        return KS_INTERNAL;
+        }
+        put(b, "]", 1);
+        return KS_OK;
+}
+
+/*
+ * A map as a JSON object. A key repeated on the wire is written once, with
+ * the value of its last entry (protobuf's last-wins), where its last entry
+ * stands.
+ */
+static int write_map(jbuf *b, const ProtobufCFieldDescriptor *fd, const ProtobufCMessage *msg,
+                     int depth)
+{
+        const char *base = (const char *)msg;
+        size_t n = *(const size_t *)(base + fd->quantifier_offset);
+        ProtobufCMessage *const *arr = *(ProtobufCMessage *const *const *)(base + fd->offset);
+        const ProtobufCMessageDescriptor *ed = fd->descriptor;
+        const ProtobufCFieldDescriptor *kf = &ed->fields[0];
+        const ProtobufCFieldDescriptor *vf = &ed->fields[1];
+        bool first = true;
+
+        if (arr == NULL)
+                return KS_INTERNAL;
+        for (size_t i = 0; i < n; i++) {
+                if (arr[i] == NULL)
+                        return KS_INTERNAL;
+        }
+        put(b, "{", 1);
+        for (size_t i = 0; i < n; i++) {
+                char kb[32], lb[32];
+                const char *k = key_text(kf, (const char *)arr[i] + kf->offset, kb);
+                bool later = false;
+                if (k == NULL)
+                        return KS_INTERNAL;
+                for (size_t j = i + 1; j < n && !later; j++) {
+                        const char *l = key_text(kf, (const char *)arr[j] + kf->offset, lb);
+                        later = l != NULL && strcmp(k, l) == 0;
+                }
+                if (later)
+                        continue;
+                if (!first)
+                        put(b, ",", 1);
+                first = false;
+                put_string(b, k, strlen(k));
+                put(b, ":", 1);
+                if (write_value(b, vf, (const char *)arr[i] + vf->offset, depth) != KS_OK)
+                        return KS_INTERNAL;
+        }
+        put(b, "}", 1);
+        return KS_OK;
+}
+
+/* A message as a JSON object: its present fields in the descriptor's order, by json_name. */
+static int write_message(jbuf *b, const ProtobufCMessage *msg, int depth)
+{
+        const ProtobufCMessageDescriptor *desc = msg->descriptor;
+        char jn[KS_JSON_NAME_MAX];
+        bool first = true;
+
+        if (desc == NULL || desc->magic != PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC ||
+            depth >= KS_JSON_DEPTH_MAX)
+                return KS_INTERNAL;
+        put(b, "{", 1);
+        for (unsigned i = 0; i < desc->n_fields; i++) {
+                const ProtobufCFieldDescriptor *fd = &desc->fields[i];
+                int rc;
+                if (!field_present(msg, fd))
+                        continue;
+                if (json_name(fd->name, jn) != 0)
+                        return KS_INTERNAL;
+                if (!first)
+                        put(b, ",", 1);
+                first = false;
+                put_string(b, jn, strlen(jn));
+                put(b, ":", 1);
+                if (fd->label == PROTOBUF_C_LABEL_REPEATED)
+                        rc = is_map_field(desc, fd) ? write_map(b, fd, msg, depth)
+                                                    : write_list(b, fd, msg, depth);
+                else
+                        rc = write_value(b, fd, (const char *)msg + fd->offset, depth);
+                if (rc != KS_OK)
+                        return KS_INTERNAL;
+        }
+        put(b, "}", 1);
+        return KS_OK;
+}
 int ks_json_from_message(const ProtobufCMessage *msg, char **out, size_t *out_len)
 {
         jbuf b = {0};
-        json_t *root = NULL;
 
         if (out == NULL || out_len == NULL)
                 return KS_INTERNAL;
         *out = NULL;
         *out_len = 0;
-        if (msg == NULL || msg_to_json(msg, 0, &root) != KS_OK)
-                return KS_INTERNAL;
-        put_value(&b, root);
-        json_decref(root);
-        if (b.failed || b.p == NULL) {
+        if (msg == NULL || write_message(&b, msg, 0) != KS_OK || b.failed || b.p == NULL) {
                 free(b.p);
                 return KS_INTERNAL;
         }

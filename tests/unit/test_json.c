@@ -905,6 +905,29 @@ static void test_invalid_message_not_printed(void **state)
         m.f_string = "bad \xff utf-8";
         assert_int_equal(ks_json_from_message(&m.base, &s, &n), KS_INTERNAL);
         assert_null(s);
+        /* UTF-8 as jansson reads it: overlong, surrogate, past U+10FFFF, cut short. */
+        static const char *const not_utf8[] = {"\xc0\x80",         "\xe0\x80\x80", "\xed\xa0\x80",
+                                               "\xf4\x90\x80\x80", "\xf0\x9f\x98", "a\x80"};
+        for (size_t i = 0; i < sizeof(not_utf8) / sizeof(not_utf8[0]); i++) {
+                m.f_string = (char *)not_utf8[i];
+                assert_int_equal(ks_json_from_message(&m.base, &s, &n), KS_INTERNAL);
+                assert_null(s);
+        }
+        m.f_string = "\xf0\x9f\x98\x80 \xe2\x82\xac \xc3\xa9"; /* 4, 3 and 2 bytes */
+        assert_int_equal(ks_json_from_message(&m.base, &s, &n), KS_OK);
+        assert_string_equal(s, "{\"fString\":\"\xf0\x9f\x98\x80 \xe2\x82\xac \xc3\xa9\"}");
+        free(s);
+        s = NULL;
+        /* A map key is a string too. */
+        Keelson__Test__V1__AllTypes__MStrInt64Entry e =
+            KEELSON__TEST__V1__ALL_TYPES__MSTR_INT64_ENTRY__INIT;
+        Keelson__Test__V1__AllTypes__MStrInt64Entry *entries[] = {&e};
+        e.key = "\xff";
+        m.f_string = "";
+        m.n_m_str_int64 = 1, m.m_str_int64 = entries;
+        assert_int_equal(ks_json_from_message(&m.base, &s, &n), KS_INTERNAL);
+        assert_null(s);
+        m.n_m_str_int64 = 0, m.m_str_int64 = NULL;
         m.f_string = "";
         m.n_r_int32 = 2; /* a count without an array */
         assert_int_equal(ks_json_from_message(&m.base, &s, &n), KS_INTERNAL);
