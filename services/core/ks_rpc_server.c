@@ -13,6 +13,21 @@
  * and back (nng's contexts and task queues cost about 16 thread switches per
  * call; docs/performance.md).
  *
+ * Calls run on the loop. Even those two hand-offs cost more than a short
+ * read's handler on a virtual machine, where every sleep and wake-up of a
+ * thread goes through the hypervisor (WhoAmI: auth's CPU per call 114 ->
+ * 61 us, switches 3.5 -> 1.3, when every call ran on the loop). So the loop
+ * runs calls itself when their method is a short read: idempotent, not
+ * heavy, the service's workers hold no state of their own (worker_init),
+ * and its handler measured, over at least INLINE_SAMPLES calls, to take
+ * less than INLINE_MAX_NS on average (a moving average over about the last
+ * eight calls: a method that turns slow goes to the workers again from its
+ * next call). Of the calls one pass of the loop read, it keeps as many as
+ * their averages say fit in INLINE_BUDGET_NS and hands the rest to the
+ * workers first, so a replica under load still runs calls on every core,
+ * and what arrives meanwhile (requests, the workers' replies to write)
+ * waits about that long at most.
+ *
  * A reply whose pipe is gone (its broker went away) is dropped: the client
  * resends what may be resent, or times out, as with a replica that dies.
  */
@@ -50,6 +65,10 @@
 #define DRAIN_MS      10000
 #define DRAIN_POLL_MS 2
 #define DRAIN_MESSAGE "replica stopping, retry"
+/* Calls run on the loop: the methods' handlers measured first, and fast. */
+#define INLINE_SAMPLES   8
+#define INLINE_MAX_NS    (2 * 1000 * 1000)
+#define INLINE_BUDGET_NS (2 * 1000 * 1000) /* of one pass's calls, by their averages */
 
 typedef struct job {
         ks_fifo_link link; /* on the work queue or the done list */
@@ -87,6 +106,9 @@ static void job_free(job *j)
 typedef struct method_metrics {
         _Atomic(ks_counter *) by_code[KS_CODE_COUNT];
         ks_histogram *duration;
+        /* its handler's time: a moving average (1/8 per call) and the calls measured */
+        atomic_llong handler_ns;
+        atomic_int handler_runs;
 } method_metrics;
 
 struct ks_rpc_server {
@@ -95,8 +117,9 @@ struct ks_rpc_server {
         ks_loop *loop;
         ks_sp *sp;
         ks_sp_dialer *dialers[KS_BROKERS_MAX];
-        struct event *wake;  /* made active by a worker that put a job on done */
-        struct event *flush; /* while draining: measures the replies not yet written */
+        struct event *wake;     /* made active by a worker that put a job on done */
+        struct event *flush;    /* while draining: measures the replies not yet written */
+        struct event *dispatch; /* after a read: runs or queues what it brought (pending) */
         atomic_int connected;
         atomic_int held;             /* received and not yet answered (max_inflight) */
         atomic_int heavy;            /* KS_M_HEAVY calls queued or running */
@@ -113,11 +136,13 @@ struct ks_rpc_server {
         pthread_cond_t cv;
         ks_fifo queue;
         ks_fifo done;
+        ks_fifo pending;    /* read by the loop in this pass, for dispatch to place */
         int running;        /* jobs a worker took and has not put on done yet */
         int replying;       /* jobs the loop took off done and is writing */
         method_metrics *mm; /* one per method */
         ks_counter *rejected_full;
         ks_counter *rejected_deadline;
+        ks_counter *inline_calls;
         ks_gauge *queue_depth;
 };
 
@@ -271,21 +296,21 @@ static queue_result enqueue(ks_rpc_server *srv, job *j)
         return QUEUED;
 }
 
-/* Refuses at once what needs no worker to refuse: a full queue, too many heavy calls. */
-static void admit(ks_rpc_server *srv, job *j)
+/* Whether j may run on the loop, should it come alone (the top of this file). */
+static bool inline_eligible(const ks_rpc_server *srv, const job *j)
 {
-        const char *msg = srv->opts.heavy_message != NULL ? srv->opts.heavy_message
-                                                          : "too many expensive calls, retry later";
-        queue_result q;
+        const ks_method *m = j->method;
+        const method_metrics *mm = &srv->mm[m - srv->opts.methods];
+        return srv->opts.worker_init == NULL && (m->flags & KS_M_IDEMPOTENT) &&
+               !(m->flags & KS_M_HEAVY) && atomic_load(&mm->handler_runs) >= INLINE_SAMPLES &&
+               atomic_load(&mm->handler_ns) < INLINE_MAX_NS;
+}
 
-        if (!heavy_take(srv, j->method)) {
-                ks_counter_inc(srv->rejected_full);
-                if (srv->opts.heavy_rejected != NULL) {
-                        ks_counter_inc(srv->opts.heavy_rejected);
-                }
-                count_call(srv, j->method, KS_RESOURCE_EXHAUSTED, 0);
-                answer_now(srv, j, KS_RESOURCE_EXHAUSTED, msg);
-        } else if ((q = enqueue(srv, j)) == QUEUE_FULL) {
+/* To the workers, or refused: a full queue, a draining replica. */
+static void to_workers(ks_rpc_server *srv, job *j)
+{
+        queue_result q = enqueue(srv, j);
+        if (q == QUEUE_FULL) {
                 heavy_give(srv, j->method);
                 ks_counter_inc(srv->rejected_full);
                 count_call(srv, j->method, KS_RESOURCE_EXHAUSTED, 0);
@@ -295,6 +320,32 @@ static void admit(ks_rpc_server *srv, job *j)
                 atomic_fetch_add(&srv->refused_draining, 1);
                 count_call(srv, j->method, KS_UNAVAILABLE, 0);
                 answer_now(srv, j, KS_UNAVAILABLE, DRAIN_MESSAGE);
+        }
+}
+
+/*
+ * Refuses at once what needs no worker to refuse (too many heavy calls),
+ * holds what may run on the loop for dispatch, queues the rest.
+ */
+static void admit(ks_rpc_server *srv, job *j)
+{
+        const char *msg = srv->opts.heavy_message != NULL ? srv->opts.heavy_message
+                                                          : "too many expensive calls, retry later";
+
+        if (!heavy_take(srv, j->method)) {
+                ks_counter_inc(srv->rejected_full);
+                if (srv->opts.heavy_rejected != NULL) {
+                        ks_counter_inc(srv->opts.heavy_rejected);
+                }
+                count_call(srv, j->method, KS_RESOURCE_EXHAUSTED, 0);
+                answer_now(srv, j, KS_RESOURCE_EXHAUSTED, msg);
+        } else if (inline_eligible(srv, j)) {
+                pthread_mutex_lock(&srv->mu); /* drain() counts pending among what is held */
+                jobs_push(&srv->pending, j);
+                pthread_mutex_unlock(&srv->mu);
+                event_active(srv->dispatch, EV_TIMEOUT, 0); /* once, after this read */
+        } else {
+                to_workers(srv, j);
         }
 }
 
@@ -395,7 +446,7 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
         atomic_fetch_add(&srv->flush_looks, 1);
 }
 
-/* On a worker: runs the handler of one job, packs its reply and hands it to the loop. */
+/* Runs the handler of one job and packs its reply into it (a worker, or the loop). */
 static void run_call(ks_rpc_server *srv, job *j, void *worker_state)
 {
         const ks_method *m = j->method;
@@ -426,7 +477,14 @@ static void run_call(ks_rpc_server *srv, job *j, void *worker_state)
                 code = ks_call_fail(&call, KS_INVALID_ARGUMENT, "malformed request payload");
         } else {
                 call.in = in;
+                int64_t t0 = ks_mono_ns();
                 code = m->handler(&call);
+                method_metrics *mm = &srv->mm[m - srv->opts.methods];
+                long long took = (long long)(ks_mono_ns() - t0);
+                long long avg = atomic_load(&mm->handler_ns);
+                atomic_store(&mm->handler_ns,
+                             atomic_load(&mm->handler_runs) == 0 ? took : avg + (took - avg) / 8);
+                atomic_fetch_add(&mm->handler_runs, 1);
         }
         if (code < 0 || code >= KS_CODE_COUNT) {
                 ks_log_error(call.request_id, "handler returned an invalid code", "{s:s,s:i}",
@@ -445,7 +503,11 @@ static void run_call(ks_rpc_server *srv, job *j, void *worker_state)
                 protobuf_c_message_free_unpacked(in, NULL);
         }
         free(call.out_payload);
+}
 
+/* On a worker: a finished job to the loop, which writes its reply. */
+static void hand_back(ks_rpc_server *srv, job *j)
+{
         pthread_mutex_lock(&srv->mu);
         bool first = srv->done.n == 0;
         jobs_push(&srv->done, j);
@@ -453,6 +515,49 @@ static void run_call(ks_rpc_server *srv, job *j, void *worker_state)
         pthread_mutex_unlock(&srv->mu);
         if (first) {
                 event_active(srv->wake, EV_TIMEOUT, 0);
+        }
+}
+
+/*
+ * On the loop, after a pass that read calls it may run: as many as their
+ * handlers' averages say fit in INLINE_BUDGET_NS run here, each answered as
+ * soon as it ran; the others go to the workers first, to run beside them.
+ */
+static void on_dispatch(evutil_socket_t fd, short what, void *arg)
+{
+        (void)fd;
+        (void)what;
+        ks_rpc_server *srv = arg;
+        ks_fifo here = {0};
+        long long budget = INLINE_BUDGET_NS;
+        job *j;
+
+        pthread_mutex_lock(&srv->mu);
+        ks_fifo batch = ks_fifo_take(&srv->pending);
+        bool draining = atomic_load(&srv->draining);
+        pthread_mutex_unlock(&srv->mu);
+        while ((j = jobs_pop(&batch)) != NULL) {
+                long long est = atomic_load(&srv->mm[j->method - srv->opts.methods].handler_ns);
+                if (!draining && est <= budget) {
+                        budget -= est;
+                        jobs_push(&here, j);
+                } else {
+                        to_workers(srv, j); /* refused there while draining */
+                }
+        }
+        if (here.n == 0) {
+                return;
+        }
+        pthread_mutex_lock(&srv->mu); /* held: drain() waits for them */
+        srv->running += (int)here.n;
+        pthread_mutex_unlock(&srv->mu);
+        while ((j = jobs_pop(&here)) != NULL) {
+                ks_counter_inc(srv->inline_calls);
+                run_call(srv, j, NULL);
+                send_reply(srv, j);
+                pthread_mutex_lock(&srv->mu);
+                srv->running--;
+                pthread_mutex_unlock(&srv->mu);
         }
 }
 
@@ -486,6 +591,7 @@ static void *worker_main(void *arg)
                 ks_gauge_set(srv->queue_depth, (int64_t)srv->queue.n);
                 pthread_mutex_unlock(&srv->mu);
                 run_call(srv, j, state);
+                hand_back(srv, j);
         }
         if (srv->opts.worker_fini != NULL) {
                 srv->opts.worker_fini(srv->opts.service, state);
@@ -516,7 +622,8 @@ static int open_loop(ks_rpc_server *srv)
                 KS_OK ||
             (srv->wake = event_new(ks_loop_base(srv->loop), -1, 0, on_wake, srv)) == NULL ||
             (srv->flush = event_new(ks_loop_base(srv->loop), -1, EV_PERSIST, on_flush, srv)) ==
-                NULL) {
+                NULL ||
+            (srv->dispatch = event_new(ks_loop_base(srv->loop), -1, 0, on_dispatch, srv)) == NULL) {
                 return KS_INTERNAL;
         }
         for (int i = 0; i < srv->opts.n_dial_urls; i++) {
@@ -544,6 +651,10 @@ static void init_metrics(ks_rpc_server *srv)
                            "Requests whose deadline had passed when they arrived.", labels);
         srv->queue_depth =
             ks_gauge_get(reg, "keelson_rpc_queue_depth", "Requests waiting for a worker.", labels);
+        srv->inline_calls = ks_counter_get(
+            reg, "keelson_rpc_inline_total",
+            "Calls run on the replica's I/O loop instead of a worker (idempotent, fast, alone).",
+            labels);
         for (size_t i = 0; i < srv->opts.n_methods; i++) {
                 snprintf(labels, sizeof(labels), "service=\"%s\",method=\"%s\"",
                          srv->opts.service_name,
@@ -619,8 +730,8 @@ int ks_rpc_server_connected(const ks_rpc_server *s)
 static bool idle(ks_rpc_server *srv)
 {
         pthread_mutex_lock(&srv->mu);
-        bool none =
-            srv->queue.n == 0 && srv->running == 0 && srv->done.n == 0 && srv->replying == 0;
+        bool none = srv->queue.n == 0 && srv->running == 0 && srv->done.n == 0 &&
+                    srv->replying == 0 && srv->pending.n == 0;
         pthread_mutex_unlock(&srv->mu);
         return none;
 }
@@ -702,6 +813,12 @@ void ks_rpc_server_stop(ks_rpc_server *srv)
         }
         while ((j = jobs_pop(&srv->done)) != NULL) {
                 job_free(j);
+        }
+        while ((j = jobs_pop(&srv->pending)) != NULL) {
+                job_free(j);
+        }
+        if (srv->dispatch != NULL) {
+                event_free(srv->dispatch);
         }
         if (srv->flush != NULL) {
                 event_free(srv->flush);

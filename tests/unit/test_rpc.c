@@ -23,6 +23,7 @@
 #include "auth.pb-c.h"
 #include "ks_broker.h"
 #include "ks_events.h"
+#include "ks_metrics.h"
 #include "ks_rpc.h"
 #include "ks_topology.h"
 
@@ -84,7 +85,15 @@ static const ks_method methods[] = {
      .handler = echo,
      .flags = KS_M_PUBLIC,
      .bearer = KS_BEARER_NONE},
+    /* the same handler as a read: idempotent, so the loop may run it itself */
+    {.name = "keelson.auth.v1.AuthService/EchoRead",
+     .input = &keelson__auth__v1__sign_up_request__descriptor,
+     .output = &keelson__auth__v1__sign_up_response__descriptor,
+     .handler = echo,
+     .flags = KS_M_PUBLIC | KS_M_IDEMPOTENT,
+     .bearer = KS_BEARER_NONE},
 };
+#define N_METHODS (sizeof(methods) / sizeof(methods[0]))
 
 static int start_server(fixture *f, int i, int workers, int queue_max, int inflight)
 {
@@ -94,7 +103,7 @@ static int start_server(fixture *f, int i, int workers, int queue_max, int infli
             .dial_urls = urls,
             .n_dial_urls = 1,
             .methods = methods,
-            .n_methods = 1,
+            .n_methods = N_METHODS,
             .workers = workers,
             .queue_max = queue_max,
             .max_inflight = inflight,
@@ -158,7 +167,8 @@ static int teardown(void **state)
         return 0;
 }
 
-static int call_echo(fixture *f, const char *email, int64_t deadline, ks_rpc_result *res)
+static int call_method(fixture *f, const ks_method *m, const char *email, int64_t deadline,
+                       ks_rpc_result *res)
 {
         Keelson__Auth__V1__SignUpRequest req = KEELSON__AUTH__V1__SIGN_UP_REQUEST__INIT;
         req.email = (char *)email;
@@ -166,13 +176,38 @@ static int call_echo(fixture *f, const char *email, int64_t deadline, ks_rpc_res
         size_t len = keelson__auth__v1__sign_up_request__pack(&req, buf);
         ks_caller caller = KEELSON__RPC__V1__CALLER_CONTEXT__INIT;
         caller.tenant_id = "t-1";
-        ks_rpc_call_args a = {.method = methods[0].name,
+        ks_rpc_call_args a = {.method = m->name,
                               .request_id = "req-1",
                               .caller = &caller,
                               .deadline_unix_ms = deadline,
                               .payload = buf,
                               .payload_len = len};
         return ks_rpc_call(f->client, &a, res);
+}
+
+static int call_echo(fixture *f, const char *email, int64_t deadline, ks_rpc_result *res)
+{
+        return call_method(f, &methods[0], email, deadline, res);
+}
+
+/* The echo read, answered ok with what was sent. */
+static void read_ok(fixture *f, const char *email)
+{
+        ks_rpc_result res;
+        assert_int_equal(call_method(f, &methods[1], email, 0, &res), KS_OK);
+        Keelson__Auth__V1__SignUpResponse *out =
+            keelson__auth__v1__sign_up_response__unpack(NULL, res.payload_len, res.payload);
+        assert_non_null(out);
+        assert_string_equal(out->user_id, email);
+        keelson__auth__v1__sign_up_response__free_unpacked(out, NULL);
+        ks_rpc_result_clear(&res);
+}
+
+/* Calls the replicas (every one is "auth" here) ran on their loops. */
+static uint64_t inline_calls(void)
+{
+        return ks_counter_value(ks_counter_get(ks_metrics_default(), "keelson_rpc_inline_total", "",
+                                               "service=\"auth\""));
 }
 
 static void test_round_trip(void **state)
@@ -278,6 +313,73 @@ static void test_overload(void **state)
                 sleep_ms(10);
         }
         assert_int_equal(atomic_load(&box.codes[KS_OK]), 2);
+}
+
+/*
+ * A read that comes alone runs on the loop, once its handler is known to be
+ * fast (measured over eight calls on the workers first); a write never does.
+ */
+static void test_inline_fast_reads(void **state)
+{
+        fixture *f = *state;
+        assert_int_equal(start_server(f, 0, 2, 8, 16), KS_OK);
+        wait_connected(f, 1);
+        uint64_t before = inline_calls();
+        for (int i = 0; i < 8; i++) {
+                read_ok(f, "warm@example.test");
+        }
+        assert_int_equal(inline_calls(), before); /* not measured yet: the workers ran them */
+        for (int i = 0; i < 20; i++) {
+                read_ok(f, "read@example.test");
+        }
+        assert_int_equal(inline_calls(), before + 20);
+        ks_rpc_result res;
+        for (int i = 0; i < 10; i++) {
+                assert_int_equal(call_echo(f, "write@example.test", 0, &res), KS_OK);
+                ks_rpc_result_clear(&res);
+        }
+        assert_int_equal(inline_calls(), before + 20); /* SignUp is no read */
+        assert_int_equal(call_method(f, &methods[1], "fail", 0, &res), KS_FAILED_PRECONDITION);
+        assert_string_equal(res.message, "told to fail");
+        ks_rpc_result_clear(&res);
+        assert_int_equal(atomic_load(&f->svc[0].calls), 8 + 20 + 10 + 1);
+}
+
+/*
+ * A read whose handler turns slow goes back to the workers from its next
+ * call, and many reads at once are all answered (the workers take the ones
+ * that come together).
+ */
+static void test_inline_slow_read_goes_to_workers(void **state)
+{
+        fixture *f = *state;
+        assert_int_equal(start_server(f, 0, 2, 40, 64), KS_OK);
+        wait_connected(f, 1);
+        for (int i = 0; i < 8; i++) {
+                read_ok(f, "warm@example.test");
+        }
+        uint64_t before = inline_calls();
+        read_ok(f, "slow"); /* 400 ms, on the loop: its average is now far above 2 ms */
+        assert_int_equal(inline_calls(), before + 1);
+        for (int i = 0; i < 5; i++) {
+                read_ok(f, "after@example.test");
+        }
+        assert_int_equal(inline_calls(), before + 1);
+
+        async_box box;
+        memset(&box, 0, sizeof(box));
+        Keelson__Auth__V1__SignUpRequest req = KEELSON__AUTH__V1__SIGN_UP_REQUEST__INIT;
+        req.email = "many@example.test";
+        uint8_t buf[64];
+        size_t len = keelson__auth__v1__sign_up_request__pack(&req, buf);
+        ks_rpc_call_args a = {.method = methods[1].name, .payload = buf, .payload_len = len};
+        for (int i = 0; i < 32; i++) {
+                assert_int_equal(ks_rpc_call_async(f->client, &a, on_done, &box), KS_OK);
+        }
+        for (int t = 0; t < 500 && atomic_load(&box.done) < 32; t++) {
+                sleep_ms(10);
+        }
+        assert_int_equal(atomic_load(&box.codes[KS_OK]), 32);
 }
 
 static void test_two_replicas_and_one_dies(void **state)
@@ -542,6 +644,8 @@ int main(void)
         const struct CMUnitTest tests[] = {
             cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
             cmocka_unit_test_setup_teardown(test_unknown_method, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_inline_fast_reads, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_inline_slow_read_goes_to_workers, setup, teardown),
             cmocka_unit_test_setup_teardown(test_deadlines, setup, teardown),
             cmocka_unit_test_setup_teardown(test_overload, setup, teardown),
             cmocka_unit_test_setup_teardown(test_two_replicas_and_one_dies, setup, teardown),
