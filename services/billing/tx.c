@@ -322,24 +322,38 @@ static int run_in_tx(bl_tx *tx, bl_tx_fn fn, void *arg, bool *replayed)
         return commit(tx);
 }
 
+/*
+ * The call's transaction, before its first statement: the caller's tenant
+ * (checked) and a pool connection. The method's permission was checked
+ * against the caller's role before the handler ran (main.c:
+ * role_from_caller), before any input was read.
+ */
+static int call_tx(ks_call *call, bl_tx *tx)
+{
+        int rc;
+
+        if ((rc = bl_require_tenant(call)) != KS_OK) {
+                return rc;
+        }
+        memset(tx, 0, sizeof(*tx));
+        tx->call = call;
+        tx->svc = call->service;
+        tx->tenant_id = call->caller->tenant_id;
+        tx->request_id = call->request_id;
+        if ((rc = ks_pg_acquire(tx->svc->pool, &tx->conn)) != KS_OK) {
+                return bl_db_fail(tx, rc);
+        }
+        return KS_OK;
+}
+
 int bl_tx_run(ks_call *call, bl_tx_fn fn, void *arg)
 {
         bl_tx tx;
         bool replayed = false;
         int rc;
 
-        if ((rc = bl_require_tenant(call)) != KS_OK) {
+        if ((rc = call_tx(call, &tx)) != KS_OK) {
                 return rc;
-        }
-        /* The method's permission was checked against the caller's role before the
-         * handler ran (main.c: role_from_caller), before any input was read. */
-        memset(&tx, 0, sizeof(tx));
-        tx.call = call;
-        tx.svc = call->service;
-        tx.tenant_id = call->caller->tenant_id;
-        tx.request_id = call->request_id;
-        if ((rc = ks_pg_acquire(tx.svc->pool, &tx.conn)) != KS_OK) {
-                return bl_db_fail(&tx, rc);
         }
         rc = run_in_tx(&tx, fn, arg, &replayed);
         if (rc != KS_OK || replayed) {
@@ -363,20 +377,12 @@ int bl_tx_read(ks_call *call, const ks_pg_stmt *reads, int n_reads)
         int rc;
 
         KS_ASSERT(n_reads >= 1 && n_reads < KS_PG_PIPELINE_MAX);
-        if ((rc = bl_require_tenant(call)) != KS_OK) {
+        if ((rc = call_tx(call, &tx)) != KS_OK) {
                 return rc;
         }
-        memset(&tx, 0, sizeof(tx));
-        tx.call = call;
-        tx.svc = call->service;
-        tx.tenant_id = call->caller->tenant_id;
-        tx.request_id = call->request_id;
         const char *params[1] = {tx.tenant_id};
         s[0] = (ks_pg_stmt){.sql = sql_act_for, .n_params = 1, .params = params};
         memcpy(s + 1, reads, (size_t)n_reads * sizeof(s[0]));
-        if ((rc = ks_pg_acquire(tx.svc->pool, &tx.conn)) != KS_OK) {
-                return bl_db_fail(&tx, rc);
-        }
         /* A pooled connection is released outside a transaction: the Sync ends the read's. */
         KS_ASSERT(PQtransactionStatus(tx.conn) == PQTRANS_IDLE);
         rc = ks_pg_pipeline(tx.conn, tx.request_id, s, 1 + n_reads);
