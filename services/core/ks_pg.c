@@ -294,6 +294,14 @@ static void slot_give_back(ks_pg_pool *pool, slot *s)
         pthread_mutex_unlock(&pool->mu);
 }
 
+bool ks_pg_pool_has_free(ks_pg_pool *pool)
+{
+        pthread_mutex_lock(&pool->mu);
+        bool any = free_slot(pool) != NULL;
+        pthread_mutex_unlock(&pool->mu);
+        return any;
+}
+
 int ks_pg_acquire(ks_pg_pool *pool, PGconn **out)
 {
         slot *s;

@@ -38,6 +38,8 @@ typedef struct ks_pg_pool_options {
 
 int ks_pg_pool_new(ks_pg_pool **out, const ks_pg_pool_options *opts) KS_MUST_CHECK;
 void ks_pg_pool_free(ks_pg_pool *pool);
+/* Whether a connection is free now (ks_pg_acquire would not wait for one). */
+bool ks_pg_pool_has_free(ks_pg_pool *pool);
 
 /*
  * Hands out a connection (connected, idle, not in a transaction). Returns

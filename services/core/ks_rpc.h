@@ -106,6 +106,13 @@ typedef struct ks_rpc_server_options {
         /* optional per-worker state, made on the worker's thread: */
         int (*worker_init)(void *service, int index, void **state);
         void (*worker_fini)(void *service, void *state);
+        /*
+         * Optional: asked on the loop before it runs a short read itself
+         * (ks_rpc_server.c); false hands the call to a worker instead. For
+         * what the loop must never wait for: a free database connection.
+         */
+        bool (*inline_ready)(void *arg);
+        void *inline_ready_arg;
 } ks_rpc_server_options;
 
 int ks_rpc_server_start(ks_rpc_server **out, const ks_rpc_server_options *opts) KS_MUST_CHECK;

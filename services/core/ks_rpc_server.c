@@ -19,6 +19,8 @@
  * 61 us, switches 3.5 -> 1.3, when every call ran on the loop). So the loop
  * runs calls itself when their method is a short read: idempotent, not
  * heavy, the service's workers hold no state of their own (worker_init),
+ * whatever the handler must wait for is free now (inline_ready: a database
+ * connection, which the loop must never queue for behind the workers),
  * and its handler measured, over at least INLINE_SAMPLES calls, to take
  * less than INLINE_MAX_NS on average (a moving average over about the last
  * eight calls: a method that turns slow goes to the workers again from its
@@ -555,9 +557,14 @@ static void on_dispatch(evutil_socket_t fd, short what, void *arg)
         srv->running += (int)here.n;
         pthread_mutex_unlock(&srv->mu);
         while ((j = jobs_pop(&here)) != NULL) {
-                ks_counter_inc(srv->inline_calls);
-                run_call(srv, j, NULL);
-                send_reply(srv, j);
+                if (srv->opts.inline_ready == NULL ||
+                    srv->opts.inline_ready(srv->opts.inline_ready_arg)) {
+                        ks_counter_inc(srv->inline_calls);
+                        run_call(srv, j, NULL);
+                        send_reply(srv, j);
+                } else {
+                        to_workers(srv, j); /* counted there before it leaves running */
+                }
                 pthread_mutex_lock(&srv->mu);
                 srv->running--;
                 pthread_mutex_unlock(&srv->mu);

@@ -413,6 +413,13 @@ static int start_health(running *r)
         return 0;
 }
 
+/* The loop runs a short read itself only when a connection is free: it must not wait for one. */
+static bool pool_has_free(void *arg)
+{
+        ks_pg_pool *const *pool = arg;
+        return *pool == NULL || ks_pg_pool_has_free(*pool);
+}
+
 static int start_rpc(running *r)
 {
         const ks_service_settings *c = r->set;
@@ -432,6 +439,8 @@ static int start_rpc(running *r)
             .service = r->spec->service,
             .worker_init = r->spec->worker_init,
             .worker_fini = r->spec->worker_fini,
+            .inline_ready = r->spec->pool != NULL ? pool_has_free : NULL,
+            .inline_ready_arg = r->spec->pool,
         };
         ks_rpc_server *s = NULL;
 

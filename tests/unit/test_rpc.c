@@ -33,7 +33,8 @@ typedef struct test_service {
         pthread_mutex_t mu;
         pthread_cond_t cv;
         bool release;
-        bool lose; /* "lost" requests are never answered, as by a dead replica */
+        bool lose;              /* "lost" requests are never answered, as by a dead replica */
+        atomic_bool no_free_db; /* what the loop must not wait for is taken (inline_ready) */
 } test_service;
 
 typedef struct fixture {
@@ -95,6 +96,11 @@ static const ks_method methods[] = {
 };
 #define N_METHODS (sizeof(methods) / sizeof(methods[0]))
 
+static bool db_free(void *arg)
+{
+        return !atomic_load(&((test_service *)arg)->no_free_db);
+}
+
 static int start_server(fixture *f, int i, int workers, int queue_max, int inflight)
 {
         const char *urls[] = {f->back};
@@ -108,6 +114,8 @@ static int start_server(fixture *f, int i, int workers, int queue_max, int infli
             .queue_max = queue_max,
             .max_inflight = inflight,
             .service = &f->svc[i],
+            .inline_ready = db_free,
+            .inline_ready_arg = &f->svc[i],
         };
         return ks_rpc_server_start(&f->srv[i], &o);
 }
@@ -343,6 +351,16 @@ static void test_inline_fast_reads(void **state)
         assert_string_equal(res.message, "told to fail");
         ks_rpc_result_clear(&res);
         assert_int_equal(atomic_load(&f->svc[0].calls), 8 + 20 + 10 + 1);
+
+        /* Nothing the handler needs is free (a database connection): the workers wait for it. */
+        atomic_store(&f->svc[0].no_free_db, true);
+        for (int i = 0; i < 10; i++) {
+                read_ok(f, "busy@example.test");
+        }
+        assert_int_equal(inline_calls(), before + 21); /* the 20 reads and "fail" */
+        atomic_store(&f->svc[0].no_free_db, false);
+        read_ok(f, "free@example.test");
+        assert_int_equal(inline_calls(), before + 22);
 }
 
 /*
