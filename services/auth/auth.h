@@ -321,11 +321,10 @@ int auth_tx_open(PGconn *conn, const char *request_id, const char *tenant_id, co
                  const ks_pg_stmt *then, int n_then);
 
 /*
- * A read in one round trip and one transaction without BEGIN or COMMIT: the
- * tenant and the user, then reads[] (1 to KS_PG_PIPELINE_MAX - 1 statements),
- * as one pipeline, which PostgreSQL runs as one transaction ended by the
- * pipeline's Sync. The connection must be outside a transaction (KS_INTERNAL
- * otherwise: the setting would outlive the read).
+ * A read in one round trip and one transaction without BEGIN or COMMIT
+ * (ks_pg_read): the tenant and the user, then reads[] (1 to
+ * KS_PG_PIPELINE_MAX - 1 statements). The connection must be outside a
+ * transaction (KS_INTERNAL otherwise: the setting would outlive the read).
  */
 int auth_tx_read(PGconn *conn, const char *request_id, const char *tenant_id, const char *user_id,
                  const ks_pg_stmt *reads, int n_reads);

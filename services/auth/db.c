@@ -133,28 +133,20 @@ int auth_tx_open(PGconn *conn, const char *request_id, const char *tenant_id, co
 }
 
 /*
- * No BEGIN and no COMMIT: the statements of one pipeline up to its Sync are
- * one transaction in PostgreSQL's extended protocol (committed at the Sync,
- * rolled back at a failure), so the SET LOCAL of sql_act_for holds for the
- * statements after it and is gone after them. Two statements fewer for the
- * server to parse, bind, run and answer than BEGIN ... COMMIT.
+ * No BEGIN and no COMMIT (ks_pg_read): the SET LOCAL of sql_act_for holds
+ * for the reads and is gone after them. Two statements fewer for the server
+ * to parse, bind, run and answer than BEGIN ... COMMIT.
  */
 int auth_tx_read(PGconn *conn, const char *request_id, const char *tenant_id, const char *user_id,
                  const ks_pg_stmt *reads, int n_reads)
 {
         const char *params[2] = {tenant_id ? tenant_id : "", user_id ? user_id : ""};
-        ks_pg_stmt s[KS_PG_PIPELINE_MAX] = {
-            {.sql = sql_act_for, .n_params = 2, .params = params},
-        };
+        const ks_pg_stmt act_for = {.sql = sql_act_for, .n_params = 2, .params = params};
 
-        if (!act_for_valid(params[0], params[1]) || n_reads < 1 ||
-            n_reads > KS_PG_PIPELINE_MAX - 1 || PQtransactionStatus(conn) != PQTRANS_IDLE) {
+        if (!act_for_valid(params[0], params[1])) {
                 return KS_INTERNAL;
         }
-        for (int i = 0; i < n_reads; i++) {
-                s[1 + i] = reads[i];
-        }
-        return ks_pg_pipeline(conn, request_id, s, 1 + n_reads);
+        return ks_pg_read(conn, request_id, &act_for, 1, reads, n_reads);
 }
 
 int auth_tx_begin(PGconn *conn, const char *request_id, const char *tenant_id, const char *user_id)

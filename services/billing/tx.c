@@ -372,7 +372,6 @@ int bl_tx_run(ks_call *call, bl_tx_fn fn, void *arg)
 
 int bl_tx_read(ks_call *call, const ks_pg_stmt *reads, int n_reads)
 {
-        ks_pg_stmt s[KS_PG_PIPELINE_MAX];
         bl_tx tx;
         int rc;
 
@@ -381,11 +380,10 @@ int bl_tx_read(ks_call *call, const ks_pg_stmt *reads, int n_reads)
                 return rc;
         }
         const char *params[1] = {tx.tenant_id};
-        s[0] = (ks_pg_stmt){.sql = sql_act_for, .n_params = 1, .params = params};
-        memcpy(s + 1, reads, (size_t)n_reads * sizeof(s[0]));
+        const ks_pg_stmt act_for = {.sql = sql_act_for, .n_params = 1, .params = params};
         /* A pooled connection is released outside a transaction: the Sync ends the read's. */
         KS_ASSERT(PQtransactionStatus(tx.conn) == PQTRANS_IDLE);
-        rc = ks_pg_pipeline(tx.conn, tx.request_id, s, 1 + n_reads);
+        rc = ks_pg_read(tx.conn, tx.request_id, &act_for, 1, reads, n_reads);
         ks_pg_release(tx.svc->pool, tx.conn);
         return rc == KS_OK ? KS_OK : bl_db_fail(&tx, rc);
 }

@@ -144,6 +144,18 @@ typedef struct ks_pg_stmt {
 
 #define KS_PG_PIPELINE_MAX 64
 
+/*
+ * A read in one round trip and one transaction with no BEGIN or COMMIT:
+ * first[] (the statements that say whom the read acts for, SET LOCAL
+ * settings), then reads[], as one pipeline, which PostgreSQL runs as one
+ * transaction ended by its Sync: the settings hold for the reads and end
+ * with them. conn must be outside a transaction, and n_first >= 0,
+ * n_reads >= 1, together at most KS_PG_PIPELINE_MAX; KS_INTERNAL otherwise
+ * (a setting would outlive the read). Else ks_pg_pipeline's result.
+ */
+int ks_pg_read(PGconn *conn, const char *request_id, const ks_pg_stmt *first, int n_first,
+               const ks_pg_stmt *reads, int n_reads) KS_MUST_CHECK;
+
 int ks_pg_pipeline(PGconn *conn, const char *request_id, const ks_pg_stmt *stmts,
                    int n) KS_MUST_CHECK;
 

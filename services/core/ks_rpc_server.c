@@ -183,12 +183,26 @@ int ks_call_fail(ks_call *call, int code, const char *fmt, ...)
         return code;
 }
 
+static method_metrics *metrics_of(const ks_rpc_server *srv, const ks_method *m)
+{
+        return &srv->mm[m - srv->opts.methods];
+}
+
+/* One more run of m's handler, took_ns long, into its moving average. */
+static void note_handler_time(method_metrics *mm, long long took_ns)
+{
+        long long avg = atomic_load(&mm->handler_ns);
+        atomic_store(&mm->handler_ns,
+                     atomic_load(&mm->handler_runs) == 0 ? took_ns : avg + (took_ns - avg) / 8);
+        atomic_fetch_add(&mm->handler_runs, 1);
+}
+
 static void count_call(ks_rpc_server *srv, const ks_method *m, int code, double seconds)
 {
         if (m == NULL || code < 0 || code >= KS_CODE_COUNT) {
                 return;
         }
-        method_metrics *mm = &srv->mm[m - srv->opts.methods];
+        method_metrics *mm = metrics_of(srv, m);
         ks_counter *c = atomic_load(&mm->by_code[code]);
         if (c == NULL) {
                 char esc[256], labels[512];
@@ -301,11 +315,11 @@ static queue_result enqueue(ks_rpc_server *srv, job *j)
         return QUEUED;
 }
 
-/* Whether j may run on the loop, should it come alone (the top of this file). */
+/* Whether j's method may run on the loop (the top of this file). */
 static bool inline_eligible(const ks_rpc_server *srv, const job *j)
 {
         const ks_method *m = j->method;
-        const method_metrics *mm = &srv->mm[m - srv->opts.methods];
+        const method_metrics *mm = metrics_of(srv, m);
         return srv->opts.worker_init == NULL && (m->flags & KS_M_IDEMPOTENT) &&
                !(m->flags & KS_M_HEAVY) && atomic_load(&mm->handler_runs) >= INLINE_SAMPLES &&
                atomic_load(&mm->handler_ns) < INLINE_MAX_NS;
@@ -484,12 +498,7 @@ static void run_call(ks_rpc_server *srv, job *j, void *worker_state)
                 call.in = in;
                 int64_t t0 = ks_mono_ns();
                 code = m->handler(&call);
-                method_metrics *mm = &srv->mm[m - srv->opts.methods];
-                long long took = (long long)(ks_mono_ns() - t0);
-                long long avg = atomic_load(&mm->handler_ns);
-                atomic_store(&mm->handler_ns,
-                             atomic_load(&mm->handler_runs) == 0 ? took : avg + (took - avg) / 8);
-                atomic_fetch_add(&mm->handler_runs, 1);
+                note_handler_time(metrics_of(srv, m), (long long)(ks_mono_ns() - t0));
         }
         if (code < 0 || code >= KS_CODE_COUNT) {
                 ks_log_error(call.request_id, "handler returned an invalid code", "{s:s,s:i}",
@@ -542,7 +551,7 @@ static void on_dispatch(evutil_socket_t fd, short what, void *arg)
         bool draining = atomic_load(&srv->draining);
         pthread_mutex_unlock(&srv->mu);
         while ((j = jobs_pop(&batch)) != NULL) {
-                long long est = atomic_load(&srv->mm[j->method - srv->opts.methods].handler_ns);
+                long long est = atomic_load(&metrics_of(srv, j->method)->handler_ns);
                 if (!draining && est <= budget) {
                         budget -= est;
                         jobs_push(&here, j);
@@ -663,8 +672,7 @@ static void init_metrics(ks_rpc_server *srv)
             ks_gauge_get(reg, "keelson_rpc_queue_depth", "Requests waiting for a worker.", labels);
         srv->inline_calls = ks_counter_get(
             reg, "keelson_rpc_inline_total",
-            "Calls run on the replica's I/O loop instead of a worker (idempotent, fast, alone).",
-            labels);
+            "Calls run on the replica's I/O loop instead of a worker (short reads).", labels);
         for (size_t i = 0; i < srv->opts.n_methods; i++) {
                 snprintf(labels, sizeof(labels), "service=\"%s\",method=\"%s\"",
                          srv->opts.service_name,

@@ -475,15 +475,19 @@ static void test_pipeline(void **state)
          */
         a = NULL;
         const char *tenant[] = {"t-1"};
-        const ks_pg_stmt local[2] = {
-            {.sql = "SELECT set_config('keelson.test_tenant', $1, true)",
-             .n_params = 1,
-             .params = tenant},
-            {.sql = "SELECT current_setting('keelson.test_tenant')", .out = &a},
-        };
-        assert_int_equal(ks_pg_pipeline(c, "t", local, 2), KS_OK);
+        const ks_pg_stmt act_for = {.sql = "SELECT set_config('keelson.test_tenant', $1, true)",
+                                    .n_params = 1,
+                                    .params = tenant};
+        const ks_pg_stmt read = {.sql = "SELECT current_setting('keelson.test_tenant')", .out = &a};
+        assert_int_equal(ks_pg_read(c, "t", &act_for, 1, &read, 1), KS_OK);
         assert_string_equal(PQgetvalue(a, 0, 0), "t-1");
         PQclear(a);
+        /* ks_pg_read refuses what would let the setting outlive the read, or read nothing. */
+        assert_int_equal(ks_pg_read(c, "t", &act_for, 1, &read, 0), KS_INTERNAL);
+        assert_int_equal(ks_pg_read(c, "t", &act_for, KS_PG_PIPELINE_MAX, &read, 1), KS_INTERNAL);
+        assert_int_equal(ks_pg_begin(c, "t"), KS_OK);
+        assert_int_equal(ks_pg_read(c, "t", &act_for, 1, &read, 1), KS_INTERNAL);
+        ks_pg_rollback(c);
         assert_int_equal(PQtransactionStatus(c), PQTRANS_IDLE);
         char after[16];
         query_value(c, "SELECT current_setting('keelson.test_tenant', true)", after, sizeof(after));

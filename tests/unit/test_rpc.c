@@ -175,21 +175,30 @@ static int teardown(void **state)
         return 0;
 }
 
-static int call_method(fixture *f, const ks_method *m, const char *email, int64_t deadline,
-                       ks_rpc_result *res)
+#define ECHO_BUF 256
+
+/* A call of m with the echo's request (email) packed into buf; the caller completes the rest. */
+static ks_rpc_call_args echo_args(const ks_method *m, const char *email, uint8_t buf[ECHO_BUF])
 {
         Keelson__Auth__V1__SignUpRequest req = KEELSON__AUTH__V1__SIGN_UP_REQUEST__INIT;
         req.email = (char *)email;
-        uint8_t buf[256];
-        size_t len = keelson__auth__v1__sign_up_request__pack(&req, buf);
+        assert_true(keelson__auth__v1__sign_up_request__get_packed_size(&req) <= ECHO_BUF);
+        ks_rpc_call_args a = {.method = m->name,
+                              .payload = buf,
+                              .payload_len = keelson__auth__v1__sign_up_request__pack(&req, buf)};
+        return a;
+}
+
+static int call_method(fixture *f, const ks_method *m, const char *email, int64_t deadline,
+                       ks_rpc_result *res)
+{
+        uint8_t buf[ECHO_BUF];
         ks_caller caller = KEELSON__RPC__V1__CALLER_CONTEXT__INIT;
         caller.tenant_id = "t-1";
-        ks_rpc_call_args a = {.method = m->name,
-                              .request_id = "req-1",
-                              .caller = &caller,
-                              .deadline_unix_ms = deadline,
-                              .payload = buf,
-                              .payload_len = len};
+        ks_rpc_call_args a = echo_args(m, email, buf);
+        a.request_id = "req-1";
+        a.caller = &caller;
+        a.deadline_unix_ms = deadline;
         return ks_rpc_call(f->client, &a, res);
 }
 
@@ -295,11 +304,8 @@ static void test_overload(void **state)
         wait_connected(f, 1);
         async_box box;
         memset(&box, 0, sizeof(box));
-        Keelson__Auth__V1__SignUpRequest req = KEELSON__AUTH__V1__SIGN_UP_REQUEST__INIT;
-        req.email = "block";
-        uint8_t buf[64];
-        size_t len = keelson__auth__v1__sign_up_request__pack(&req, buf);
-        ks_rpc_call_args a = {.method = methods[0].name, .payload = buf, .payload_len = len};
+        uint8_t buf[ECHO_BUF];
+        ks_rpc_call_args a = echo_args(&methods[0], "block", buf);
         for (int i = 0; i < 4; i++) {
                 assert_int_equal(ks_rpc_call_async(f->client, &a, on_done, &box), KS_OK);
                 if (i == 0) {
@@ -324,8 +330,8 @@ static void test_overload(void **state)
 }
 
 /*
- * A read that comes alone runs on the loop, once its handler is known to be
- * fast (measured over eight calls on the workers first); a write never does.
+ * A read runs on the loop, once its handler is known to be fast (measured
+ * over eight calls on the workers first); a write never does.
  */
 static void test_inline_fast_reads(void **state)
 {
@@ -386,11 +392,8 @@ static void test_inline_slow_read_goes_to_workers(void **state)
 
         async_box box;
         memset(&box, 0, sizeof(box));
-        Keelson__Auth__V1__SignUpRequest req = KEELSON__AUTH__V1__SIGN_UP_REQUEST__INIT;
-        req.email = "many@example.test";
-        uint8_t buf[64];
-        size_t len = keelson__auth__v1__sign_up_request__pack(&req, buf);
-        ks_rpc_call_args a = {.method = methods[1].name, .payload = buf, .payload_len = len};
+        uint8_t buf[ECHO_BUF];
+        ks_rpc_call_args a = echo_args(&methods[1], "many@example.test", buf);
         for (int i = 0; i < 32; i++) {
                 assert_int_equal(ks_rpc_call_async(f->client, &a, on_done, &box), KS_OK);
         }
@@ -433,12 +436,9 @@ static void test_resend_reaches_a_live_replica(void **state)
         assert_int_equal(start_server(f, 0, 2, 8, 16), KS_OK);
         assert_int_equal(start_server(f, 1, 2, 8, 16), KS_OK);
         wait_connected(f, 2);
-        Keelson__Auth__V1__SignUpRequest req = KEELSON__AUTH__V1__SIGN_UP_REQUEST__INIT;
-        req.email = "lost";
-        uint8_t buf[64];
-        size_t len = keelson__auth__v1__sign_up_request__pack(&req, buf);
-        ks_rpc_call_args a = {
-            .method = methods[0].name, .payload = buf, .payload_len = len, .resend_ms = 150};
+        uint8_t buf[ECHO_BUF];
+        ks_rpc_call_args a = echo_args(&methods[0], "lost", buf);
+        a.resend_ms = 150;
         ks_rpc_result res;
         for (int i = 0; i < 6; i++) {
                 a.deadline_unix_ms = ks_now_ms() + 3000;
@@ -470,25 +470,20 @@ static void *mt_run(void *arg)
 {
         mt_worker *w = arg;
         char email[64], tenant[32], rid[64];
-        uint8_t buf[256];
+        uint8_t buf[ECHO_BUF];
 
         snprintf(tenant, sizeof(tenant), "tenant-%d", w->index);
         pthread_barrier_wait(w->start);
         for (int i = 0; i < MT_CALLS; i++) {
-                Keelson__Auth__V1__SignUpRequest req = KEELSON__AUTH__V1__SIGN_UP_REQUEST__INIT;
                 ks_caller caller = KEELSON__RPC__V1__CALLER_CONTEXT__INIT;
                 ks_rpc_result res;
 
                 snprintf(email, sizeof(email), "t%d-call%d@example.test", w->index, i);
                 snprintf(rid, sizeof(rid), "mt-%d-%d", w->index, i);
-                req.email = email;
                 caller.tenant_id = tenant;
-                ks_rpc_call_args a = {.method = methods[0].name,
-                                      .request_id = rid,
-                                      .caller = &caller,
-                                      .payload = buf,
-                                      .payload_len =
-                                          keelson__auth__v1__sign_up_request__pack(&req, buf)};
+                ks_rpc_call_args a = echo_args(&methods[0], email, buf);
+                a.request_id = rid;
+                a.caller = &caller;
                 int code = ks_rpc_call(w->f->client, &a, &res);
                 if (code != KS_OK) {
                         w->first_code = w->failed++ == 0 ? code : w->first_code;
