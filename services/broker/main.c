@@ -4,6 +4,8 @@
  * this file wires configuration, the health listener and signals.
  */
 
+#include <stdatomic.h>
+
 #include "ks_broker.h"
 #include "ks_health.h"
 #include "ks_log.h"
@@ -42,9 +44,12 @@ static const ks_config_var config_vars[] = {
                "how often the broker looks for replicas that hold calls and answer none"),
 };
 
+/* SIGTERM or SIGINT came: /readyz fails from then on. */
+static atomic_bool g_stopping;
+
 static int ready_check(void *arg)
 {
-        return arg != NULL ? 0 : -1;
+        return arg != NULL && !atomic_load(&g_stopping) ? 0 : -1;
 }
 
 int main(int argc, char **argv)
@@ -81,10 +86,17 @@ int main(int argc, char **argv)
         ks_log_info(NULL, "broker ready", "{s:s,s:i}", "url", cfg.url, "http_port",
                     ks_health_port(health));
         ks_process_wait(&stop);
+        /* Clients take their new calls elsewhere; what this broker holds is answered first. */
+        atomic_store(&g_stopping, true);
+        (void)ks_broker_drain(broker, KS_BROKER_DRAIN_MS);
         status = 0;
 out:
         ks_health_stop(health);
         ks_broker_stop(broker);
         ks_config_free(config_vars, n_vars, &cfg);
+        if (status == 0) {
+                /* Last, with the exit status, as the services do: a clean stop in the log. */
+                ks_log_info(NULL, "stopped", "{s:i}", "exit_status", 0);
+        }
         return status;
 }

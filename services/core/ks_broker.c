@@ -25,13 +25,16 @@
  * its ks_outlier and closes the pipes it names.
  */
 #include "ks_broker.h"
+#include "ks_broker_ctl.h"
 
 #include <event2/event.h>
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ks_clock.h"
 #include "ks_code.h"
@@ -59,6 +62,7 @@ typedef struct queued {
 /* What the broker keeps of a replica's pipe. */
 typedef struct replica {
         uint64_t sent, answered;
+        bool draining; /* it asked for no new call (ks_broker_ctl.h) */
 } replica;
 
 typedef struct service {
@@ -68,7 +72,7 @@ typedef struct service {
         ks_sp_pipe *last; /* the replica chosen last (round robin among equals) */
         queued *head, *tail;
         size_t n_queued;
-        ks_counter *requests, *replies, *dropped;
+        ks_counter *requests, *replies, *dropped, *drains;
         ks_gauge *pipes;
         /* the watch */
         ks_outlier *outlier;
@@ -91,7 +95,17 @@ struct ks_broker {
         struct event *watch;
         ks_outlier_pipe look[KS_OUTLIER_PIPES_MAX];
         ks_outlier_event acts[KS_OUTLIER_EVENTS_MAX];
+        /* ks_broker_drain: the loop tells the clients, the caller's thread waits */
+        struct event *drain_start, *drain_look;
+        atomic_bool draining;     /* clients are told "drain", new ones as they come */
+        atomic_bool told;         /* every client connected at the start was told */
+        atomic_int awaiting;      /* clients told that have not answered "drained" */
+        atomic_llong outstanding; /* calls queued or at replicas, and replies unsent */
+        atomic_uint looks;        /* times drain_look measured */
 };
+
+/* A client's pipe user while it is told "drain" and has not answered. */
+static char told_mark;
 
 static uint32_t word_at(const uint8_t *p)
 {
@@ -108,7 +122,10 @@ static void word_put(uint8_t *p, uint32_t w)
 
 /* ---- requests ----------------------------------------------------------------------- */
 
-/* The replica to send the next request to: the fewest calls held, round robin among equals. */
+/*
+ * The replica to send the next request to: the fewest calls held, round
+ * robin among equals, none that is draining.
+ */
 static ks_sp_pipe *choose(service *s)
 {
         ks_sp_pipe *first = ks_sp_listener_first(s->back);
@@ -122,7 +139,7 @@ static ks_sp_pipe *choose(service *s)
         do {
                 const replica *r = ks_sp_pipe_user(p);
                 uint64_t held = r->sent - r->answered;
-                if (held < best_held && ks_sp_pending(p) <= SEND_MAX_BYTES) {
+                if (held < best_held && !r->draining && ks_sp_pending(p) <= SEND_MAX_BYTES) {
                         best = p;
                         best_held = held;
                         if (held == 0) {
@@ -210,6 +227,17 @@ static void queue_free(service *s)
 static void on_request(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg)
 {
         service *s = arg;
+        if (ks_broker_ctl_is(msg, len)) {
+                if (ks_broker_ctl_equal(msg, len, KS_BROKER_CTL_DRAINED,
+                                        KS_BROKER_CTL_DRAINED_LEN) &&
+                    ks_sp_pipe_user(p) == &told_mark) {
+                        ks_sp_pipe_set_user(p, NULL);
+                        atomic_fetch_sub(&s->b->awaiting, 1);
+                } else {
+                        ks_counter_inc(s->dropped);
+                }
+                return;
+        }
         if (ks_sp_backtrace(msg, len) == 0) {
                 ks_counter_inc(s->dropped); /* nng's rep drops it the same way */
                 return;
@@ -220,11 +248,35 @@ static void on_request(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg)
         }
 }
 
-/* A reply from a replica: [client pipe id][request id][reply]. */
+/* A control message from a replica (ks_broker_ctl.h). */
+static void on_control(service *s, ks_sp_pipe *p, replica *r, const uint8_t *msg, size_t len)
+{
+        if (!ks_broker_ctl_equal(msg, len, KS_BROKER_CTL_DRAIN, KS_BROKER_CTL_DRAIN_LEN)) {
+                ks_counter_inc(s->dropped);
+                return;
+        }
+        if (!r->draining) {
+                r->draining = true;
+                ks_counter_inc(s->drains);
+                ks_log_info(NULL, "replica draining: no new calls to it", "{s:s,s:s,s:I}", "device",
+                            s->name, "peer", ks_sp_pipe_peer(p), "outstanding",
+                            (json_int_t)(r->sent - r->answered));
+        }
+        if (ks_sp_send(p, NULL, 0, (const uint8_t *)KS_BROKER_CTL_DRAINED,
+                       KS_BROKER_CTL_DRAINED_LEN) != 0) {
+                ks_counter_inc(s->dropped); /* it stops after its wait, as without the notice */
+        }
+}
+
+/* A reply from a replica: [client pipe id][request id][reply]; or a control message. */
 static void on_reply(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg)
 {
         service *s = arg;
         replica *r = ks_sp_pipe_user(p);
+        if (ks_broker_ctl_is(msg, len)) {
+                on_control(s, p, r, msg, len);
+                return;
+        }
         r->answered++;
         if (len < 2 * WORD) {
                 ks_counter_inc(s->dropped);
@@ -238,18 +290,34 @@ static void on_reply(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg)
         ks_counter_inc(s->replies);
 }
 
+/* While the broker drains: a client is told to send nothing more here. */
+static void tell_client(ks_broker *b, ks_sp_pipe *p)
+{
+        if (ks_sp_pipe_user(p) == &told_mark ||
+            ks_sp_send(p, NULL, 0, (const uint8_t *)KS_BROKER_CTL_DRAIN, KS_BROKER_CTL_DRAIN_LEN) !=
+                0) {
+                return;
+        }
+        ks_sp_pipe_set_user(p, &told_mark);
+        atomic_fetch_add(&b->awaiting, 1);
+}
+
 static void on_client_added(ks_sp_pipe *p, void *arg)
 {
-        (void)p;
         service *s = arg;
         ks_gauge_add(s->pipes, 1);
+        if (atomic_load(&s->b->draining)) {
+                tell_client(s->b, p);
+        }
 }
 
 static void on_client_removed(ks_sp_pipe *p, void *arg)
 {
-        (void)p;
         service *s = arg;
         ks_gauge_add(s->pipes, -1);
+        if (ks_sp_pipe_user(p) == &told_mark) {
+                atomic_fetch_sub(&s->b->awaiting, 1);
+        }
 }
 
 static void on_replica_added(ks_sp_pipe *p, void *arg)
@@ -368,6 +436,80 @@ static void watch_step(evutil_socket_t fd, short what, void *arg)
         }
 }
 
+/* ---- draining ---------------------------------------------------------------------------- */
+
+/* On the loop: every client of every service is told "drain". */
+static void on_drain_start(evutil_socket_t fd, short what, void *arg)
+{
+        (void)fd;
+        (void)what;
+        ks_broker *b = arg;
+        atomic_store(&b->draining, true);
+        for (int i = 0; i < KS_SVC_COUNT; i++) {
+                for (ks_sp_pipe *p = ks_sp_listener_first(b->services[i].front); p != NULL;
+                     p = ks_sp_pipe_next(p)) {
+                        tell_client(b, p);
+                }
+        }
+        atomic_store(&b->told, true);
+}
+
+/* On the loop, while draining: what the broker still holds, in calls and reply bytes. */
+static void on_drain_look(evutil_socket_t fd, short what, void *arg)
+{
+        (void)fd;
+        (void)what;
+        ks_broker *b = arg;
+        long long held = 0;
+        for (int i = 0; i < KS_SVC_COUNT; i++) {
+                service *s = &b->services[i];
+                held += (long long)s->n_queued;
+                for (ks_sp_pipe *p = ks_sp_listener_first(s->back); p != NULL;
+                     p = ks_sp_pipe_next(p)) {
+                        const replica *r = ks_sp_pipe_user(p);
+                        held += (long long)(r->sent - r->answered);
+                }
+                for (ks_sp_pipe *p = ks_sp_listener_first(s->front); p != NULL;
+                     p = ks_sp_pipe_next(p)) {
+                        held += ks_sp_pending(p) > 0;
+                }
+        }
+        atomic_store(&b->outstanding, held);
+        atomic_fetch_add(&b->looks, 1);
+}
+
+static void sleep_ms(int ms)
+{
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+}
+
+bool ks_broker_drain(ks_broker *b, int64_t max_ms)
+{
+        const int poll_ms = 2;
+        struct timeval every = {0, poll_ms * 1000};
+        int64_t t0 = ks_mono_ms(), until_ms = t0 + max_ms;
+
+        event_active(b->drain_start, EV_TIMEOUT, 0);
+        event_add(b->drain_look, &every);
+        while ((!atomic_load(&b->told) || atomic_load(&b->awaiting) > 0) &&
+               ks_mono_ms() < t0 + KS_BROKER_CTL_WAIT_MS) {
+                sleep_ms(poll_ms);
+        }
+        int unconfirmed = atomic_load(&b->awaiting);
+        /* Measured twice after the last client's answer: nothing is held, nothing unsent. */
+        unsigned since = atomic_load(&b->looks);
+        while (!(atomic_load(&b->looks) > since + 1 && atomic_load(&b->outstanding) == 0) &&
+               ks_mono_ms() < until_ms) {
+                sleep_ms(poll_ms);
+        }
+        bool drained = atomic_load(&b->outstanding) == 0;
+        ks_log_info(NULL, "broker drained", "{s:b,s:I,s:i,s:I}", "complete", drained, "drain_ms",
+                    (json_int_t)(ks_mono_ms() - t0), "clients_unconfirmed", unconfirmed, "held",
+                    (json_int_t)atomic_load(&b->outstanding));
+        return drained;
+}
+
 /* ---- life ------------------------------------------------------------------------------ */
 
 static int listen_side(ks_broker *b, const char *base, int service_id, ks_broker_side side,
@@ -408,6 +550,9 @@ static int open_service(ks_broker *b, const char *base, int id)
                                     "Messages not forwarded: malformed, a peer gone or not "
                                     "reading, no replica connected with the queue full.",
                                     labels);
+        s->drains =
+            ks_counter_get(reg, "keelson_broker_drains_total",
+                           "Replicas that announced their stop: no new call went to them.", labels);
         s->pipes =
             ks_gauge_get(reg, "keelson_broker_pipes",
                          "Connected peers (clients, replicas, publishers, subscribers).", labels);
@@ -482,6 +627,12 @@ void ks_broker_stop(ks_broker *b)
         if (b->watch != NULL) {
                 event_free(b->watch);
         }
+        if (b->drain_start != NULL) {
+                event_free(b->drain_start);
+        }
+        if (b->drain_look != NULL) {
+                event_free(b->drain_look);
+        }
         for (int i = 0; i < KS_SVC_COUNT; i++) {
                 if (b->services[i].back == NULL) {
                         continue;
@@ -519,7 +670,10 @@ int ks_broker_start_with(ks_broker **out, const char *base, const ks_broker_opti
         }
         b->opts = *o;
         if (ks_loop_new(&b->loop) != KS_OK ||
-            ks_sp_new(&b->sp, ks_loop_base(b->loop), RECV_MAX_BYTES, SEND_MAX_BYTES) != KS_OK) {
+            ks_sp_new(&b->sp, ks_loop_base(b->loop), RECV_MAX_BYTES, SEND_MAX_BYTES) != KS_OK ||
+            (b->drain_start = event_new(ks_loop_base(b->loop), -1, 0, on_drain_start, b)) == NULL ||
+            (b->drain_look = event_new(ks_loop_base(b->loop), -1, EV_PERSIST, on_drain_look, b)) ==
+                NULL) {
                 ks_broker_stop(b);
                 return KS_INTERNAL;
         }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ks_broker_ctl.h"
 #include "ks_log.h"
 #include "ks_sp.h"
 #include "ks_topology.h"
@@ -22,6 +23,9 @@
 #define NO_SLOT        UINT32_MAX
 
 typedef struct slot slot;
+
+/* A broker pipe's user while the broker drains: no new call goes on it. */
+static char draining_mark;
 
 typedef struct target {
         ks_req *r;
@@ -109,13 +113,14 @@ static void finish_error(slot *s, int code, const char *message)
         finish(s, &res);
 }
 
-/* The next connected broker of a target, round robin; NULL when none. */
+/* The next connected broker of a target that is not draining, round robin; NULL when none. */
 static ks_sp_pipe *choose(target *t)
 {
         for (int i = 0; i < t->n_dialers; i++) {
                 int k = (t->next + i) % t->n_dialers;
                 ks_sp_pipe *p = ks_sp_dialer_pipe(t->dialers[k]);
-                if (p != NULL && ks_sp_pending(p) <= SEND_MAX_BYTES) {
+                if (p != NULL && ks_sp_pipe_user(p) != &draining_mark &&
+                    ks_sp_pending(p) <= SEND_MAX_BYTES) {
                         t->next = (k + 1) % t->n_dialers;
                         return p;
                 }
@@ -231,12 +236,34 @@ int ks_req_free_slots(const ks_req *r)
 
 /* ---- the brokers ----------------------------------------------------------------------- */
 
+/*
+ * A broker about to stop said "drain" (ks_broker_ctl.h): no new call goes to
+ * it, and it is told so. What was sent on it is still answered through it;
+ * a call with no other broker to go to waits for one to connect.
+ */
+static void on_control(ks_sp_pipe *p, const uint8_t *msg, size_t len)
+{
+        if (!ks_broker_ctl_equal(msg, len, KS_BROKER_CTL_DRAIN, KS_BROKER_CTL_DRAIN_LEN) ||
+            ks_sp_pipe_user(p) == &draining_mark) {
+                return;
+        }
+        ks_sp_pipe_set_user(p, &draining_mark);
+        if (ks_sp_send(p, NULL, 0, (const uint8_t *)KS_BROKER_CTL_DRAINED,
+                       KS_BROKER_CTL_DRAINED_LEN) != 0) {
+                ks_log_warn(NULL, "cannot confirm a broker's drain", "{s:s}", "broker",
+                            ks_sp_pipe_peer(p));
+        }
+}
+
 /* A reply: [request id][envelope]; one no call waits for (ended, or sent again) is dropped. */
 static void on_reply(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg)
 {
-        (void)p;
         target *t = arg;
         ks_req *r = t->r;
+        if (ks_broker_ctl_is(msg, len)) {
+                on_control(p, msg, len);
+                return;
+        }
         if (len < 4) {
                 return;
         }

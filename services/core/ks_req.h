@@ -5,7 +5,9 @@
  *
  * Targets. A target is one service's front on every broker: a dialer per
  * broker URL, each keeping one pipe. A call goes to a connected broker of
- * its target, round robin.
+ * its target, round robin, except one that said it is about to stop
+ * (ks_broker_ctl.h); with only such brokers connected, it waits for the
+ * next broker to connect (or its deadline).
  *
  * Calls. A call takes a slot (max_inflight of them); its request id (high
  * bit set, then the slot's generation and index) goes in front of the

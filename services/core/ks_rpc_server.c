@@ -49,6 +49,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ks_broker_ctl.h"
 #include "ks_fifo.h"
 #include "ks_log.h"
 #include "ks_loop.h"
@@ -62,10 +63,11 @@
 /* A broker that does not read its replies: past this, a reply is dropped. */
 #define RPC_SEND_MAX_BYTES ((size_t)64 << 20)
 /*
- * Stopping drains first: the calls queued or running finish and their
- * replies go out, for at most DRAIN_MS (under KS_SHUTDOWN_DEADLINE_MS, 15 s,
- * which also covers the service's own stop hook), looking every
- * DRAIN_POLL_MS.
+ * Stopping drains first: the brokers are told to send nothing more (at
+ * most KS_BROKER_CTL_WAIT_MS), then the calls queued or running finish and
+ * their replies go out, for at most DRAIN_MS (together under
+ * KS_SHUTDOWN_DEADLINE_MS, 15 s, which also covers the service's own stop
+ * hook), looking every DRAIN_POLL_MS.
  */
 #define DRAIN_MS      10000
 #define DRAIN_POLL_MS 2
@@ -125,6 +127,11 @@ struct ks_rpc_server {
         struct event *wake;     /* made active by a worker that put a job on done */
         struct event *flush;    /* while draining: measures the replies not yet written */
         struct event *dispatch; /* after a read: runs or queues what it brought (pending) */
+        struct event *notice;   /* stop began: tells every broker "drain" (ks_broker_ctl.h) */
+        uint32_t unacked[KS_BROKERS_MAX]; /* pipes told "drain" that have not said "drained" */
+        atomic_bool leaving;              /* stop began: the brokers are being told */
+        atomic_int awaiting;              /* of the pipes told, those not yet drained */
+        atomic_bool told;                 /* the notice went to every broker connected then */
         atomic_int connected;
         atomic_int held;             /* received and not yet answered (max_inflight) */
         atomic_int heavy;            /* KS_M_HEAVY calls queued or running */
@@ -368,10 +375,72 @@ static void admit(ks_rpc_server *srv, job *j)
         }
 }
 
+/* ---- leaving the brokers' rotation (ks_broker_ctl.h) ---------------------------------- */
+
+/* On the loop: p is told "drain", and awaited until it says "drained" or goes. */
+static void tell(ks_rpc_server *srv, ks_sp_pipe *p)
+{
+        uint32_t id = ks_sp_pipe_id(p);
+        int free_at = -1;
+        for (int i = 0; i < KS_BROKERS_MAX; i++) {
+                if (srv->unacked[i] == id) {
+                        return;
+                }
+                if (srv->unacked[i] == 0 && free_at < 0) {
+                        free_at = i;
+                }
+        }
+        if (free_at < 0 || ks_sp_send(p, NULL, 0, (const uint8_t *)KS_BROKER_CTL_DRAIN,
+                                      KS_BROKER_CTL_DRAIN_LEN) != 0) {
+                return; /* what it still sends is answered unavailable */
+        }
+        srv->unacked[free_at] = id;
+        atomic_fetch_add(&srv->awaiting, 1);
+}
+
+/* On the loop: the pipe of id is no longer awaited (it said "drained", or it went). */
+static void settle(ks_rpc_server *srv, uint32_t id)
+{
+        for (int i = 0; i < KS_BROKERS_MAX; i++) {
+                if (srv->unacked[i] == id) {
+                        srv->unacked[i] = 0;
+                        atomic_fetch_sub(&srv->awaiting, 1);
+                        return;
+                }
+        }
+}
+
+/* On the loop, once the stop began: every broker connected now is told "drain". */
+static void on_notice(evutil_socket_t fd, short what, void *arg)
+{
+        (void)fd;
+        (void)what;
+        ks_rpc_server *srv = arg;
+        for (int i = 0; i < srv->opts.n_dial_urls; i++) {
+                ks_sp_pipe *p = ks_sp_dialer_pipe(srv->dialers[i]);
+                if (p != NULL) {
+                        tell(srv, p);
+                }
+        }
+        atomic_store(&srv->told, true);
+}
+
+/* On the loop: a control message from a broker; only "drained" is expected. */
+static void on_control(ks_rpc_server *srv, ks_sp_pipe *p, const uint8_t *msg, size_t len)
+{
+        if (ks_broker_ctl_equal(msg, len, KS_BROKER_CTL_DRAINED, KS_BROKER_CTL_DRAINED_LEN)) {
+                settle(srv, ks_sp_pipe_id(p));
+        }
+}
+
 /* On the loop: a request from a broker, [backtrace][Request]. */
 static void on_request(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg)
 {
         ks_rpc_server *srv = arg;
+        if (ks_broker_ctl_is(msg, len)) {
+                on_control(srv, p, msg, len);
+                return;
+        }
         size_t bt = ks_sp_backtrace(msg, len);
         if (bt == 0) {
                 return; /* no request id to answer to: nng's rep drops it too */
@@ -420,14 +489,18 @@ static void on_request(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg)
 
 static void on_pipe_added(ks_sp_pipe *p, void *arg)
 {
-        (void)p;
-        atomic_fetch_add(&((ks_rpc_server *)arg)->connected, 1);
+        ks_rpc_server *srv = arg;
+        atomic_fetch_add(&srv->connected, 1);
+        if (atomic_load(&srv->leaving)) {
+                tell(srv, p); /* a broker dialled again while this replica leaves */
+        }
 }
 
 static void on_pipe_removed(ks_sp_pipe *p, void *arg)
 {
-        (void)p;
-        atomic_fetch_sub(&((ks_rpc_server *)arg)->connected, 1);
+        ks_rpc_server *srv = arg;
+        atomic_fetch_sub(&srv->connected, 1);
+        settle(srv, ks_sp_pipe_id(p));
 }
 
 /* On the loop: writes the replies the workers finished. */
@@ -642,7 +715,8 @@ static int open_loop(ks_rpc_server *srv)
             (srv->wake = event_new(ks_loop_base(srv->loop), -1, 0, on_wake, srv)) == NULL ||
             (srv->flush = event_new(ks_loop_base(srv->loop), -1, EV_PERSIST, on_flush, srv)) ==
                 NULL ||
-            (srv->dispatch = event_new(ks_loop_base(srv->loop), -1, 0, on_dispatch, srv)) == NULL) {
+            (srv->dispatch = event_new(ks_loop_base(srv->loop), -1, 0, on_dispatch, srv)) == NULL ||
+            (srv->notice = event_new(ks_loop_base(srv->loop), -1, 0, on_notice, srv)) == NULL) {
                 return KS_INTERNAL;
         }
         for (int i = 0; i < srv->opts.n_dial_urls; i++) {
@@ -755,16 +829,39 @@ static bool idle(ks_rpc_server *srv)
 }
 
 /*
- * The first half of a stop: what this replica holds is finished and
- * answered (the workers keep taking queued calls), while what arrives now is
- * answered unavailable at once, nothing done, so that its caller sends it
- * again (to another replica) instead of waiting out its deadline. Then the
- * replies written must have left: the flush timer measures what the
- * brokers have not taken, and the drain ends on a look taken after the
- * last reply was written that finds nothing. What arrives in the instant
- * between that look and the close is lost as with a replica that dies (the
- * gateway resends an idempotent call; a client retries its writes after a
- * 504).
+ * The first part of a stop: every broker is told "drain" and answers
+ * "drained" (ks_broker_ctl.h), after which it sends this replica no new
+ * call; until then calls are served as ever, since the brokers still send
+ * them. A broker that does not answer within KS_BROKER_CTL_WAIT_MS (one that
+ * does not know the message) is waited for no longer.
+ */
+static void leave_rotation(ks_rpc_server *srv)
+{
+        int64_t until_ms = ks_mono_ms() + KS_BROKER_CTL_WAIT_MS;
+        struct timespec pause = {0, DRAIN_POLL_MS * 1000000L};
+
+        atomic_store(&srv->leaving, true);
+        event_active(srv->notice, EV_TIMEOUT, 0);
+        while (!atomic_load(&srv->told) || atomic_load(&srv->awaiting) > 0) {
+                if (ks_mono_ms() >= until_ms) {
+                        ks_log_warn(NULL, "rpc drain: a broker did not confirm the notice",
+                                    "{s:i,s:i}", "brokers_unconfirmed", atomic_load(&srv->awaiting),
+                                    "wait_ms", KS_BROKER_CTL_WAIT_MS);
+                        return;
+                }
+                nanosleep(&pause, NULL);
+        }
+}
+
+/*
+ * The second part: what this replica holds is finished and answered (the
+ * workers keep taking queued calls), while what still arrives (from a
+ * broker that did not confirm, or one that dialled in since) is answered
+ * unavailable at once, nothing done, so that its caller sends it again
+ * instead of waiting out its deadline. Then the replies written must have
+ * left: the flush timer measures what the brokers have not taken, and the
+ * drain ends on a look taken after the last reply was written that finds
+ * nothing.
  */
 static void drain(ks_rpc_server *srv)
 {
@@ -772,6 +869,7 @@ static void drain(ks_rpc_server *srv)
         struct timespec pause = {0, DRAIN_POLL_MS * 1000000L};
         struct timeval every = {0, DRAIN_POLL_MS * 1000};
 
+        leave_rotation(srv);
         pthread_mutex_lock(&srv->mu);
         atomic_store(&srv->draining, true);
         pthread_mutex_unlock(&srv->mu);
@@ -837,6 +935,9 @@ void ks_rpc_server_stop(ks_rpc_server *srv)
         }
         if (srv->dispatch != NULL) {
                 event_free(srv->dispatch);
+        }
+        if (srv->notice != NULL) {
+                event_free(srv->notice);
         }
         if (srv->flush != NULL) {
                 event_free(srv->flush);
