@@ -1,7 +1,7 @@
 /*
- * A rolling restart under load: every replica of every service, then each
- * gateway, is stopped with SIGTERM and started again, one at a time (each
- * ready before the next), through `stack.sh restart`, while a few threads
+ * A rolling restart under load: every broker, every replica of every
+ * service, then each gateway, is stopped with SIGTERM and started again, one
+ * at a time (each ready before the next), through `stack.sh restart`, while a few threads
  * keep calling through the gateways as a real client would: WhoAmI and
  * Login, the ledger's CreateTransfers of one transfer with an id of the
  * client's, billing's CreateCustomer with an Idempotency-Key.
@@ -17,8 +17,12 @@
  * accounts add up to exactly them, and every acknowledged customer exists,
  * once per key. Each restarted process logged a clean stop (its "stopped"
  * line with exit_status 0, nothing about a deadline or drain running out).
- * Whether /readyz answered 503 while it drained is printed: the drain of a
- * replica under this load lasts milliseconds, too short to observe every time.
+ * A replica leaves the brokers' rotation before it stops (ks_broker_ctl.h),
+ * so no call reaches it while it drains: a 503 "replica stopping" is a
+ * failure, and every broker's log must show the replica's notice. A broker
+ * must log a complete drain. Whether /readyz answered 503 while a process
+ * drained is printed: the drain under this load lasts milliseconds, too
+ * short to observe every time.
  *
  * The group teardown leaves every process of the stack up and ready, also
  * when the test fails. CTest runs it before test_replicas, like every
@@ -88,9 +92,10 @@ typedef struct loader {
 } loader;
 
 typedef struct proc {
-        char name[NAME_MAX_LEN]; /* as stack.sh names it: auth-1, gateway, gateway-2 */
-        int port;                /* /readyz: health (services) or admin (gateways) */
+        char name[NAME_MAX_LEN]; /* as stack.sh names it: broker, auth-1, gateway, gateway-2 */
+        int port;                /* /readyz: health (brokers, services) or admin (gateways) */
         int gateway;
+        int broker;
 } proc;
 
 static it_stack g_stack;
@@ -141,7 +146,8 @@ static int retry_reason(int transport_rc, const it_http_response *r)
         }
         switch (r->status) {
         case 503:
-                return R_503;
+                /* a draining replica is told no call: that one reached it is a failure */
+                return r->body != NULL && strstr(r->body, "replica stopping") != NULL ? -1 : R_503;
         case 504:
                 return R_504;
         case 429:
@@ -354,7 +360,7 @@ static void load_stop(void)
 
 static int is_restarted(const char *name)
 {
-        static const char *const prefixes[] = {"auth-",    "billing-", "ledger-",
+        static const char *const prefixes[] = {"broker",   "auth-",    "billing-", "ledger-",
                                                "summary-", "webhook-", "gateway"};
 
         for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
@@ -386,6 +392,7 @@ static int load_procs(void)
                 snprintf(p->name, sizeof(p->name), "%s", name);
                 p->port = port;
                 p->gateway = strncmp(name, "gateway", 7) == 0;
+                p->broker = strncmp(name, "broker", 6) == 0;
         }
         fclose(f);
         return g_n_procs > 0 ? 0 : -1;
@@ -443,23 +450,50 @@ static void *watch_main(void *arg)
 }
 
 typedef struct stop_counts {
-        int clean;    /* "stopped" lines with exit_status 0 */
-        int deadline; /* the shutdown deadline ran out */
-        int drain;    /* a drain ran out of time */
+        int clean;       /* "stopped" lines with exit_status 0 */
+        int deadline;    /* the shutdown deadline ran out */
+        int drain;       /* a drain ran out of time */
+        int unconfirmed; /* a replica's notice that a broker did not confirm */
+        int complete;    /* a broker's drain that left nothing held */
+        int notices;     /* over every broker's log: replicas that announced their stop */
 } stop_counts;
 
 static stop_counts count_stops(const proc *p)
 {
-        char path[700];
+        char path[sizeof(g_stack.dir) + 64];
         const char *clean[] = {p->gateway ? "\"msg\":\"gateway stopped\"" : "\"msg\":\"stopped\"",
                                "\"exit_status\":0"};
         const char *deadline[] = {"stop did not finish in time"};
         const char *drain[] = {"drain time is up"};
+        const char *unconfirmed[] = {"did not confirm the notice"};
+        const char *complete[] = {"\"msg\":\"broker drained\"", "\"complete\":true"};
+        const char *notice[] = {"replica draining: no new calls to it"};
+        stop_counts c;
 
         snprintf(path, sizeof(path), "%s/logs/%s.log", g_stack.dir, p->name);
-        return (stop_counts){.clean = it_file_lines_with(path, clean, 2),
-                             .deadline = it_file_lines_with(path, deadline, 1),
-                             .drain = it_file_lines_with(path, drain, 1)};
+        c = (stop_counts){.clean = it_file_lines_with(path, clean, 2),
+                          .deadline = it_file_lines_with(path, deadline, 1),
+                          .drain = it_file_lines_with(path, drain, 1),
+                          .unconfirmed = it_file_lines_with(path, unconfirmed, 1),
+                          .complete = it_file_lines_with(path, complete, 2)};
+        for (int i = 0; i < g_n_procs; i++) {
+                if (g_procs[i].broker) {
+                        snprintf(path, sizeof(path), "%s/logs/%.*s.log", g_stack.dir,
+                                 NAME_MAX_LEN - 1, g_procs[i].name);
+                        c.notices += it_file_lines_with(path, notice, 1);
+                }
+        }
+        return c;
+}
+
+static int brokers(void)
+{
+        int n = 0;
+
+        for (int i = 0; i < g_n_procs; i++) {
+                n += g_procs[i].broker;
+        }
+        return n;
 }
 
 /* ---- setup: a tenant, its two accounts, the load ------------------------- */
@@ -744,6 +778,16 @@ static void restart_one(const proc *p)
                          " deadline: %d -> %d, drain ran out: %d -> %d)",
                          p->name, before.clean, after.clean, before.deadline, after.deadline,
                          before.drain, after.drain);
+        }
+        if (after.unconfirmed != before.unconfirmed) {
+                fail_msg("%s: a broker did not confirm its drain notice", p->name);
+        }
+        if (p->broker && after.complete != before.complete + 1) {
+                fail_msg("%s: its drain left calls held (no complete \"broker drained\")", p->name);
+        }
+        if (!p->broker && !p->gateway && after.notices < before.notices + brokers()) {
+                fail_msg("%s: the brokers logged %d drain notices of it, expected %d", p->name,
+                         after.notices - before.notices, brokers());
         }
         assert_int_equal(readyz(p->port), 200);
 }
