@@ -172,6 +172,8 @@ static int http_setup(gw_server *s)
             .conns_max = cfg->max_connections,
             .conns_per_ip_max = cfg->max_connections_per_address,
             .h2_streams_max = cfg->h2_max_streams,
+            .h2_stream_window = (int32_t)cfg->h2_stream_window_bytes,
+            .h2_conn_window = (int32_t)cfg->h2_connection_window_bytes,
             /* one message and its 5-byte prefix */
             .grpc_body_max = (size_t)cfg->grpc_message_max_bytes + 5,
             .proxies = &cfg->rate.proxies,
