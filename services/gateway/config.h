@@ -71,6 +71,7 @@ typedef struct gw_config {
         int64_t grpc_message_max_bytes; /* a gRPC message over HTTP/2, on the wire and inflated */
         int64_t decode_threads;         /* threads decoding large bodies off the loop */
         int64_t decode_queue_max;       /* bodies waiting for them; more get resource_exhausted */
+        int64_t health_probe_ms;        /* a replica of each service asked this often */
         int64_t drain_ms;               /* after SIGTERM: how long in-flight calls may finish */
         int64_t resend_ms; /* resend an unanswered idempotent call after this; 0 = never */
         /* rate limits (ratelimit.c) */
