@@ -65,10 +65,13 @@ typedef struct gw_config {
         int64_t read_timeout_ms; /* one request, head and body, from its first byte */
         int64_t max_connections;
         int64_t max_connections_per_address;
-        int64_t h2_max_streams;         /* HTTP/2: open streams per connection */
+        int64_t h2_max_streams;             /* HTTP/2: open streams per connection */
+        int64_t h2_stream_window_bytes;     /* HTTP/2: SETTINGS_INITIAL_WINDOW_SIZE */
+        int64_t h2_connection_window_bytes; /* HTTP/2: the connection's receive window */
         int64_t grpc_message_max_bytes; /* a gRPC message over HTTP/2, on the wire and inflated */
         int64_t decode_threads;         /* threads decoding large bodies off the loop */
         int64_t decode_queue_max;       /* bodies waiting for them; more get resource_exhausted */
+        int64_t health_probe_ms;        /* a replica of each service asked this often */
         int64_t drain_ms;               /* after SIGTERM: how long in-flight calls may finish */
         int64_t resend_ms; /* resend an unanswered idempotent call after this; 0 = never */
         /* rate limits (ratelimit.c) */

@@ -38,6 +38,8 @@ typedef struct gw_front_limits {
         int64_t conns_per_ip_max;  /* per peer address (trusted proxies are not counted) */
         const gw_proxies *proxies; /* the trusted proxies, or NULL */
         int64_t h2_streams_max;    /* HTTP/2: concurrent streams per connection */
+        int32_t h2_stream_window;  /* HTTP/2: a stream's receive window (initial) */
+        int32_t h2_conn_window;    /* HTTP/2: the connection's receive window */
         size_t grpc_body_max;      /* HTTP/2: the body of a gRPC-family request (its message) */
         struct gw_tls *tls;        /* TLS on every connection (tls.h), or NULL: cleartext */
 } gw_front_limits;

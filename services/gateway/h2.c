@@ -647,11 +647,20 @@ static gw_h2 *session_new(conn *c)
                 free(h);
                 return NULL;
         }
+        /* A window of 0 in the limits (a test's own front) keeps nghttp2's 65,535. */
+        int32_t stream_window =
+            lim->h2_stream_window > 0 ? lim->h2_stream_window : NGHTTP2_INITIAL_WINDOW_SIZE;
+        int32_t conn_window =
+            lim->h2_conn_window > 0 ? lim->h2_conn_window : NGHTTP2_INITIAL_CONNECTION_WINDOW_SIZE;
         nghttp2_settings_entry iv[] = {
             {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, (uint32_t)lim->h2_streams_max},
             {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)lim->head_max},
+            {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)stream_window},
         };
-        if (nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, iv, 2) != 0) {
+        /* The connection's window is no setting: a WINDOW_UPDATE on stream 0 after SETTINGS. */
+        if (nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, iv, 3) != 0 ||
+            nghttp2_session_set_local_window_size(h->session, NGHTTP2_FLAG_NONE, 0, conn_window) !=
+                0) {
                 nghttp2_session_del(h->session);
                 free(h);
                 return NULL;

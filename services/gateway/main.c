@@ -82,6 +82,20 @@ static const ks_config_var config_vars[] = {
     KS_CFG_INT("KEELSON_GATEWAY_H2_MAX_STREAMS", gw_config, h2_max_streams, "100", 1, 10000,
                "HTTP/2: streams one connection may have open at once "
                "(SETTINGS_MAX_CONCURRENT_STREAMS); a stream over it is refused"),
+    KS_CFG_INT("KEELSON_GATEWAY_H2_STREAM_WINDOW_BYTES", gw_config, h2_stream_window_bytes,
+               "1048576", 65535, 2147483647,
+               "HTTP/2: bytes of a request body a client may send on one stream before the "
+               "gateway's WINDOW_UPDATE (SETTINGS_INITIAL_WINDOW_SIZE); given back as the body is "
+               "taken in, so a 4 MiB gRPC message needs four round trips at the default"),
+    KS_CFG_INT("KEELSON_GATEWAY_H2_CONNECTION_WINDOW_BYTES", gw_config, h2_connection_window_bytes,
+               "4194304", 65535, 2147483647,
+               "HTTP/2: the same for all the streams of one connection together (a WINDOW_UPDATE "
+               "on stream 0 right after the SETTINGS)"),
+    KS_CFG_INT("KEELSON_GATEWAY_HEALTH_PROBE_MS", gw_config, health_probe_ms, "2000", 100, 60000,
+               "grpc.health.v1: every this many ms each service is sent a call no method "
+               "answers, which a replica's loop refuses at once; a service whose call found no "
+               "replica within this time is NOT_SERVING (so within twice this after its last "
+               "replica stopped)"),
     KS_CFG_INT("KEELSON_GATEWAY_DRAIN_MS", gw_config, drain_ms, "10000", 0, 600000,
                "after SIGTERM/SIGINT: how long calls in flight may finish"),
     KS_CFG_INT("KEELSON_GATEWAY_RESEND_MS", gw_config, resend_ms, "1000", 0, 600000,

@@ -46,6 +46,7 @@
 #include "ks_loop.h"
 #include "ks_metrics.h"
 #include "ks_topology.h"
+#include "probe.h"
 #include "ratelimit.h"
 #include "routes.h"
 #include "server.h"
@@ -66,6 +67,7 @@ struct gw_server {
         struct event *drain_ev;
         gw_routes *routes;
         gw_upstream *up;
+        gw_probe *probe; /* whether a replica of each service answers (Health) */
         gw_ratelimit *rl;
         gw_cache *cache; /* NULL when KEELSON_GATEWAY_CACHE_ENTRIES is 0 */
         gw_events *events;
@@ -172,6 +174,8 @@ static int http_setup(gw_server *s)
             .conns_max = cfg->max_connections,
             .conns_per_ip_max = cfg->max_connections_per_address,
             .h2_streams_max = cfg->h2_max_streams,
+            .h2_stream_window = (int32_t)cfg->h2_stream_window_bytes,
+            .h2_conn_window = (int32_t)cfg->h2_connection_window_bytes,
             /* one message and its 5-byte prefix */
             .grpc_body_max = (size_t)cfg->grpc_message_max_bytes + 5,
             .proxies = &cfg->rate.proxies,
@@ -224,7 +228,7 @@ static int events_setup(gw_server *s)
         return 0;
 }
 
-/* What grpc.health.v1.Health/Check reports: /readyz's view, and each service's broker link. */
+/* What grpc.health.v1.Health/Check reports: /readyz's view, and whether a replica answers. */
 static bool probe_ready(void *arg)
 {
         return check_not_draining(arg) == 0 && check_auth_connected(arg) == 0;
@@ -233,7 +237,7 @@ static bool probe_ready(void *arg)
 static bool probe_answers(void *arg, int service)
 {
         const gw_server *s = arg;
-        return s->up != NULL && gw_upstream_connected(s->up, service) > 0;
+        return gw_probe_answers(s->probe, service);
 }
 
 /* The handler first: the upstream hands its calls back to it. */
@@ -276,6 +280,9 @@ static int handler_setup(gw_server *s)
                 return -1;
         }
         s->env.up = s->up;
+        if (gw_probe_new(&s->probe, s->base, s->cfg, s->routes, s->cfg->health_probe_ms) != 0) {
+                return -1;
+        }
         if (gw_decodepool_new(&s->decoder, s->base, (int)s->cfg->decode_threads,
                               (size_t)s->cfg->decode_queue_max, gw_handler_decoded,
                               s->handler) != 0) {
@@ -344,6 +351,8 @@ void gw_server_free(gw_server *s)
         s->rl = NULL;
         gw_upstream_free(s->up); /* hands back every call in flight */
         s->up = NULL;
+        gw_probe_free(s->probe); /* its own calls, answered to nobody */
+        s->probe = NULL;
         gw_events_free(s->events);
         s->events = NULL;
         gw_cache_free(s->cache);

@@ -20,14 +20,19 @@
  *   REFUSED_STREAM);
  * - a stream whose request does not end within the request deadline is
  *   reset (RST_STREAM CANCEL);
- * - on SIGTERM the gateway sends GOAWAY (NO_ERROR) on an open connection
- *   and closes it;
+ * - the receive windows as configured (KEELSON_GATEWAY_H2_STREAM_WINDOW_BYTES
+ *   in SETTINGS_INITIAL_WINDOW_SIZE, ..._CONNECTION_WINDOW_BYTES in a
+ *   WINDOW_UPDATE on stream 0) and their defaults on the stack's gateway,
+ *   and a 256 KiB message sent at once, trusting them, answered OK;
+ * - on SIGTERM the gateway sends GOAWAY (NO_ERROR) on an open connection,
+ *   still answers the Login it had taken (200, a session), and closes it;
  * - abuse, each refused and the gateway serving on: a malformed frame
  *   (GOAWAY FRAME_SIZE_ERROR), rapid reset (CVE-2023-44487's pattern), a
- *   CONTINUATION flood, and gRPC framing errors (a prefix over the limit,
- *   a message longer than its prefix, two messages, the compressed flag on
- *   identity, an unknown grpc-encoding, a deadline already past, a malformed
- *   grpc-timeout) with their statuses;
+ *   CONTINUATION flood, a HEADERS flood of HPACK bombs (each stream 431,
+ *   the connection and a client beside it served), and gRPC framing errors
+ *   (a prefix over the limit, a message longer than its prefix, two
+ *   messages, the compressed flag on identity, an unknown grpc-encoding, a
+ *   deadline already past, a malformed grpc-timeout) with their statuses;
  * - clients that give no window or do not read, on a gateway with
  *   KEELSON_GATEWAY_IO_TIMEOUT_S of 2 s: a reply stalled at a window of 0,
  *   and a reflection stream asked for 100 MiB at a window of 0, each ended
@@ -67,13 +72,18 @@
 #include "h2_raw.h"
 #include "raw_http.h"
 
-#define WHOAMI      "/keelson.auth.v1.AuthService/WhoAmI"
-#define TOKEN_MAX   512
-#define MULTIPLEXED 64
-#define OWN_STREAMS 4
-#define OWN_READ_MS "1500"
-#define OWN_IO_S    "2"
-#define SLACK_MS    5000 /* beyond a documented timeout, for a loaded machine */
+#define WHOAMI            "/keelson.auth.v1.AuthService/WhoAmI"
+#define TOKEN_MAX         512
+#define MULTIPLEXED       64
+#define OWN_STREAMS       4
+#define OWN_READ_MS       "1500"
+#define OWN_IO_S          "2"
+#define SLACK_MS          5000    /* beyond a documented timeout, for a loaded machine */
+#define OWN_STREAM_WINDOW 300000  /* KEELSON_GATEWAY_H2_STREAM_WINDOW_BYTES of the own gateway */
+#define OWN_CONN_WINDOW   1000000 /* KEELSON_GATEWAY_H2_CONNECTION_WINDOW_BYTES */
+#define PASSWORD          "correct horse battery staple"
+#define STR(x)            #x
+#define XSTR(x)           STR(x)
 
 static it_stack g_stack;
 static it_gateway g_own;
@@ -86,8 +96,12 @@ static int setup(void **state)
         (void)state;
         char streams[64];
         snprintf(streams, sizeof(streams), "KEELSON_GATEWAY_H2_MAX_STREAMS=%d", OWN_STREAMS);
-        const char *env[] = {streams, "KEELSON_GATEWAY_READ_TIMEOUT_MS=" OWN_READ_MS,
-                             "KEELSON_GATEWAY_IO_TIMEOUT_S=" OWN_IO_S, NULL};
+        const char *env[] = {streams,
+                             "KEELSON_GATEWAY_READ_TIMEOUT_MS=" OWN_READ_MS,
+                             "KEELSON_GATEWAY_IO_TIMEOUT_S=" OWN_IO_S,
+                             "KEELSON_GATEWAY_H2_STREAM_WINDOW_BYTES=" XSTR(OWN_STREAM_WINDOW),
+                             "KEELSON_GATEWAY_H2_CONNECTION_WINDOW_BYTES=" XSTR(OWN_CONN_WINDOW),
+                             NULL};
         if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0 || it_stack_load(&g_stack) != 0 ||
             it_new_session(g_stack.gateway_url, "h2", g_token, NULL, g_user_id) != 0 ||
             it_gateway_start(&g_stack, env, 1, &g_own) != 0) {
@@ -485,21 +499,70 @@ static void test_unfinished_stream_reset_at_deadline(void **state)
         close(fd);
 }
 
+/*
+ * A Login (its password hash takes tens of ms on auth) on stream 1, taken
+ * by the gateway before SIGTERM: the PING's ACK comes after the frames
+ * before it were read, and the request went upstream on its END_STREAM.
+ */
 static void test_goaway_on_drain(void **state)
 {
         (void)state;
         static h2_frame f;
+        char email[128], body[256];
+        it_http_response r;
+        it_unique_email("h2-drain", email, sizeof(email));
+        snprintf(body, sizeof(body),
+                 "{\"email\":\"%s\",\"password\":\"" PASSWORD "\",\"tenantName\":\"d\"}", email);
+        assert_int_equal(it_auth_call(g_stack.gateway_url, "SignUp", body, NULL, NULL, &r), 0);
+        assert_int_equal(r.status, 200);
+        it_http_response_free(&r);
+        snprintf(body, sizeof(body), "{\"email\":\"%s\",\"password\":\"" PASSWORD "\"}", email);
+
         it_gateway gw;
-        assert_int_equal(it_gateway_start(&g_stack, NULL, 1, &gw), 0);
+        const char *env[] = {"KEELSON_GATEWAY_RATE_AUTH=off", NULL};
+        assert_int_equal(it_gateway_start(&g_stack, env, 1, &gw), 0);
         const char *colon = strrchr(gw.url, ':');
         int fd = h2_dial(atoi(colon + 1), NULL, 0);
         assert_true(fd >= 0);
         assert_true(h2_frame_wait(fd, H2_SETTINGS, 0, &f, 3000));
+        const char *names[] = {"content-type"};
+        const char *values[] = {"application/json"};
+        uint8_t block[256];
+        size_t n = h2_request_block(block, sizeof(block), "/keelson.auth.v1.AuthService/Login",
+                                    names, values, 1);
+        h2_frame_send(fd, H2_HEADERS, H2_END_HEADERS, 1, block, n);
+        h2_frame_send(fd, H2_DATA, H2_END_STREAM, 1, body, strlen(body));
+        h2_frame_send(fd, 0x6 /* PING */, 0, 0, "inflight", 8);
+        assert_true(h2_frame_wait(fd, 0x6, 0, &f, 3000));
         kill(gw.pid, SIGTERM);
-        assert_true(h2_frame_wait(fd, H2_GOAWAY, 0, &f, 5000));
-        assert_true(f.len >= 8);
-        assert_int_equal(h2_be32(f.payload + 4), 0); /* NO_ERROR */
-        assert_false(h2_frame_read(fd, &f, 5000));   /* then closed */
+
+        /* GOAWAY NO_ERROR naming stream 1, the Login's 200 on it, then the close. */
+        h2_inflater *inf = h2_inflater_new();
+        bool goaway = false, answered = false;
+        h2_answer a = {.rst = -1};
+        while (!answered && h2_frame_read(fd, &f, 5000)) {
+                if (f.type == H2_GOAWAY) {
+                        assert_true(f.len >= 8);
+                        assert_int_equal(h2_be32(f.payload) & 0x7fffffffU, 1); /* last stream */
+                        assert_int_equal(h2_be32(f.payload + 4), 0);           /* NO_ERROR */
+                        goaway = true;
+                } else if (f.type == H2_HEADERS && f.stream == 1) {
+                        const char *status = h2_field(inf, &f, ":status");
+                        assert_non_null(status);
+                        snprintf(a.status, sizeof(a.status), "%s", status);
+                } else if (f.type == H2_DATA && f.stream == 1) {
+                        a.data_len += f.len;
+                        answered = (f.flags & H2_END_STREAM) != 0;
+                } else if (f.type == H2_RST_STREAM && f.stream == 1) {
+                        fail_msg("the Login in flight was reset (%u)", h2_be32(f.payload));
+                }
+        }
+        assert_true(goaway);
+        assert_true(answered);
+        assert_string_equal(a.status, "200"); /* its session: the call was carried out */
+        assert_true(a.data_len > 20);
+        assert_false(h2_frame_read(fd, &f, 5000)); /* then closed */
+        h2_inflater_free(inf);
         close(fd);
         it_gateway_stop(&gw);
 }
@@ -597,6 +660,179 @@ static void test_continuation_flood(void **state)
         }
         /* Refused one way or another (GOAWAY, a reset, 431), or the connection cut. */
         printf("continuation flood: %s\n", answered ? "answered" : "closed or silent");
+        close(fd);
+        still_serving(g_own_port);
+}
+
+static int dial_acked(int port, const uint32_t *settings, size_t n);
+static size_t grpc_headers_frame(uint8_t *out, size_t cap, uint32_t id);
+
+/* The value of setting id in a SETTINGS frame (0 when absent). */
+static uint32_t setting_of(const h2_frame *f, unsigned id)
+{
+        uint32_t v = 0;
+        for (size_t at = 0; at + 6 <= f->len; at += 6) {
+                if (((unsigned)f->payload[at] << 8 | f->payload[at + 1]) == id) {
+                        v = h2_be32(f->payload + at + 2);
+                }
+        }
+        return v;
+}
+
+/* The windows a gateway gives: SETTINGS_INITIAL_WINDOW_SIZE, and the connection's increment. */
+static void windows_of(int port, uint32_t *stream, uint32_t *conn_increment)
+{
+        static h2_frame f;
+        int fd = h2_dial(port, NULL, 0);
+        assert_true(fd >= 0);
+        assert_true(h2_frame_wait(fd, H2_SETTINGS, 0, &f, 3000));
+        assert_int_equal(f.flags & 1, 0);
+        *stream = setting_of(&f, 0x4);
+        assert_true(h2_frame_wait(fd, H2_WINDOW_UPDATE, 0, &f, 3000));
+        *conn_increment = h2_be32(f.payload) & 0x7fffffffU;
+        close(fd);
+}
+
+/*
+ * The receive windows: as configured on the test's gateway, and the
+ * defaults (1 MiB a stream, 4 MiB the connection) on the stack's. Then a
+ * client that trusts them: a 256 KiB gRPC message sent at once, with no
+ * WINDOW_UPDATE awaited, four times nghttp2's default of 65,535 (which
+ * would end the connection FLOW_CONTROL_ERROR), is answered OK.
+ */
+static void test_flow_control_windows(void **state)
+{
+        (void)state;
+        uint32_t stream = 0, conn = 0;
+        windows_of(g_own_port, &stream, &conn);
+        assert_int_equal(stream, OWN_STREAM_WINDOW);
+        assert_int_equal(conn, OWN_CONN_WINDOW - 65535);
+        const char *colon = strrchr(g_stack.gateway_url, ':');
+        windows_of(atoi(colon + 1), &stream, &conn);
+        assert_int_equal(stream, 1048576);
+        assert_int_equal(conn, 4194304 - 65535);
+
+        int fd = dial_acked(g_own_port, NULL, 0); /* the ACK puts our window in force */
+        static uint8_t hframe[1024];
+        size_t hn = grpc_headers_frame(hframe, sizeof(hframe), 1);
+        raw_send(fd, hframe, hn);
+        /* WhoAmIRequest with an unknown field 15 of field_len bytes: ignored by auth. */
+        size_t field_len = 256u << 10, msg_len = 1 + 3 + field_len, len = 5 + msg_len;
+        uint8_t *b = malloc(len);
+        assert_non_null(b);
+        uint8_t prefix[10] = {0,
+                              (uint8_t)(msg_len >> 24),
+                              (uint8_t)(msg_len >> 16),
+                              (uint8_t)(msg_len >> 8),
+                              (uint8_t)msg_len,
+                              0x7a,
+                              (uint8_t)(0x80 | (field_len & 0x7f)),
+                              (uint8_t)(0x80 | ((field_len >> 7) & 0x7f)),
+                              (uint8_t)((field_len >> 14) & 0x7f)};
+        memcpy(b, prefix, 9);
+        memset(b + 9, 'x', len - 9);
+        assert_true(len > 4 * 65535 && len < OWN_STREAM_WINDOW);
+        for (size_t at = 0; at < len; at += H2_FRAME_MAX) {
+                size_t k = len - at < H2_FRAME_MAX ? len - at : H2_FRAME_MAX;
+                h2_frame_send(fd, H2_DATA, at + k == len ? H2_END_STREAM : 0, 1, b + at, k);
+        }
+        free(b);
+        h2_inflater *inf = h2_inflater_new();
+        h2_answer a;
+        assert_true(h2_read_answer(fd, inf, 1, &a, 5000));
+        assert_int_equal(a.rst, -1);
+        assert_string_equal(a.status, "200");
+        assert_string_equal(a.grpc_status, "0");
+        assert_true(a.data_len > 5);
+        h2_inflater_free(inf);
+        close(fd);
+}
+
+#define BOMB_VALUE  4000 /* fits HPACK's default dynamic table of 4,096 (with its 32 bytes) */
+#define BOMB_REFS   8    /* each 1 byte on the wire, BOMB_VALUE decoded: 32 KB a block */
+#define BOMB_ROUNDS 10   /* of OWN_STREAMS streams each */
+
+/*
+ * A Connect WhoAmI's header block followed, when insert, by the field
+ * "x-bomb: <BOMB_VALUE bytes>" entered in the dynamic table, then by
+ * BOMB_REFS references to that entry (index 62, the newest). Its length.
+ */
+static size_t bomb_block(uint8_t *out, size_t cap, bool insert)
+{
+        const char *names[] = {"content-type"};
+        const char *values[] = {"application/json"};
+        size_t n = h2_request_block(out, cap, WHOAMI, names, values, 1);
+        assert_true(n > 0 && n + 16 + BOMB_VALUE + BOMB_REFS < cap);
+        if (insert) {
+                /* literal with incremental indexing, new name; value length 4000 = 127 + 3873 */
+                static const uint8_t head[] = {
+                    0x40, 6, 'x', '-', 'b', 'o', 'm', 'b', 0x7f, 0x80 | (3873 & 0x7f), 3873 >> 7};
+                memcpy(out + n, head, sizeof(head));
+                n += sizeof(head);
+                memset(out + n, 'b', BOMB_VALUE);
+                n += BOMB_VALUE;
+        }
+        for (int i = 0; i < BOMB_REFS; i++) {
+                out[n++] = 0x80 | 62;
+        }
+        return n;
+}
+
+/*
+ * A HEADERS flood of HPACK bombs: a few KB on the wire, 32 KB decoded per
+ * block, past the 16 KiB header list the gateway advertises. Every stream
+ * is answered 431 resource_exhausted (what the gateway does with a header
+ * section over its limit: on_header stops copying, the stream is answered
+ * at its END_STREAM), the connection carries on, and a client next to it
+ * is served while and after.
+ */
+static void test_hpack_bomb_flood(void **state)
+{
+        (void)state;
+        int fd = dial_acked(g_own_port, NULL, 0);
+        h2_inflater *inf = h2_inflater_new();
+        static uint8_t block[8192];
+        uint32_t id = 1;
+        for (int round = 0; round < BOMB_ROUNDS; round++) {
+                uint32_t first = id;
+                for (int i = 0; i < OWN_STREAMS; i++, id += 2) {
+                        size_t n = bomb_block(block, sizeof(block), id == 1);
+                        h2_frame_send(fd, H2_HEADERS, H2_END_HEADERS | H2_END_STREAM, id, block, n);
+                }
+                /* The round's answers, interleaved: every HEADERS through the one inflater. */
+                static h2_frame f;
+                int ended = 0, refused = 0;
+                while (ended < OWN_STREAMS && h2_frame_read(fd, &f, 5000)) {
+                        if (f.stream < first || f.stream >= id) {
+                                continue;
+                        }
+                        if (f.type == H2_HEADERS) {
+                                const char *status = h2_field(inf, &f, ":status");
+                                assert_non_null(status);
+                                refused += strcmp(status, "431") == 0;
+                        }
+                        assert_int_not_equal(f.type, H2_RST_STREAM);
+                        ended += (f.type == H2_HEADERS || f.type == H2_DATA) &&
+                                 (f.flags & H2_END_STREAM) != 0;
+                }
+                assert_int_equal(ended, OWN_STREAMS);
+                assert_int_equal(refused, OWN_STREAMS);
+                if (round == BOMB_ROUNDS / 2) {
+                        still_serving(g_own_port); /* another client, meanwhile */
+                }
+        }
+        /* The connection serves a request of a sane size, the dynamic table as it was. */
+        char auth[TOKEN_MAX + 16];
+        snprintf(auth, sizeof(auth), "Bearer %s", g_token);
+        const char *names[] = {"content-type", "authorization"};
+        const char *values[] = {"application/json", auth};
+        size_t n = h2_request_block(block, sizeof(block), WHOAMI, names, values, 2);
+        h2_frame_send(fd, H2_HEADERS, H2_END_HEADERS, id, block, n);
+        h2_frame_send(fd, H2_DATA, H2_END_STREAM, id, "{}", 2);
+        h2_answer a;
+        assert_true(h2_read_answer(fd, inf, id, &a, 5000));
+        assert_string_equal(a.status, "200");
+        h2_inflater_free(inf);
         close(fd);
         still_serving(g_own_port);
 }
@@ -1107,6 +1343,8 @@ int main(void)
             cmocka_unit_test(test_malformed_frame),
             cmocka_unit_test(test_rapid_reset),
             cmocka_unit_test(test_continuation_flood),
+            cmocka_unit_test(test_hpack_bomb_flood),
+            cmocka_unit_test(test_flow_control_windows),
             cmocka_unit_test(test_grpc_framing_refused),
             cmocka_unit_test(test_grpc_message_limit),
             cmocka_unit_test(test_zero_window_reply_ended),

@@ -14,6 +14,14 @@
 //   - errors as gRPC statuses with their messages: UNAUTHENTICATED without a
 //     session, INVALID_ARGUMENT for a bad email, UNIMPLEMENTED for a method
 //     no service has;
+//   - deadlines: a Login (tens of ms of password hashing on auth) with a
+//     grpc-timeout of a few ms, sent with node:http2 so that no client-side
+//     timer can answer it: DEADLINE_EXCEEDED in the gateway's own trailers,
+//     counted by the gateway as a call that ran out upstream; grpc-js's
+//     deadline too; and the gateway serving on;
+//   - the 4 MiB message limit from grpc-js (its own send limit raised): a
+//     message of exactly 4 MiB accepted (WhoAmI answers), one byte more
+//     RESOURCE_EXHAUSTED;
 //   - gzip-compressed requests (grpc-encoding: gzip);
 //   - grpc.health.v1.Health/Check: "" and a keelson service SERVING, an
 //     unknown name NOT_FOUND; Watch: the status at once, SERVICE_UNKNOWN
@@ -22,6 +30,8 @@
 //     heartbeat with a cursor first; the tenant's billing events as its
 //     writes commit, none of another tenant's; a resume from a cursor sends
 //     what followed it again; an unknown topic and a missing token refused;
+//     an API key of a role with billing.read (admin) receives the events of
+//     a write, one of a role without it (member) is PERMISSION_DENIED;
 //   - grpc.reflection v1 and v1alpha, a bidirectional stream: list_services
 //     names the public services and not the internal ones; the file of
 //     AuthService describes WhoAmI and not the internal ResolveContext; an
@@ -33,6 +43,7 @@
 
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import http2 from 'node:http2';
 
 import { fromBinary } from '@bufbuild/protobuf';
 import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
@@ -218,6 +229,127 @@ await check('a method no service has: UNIMPLEMENTED', async () => {
   client.close();
 });
 
+// ---- deadlines, seen from the wire ----------------------------------------------------
+
+// One gRPC call with node:http2, which keeps no deadline of its own: what the
+// server answered, with grpc-status from its trailers (or its Trailers-Only headers).
+function rawGrpc(path, message, headers = {}) {
+  return new Promise((resolve, reject) => {
+    const session = http2.connect(`http://${target}`);
+    session.on('error', reject);
+    const req = session.request({
+      ':method': 'POST',
+      ':path': path,
+      'content-type': 'application/grpc',
+      te: 'trailers',
+      ...headers,
+    });
+    const frame = Buffer.alloc(5 + message.length);
+    frame.writeUInt32BE(message.length, 1);
+    message.copy(frame, 5);
+    let head = {};
+    let trailers = {};
+    req.on('response', (h) => (head = h));
+    req.on('trailers', (t) => (trailers = t));
+    req.on('data', () => {});
+    req.on('error', reject);
+    req.on('end', () => {
+      session.close();
+      const st = trailers['grpc-status'] ?? head['grpc-status'];
+      const msg = trailers['grpc-message'] ?? head['grpc-message'];
+      resolve({ status: head[':status'], grpcStatus: Number(st), grpcMessage: msg });
+    });
+    req.end(frame);
+  });
+}
+
+// A protobuf string field (wire type 2; lengths under 128).
+function pbString(field, s) {
+  const b = Buffer.from(s);
+  assert.ok(b.length < 128);
+  return Buffer.concat([Buffer.from([(field << 3) | 2, b.length]), b]);
+}
+
+// A series of the first gateway's /metrics (its admin port is the env's first).
+async function gatewayMetric(series) {
+  const port = stackEnv('KEELSON_IT_GATEWAY_ADMIN_PORTS').split(',')[0];
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line ? Number(line.slice(series.length + 1)) : 0;
+}
+
+await check('a deadline that runs out while auth hashes: DEADLINE_EXCEEDED from the gateway', async () => {
+  const series = 'keelson_gateway_upstream_errors_total{service="auth",code="deadline_exceeded"}';
+  const before = await gatewayMetric(series);
+  const login = Buffer.concat([pbString(1, email), pbString(2, PASSWORD)]);
+  const answer = await rawGrpc('/keelson.auth.v1.AuthService/Login', login, { 'grpc-timeout': '5m' });
+  assert.equal(answer.status, 200);
+  assert.equal(answer.grpcStatus, grpc.status.DEADLINE_EXCEEDED, `${answer.grpcStatus} ${answer.grpcMessage}`);
+  assert.equal(answer.grpcMessage, 'deadline exceeded');
+  // The call had gone upstream: the gateway counts a call that ran out there, not one
+  // refused at its start (a deadline already past is the client's and not counted).
+  assert.equal(await gatewayMetric(series), before + 1);
+  // The same call with time enough is answered by the same path.
+  const ok = await rawGrpc('/keelson.auth.v1.AuthService/Login', login, { 'grpc-timeout': '10S' });
+  assert.equal(ok.grpcStatus, grpc.status.OK);
+});
+
+await check('grpc-js with a deadline of a few ms on Login: DEADLINE_EXCEEDED; the gateway serves on', async () => {
+  const err = await refused(
+    new Promise((resolve, reject) =>
+      auth.login({ email, password: PASSWORD }, new grpc.Metadata(), { deadline: new Date(Date.now() + 5) }, (e, r) =>
+        e ? reject(e) : resolve(r),
+      ),
+    ),
+    grpc.status.DEADLINE_EXCEEDED,
+  );
+  assert.ok(err.details.length > 0);
+  const me = await call(auth, 'whoAmI', {}, bearer(token));
+  assert.equal(me.userId, userId);
+});
+
+// ---- the 4 MiB message limit -----------------------------------------------------------
+
+const MESSAGE_MAX = 4 << 20;
+
+// A WhoAmIRequest of exactly len bytes: an unknown field 15 (ignored by auth) filling it.
+function whoAmIOf(len) {
+  const fieldLen = len - 1 - 4; // its tag, a 4-byte varint length, the bytes
+  const b = Buffer.alloc(len, 'x'.charCodeAt(0));
+  b[0] = (15 << 3) | 2;
+  b[1] = 0x80 | (fieldLen & 0x7f);
+  b[2] = 0x80 | ((fieldLen >> 7) & 0x7f);
+  b[3] = 0x80 | ((fieldLen >> 14) & 0x7f);
+  b[4] = (fieldLen >> 21) & 0x7f;
+  return b;
+}
+
+await check('a 4 MiB message from grpc-js accepted, one byte more RESOURCE_EXHAUSTED', async () => {
+  const client = new grpc.Client(target, plain, {
+    'grpc.max_send_message_length': 8 << 20,
+    'grpc.max_receive_message_length': 8 << 20,
+  });
+  const send = (len) =>
+    new Promise((resolve, reject) =>
+      client.makeUnaryRequest(
+        '/keelson.auth.v1.AuthService/WhoAmI',
+        (x) => x,
+        (x) => x,
+        whoAmIOf(len),
+        bearer(token),
+        { deadline: deadline() },
+        (err, reply) => (err ? reject(err) : resolve(reply)),
+      ),
+    );
+  const reply = await send(MESSAGE_MAX); // framing accepted; WhoAmI answers
+  assert.ok(reply.length > 0);
+  const err = await refused(send(MESSAGE_MAX + 1), grpc.status.RESOURCE_EXHAUSTED);
+  assert.ok(err.details.length > 0, 'a message says what was too large');
+  // The channel and the gateway go on.
+  assert.ok((await send(1024)).length > 0);
+  client.close();
+});
+
 await check('grpc.health.v1.Health/Check', async () => {
   assert.equal((await call(health, 'check', { service: '' })).status, 'SERVING');
   assert.equal(
@@ -260,6 +392,30 @@ function subscribe(tok, request = {}) {
 
 const eventsOf = (got) => got.messages.filter((m) => m.event);
 
+// A subscription with its first invoice, written with md: billing.subscription_changed and
+// billing.invoice_finalized at least.
+async function subscriptionWrite(md) {
+  const plan = await call(
+    billing,
+    'createPlan',
+    {
+      code: `events-${randomBytes(4).toString('hex')}`,
+      name: 'Events',
+      currency: 'EUR',
+      intervalUnit: 'INTERVAL_UNIT_MONTH',
+      price: { model: 'PRICE_MODEL_FLAT', amount: 1000 },
+    },
+    md,
+  );
+  const customer = await call(
+    billing,
+    'createCustomer',
+    { email: 'events@example.test', name: 'Events', currency: 'EUR', defaultPaymentMethod: 'pm_card_visa' },
+    md,
+  );
+  await call(billing, 'createSubscription', { customerId: customer.customer.id, planId: plan.plan.id }, md);
+}
+
 await check('EventService/Subscribe: refused without a token and for an unknown topic', async () => {
   const anon = subscribe(null);
   await waitFor('UNAUTHENTICATED', CALL_TIMEOUT_MS, () => anon.error);
@@ -280,28 +436,7 @@ await check('EventService/Subscribe: the tenant\'s billing events, nobody else\'
   assert.equal(mine.messages[0].heartbeat, true);
   assert.match(mine.messages[0].cursor, /^v1\./);
 
-  // A subscription with its first invoice: billing.subscription_changed and
-  // billing.invoice_finalized at least.
-  const md = bearer(token);
-  const plan = await call(
-    billing,
-    'createPlan',
-    {
-      code: `events-${randomBytes(4).toString('hex')}`,
-      name: 'Events',
-      currency: 'EUR',
-      intervalUnit: 'INTERVAL_UNIT_MONTH',
-      price: { model: 'PRICE_MODEL_FLAT', amount: 1000 },
-    },
-    md,
-  );
-  const customer = await call(
-    billing,
-    'createCustomer',
-    { email: 'events@example.test', name: 'Events', currency: 'EUR', defaultPaymentMethod: 'pm_card_visa' },
-    md,
-  );
-  await call(billing, 'createSubscription', { customerId: customer.customer.id, planId: plan.plan.id }, md);
+  await subscriptionWrite(bearer(token));
   await waitFor('two events', CALL_TIMEOUT_MS, () => eventsOf(mine).length >= 2);
   const topics = eventsOf(mine).map((m) => m.event.topic);
   assert.ok(topics.includes('billing.subscription_changed'), topics.join());
@@ -328,6 +463,31 @@ await check('EventService/Subscribe: the tenant\'s billing events, nobody else\'
   const garbled = subscribe(token, { cursor: 'not a cursor' });
   await waitFor('INVALID_ARGUMENT', CALL_TIMEOUT_MS, () => garbled.error);
   assert.equal(garbled.error.code, grpc.status.INVALID_ARGUMENT);
+});
+
+await check('EventService/Subscribe with API keys: billing.read receives events, a member key PERMISSION_DENIED', async () => {
+  const key = async (role) =>
+    (await call(auth, 'createApiKey', { name: `events-${role}`, role }, bearer(token))).key;
+  const admin = await key('admin');
+  const member = await key('member');
+  assert.match(admin, /^ks_live_/);
+
+  const denied = subscribe(member);
+  await waitFor('PERMISSION_DENIED', CALL_TIMEOUT_MS, () => denied.error);
+  assert.equal(denied.error.code, grpc.status.PERMISSION_DENIED);
+  assert.match(denied.error.details, /billing\.read/);
+  assert.equal(eventsOf(denied).length, 0);
+
+  const byKey = subscribe(admin);
+  await waitFor('the first heartbeat', CALL_TIMEOUT_MS, () => byKey.messages.length > 0);
+  await subscriptionWrite(bearer(token));
+  await waitFor('the write\'s events', CALL_TIMEOUT_MS, () => eventsOf(byKey).length >= 2);
+  for (const m of eventsOf(byKey)) {
+    assert.equal(m.event.tenantId, login.tenantId);
+  }
+  assert.equal(byKey.error, null);
+  byKey.call.on('error', () => {}); // the cancel ends it CANCELLED
+  byKey.call.cancel();
 });
 
 // One reflection stream: each request written, its answer read, in turn.
