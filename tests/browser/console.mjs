@@ -34,7 +34,8 @@
 //   permission_denied what the page would have offered (called from the
 //   page's own session).
 //   Then the owner changes a member's role, revokes an invitation and removes
-//   the member (the audit log shows each); the audit log filtered by the
+//   the member (a double click on its confirmation calls RemoveMember once;
+//   the audit log shows each); the audit log filtered by the
 //   server (an action whose rows are on no first page, an actor) and paged
 //   under a filter, after keys created and revoked in a loop; accepts, signed in, an invitation
 //   to a second tenant (its name an XSS payload too) and switches back; and
@@ -234,6 +235,21 @@ async function callFromPage(page, service, method, body) {
     const j = await res.json().catch(() => ({}));
     return {status: res.status, code: j.code || '', message: j.message || ''};
   }, service, method, body);
+}
+
+// How many calls of method the page makes while fn runs.
+async function callsDuring(page, method, fn) {
+  let n = 0;
+  const seen = (req) => {
+    if (new URL(req.url()).pathname.endsWith(`/${method}`)) n += 1;
+  };
+  page.on('request', seen);
+  try {
+    await fn();
+  } finally {
+    page.off('request', seen);
+  }
+  return n;
 }
 
 async function pendingInvitations(page) {
@@ -900,9 +916,16 @@ async function run(browser) {
   await contains(page, 'section[aria-labelledby="invitations-h"] .status.ok', `The invitation of ${eve} was revoked.`);
   await page.waitForFunction((e) => !document.querySelector('#invitations-list')?.textContent.includes(e), {timeout: WAIT_MS}, eve);
   await clickInRow(page, '#members-list', memberEmail, 'Remove');
-  await clickInRow(page, '#members-list', memberEmail, `Remove ${memberEmail}`);
-  await contains(page, '.status.ok', `${memberEmail} was removed.`);
-  await page.waitForFunction((e) => !document.querySelector('#members-list')?.textContent.includes(e), {timeout: WAIT_MS}, memberEmail);
+  // A double click on the confirmation removes once (the second click finds it disabled).
+  const removals = await callsDuring(page, 'RemoveMember', async () => {
+    const yes = await page.waitForFunction((l) => [...document.querySelectorAll('#members-list button')].find((b) => b.textContent === l),
+      {timeout: WAIT_MS}, `Remove ${memberEmail}`);
+    await yes.asElement().click({count: 2});
+    await contains(page, '.status.ok', `${memberEmail} was removed.`);
+    await page.waitForFunction((e) => !document.querySelector('#members-list')?.textContent.includes(e), {timeout: WAIT_MS}, memberEmail);
+    await idle(page);
+  });
+  assert.equal(removals, 1, 'a double click on the confirmation called RemoveMember more than once');
   await checkPage(page, 'members-after-changes');
   await nav(page, 'audit');
   await contains(page, '#audit-list', 'member.removed');
