@@ -7,7 +7,12 @@
 //   sign up, sign out, a failed and a good sign in, the dashboard; invite a
 //   member and see the summary count it; create an API key (shown once,
 //   copied, usable), revoke it (refused afterwards); the audit log; the
-//   tenant list; a phone-width viewport; keyboard navigation.
+//   tenant list; a phone-width viewport; keyboard navigation: from the top
+//   of a page Tab reaches the skip link, Sign out, the navigation and a
+//   form's fields in order; the skip link moves focus to the content without
+//   drawing the page again; a section opens by Tab and Enter; an invitation
+//   is revoked with the keyboard alone (Enter, its confirmation, Escape and
+//   Cancel stepping back).
 //   On every page: no console error or uncaught exception, no axe-core
 //   violation of serious or critical impact, a screenshot (the folder in
 //   $KEELSON_BROWSER_SCREENSHOTS).
@@ -237,6 +242,29 @@ async function callFromPage(page, service, method, body) {
   }, service, method, body);
 }
 
+// What has focus, as the keyboard steps name it: '#id', 'a <href>' for a
+// link without an id, else the tag and its label or text; 'body' for none.
+async function focused(page) {
+  return page.evaluate(() => {
+    const a = document.activeElement;
+    if (!a || a === document.body) return 'body';
+    if (a.id) return `#${a.id}`;
+    if (a.tagName === 'A') return `a ${a.getAttribute('href')}`;
+    return `${a.tagName.toLowerCase()} ${(a.getAttribute('aria-label') || a.textContent).trim()}`;
+  });
+}
+
+// Presses Tab until want has focus (in a table row holding rowText, when
+// given), at most max times, as a keyboard user would get there.
+async function tabTo(page, want, rowText = '', max = 80) {
+  for (let i = 0; i < max; i += 1) {
+    await page.keyboard.press('Tab');
+    if (await focused(page) !== want) continue;
+    if (!rowText || await page.evaluate((t) => Boolean(document.activeElement.closest('tr')?.textContent.includes(t)), rowText)) return;
+  }
+  throw new Error(`${want}${rowText ? ` (in the row of ${rowText})` : ''} is not reached by Tab`);
+}
+
 // How many calls of method the page makes while fn runs.
 async function callsDuring(page, method, fn) {
   let n = 0;
@@ -306,13 +334,6 @@ async function run(browser) {
   await waitPage(page, 'signin');
   await checkPage(page, 'signin');
 
-  step('keyboard: the skip link comes first, then the form');
-  await page.keyboard.press('Tab');
-  // The email field has focus after load; shift-tab from the top reaches the skip link.
-  await page.$eval('body', (b) => b.focus());
-  await page.focus('.skip');
-  assert.equal(await page.evaluate(() => document.activeElement.className), 'skip');
-
   step('sign up with an XSS payload in the names');
   await page.click('a[href="/console/signup"]');
   await waitPage(page, 'signup');
@@ -367,6 +388,35 @@ async function run(browser) {
   await fill(page, '#signin-password', password);
   await page.click('#signin-submit');
   await waitPage(page, 'dashboard');
+
+  step('keyboard: from the top of a page, the skip link, the navigation and a form, in order');
+  await page.goto(`${GW}/console/keys`, {waitUntil: 'networkidle0'});
+  await waitPage(page, 'keys');
+  await idle(page);
+  assert.equal(await focused(page), 'body', 'a page loaded by its address moved focus away from its top');
+  const tabOrder = [];
+  for (let i = 0; i < 40 && tabOrder[tabOrder.length - 1] !== '#key-submit'; i += 1) {
+    await page.keyboard.press('Tab');
+    const now = await focused(page);
+    if (now !== tabOrder[tabOrder.length - 1]) tabOrder.push(now); // a date field takes a Tab per part
+  }
+  assert.deepEqual(tabOrder, ['a #main', '#signout',
+    ...['dashboard', 'members', 'keys', 'audit', 'customers', 'plans', 'subscriptions', 'invoices', 'credit-notes', 'ledger',
+      'webhooks', 'tenants'].map((n) => `a /console/${n}`),
+    '#key-name', '#key-role', '#key-expires', '#key-submit'], 'the Tab order from the top of the API keys page');
+  await page.reload({waitUntil: 'networkidle0'});
+  await waitPage(page, 'keys');
+  await idle(page);
+  await page.$eval('#key-name', (n) => { n.value = 'typed before the skip'; });
+  await page.keyboard.press('Tab');
+  assert.equal(await focused(page), 'a #main', 'the first Tab reaches the skip link');
+  assert.ok(await page.$eval('.skip', (a) => a.getBoundingClientRect().left >= 0), 'the focused skip link is on screen');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => document.activeElement?.id === 'main', {timeout: WAIT_MS});
+  assert.equal(await page.$eval('#key-name', (n) => n.value), 'typed before the skip', 'the skip link drew the page again');
+  await page.keyboard.press('Tab');
+  assert.equal(await focused(page), '#key-name', 'after the skip link, Tab goes past the navigation to the content');
+  await page.$eval('#key-name', (n) => { n.value = ''; });
 
   step('members: the display name is text; invite a member');
   await nav(page, 'members');
@@ -911,8 +961,22 @@ async function run(browser) {
   await page.select('#invite-role', 'viewer');
   await page.click('#invite-submit');
   await contains(page, '#invitations-list', eve);
-  await clickInRow(page, '#invitations-list', eve, 'Revoke');
-  await clickInRow(page, '#invitations-list', eve, `Revoke the invitation of ${eve}`);
+  // With the keyboard alone: Tab to the row's Revoke, Enter asks once more
+  // (focus on the confirmation), Escape and Cancel step back, Enter twice revokes.
+  await page.focus('#invite-emails');
+  await tabTo(page, 'button Revoke', eve);
+  await page.keyboard.press('Enter');
+  assert.equal(await focused(page), `button Revoke the invitation of ${eve}`, 'Enter moves focus to the confirmation');
+  await page.keyboard.press('Escape');
+  assert.equal(await focused(page), 'button Revoke', 'Escape steps back to Revoke');
+  await page.keyboard.press('Enter');
+  await page.keyboard.press('Tab');
+  assert.equal(await focused(page), 'button Cancel');
+  await page.keyboard.press('Enter');
+  assert.equal(await focused(page), 'button Revoke', 'Cancel steps back to Revoke');
+  assert.ok((await text(page, '#invitations-list')).includes(eve), 'a step back revoked');
+  await page.keyboard.press('Enter');
+  await page.keyboard.press('Enter');
   await contains(page, 'section[aria-labelledby="invitations-h"] .status.ok', `The invitation of ${eve} was revoked.`);
   await page.waitForFunction((e) => !document.querySelector('#invitations-list')?.textContent.includes(e), {timeout: WAIT_MS}, eve);
   await clickInRow(page, '#members-list', memberEmail, 'Remove');
