@@ -7,7 +7,8 @@
 //   sign up, sign out, a failed and a good sign in, the dashboard; invite a
 //   member and see the summary count it; create an API key (shown once,
 //   copied, usable), revoke it (refused afterwards); the audit log; the
-//   tenant list; a phone-width viewport; keyboard navigation: from the top
+//   tenant list; every section and every detail page at phone width
+//   (nothing scrolls sideways); keyboard navigation: from the top
 //   of a page Tab reaches the skip link, Sign out, the navigation and a
 //   form's fields in order; the skip link moves focus to the content without
 //   drawing the page again; a section opens by Tab and Enter; an invitation
@@ -278,6 +279,15 @@ async function callsDuring(page, method, fn) {
     page.off('request', seen);
   }
   return n;
+}
+
+// At phone width: the page drawn (loaded), nothing scrolls sideways, and checkPage's checks.
+async function phoneCheck(page, name, shot) {
+  await waitPage(page, name);
+  await idle(page);
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `${shot} scrolls sideways at phone width (${overflow} px)`);
+  await checkPage(page, `phone-${shot}`);
 }
 
 async function pendingInvitations(page) {
@@ -597,6 +607,7 @@ async function run(browser) {
   await page.evaluate(() => [...document.querySelectorAll('#ledger-accounts tbody tr')]
     .find((tr) => tr.textContent.includes('billing: cash')).querySelector('a').click());
   await waitPage(page, 'ledger-account');
+  const ledgerAccountUrl = page.url();
   assert.equal(await text(page, '#account-balance'), '$19.99', 'the cash account holds the payment');
   await contains(page, '#account-transfers', 'debit');
   await checkPage(page, 'ledger-account');
@@ -612,11 +623,13 @@ async function run(browser) {
     await idle(page);
   }
   await checkPage(page, 'webhook-subscription');
+  const webhookSubscriptionUrl = page.url();
   const redeliver = await page.$eval('#deliveries-list tbody tr button', (b) => b.getAttribute('aria-label'));
   await page.click(`#deliveries-list button[aria-label="${redeliver}"]`);
   await clickButton(page, '#deliveries-list', (await page.$eval('#deliveries-list .confirm button', (b) => b.textContent)));
   await contains(page, '.status.ok', 'pending again');
   await follow(page, '#deliveries-list', '', 'delivery');
+  const deliveryUrl = page.url();
   await page.waitForSelector('pre.body', {timeout: WAIT_MS});
   assert.ok((await text(page, 'pre.body')).includes('billing.'), 'the delivery shows its body');
   await checkPage(page, 'delivery');
@@ -631,6 +644,7 @@ async function run(browser) {
   const hook = await fetch(`${GW}/webhooks/standard/${endpointId}`, {method: 'POST', headers: standardWebhook(intakeSecret, msgId, hookBody), body: hookBody});
   assert.equal(hook.status, 200, `the signed event was refused: ${await hook.text()}`);
   await follow(page, '#endpoints-list', 'provider test', 'webhook-endpoint');
+  const endpointUrl = page.url();
   await contains(page, '#received-list', msgId);
   await clickButton(page, '#received-list', 'Re-apply');
   await clickButton(page, '#received-list', `Re-apply ${msgId}`);
@@ -1100,15 +1114,19 @@ async function run(browser) {
   await waitPage(page, 'members');
   assert.equal(await page.evaluate(() => document.activeElement.id), 'page-title', 'focus moves to the new page');
 
-  step('phone width');
+  step('phone width: every section, then every detail page');
   await page.setViewport({width: 390, height: 844, isMobile: true, hasTouch: true});
   for (const name of ['dashboard', 'members', 'keys', 'audit', 'customers', 'plans', 'subscriptions', 'invoices',
-    'credit-notes', 'ledger', 'webhooks']) {
+    'credit-notes', 'ledger', 'webhooks', 'tenants']) {
     await nav(page, name);
-    await page.waitForFunction(() => !document.querySelector('[aria-busy="true"]'), {timeout: WAIT_MS});
-    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-    assert.ok(overflow <= 0, `${name} scrolls sideways at phone width (${overflow} px)`);
-    await checkPage(page, `phone-${name}`);
+    await phoneCheck(page, name, name);
+  }
+  for (const [url, name, shot] of [[customerUrl, 'customer', 'customer'], [subscriptionUrl, 'subscription', 'subscription'],
+    [invoiceUrl, 'invoice', 'invoice'], [openInvoiceUrl, 'invoice', 'invoice-one-off'], [ledgerAccountUrl, 'ledger-account', 'ledger-account'],
+    [endpointUrl, 'webhook-endpoint', 'webhook-endpoint'], [webhookSubscriptionUrl, 'webhook-subscription', 'webhook-subscription'],
+    [deliveryUrl, 'delivery', 'delivery']]) {
+    await page.goto(url, {waitUntil: 'networkidle0'});
+    await phoneCheck(page, name, shot);
   }
   await page.setViewport({width: 1280, height: 900}); // leaving isMobile reloads the page
 
