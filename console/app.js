@@ -137,6 +137,7 @@ export async function refreshMe() {
 }
 
 let routing = 0;
+let shown = null; // the path and query of the page drawn last; null before the first
 export async function route() {
   const seq = ++routing;
   let name = pageOf(window.location.pathname);
@@ -186,11 +187,20 @@ export async function route() {
   const heading = el('h1', {id: 'page-title', tabindex: '-1'}, page.title);
   const body = el('div', {class: 'page', dataset: {page: name}});
   replace(main, heading, body);
-  heading.focus();
+  // A page the console moved to takes focus at its title, so that a screen
+  // reader says where it is; a page loaded by its address leaves focus at
+  // the top of the document, where the first Tab reaches the skip link.
+  if (shown !== null) heading.focus();
+  shown = window.location.pathname + window.location.search;
   await page.render(body, ctx);
 }
 
-window.addEventListener('popstate', () => route());
+// Back and forward draw the page of the new address; a change of the
+// fragment alone (the skip link's #main) is not a new page.
+window.addEventListener('popstate', () => {
+  if (window.location.pathname + window.location.search === shown) return;
+  route();
+});
 window.addEventListener('keelson:signed-out', () => {
   const name = pageOf(window.location.pathname);
   if (PAGES[name] && PAGES[name].public) return; // a failed sign-in: the form shows it

@@ -202,24 +202,45 @@ export function facts(label, pairs) {
 }
 
 // A button that asks once more, in place, before doing something final.
+// While the action runs both buttons are disabled, so a double click or a
+// repeated Enter calls it once; Escape (or Cancel) steps back. Focus moves
+// to the confirmation, and back to the first button when the row stays.
 export function confirmButton(label, confirmLabel, action, attrs = {}) {
   const wrap = el('span', {class: 'confirm'});
   const start = el('button', {type: 'button', class: 'danger', ...attrs}, label);
+  let yes = null; // the confirmation, while it is shown
+  const back = () => {
+    yes = null;
+    replace(wrap, start);
+    start.focus();
+  };
   start.addEventListener('click', () => {
-    const yes = el('button', {type: 'button', class: 'danger'}, confirmLabel);
+    yes = el('button', {type: 'button', class: 'danger'}, confirmLabel);
     const no = el('button', {type: 'button', class: 'secondary'}, 'Cancel');
-    yes.addEventListener('click', async () => {
-      yes.disabled = true;
+    const mine = yes;
+    mine.addEventListener('click', async () => {
+      if (mine.disabled) return;
+      mine.disabled = true;
       no.disabled = true;
-      await action();
-      if (wrap.isConnected) replace(wrap, start);
+      try {
+        await action();
+      } finally {
+        if (wrap.isConnected && yes === mine) {
+          const lost = document.activeElement === document.body || wrap.contains(document.activeElement);
+          yes = null;
+          replace(wrap, start);
+          if (lost) start.focus();
+        }
+      }
     });
-    no.addEventListener('click', () => {
-      replace(wrap, start);
-      start.focus();
-    });
+    no.addEventListener('click', back);
     replace(wrap, yes, no);
     yes.focus();
+  });
+  wrap.addEventListener('keydown', (ev) => {
+    if (ev.key !== 'Escape' || !yes || yes.disabled) return;
+    ev.preventDefault();
+    back();
   });
   wrap.append(start);
   return wrap;

@@ -4,28 +4,9 @@
 // caller, and only roles up to the caller's own); the server checks again.
 import {auth} from './api.js';
 import {grantable} from './roles.js';
-import {cell, el, field, Pager, replace, select, Status, table, when} from './dom.js';
+import {cell, confirmButton, el, field, Pager, replace, select, Status, table, when} from './dom.js';
 
 const PAGE_SIZE = 20;
-
-// A button that asks once more, in place, before doing something final.
-function confirmButton(label, confirmLabel, action) {
-  const wrap = el('span', {class: 'confirm'});
-  const start = el('button', {type: 'button', class: 'danger'}, label);
-  start.addEventListener('click', () => {
-    const yes = el('button', {type: 'button', class: 'danger'}, confirmLabel);
-    const no = el('button', {type: 'button', class: 'secondary'}, 'Cancel');
-    yes.addEventListener('click', action);
-    no.addEventListener('click', () => {
-      replace(wrap, start);
-      start.focus();
-    });
-    replace(wrap, yes, no);
-    yes.focus();
-  });
-  wrap.append(start);
-  return wrap;
-}
 
 function memberRow(m, ctx, status, reload) {
   const me = ctx.me;

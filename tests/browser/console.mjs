@@ -7,7 +7,13 @@
 //   sign up, sign out, a failed and a good sign in, the dashboard; invite a
 //   member and see the summary count it; create an API key (shown once,
 //   copied, usable), revoke it (refused afterwards); the audit log; the
-//   tenant list; a phone-width viewport; keyboard navigation.
+//   tenant list; every section and every detail page at phone width
+//   (nothing scrolls sideways); keyboard navigation: from the top
+//   of a page Tab reaches the skip link, Sign out, the navigation and a
+//   form's fields in order; the skip link moves focus to the content without
+//   drawing the page again; a section opens by Tab and Enter; an invitation
+//   is revoked with the keyboard alone (Enter, its confirmation, Escape and
+//   Cancel stepping back).
 //   On every page: no console error or uncaught exception, no axe-core
 //   violation of serious or critical impact, a screenshot (the folder in
 //   $KEELSON_BROWSER_SCREENSHOTS).
@@ -34,7 +40,8 @@
 //   permission_denied what the page would have offered (called from the
 //   page's own session).
 //   Then the owner changes a member's role, revokes an invitation and removes
-//   the member (the audit log shows each); the audit log filtered by the
+//   the member (a double click on its confirmation calls RemoveMember once;
+//   the audit log shows each); the audit log filtered by the
 //   server (an action whose rows are on no first page, an actor) and paged
 //   under a filter, after keys created and revoked in a loop; accepts, signed in, an invitation
 //   to a second tenant (its name an XSS payload too) and switches back; and
@@ -236,6 +243,53 @@ async function callFromPage(page, service, method, body) {
   }, service, method, body);
 }
 
+// What has focus, as the keyboard steps name it: '#id', 'a <href>' for a
+// link without an id, else the tag and its label or text; 'body' for none.
+async function focused(page) {
+  return page.evaluate(() => {
+    const a = document.activeElement;
+    if (!a || a === document.body) return 'body';
+    if (a.id) return `#${a.id}`;
+    if (a.tagName === 'A') return `a ${a.getAttribute('href')}`;
+    return `${a.tagName.toLowerCase()} ${(a.getAttribute('aria-label') || a.textContent).trim()}`;
+  });
+}
+
+// Presses Tab until want has focus (in a table row holding rowText, when
+// given), at most max times, as a keyboard user would get there.
+async function tabTo(page, want, rowText = '', max = 80) {
+  for (let i = 0; i < max; i += 1) {
+    await page.keyboard.press('Tab');
+    if (await focused(page) !== want) continue;
+    if (!rowText || await page.evaluate((t) => Boolean(document.activeElement.closest('tr')?.textContent.includes(t)), rowText)) return;
+  }
+  throw new Error(`${want}${rowText ? ` (in the row of ${rowText})` : ''} is not reached by Tab`);
+}
+
+// How many calls of method the page makes while fn runs.
+async function callsDuring(page, method, fn) {
+  let n = 0;
+  const seen = (req) => {
+    if (new URL(req.url()).pathname.endsWith(`/${method}`)) n += 1;
+  };
+  page.on('request', seen);
+  try {
+    await fn();
+  } finally {
+    page.off('request', seen);
+  }
+  return n;
+}
+
+// At phone width: the page drawn (loaded), nothing scrolls sideways, and checkPage's checks.
+async function phoneCheck(page, name, shot) {
+  await waitPage(page, name);
+  await idle(page);
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `${shot} scrolls sideways at phone width (${overflow} px)`);
+  await checkPage(page, `phone-${shot}`);
+}
+
 async function pendingInvitations(page) {
   await page.waitForSelector('#tile-pending .tile-value', {timeout: WAIT_MS});
   return page.$eval('#tile-pending .tile-value', (n) => n.textContent);
@@ -289,13 +343,6 @@ async function run(browser) {
   assert.equal(h['referrer-policy'], 'no-referrer');
   await waitPage(page, 'signin');
   await checkPage(page, 'signin');
-
-  step('keyboard: the skip link comes first, then the form');
-  await page.keyboard.press('Tab');
-  // The email field has focus after load; shift-tab from the top reaches the skip link.
-  await page.$eval('body', (b) => b.focus());
-  await page.focus('.skip');
-  assert.equal(await page.evaluate(() => document.activeElement.className), 'skip');
 
   step('sign up with an XSS payload in the names');
   await page.click('a[href="/console/signup"]');
@@ -351,6 +398,35 @@ async function run(browser) {
   await fill(page, '#signin-password', password);
   await page.click('#signin-submit');
   await waitPage(page, 'dashboard');
+
+  step('keyboard: from the top of a page, the skip link, the navigation and a form, in order');
+  await page.goto(`${GW}/console/keys`, {waitUntil: 'networkidle0'});
+  await waitPage(page, 'keys');
+  await idle(page);
+  assert.equal(await focused(page), 'body', 'a page loaded by its address moved focus away from its top');
+  const tabOrder = [];
+  for (let i = 0; i < 40 && tabOrder[tabOrder.length - 1] !== '#key-submit'; i += 1) {
+    await page.keyboard.press('Tab');
+    const now = await focused(page);
+    if (now !== tabOrder[tabOrder.length - 1]) tabOrder.push(now); // a date field takes a Tab per part
+  }
+  assert.deepEqual(tabOrder, ['a #main', '#signout',
+    ...['dashboard', 'members', 'keys', 'audit', 'customers', 'plans', 'subscriptions', 'invoices', 'credit-notes', 'ledger',
+      'webhooks', 'tenants'].map((n) => `a /console/${n}`),
+    '#key-name', '#key-role', '#key-expires', '#key-submit'], 'the Tab order from the top of the API keys page');
+  await page.reload({waitUntil: 'networkidle0'});
+  await waitPage(page, 'keys');
+  await idle(page);
+  await page.$eval('#key-name', (n) => { n.value = 'typed before the skip'; });
+  await page.keyboard.press('Tab');
+  assert.equal(await focused(page), 'a #main', 'the first Tab reaches the skip link');
+  assert.ok(await page.$eval('.skip', (a) => a.getBoundingClientRect().left >= 0), 'the focused skip link is on screen');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => document.activeElement?.id === 'main', {timeout: WAIT_MS});
+  assert.equal(await page.$eval('#key-name', (n) => n.value), 'typed before the skip', 'the skip link drew the page again');
+  await page.keyboard.press('Tab');
+  assert.equal(await focused(page), '#key-name', 'after the skip link, Tab goes past the navigation to the content');
+  await page.$eval('#key-name', (n) => { n.value = ''; });
 
   step('members: the display name is text; invite a member');
   await nav(page, 'members');
@@ -531,6 +607,7 @@ async function run(browser) {
   await page.evaluate(() => [...document.querySelectorAll('#ledger-accounts tbody tr')]
     .find((tr) => tr.textContent.includes('billing: cash')).querySelector('a').click());
   await waitPage(page, 'ledger-account');
+  const ledgerAccountUrl = page.url();
   assert.equal(await text(page, '#account-balance'), '$19.99', 'the cash account holds the payment');
   await contains(page, '#account-transfers', 'debit');
   await checkPage(page, 'ledger-account');
@@ -546,11 +623,13 @@ async function run(browser) {
     await idle(page);
   }
   await checkPage(page, 'webhook-subscription');
+  const webhookSubscriptionUrl = page.url();
   const redeliver = await page.$eval('#deliveries-list tbody tr button', (b) => b.getAttribute('aria-label'));
   await page.click(`#deliveries-list button[aria-label="${redeliver}"]`);
   await clickButton(page, '#deliveries-list', (await page.$eval('#deliveries-list .confirm button', (b) => b.textContent)));
   await contains(page, '.status.ok', 'pending again');
   await follow(page, '#deliveries-list', '', 'delivery');
+  const deliveryUrl = page.url();
   await page.waitForSelector('pre.body', {timeout: WAIT_MS});
   assert.ok((await text(page, 'pre.body')).includes('billing.'), 'the delivery shows its body');
   await checkPage(page, 'delivery');
@@ -565,6 +644,7 @@ async function run(browser) {
   const hook = await fetch(`${GW}/webhooks/standard/${endpointId}`, {method: 'POST', headers: standardWebhook(intakeSecret, msgId, hookBody), body: hookBody});
   assert.equal(hook.status, 200, `the signed event was refused: ${await hook.text()}`);
   await follow(page, '#endpoints-list', 'provider test', 'webhook-endpoint');
+  const endpointUrl = page.url();
   await contains(page, '#received-list', msgId);
   await clickButton(page, '#received-list', 'Re-apply');
   await clickButton(page, '#received-list', `Re-apply ${msgId}`);
@@ -895,14 +975,35 @@ async function run(browser) {
   await page.select('#invite-role', 'viewer');
   await page.click('#invite-submit');
   await contains(page, '#invitations-list', eve);
-  await clickInRow(page, '#invitations-list', eve, 'Revoke');
-  await clickInRow(page, '#invitations-list', eve, `Revoke the invitation of ${eve}`);
+  // With the keyboard alone: Tab to the row's Revoke, Enter asks once more
+  // (focus on the confirmation), Escape and Cancel step back, Enter twice revokes.
+  await page.focus('#invite-emails');
+  await tabTo(page, 'button Revoke', eve);
+  await page.keyboard.press('Enter');
+  assert.equal(await focused(page), `button Revoke the invitation of ${eve}`, 'Enter moves focus to the confirmation');
+  await page.keyboard.press('Escape');
+  assert.equal(await focused(page), 'button Revoke', 'Escape steps back to Revoke');
+  await page.keyboard.press('Enter');
+  await page.keyboard.press('Tab');
+  assert.equal(await focused(page), 'button Cancel');
+  await page.keyboard.press('Enter');
+  assert.equal(await focused(page), 'button Revoke', 'Cancel steps back to Revoke');
+  assert.ok((await text(page, '#invitations-list')).includes(eve), 'a step back revoked');
+  await page.keyboard.press('Enter');
+  await page.keyboard.press('Enter');
   await contains(page, 'section[aria-labelledby="invitations-h"] .status.ok', `The invitation of ${eve} was revoked.`);
   await page.waitForFunction((e) => !document.querySelector('#invitations-list')?.textContent.includes(e), {timeout: WAIT_MS}, eve);
   await clickInRow(page, '#members-list', memberEmail, 'Remove');
-  await clickInRow(page, '#members-list', memberEmail, `Remove ${memberEmail}`);
-  await contains(page, '.status.ok', `${memberEmail} was removed.`);
-  await page.waitForFunction((e) => !document.querySelector('#members-list')?.textContent.includes(e), {timeout: WAIT_MS}, memberEmail);
+  // A double click on the confirmation removes once (the second click finds it disabled).
+  const removals = await callsDuring(page, 'RemoveMember', async () => {
+    const yes = await page.waitForFunction((l) => [...document.querySelectorAll('#members-list button')].find((b) => b.textContent === l),
+      {timeout: WAIT_MS}, `Remove ${memberEmail}`);
+    await yes.asElement().click({count: 2});
+    await contains(page, '.status.ok', `${memberEmail} was removed.`);
+    await page.waitForFunction((e) => !document.querySelector('#members-list')?.textContent.includes(e), {timeout: WAIT_MS}, memberEmail);
+    await idle(page);
+  });
+  assert.equal(removals, 1, 'a double click on the confirmation called RemoveMember more than once');
   await checkPage(page, 'members-after-changes');
   await nav(page, 'audit');
   await contains(page, '#audit-list', 'member.removed');
@@ -1013,15 +1114,19 @@ async function run(browser) {
   await waitPage(page, 'members');
   assert.equal(await page.evaluate(() => document.activeElement.id), 'page-title', 'focus moves to the new page');
 
-  step('phone width');
+  step('phone width: every section, then every detail page');
   await page.setViewport({width: 390, height: 844, isMobile: true, hasTouch: true});
   for (const name of ['dashboard', 'members', 'keys', 'audit', 'customers', 'plans', 'subscriptions', 'invoices',
-    'credit-notes', 'ledger', 'webhooks']) {
+    'credit-notes', 'ledger', 'webhooks', 'tenants']) {
     await nav(page, name);
-    await page.waitForFunction(() => !document.querySelector('[aria-busy="true"]'), {timeout: WAIT_MS});
-    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-    assert.ok(overflow <= 0, `${name} scrolls sideways at phone width (${overflow} px)`);
-    await checkPage(page, `phone-${name}`);
+    await phoneCheck(page, name, name);
+  }
+  for (const [url, name, shot] of [[customerUrl, 'customer', 'customer'], [subscriptionUrl, 'subscription', 'subscription'],
+    [invoiceUrl, 'invoice', 'invoice'], [openInvoiceUrl, 'invoice', 'invoice-one-off'], [ledgerAccountUrl, 'ledger-account', 'ledger-account'],
+    [endpointUrl, 'webhook-endpoint', 'webhook-endpoint'], [webhookSubscriptionUrl, 'webhook-subscription', 'webhook-subscription'],
+    [deliveryUrl, 'delivery', 'delivery']]) {
+    await page.goto(url, {waitUntil: 'networkidle0'});
+    await phoneCheck(page, name, shot);
   }
   await page.setViewport({width: 1280, height: 900}); // leaving isMobile reloads the page
 
