@@ -84,15 +84,14 @@ dump() {
         done
 }
 
-password_of() { sed -n 's|^[a-z]*://[^:/@]*:\([^@]*\)@.*$|\1|p'; }
-
 # The invariants of a complete set: keys, agreement, no password in the log.
 consistent() {
         local what=$1 s r
         for s in $SECRETS; do
                 [ -f "$WORK/out/$s.yaml" ] || fail "$what: no manifest for $s"
-                grep -q "^kind: Secret$" "$WORK/out/$s.yaml" && grep -q "^  name: $s$" "$WORK/out/$s.yaml" ||
+                if ! grep -q "^kind: Secret$" "$WORK/out/$s.yaml" || ! grep -q "^  name: $s$" "$WORK/out/$s.yaml"; then
                         fail "$what: $s.yaml is not the Secret $s"
+                fi
                 [ "$(stat -c %a "$WORK/out/$s.yaml")" = 640 ] || fail "$what: $s.yaml is readable by others"
         done
         [ "$(keys keelson-postgres)" = "auth-login-dsn billing-login-dsn ledger-login-dsn owner-dsn summary-login-dsn webhook-login-dsn " ] ||
