@@ -40,7 +40,9 @@ const RULES = {
   probes: "every container has liveness and readiness probes",
   resources: "every container has CPU and memory requests and limits",
   security: "non-root, read-only root, no capability, seccomp RuntimeDefault, no host access",
-  "service-account": "a ServiceAccount of its own without API access",
+  "service-account": "a ServiceAccount of its own, no token mounted in a workload",
+  rbac: "no API right but a setup Job's: get/create/patch on the Secrets it makes, by name",
+  job: "a setup Job is bounded (deadline, retries, one pod), cleans up after itself (TTL) and makes what the overlay needs",
   "service-links": "no Service environment variables (they collide with KEELSON_*)",
   pdb: "a PodDisruptionBudget that selects it and allows one disruption",
   netpol: "a default deny, and a NetworkPolicy of its own",
@@ -57,18 +59,37 @@ const RULES = {
   "secret-literal": "no Secret value committed in the tree",
 };
 
+// The Secrets the dev overlay's Job makes in the cluster
+// (k8s/overlays/dev/secrets-job.yaml), with the keys it gives each.
+const DEV_SECRETS = {
+  "keelson-postgres": ["owner-dsn", ...["auth", "billing", "ledger", "webhook", "summary"].map((s) => `${s}-login-dsn`)],
+  "keelson-redis": ["url"],
+  "keelson-dev-postgres-server": [
+    "superuser-password",
+    "owner-password",
+    ...["auth", "billing", "ledger", "webhook", "summary"].map((s) => `${s}-login-password`),
+  ],
+  "keelson-dev-redis-server": ["password", "redis.conf"],
+};
+
 // What each overlay promises (docs/operations.md, "Kubernetes").
+// externalSecrets: made by hand before the apply; jobSecrets: made by a Job
+// of the overlay, which is the only holder of API rights.
 const PROFILES = {
-  dev: { serviceReplicas: [1, 1], brokers: [2, 8], hpaMin: 1, externalSecrets: [], flows: true },
+  dev: { serviceReplicas: [1, 1], brokers: [2, 8], hpaMin: 1, externalSecrets: [], jobSecrets: DEV_SECRETS, flows: true },
   prod: {
     serviceReplicas: [3, 1000],
     brokers: [3, 8],
     hpaMin: 3,
     externalSecrets: ["keelson-postgres", "keelson-redis"],
+    jobSecrets: {},
     flows: true,
   },
-  default: { serviceReplicas: [1, 1000], brokers: [1, 8], hpaMin: 1, externalSecrets: [], flows: false },
+  default: { serviceReplicas: [1, 1000], brokers: [1, 8], hpaMin: 1, externalSecrets: [], jobSecrets: {}, flows: false },
 };
+// The rights a setup Job may hold on the Secrets it makes: get, and create
+// or patch by server-side apply (a create by apply is authorised by name).
+const JOB_VERBS = new Set(["get", "create", "patch"]);
 
 // Kubernetes' own numbers: KS_SHUTDOWN_DEADLINE_MS (services/core/ks_shutdown.h).
 const SHUTDOWN_DEADLINE_S = 15;
@@ -163,6 +184,11 @@ const ALLOWED = {
   "policy/v1/PodDisruptionBudget": "policy/v1/PodDisruptionBudget",
   "autoscaling/v2/HorizontalPodAutoscaler": "autoscaling/v2/HorizontalPodAutoscaler",
   "networking.k8s.io/v1/NetworkPolicy": "networking.k8s.io/v1/NetworkPolicy",
+  "batch/v1/Job": "batch/v1/Job",
+  "rbac.authorization.k8s.io/v1/Role": "rbac.authorization.k8s.io/v1/Role",
+  "rbac.authorization.k8s.io/v1/RoleBinding": "rbac.authorization.k8s.io/v1/RoleBinding",
+  "rbac.authorization.k8s.io/v1/ClusterRole": "rbac.authorization.k8s.io/v1/ClusterRole",
+  "rbac.authorization.k8s.io/v1/ClusterRoleBinding": "rbac.authorization.k8s.io/v1/ClusterRoleBinding",
 };
 
 async function validateSchema(o, overlay) {
@@ -328,8 +354,12 @@ const emptySelector = (s) => !s || (!Object.keys(s.matchLabels ?? {}).length && 
 
 // ---- the workloads' rules ------------------------------------------------------
 
+// Workloads run for good (probes, PDB, spread...); a Job runs once. Both have
+// pods, and every pod gets the rules of images, resources, security,
+// ServiceAccount, NetworkPolicy and references.
 const WORKLOADS = new Set(["Deployment", "StatefulSet"]);
-const podSpec = (o) => (WORKLOADS.has(o.kind) ? o.spec?.template?.spec : null);
+const POD_KINDS = new Set([...WORKLOADS, "Job"]);
+const podSpec = (o) => (POD_KINDS.has(o.kind) ? o.spec?.template?.spec : null);
 const podLabels = (o) => o.spec?.template?.metadata?.labels ?? {};
 const isKeelson = (c) => /(^|\/)keelson(:|@|$)/.test(c.image ?? "");
 const svcName = (c) => (c.command?.[0] ?? "").match(/keelson-([a-z]+)$/)?.[1];
@@ -441,6 +471,12 @@ function checkServiceAccount(w, ctx) {
     fail(sa.automountServiceAccountToken === false, `ServiceAccount ${name} mounts a token`);
   const count = ctx.users.get(name) ?? 0;
   fail(count === 1, `ServiceAccount ${name} is shared by ${count} workloads`);
+  // A token mounted by hand (a projected volume) is the same as one mounted
+  // automatically: only a setup Job may have one, to use the rights of its
+  // Role (the rule rbac).
+  if (WORKLOADS.has(w.kind))
+    for (const v of s.volumes ?? [])
+      fail(!(v.projected?.sources ?? []).some((x) => x.serviceAccountToken), `volume ${v.name} mounts a ServiceAccount token`);
   check(s.enableServiceLinks === false, ctx.name, "service-links", id(w), "enableServiceLinks is not false");
 }
 
@@ -504,6 +540,14 @@ function checkRefs(w, ctx) {
     const o = ctx.byKind(kind).find((x) => x.metadata.name === name);
     if (!o && kind === "Secret" && ctx.profile.externalSecrets.includes(name)) {
       if (key) ctx.externalKeys.add(`${name}/${key}`);
+      continue;
+    }
+    // Made in the cluster by the overlay's Job (the rule rbac checks that
+    // one may): the keys are those the Job writes.
+    const made = !o && kind === "Secret" ? ctx.profile.jobSecrets[name] : null;
+    if (made) {
+      ctx.jobSecretsUsed.add(name);
+      if (key) check(made.includes(key), ctx.name, "refs", id(w), `${what ?? ""}: the Job makes Secret ${name} without a key ${key}`);
       continue;
     }
     if (!check(Boolean(o), ctx.name, "refs", id(w), `${kind} ${name} is not in the overlay`)) continue;
@@ -589,6 +633,81 @@ function checkReplicas(w, ctx) {
     const [lo, hi] = ctx.profile.serviceReplicas;
     check(n >= lo && n <= hi, ctx.name, "replicas", id(w), `${n} replicas, not ${lo}..${hi}`);
   }
+}
+
+// ---- the setup Job and API rights ---------------------------------------------------
+
+// A Job runs once: no probe, PDB or spread, but bounds on how long and how
+// often, a TTL so that a later apply makes it anew, and pods that nothing
+// long-lived selects.
+function checkJob(j, ctx) {
+  const sp = j.spec ?? {};
+  const fail = (ok, msg) => check(ok, ctx.name, "job", id(j), msg);
+  const within = (v, lo, hi) => Number.isInteger(v) && v >= lo && v <= hi;
+  fail(within(sp.ttlSecondsAfterFinished, 1, 86400), `ttlSecondsAfterFinished ${sp.ttlSecondsAfterFinished ?? "unset"}: 1 s to a day, so that it goes away and the next apply runs it again`);
+  fail(within(sp.activeDeadlineSeconds, 1, 3600), `activeDeadlineSeconds ${sp.activeDeadlineSeconds ?? "unset"}: 1 s to an hour`);
+  fail(within(sp.backoffLimit, 0, 6), `backoffLimit ${sp.backoffLimit ?? "unset (6)"}: set it, 6 at most`);
+  fail((sp.parallelism ?? 1) === 1 && (sp.completions ?? 1) === 1, "one pod at a time, one completion: two writers would race");
+  fail(["Never", "OnFailure"].includes(podSpec(j)?.restartPolicy), `restartPolicy ${podSpec(j)?.restartPolicy}: Never or OnFailure`);
+  const labels = podLabels(j);
+  const by = [
+    ...ctx.workloads.filter((w) => matches(w.spec?.selector, labels)).map(id),
+    ...ctx.byKind("Service").filter((x) => x.spec?.selector && matches({ matchLabels: x.spec.selector }, labels)).map(id),
+    ...ctx.byKind("PodDisruptionBudget").filter((x) => matches(x.spec?.selector, labels)).map(id),
+  ];
+  check(!by.length, ctx.name, "selector", id(j), `its pods are selected by ${by.join(", ")}`);
+}
+
+// API rights: none cluster-wide; a Role may grant only get/create/patch on
+// Secrets a Job of the overlay makes, by name; only a Job's ServiceAccount
+// may be bound to one, never one a workload runs as; and every Secret the
+// profile leaves to a Job must be one some Job may create.
+function checkRbac(ctx) {
+  const fail = (ok, o, msg) => check(ok, ctx.name, "rbac", id(o), msg);
+  const ns = ctx.workloads[0]?.metadata?.namespace ?? "keelson";
+  const makes = new Set(Object.keys(ctx.profile.jobSecrets));
+  for (const o of [...ctx.byKind("ClusterRole"), ...ctx.byKind("ClusterRoleBinding")]) fail(false, o, "cluster-wide rights: keelson needs none");
+  const grants = new Map(); // Role -> Secret -> verbs
+  for (const r of ctx.byKind("Role")) {
+    const g = new Map();
+    grants.set(r.metadata.name, g);
+    for (const [i, rule] of (r.rules ?? []).entries()) {
+      const at = `rules[${i}]`;
+      const secrets = JSON.stringify(rule.apiGroups) === '[""]' && JSON.stringify(rule.resources) === '["secrets"]';
+      fail(secrets, r, `${at}: ${rule.apiGroups}/${rule.resources}: only Secrets (apiGroups [""], resources [secrets])`);
+      const names = rule.resourceNames ?? [];
+      fail(names.length > 0, r, `${at}: no resourceNames, so every Secret of the namespace`);
+      for (const n of names) fail(makes.has(n), r, `${at}: Secret ${n} is not one a Job of this overlay makes`);
+      for (const v of rule.verbs ?? []) fail(JOB_VERBS.has(v), r, `${at}: verb ${v}, beyond ${[...JOB_VERBS].join("/")}`);
+      if (secrets)
+        for (const n of names) for (const v of rule.verbs ?? []) (g.get(n) ?? g.set(n, new Set()).get(n)).add(v);
+    }
+  }
+  const runAs = new Map(); // ServiceAccount -> the objects whose pods run as it
+  for (const o of [...ctx.workloads, ...ctx.jobs]) {
+    const sa = podSpec(o)?.serviceAccountName;
+    (runAs.get(sa) ?? runAs.set(sa, []).get(sa)).push(o);
+  }
+  const held = new Map(); // ServiceAccount -> Secret -> verbs
+  for (const b of ctx.byKind("RoleBinding")) {
+    const ref = b.roleRef ?? {};
+    fail(ref.kind === "Role" && grants.has(ref.name), b, `roleRef ${ref.kind}/${ref.name}: only a Role of the overlay`);
+    for (const sub of b.subjects ?? []) {
+      fail(sub.kind === "ServiceAccount" && (sub.namespace ?? ns) === ns, b, `subject ${sub.kind}/${sub.name}: only a ServiceAccount of the namespace`);
+      const users = runAs.get(sub.name) ?? [];
+      fail(users.length > 0 && users.every((o) => o.kind === "Job"), b, `binds ServiceAccount ${sub.name}, which ${users.length ? users.map(id).join(", ") : "no Job"} runs as: only a Job may hold API rights`);
+      const h = held.get(sub.name) ?? held.set(sub.name, new Map()).get(sub.name);
+      for (const [n, verbs] of grants.get(ref.name) ?? []) for (const v of verbs) (h.get(n) ?? h.set(n, new Set()).get(n)).add(v);
+    }
+  }
+  for (const n of makes) {
+    const ok = ctx.jobs.some((j) => {
+      const v = held.get(podSpec(j)?.serviceAccountName)?.get(n);
+      return v?.has("create") && v?.has("patch");
+    });
+    check(ok, ctx.name, "job", `Secret/${n}`, "left to a Job, but no Job of the overlay may create it (create and patch on it, bound to its ServiceAccount)");
+  }
+  for (const n of ctx.jobSecretsUsed) check(makes.has(n), ctx.name, "job", `Secret/${n}`, "used, but no Job makes it");
 }
 
 // ---- keelson's wiring ------------------------------------------------------------
@@ -707,7 +826,7 @@ function checkFlows(ctx) {
   const ns = ctx.workloads[0]?.metadata?.namespace ?? "keelson";
   const eps = {};
   let host = 10;
-  for (const w of ctx.workloads) {
+  for (const w of [...ctx.workloads, ...ctx.jobs]) {
     const name = podLabels(w)["app.kubernetes.io/name"] ?? w.metadata.name;
     eps[name] = {
       pod: true,
@@ -729,6 +848,10 @@ function checkFlows(ctx) {
   eps["internet-server"] = { ip: "198.51.100.7" };
   eps["private-10"] = { ip: "10.1.2.3" };
   eps.metadata = { ip: "169.254.169.254" };
+  // The API server: the kubernetes Service's address, and the address the
+  // CNI sees after translation (a node's or a control plane's, on 6443).
+  eps["apiserver-service"] = { ip: "10.96.0.1" };
+  eps.apiserver = { ip: "172.18.0.2" };
   // The datastores: pods of the overlay, or the addresses its egress names.
   for (const [store, pol] of [["postgres", "keelson-egress-postgres"], ["redis", "keelson-egress-redis"]]) {
     if (eps[`keelson-${store}`]) eps[store] = eps[`keelson-${store}`];
@@ -793,6 +916,31 @@ function checkFlows(ctx) {
     flow(never, "internet-client", "keelson-redis", 6379);
     flow(never, "keelson-redis", "internet-server", 443);
   }
+  // The API server: the setup Job reaches it and DNS, nothing else; no
+  // keelson pod or datastore reaches it.
+  const setup = ctx.jobs.map((j) => podLabels(j)["app.kubernetes.io/name"] ?? j.metadata.name);
+  for (const n of setup) {
+    flow(must, n, "apiserver-service", 443);
+    flow(must, n, "apiserver", 443);
+    flow(must, n, "apiserver", 6443);
+    flow(must, n, "kube-dns", 53, "UDP");
+    flow(must, n, "kube-dns", 53, "TCP");
+    flow(never, n, "postgres", 5432);
+    flow(never, n, "redis", 6379);
+    flow(never, n, "keelson-broker", base);
+    flow(never, n, "keelson-gateway", 8080);
+    flow(never, n, "internet-server", 80);
+    flow(never, n, "internet-server", 22);
+    flow(never, n, "metadata", 80);
+    flow(never, "internet-client", n, 443);
+    flow(never, "stranger", n, 8080);
+    flow(never, "keelson-gateway", n, 443);
+  }
+  for (const n of keelson) {
+    flow(never, n, "apiserver-service", 443);
+    flow(never, n, "apiserver", 6443);
+  }
+  for (const n of ["keelson-postgres", "keelson-redis"].filter((x) => eps[x])) flow(never, n, "apiserver", 6443);
 
   const passes = ([from, to, port, proto]) => {
     const src = eps[from];
@@ -921,13 +1069,15 @@ async function checkOverlay(name, docs, documented) {
     docs,
     byKind: (k) => byKindMap.get(k) ?? [],
     workloads: docs.filter((o) => WORKLOADS.has(o.kind)),
+    jobs: docs.filter((o) => o.kind === "Job"),
+    jobSecretsUsed: new Set(),
     keelsonTags: new Set(),
     externalKeys: new Set(),
     users: new Map(),
     config: {},
   };
   for (const cm of ctx.byKind("ConfigMap")) if (cm.metadata.name.startsWith("keelson-config")) ctx.config = cm.data ?? {};
-  for (const w of ctx.workloads) {
+  for (const w of [...ctx.workloads, ...ctx.jobs]) {
     const sa = podSpec(w)?.serviceAccountName;
     ctx.users.set(sa, (ctx.users.get(sa) ?? 0) + 1);
   }
@@ -935,12 +1085,14 @@ async function checkOverlay(name, docs, documented) {
     await validateSchema(o, name);
     checkNames(o, name);
   }
-  check(!ctx.byKind("Role").length && !ctx.byKind("RoleBinding").length && !ctx.byKind("ClusterRoleBinding").length, name, "service-account", "RBAC", "no Role or binding may give a ServiceAccount API access");
   check(ctx.workloads.length > 0, name, "selector", name, "no Deployment or StatefulSet rendered");
   for (const w of ctx.workloads) {
     for (const f of [checkSelector, checkImages, checkProbes, checkResources, checkSecurity, checkServiceAccount, checkPdb, checkNetpol, checkSpread, checkRefs, checkGrace, checkMetrics, checkReplicas])
       f(w, ctx);
   }
+  for (const j of ctx.jobs)
+    for (const f of [checkImages, checkResources, checkSecurity, checkServiceAccount, checkNetpol, checkRefs, checkJob]) f(j, ctx);
+  checkRbac(ctx);
   for (const p of ctx.byKind("PodDisruptionBudget")) {
     const n = ctx.workloads.filter((w) => matches(p.spec?.selector, podLabels(w))).length;
     check(n === 1, name, "pdb", id(p), `selects ${n} workloads, not 1`);

@@ -7,17 +7,18 @@
 #      package kubernetes-client, whose embedded kustomize v2.0.3 knows fewer
 #      keys. The package cannot be installed beside a kubectl that another
 #      package owns (both ship /usr/bin/kubectl), so it is fetched with
-#      `apt-get download` and unpacked into the build tree, never installed.
-#      The dev overlay renders from a copy of k8s/ whose Secrets'
-#      env files make-secrets.sh writes, as a user would;
+#      `apt-get download` and unpacked into the build tree, never installed;
 #   2. check.mjs validates every rendered object against the Kubernetes API
 #      schemas (the npm package kubernetes-models, at the versions of
 #      package-lock.json, installed under the build tree) and keelson's policy,
 #      checks that the two kubectls render the same objects, and scans k8s/
 #      for committed Secret values;
-#   3. the negative self-test: the same checker on a deliberately bad fixture
-#      (fixtures/bad) must fail every one of its rules, and on the dev overlay
-#      plus an allow-all NetworkPolicy it must fail the flows rule.
+#   3. the dev overlay's Secrets Job's script (secrets-job-test.sh): what it
+#      writes when none, some or all of the Secrets exist;
+#   4. the negative self-test: the same checker on a deliberately bad fixture
+#      (fixtures/bad) must fail every one of its rules; on the dev overlay
+#      plus an allow-all NetworkPolicy it must fail the flows rule, and plus
+#      the Secrets Job's rights handed to a service it must fail rbac.
 #
 #   tests/k8s/check.sh [BUILD_DIR]      (default: build)
 #
@@ -70,19 +71,10 @@ done
 
 # ---- render ----------------------------------------------------------------------
 
-# A copy of the tree, with throwaway dev Secrets written by make-secrets.sh
-# (whatever secrets/*.env the working tree holds stays out of it).
+# A copy of the tree, as git has it plus what it does not ignore.
 rm -rf "$WORK/tree" "$WORK/render"
 mkdir -p "$WORK/tree" "$WORK/render"
 cp -a "$ROOT/k8s" "$WORK/tree/k8s"
-rm -f "$WORK"/tree/k8s/overlays/dev/secrets/*.env
-sh "$WORK/tree/k8s/overlays/dev/make-secrets.sh" >/dev/null ||
-        die "make-secrets.sh failed"
-sums=$(cat "$WORK"/tree/k8s/overlays/dev/secrets/*.env | cksum)
-sh "$WORK/tree/k8s/overlays/dev/make-secrets.sh" 2>/dev/null ||
-        die "make-secrets.sh refuses to run a second time (it must keep the files)"
-[ "$sums" = "$(cat "$WORK"/tree/k8s/overlays/dev/secrets/*.env | cksum)" ] ||
-        die "make-secrets.sh replaced passwords on its second run (PostgreSQL keeps the first ones)"
 
 # Renders $1 (a kustomization folder) with every renderer into
 # $WORK/render/$2.<renderer>.yaml; sets RENDERED to the comma-separated list.
@@ -128,6 +120,12 @@ node "$NODE_DIR/check.mjs" "${overlay_args[@]}" --source "$ROOT/k8s" \
         --config-doc "$ROOT/docs/configuration.md" ||
         die "the overlays break the rules above (tests/k8s/check.mjs says what each rule wants)"
 
+# ---- the dev Secrets Job's script -------------------------------------------------------
+
+say "the dev overlay's Secrets Job: its script, with none, some and all of the Secrets there"
+bash "$HERE/secrets-job-test.sh" "$ROOT/k8s/overlays/dev/secrets-job.sh" "$WORK/secrets-job" ||
+        die "secrets-job.sh does not do what the Job needs (secrets-job-test.sh says what)"
+
 # ---- negative self-test ----------------------------------------------------------------
 
 # Runs the checker expecting it to fail the rules $1; its own output is kept
@@ -151,5 +149,7 @@ expect_failure "all,-flows" --overlay "bad=${RENDERED%%,*},$HERE/fixtures/bad/ot
 say "negative self-test: the dev overlay with an allow-all NetworkPolicy must fail the flows"
 dev_render=$WORK/render/dev.${RENDERERS[0]%%=*}.yaml
 expect_failure flows --overlay "dev=$dev_render" --add "dev=$HERE/fixtures/allow-all-netpol.yaml"
+say "negative self-test: the dev overlay with the Secrets Job's rights leaked must fail rbac"
+expect_failure rbac --overlay "dev=$dev_render" --add "dev=$HERE/fixtures/dev-rbac-leak.yaml"
 
 say "ok"
