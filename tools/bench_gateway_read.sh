@@ -34,6 +34,9 @@ need "wrk nginx-light curl" wrk nginx curl
 
 export KEELSON_GATEWAY_RATE_API=1000000:1000000/1s
 export KEELSON_GATEWAY_RATE_AUTH=1000:1000/1s
+# The stack's gateway lets more gateway processes share its port (the
+# cheapest route is measured with one gateway per core below).
+export KEELSON_GATEWAY_REUSE_PORT=true
 whoami_session
 
 cat >"$WORK/whoami.lua" <<EOF
@@ -172,6 +175,27 @@ cpu_per_request
 read -r h_rps h_p50 h_p99 _ <<<"$(run "$GW/keelson.none.v1.None/Nothing" 10)"
 echo "gateway POST to an unknown method (404 from the loop, no upstream, no limit), 10 conns: $h_rps req/s, p50 $h_p50 ms, p99 $h_p99 ms"
 
+# The same with one gateway process per core on the stack's port
+# (KEELSON_GATEWAY_REUSE_PORT: the kernel spreads the connections).
+extra_pids=()
+for ((k = 1; k < $(nproc); k++)); do
+        KEELSON_GATEWAY_HOST=127.0.0.1 KEELSON_GATEWAY_PORT=${GW##*:} KEELSON_GATEWAY_ADMIN_PORT=0 \
+                KEELSON_BROKER_URL=$(sed -n 's/^KEELSON_IT_BROKER_URL=//p' "$WORK/stack/env") \
+                KEELSON_REDIS_URL=$(sed -n 's/^KEELSON_IT_REDIS_URL=//p' "$WORK/stack/env") \
+                "$BUILD/keelson-gateway" 2>"$WORK/gateway-$k.log" &
+        extra_pids+=($!)
+        for _ in $(seq 1 100); do
+                grep -q '"gateway listening"' "$WORK/gateway-$k.log" && break
+                sleep 0.05
+        done
+done
+read -r hn_rps hn_p50 hn_p99 _ <<<"$(run "$GW/keelson.none.v1.None/Nothing" 10)"
+for pid in "${extra_pids[@]}"; do
+        kill "$pid"
+        wait "$pid" 2>/dev/null || true
+done
+echo "the same with $(nproc) gateway processes on the port (SO_REUSEPORT), 10 conns: $hn_rps req/s, p50 $hn_p50 ms, p99 $hn_p99 ms"
+
 # The baseline of that route: a minimal libevent HTTP server (evhttp, a fixed
 # 20-byte reply; tools/http_front/minimal_evhttp.c) on a free port of the same
 # loopback, with one loop, then one loop per core (SO_REUSEPORT).
@@ -188,8 +212,10 @@ if [ -x "$MINIMAL" ]; then
                 read -r m_rps m_p50 m_p99 _ <<<"$(run "http://127.0.0.1:$m_port/keelson.none.v1.None/Nothing" 10)"
                 kill "$m_pid"
                 wait "$m_pid" 2>/dev/null || true
-                awk -v t="$threads" -v m="$m_rps" -v p50="$m_p50" -v p99="$m_p99" -v g="$h_rps" 'BEGIN {
-                        printf "minimal libevent server, %d loop(s), 10 conns: %s req/s, p50 %s ms, p99 %s ms; gateway 404 / it: %.2f\n", t, m, p50, p99, g / m }'
+                g_same=$h_rps
+                [ "$threads" = 1 ] || g_same=$hn_rps
+                awk -v t="$threads" -v m="$m_rps" -v p50="$m_p50" -v p99="$m_p99" -v g="$g_same" 'BEGIN {
+                        printf "minimal libevent server, %d loop(s), 10 conns: %s req/s, p50 %s ms, p99 %s ms; gateway 404 (%d process(es)) / it: %.2f\n", t, m, p50, p99, t, g / m }'
         done
 else
         echo "(no $MINIMAL: the minimal libevent baseline is built with the tools, make build)"

@@ -65,6 +65,7 @@ typedef struct gw_config {
         int64_t read_timeout_ms; /* one request, head and body, from its first byte */
         int64_t max_connections;
         int64_t max_connections_per_address;
+        bool reuse_port;                    /* SO_REUSEPORT on the public listener */
         int64_t h2_max_streams;             /* HTTP/2: open streams per connection */
         int64_t h2_stream_window_bytes;     /* HTTP/2: SETTINGS_INITIAL_WINDOW_SIZE */
         int64_t h2_connection_window_bytes; /* HTTP/2: the connection's receive window */

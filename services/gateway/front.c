@@ -1172,9 +1172,12 @@ static int listen_on(gw_front *f, const char *host, int port)
         if (evutil_getaddrinfo(host, service, &hints, &ai) != 0 || ai == NULL) {
                 return -1;
         }
-        f->listener = evconnlistener_new_bind(f->base, on_accept, f,
-                                              LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, -1,
-                                              ai->ai_addr, (int)ai->ai_addrlen);
+        unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE;
+        if (f->lim.reuse_port) {
+                flags |= LEV_OPT_REUSEABLE_PORT;
+        }
+        f->listener = evconnlistener_new_bind(f->base, on_accept, f, flags, -1, ai->ai_addr,
+                                              (int)ai->ai_addrlen);
         evutil_freeaddrinfo(ai);
         if (f->listener == NULL) {
                 return -1;

@@ -42,6 +42,7 @@ typedef struct gw_front_limits {
         int32_t h2_conn_window;    /* HTTP/2: the connection's receive window */
         size_t grpc_body_max;      /* HTTP/2: the body of a gRPC-family request (its message) */
         struct gw_tls *tls;        /* TLS on every connection (tls.h), or NULL: cleartext */
+        bool reuse_port;           /* SO_REUSEPORT: other processes may listen on the port too */
 } gw_front_limits;
 
 /* A complete request: the callback answers it now or later with gw_req_reply. */

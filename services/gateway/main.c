@@ -19,6 +19,10 @@ static const ks_config_var config_vars[] = {
                "address to listen on for HTTP"),
     KS_CFG_INT("KEELSON_GATEWAY_PORT", gw_config, port, "8080", 0, 65535,
                "port to listen on (0 = any free port; the port bound is logged)"),
+    KS_CFG_BOOL("KEELSON_GATEWAY_REUSE_PORT", gw_config, reuse_port, "false",
+                "let several gateway processes of one host listen on the same "
+                "KEELSON_GATEWAY_HOST:PORT (SO_REUSEPORT: the kernel spreads new connections "
+                "over them, so a host's cores all serve); each needs an admin port of its own"),
     KS_CFG_STR("KEELSON_GATEWAY_ADMIN_HOST", gw_config, admin_host, "127.0.0.1", KS_CFG_NONEMPTY,
                "address of the /healthz, /readyz and /metrics listener (loopback: only this "
                "machine; 0.0.0.0 in a pod, for probes and scraping)"),

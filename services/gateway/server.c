@@ -179,6 +179,7 @@ static int http_setup(gw_server *s)
             /* one message and its 5-byte prefix */
             .grpc_body_max = (size_t)cfg->grpc_message_max_bytes + 5,
             .proxies = &cfg->rate.proxies,
+            .reuse_port = cfg->reuse_port,
         };
         if (cfg->tls_cert[0] != '\0') {
                 char why[512];
