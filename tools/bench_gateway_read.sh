@@ -185,7 +185,7 @@ for ((k = 1; k < $(nproc); k++)); do
                 "$BUILD/keelson-gateway" 2>"$WORK/gateway-$k.log" &
         extra_pids+=($!)
         for _ in $(seq 1 100); do
-                grep -q '"gateway listening"' "$WORK/gateway-$k.log" && break
+                grep -qs '"gateway listening"' "$WORK/gateway-$k.log" && break
                 sleep 0.05
         done
 done
