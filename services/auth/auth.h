@@ -18,6 +18,7 @@
 #ifndef AUTH_H
 #define AUTH_H
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -69,10 +70,20 @@ typedef struct auth_hash_pool auth_hash_pool;
  * (auth's own binary, "/proc/self/exe"), each thread hands its scrypt to a
  * hash worker process at nice value nice (0..19) in a scheduling group of
  * its own (hash_worker.c); with NULL, the threads run scrypt themselves at
- * that nice value.
+ * that nice value. With cpus, the hashing runs on those CPUs only (the
+ * threads are pinned, and the worker processes they start inherit it);
+ * NULL: wherever the scheduler puts it.
  */
 int auth_hash_pool_new(auth_hash_pool **out, int workers, int queue_max, int nice,
-                       const char *worker_exe);
+                       const char *worker_exe, const cpu_set_t *cpus);
+
+/*
+ * The CPUs hashing is pinned to: the last `workers` of allowed (the highest
+ * numbered), so that the cheap calls always have the others; false (out
+ * untouched) when workers would take every CPU of allowed, or none: no
+ * pinning then. Pure.
+ */
+bool auth_hash_cpus(const cpu_set_t *allowed, int workers, cpu_set_t *out);
 void auth_hash_pool_free(auth_hash_pool *p);
 
 /*
@@ -163,6 +174,7 @@ typedef struct auth_config {
         int64_t hash_workers;
         int64_t hash_queue_max;
         int64_t hash_nice;
+        bool hash_pin;
         int64_t invitation_ttl_s;
         int64_t reset_ttl_s;
         int64_t reset_max_per_window;

@@ -66,6 +66,8 @@ struct auth_hash_pool {
         auth_hasher *hashers; /* one per thread, with worker_exe */
         int n_threads;
         int nice;
+        bool pinned; /* the threads (and their workers) run on cpus only */
+        cpu_set_t cpus;
         char *worker_exe; /* NULL: the threads hash themselves */
         atomic_uint_fast64_t rejected;
         ks_gauge *queue_gauge;
@@ -85,6 +87,10 @@ static void *worker_main(void *arg)
         auth_hasher *h = p->worker_exe != NULL ? &p->hashers[ta.index] : NULL;
         job *j;
 
+        /* Before its worker starts: a process inherits its parent thread's CPUs. */
+        if (p->pinned && pthread_setaffinity_np(pthread_self(), sizeof(p->cpus), &p->cpus) != 0) {
+                ks_log_warn(NULL, "cannot pin the hash thread to its CPUs", NULL);
+        }
         /* Linux: a thread's nice value is its own (PRIO_PROCESS with its tid). */
         if (h == NULL && p->nice > 0 && setpriority(PRIO_PROCESS, (id_t)gettid(), p->nice) != 0) {
                 ks_log_warn(NULL, "cannot lower the hash thread's priority", NULL);
@@ -128,8 +134,24 @@ static void *worker_main(void *arg)
         return NULL;
 }
 
+bool auth_hash_cpus(const cpu_set_t *allowed, int workers, cpu_set_t *out)
+{
+        int n = CPU_COUNT(allowed), taken = 0;
+        if (workers < 1 || workers >= n) {
+                return false;
+        }
+        CPU_ZERO(out);
+        for (size_t cpu = CPU_SETSIZE; cpu-- > 0 && taken < workers;) {
+                if (CPU_ISSET(cpu, allowed)) {
+                        CPU_SET(cpu, out);
+                        taken++;
+                }
+        }
+        return true;
+}
+
 int auth_hash_pool_new(auth_hash_pool **out, int workers, int queue_max, int nice,
-                       const char *worker_exe)
+                       const char *worker_exe, const cpu_set_t *cpus)
 {
         auth_hash_pool *p;
 
@@ -141,6 +163,10 @@ int auth_hash_pool_new(auth_hash_pool **out, int workers, int queue_max, int nic
         }
         p->queue_max = queue_max;
         p->nice = nice;
+        if (cpus != NULL) {
+                p->pinned = true;
+                p->cpus = *cpus;
+        }
         /* done_cv's timed waits read the monotonic clock: a caller's deadline is moved onto it. */
         if (ks_cond_init_monotonic(&p->done_cv) != 0) {
                 free(p);

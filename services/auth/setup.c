@@ -23,13 +23,18 @@ const ks_config_var auth_config_vars[] = {
     KS_CFG_INT("KEELSON_AUTH_SCRYPT_R", C, scrypt_r, "8", 1, 32, "scrypt block size r"),
     KS_CFG_INT("KEELSON_AUTH_SCRYPT_P", C, scrypt_p, "1", 1, 16, "scrypt parallelism p"),
     KS_CFG_INT("KEELSON_AUTH_HASH_WORKERS", C, hash_workers, "0", 0, 256,
-               "threads running scrypt (0 = the number of cores, at most half the workers)"),
+               "threads running scrypt (0 = half the CPUs auth may use, at least 1, at most "
+               "half the workers)"),
     KS_CFG_INT("KEELSON_AUTH_HASH_QUEUE_MAX", C, hash_queue_max, "0", 0, 65536,
                "password hashes waiting for a hash thread; more are refused with"
                " resource_exhausted (0 = twice the hash workers)"),
     KS_CFG_INT("KEELSON_AUTH_HASH_NICE", C, hash_nice, "10", 0, 19,
                "scheduling niceness of the hash worker processes (and of their session's"
                " scheduling group): cheap calls get the cores first"),
+    KS_CFG_BOOL("KEELSON_AUTH_HASH_PIN", C, hash_pin, "true",
+                "run the hash workers on the last KEELSON_AUTH_HASH_WORKERS of the CPUs auth may"
+                " use (the highest numbered), so that the cheap calls always have the others;"
+                " no pinning when the hash workers are as many as the CPUs"),
     KS_CFG_INT("KEELSON_AUTH_INVITATION_TTL_S", C, invitation_ttl_s, "604800", 60, 31536000,
                "invitation lifetime in seconds"),
     KS_CFG_INT("KEELSON_AUTH_RESET_TTL_S", C, reset_ttl_s, "3600", 60, 86400,
@@ -81,7 +86,7 @@ int auth_check_config(void *service, char *err, size_t err_len)
         }
         svc->hash_workers = (int)c->hash_workers;
         if (svc->hash_workers == 0) {
-                svc->hash_workers = cores > 0 ? (int)cores : 1;
+                svc->hash_workers = cores > 1 ? (int)(cores / 2) : 1;
                 if (svc->hash_workers > workers / 2) {
                         svc->hash_workers = workers / 2;
                 }
@@ -122,15 +127,19 @@ static int init_passwords(auth_service *svc)
         }
         explicit_bzero(throwaway, sizeof(throwaway));
         explicit_bzero(raw, sizeof(raw));
+        cpu_set_t allowed, cpus;
+        bool pin = c->hash_pin && sched_getaffinity(0, sizeof(allowed), &allowed) == 0 &&
+                   auth_hash_cpus(&allowed, svc->hash_workers, &cpus);
         if (auth_hash_pool_new(&svc->hash, svc->hash_workers, svc->hash_queue_max,
-                               (int)c->hash_nice, "/proc/self/exe") != KS_OK) {
+                               (int)c->hash_nice, "/proc/self/exe", pin ? &cpus : NULL) != KS_OK) {
                 ks_log_error(NULL, "cannot start the hash pool", NULL);
                 return -1;
         }
-        ks_log_info(NULL, "password hashing ready", "{s:i, s:i, s:i, s:i, s:i, s:i}",
+        ks_log_info(NULL, "password hashing ready", "{s:i, s:i, s:i, s:i, s:i, s:i, s:i}",
                     "scrypt_log_n", (int)c->scrypt_log_n, "scrypt_r", (int)c->scrypt_r, "scrypt_p",
                     (int)c->scrypt_p, "hash_ms", (int)(ks_mono_ms() - t0), "hash_workers",
-                    svc->hash_workers, "hash_queue_max", svc->hash_queue_max);
+                    svc->hash_workers, "hash_queue_max", svc->hash_queue_max, "hash_cpus_pinned",
+                    pin ? CPU_COUNT(&cpus) : 0);
         return 0;
 }
 

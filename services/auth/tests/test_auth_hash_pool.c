@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <pthread.h>
+#include <sched.h>
 #include <time.h>
 #include <signal.h>
 #include <errno.h>
@@ -61,7 +62,7 @@ static void test_hash_then_verify(void **state)
         bool ok = false, rehash = true;
 
         (void)state;
-        assert_int_equal(auth_hash_pool_new(&p, 2, 4, 0, g_exe), KS_OK);
+        assert_int_equal(auth_hash_pool_new(&p, 2, 4, 0, g_exe, NULL), KS_OK);
         assert_int_equal(auth_hash_password(p, "correct horse", &fast, stored, 0), KS_OK);
         assert_int_equal(auth_verify_password(p, "correct horse", stored, &fast, &ok, &rehash, 0),
                          KS_OK);
@@ -82,9 +83,9 @@ static void test_bad_sizes(void **state)
         auth_hash_pool *p = NULL;
 
         (void)state;
-        assert_int_equal(auth_hash_pool_new(&p, 0, 1, 0, g_exe), KS_INVALID_ARGUMENT);
-        assert_int_equal(auth_hash_pool_new(&p, 1, 0, 0, g_exe), KS_INVALID_ARGUMENT);
-        assert_int_equal(auth_hash_pool_new(&p, 1, 1, 20, g_exe), KS_INVALID_ARGUMENT);
+        assert_int_equal(auth_hash_pool_new(&p, 0, 1, 0, g_exe, NULL), KS_INVALID_ARGUMENT);
+        assert_int_equal(auth_hash_pool_new(&p, 1, 0, 0, g_exe, NULL), KS_INVALID_ARGUMENT);
+        assert_int_equal(auth_hash_pool_new(&p, 1, 1, 20, g_exe, NULL), KS_INVALID_ARGUMENT);
         assert_null(p);
         auth_hash_pool_free(NULL);
 }
@@ -125,7 +126,7 @@ static void test_full_queue_refuses_at_once(void **state)
         char out[KS_PASSWORD_HASH_MAX];
 
         (void)state;
-        assert_int_equal(auth_hash_pool_new(&p, 1, 1, 0, g_exe), KS_OK);
+        assert_int_equal(auth_hash_pool_new(&p, 1, 1, 0, g_exe, NULL), KS_OK);
         memset(&a, 0, sizeof(a));
         memset(&b, 0, sizeof(b));
         a.p = b.p = p;
@@ -152,7 +153,7 @@ static void test_deadline_drops_a_queued_job(void **state)
         char out[KS_PASSWORD_HASH_MAX];
 
         (void)state;
-        assert_int_equal(auth_hash_pool_new(&p, 1, 4, 0, g_exe), KS_OK);
+        assert_int_equal(auth_hash_pool_new(&p, 1, 4, 0, g_exe, NULL), KS_OK);
         memset(&a, 0, sizeof(a));
         memset(&b, 0, sizeof(b));
         a.p = b.p = p;
@@ -221,7 +222,7 @@ static void test_workers_run_apart(void **state)
         setenv("KEELSON_PG_DSN", "postgresql://u:hash-worker-secret@h/db", 1);
         setenv("UBSAN_OPTIONS",
                getenv("UBSAN_OPTIONS") ? getenv("UBSAN_OPTIONS") : "print_stacktrace=1", 1);
-        assert_int_equal(auth_hash_pool_new(&p, 2, 4, 7, "/proc/self/exe"), KS_OK);
+        assert_int_equal(auth_hash_pool_new(&p, 2, 4, 7, "/proc/self/exe", NULL), KS_OK);
         assert_int_equal(auth_hash_password(p, "a", &fast, out, 0), KS_OK);
         assert_int_equal(auth_hash_password(p, "b", &fast, out, 0), KS_OK);
         for (int i = 0; i < 2; i++) {
@@ -253,7 +254,7 @@ static void test_killed_worker_is_replaced(void **state)
         bool ok = false;
 
         (void)state;
-        assert_int_equal(auth_hash_pool_new(&p, 1, 4, 0, "/proc/self/exe"), KS_OK);
+        assert_int_equal(auth_hash_pool_new(&p, 1, 4, 0, "/proc/self/exe", NULL), KS_OK);
         assert_int_equal(auth_hash_password(p, "before", &fast, stored, 0), KS_OK);
         int pid = auth_hash_pool_worker_pid(p, 0);
         assert_true(pid > 0);
@@ -317,8 +318,57 @@ static void test_threads_have_no_worker(void **state)
         auth_hash_pool *p = NULL;
 
         (void)state;
-        assert_int_equal(auth_hash_pool_new(&p, 1, 1, 0, NULL), KS_OK);
+        assert_int_equal(auth_hash_pool_new(&p, 1, 1, 0, NULL, NULL), KS_OK);
         assert_int_equal(auth_hash_pool_worker_pid(p, 0), -1);
+        auth_hash_pool_free(p);
+}
+
+/* The CPUs hashing is pinned to: the highest numbered of those allowed, never all of them. */
+static void test_hash_cpus(void **state)
+{
+        cpu_set_t allowed, out;
+
+        (void)state;
+        CPU_ZERO(&allowed);
+        CPU_SET(0, &allowed);
+        CPU_SET(2, &allowed);
+        CPU_SET(3, &allowed);
+        CPU_SET(5, &allowed);
+        assert_true(auth_hash_cpus(&allowed, 2, &out));
+        assert_int_equal(CPU_COUNT(&out), 2);
+        assert_true(CPU_ISSET(5, &out) && CPU_ISSET(3, &out));
+        assert_true(auth_hash_cpus(&allowed, 1, &out));
+        assert_int_equal(CPU_COUNT(&out), 1);
+        assert_true(CPU_ISSET(5, &out));
+        assert_true(auth_hash_cpus(&allowed, 3, &out));
+        assert_false(CPU_ISSET(0, &out)); /* the first is always left to the cheap calls */
+        assert_false(auth_hash_cpus(&allowed, 4, &out));
+        assert_false(auth_hash_cpus(&allowed, 9, &out));
+        assert_false(auth_hash_cpus(&allowed, 0, &out));
+        CPU_ZERO(&allowed);
+        CPU_SET(1, &allowed);
+        assert_false(auth_hash_cpus(&allowed, 1, &out)); /* one CPU: nothing to keep apart */
+}
+
+/* A pinned pool's worker processes run on its CPUs only. */
+static void test_workers_pinned(void **state)
+{
+        auth_hash_pool *p = NULL;
+        cpu_set_t allowed, cpus, got;
+        char out[KS_PASSWORD_HASH_MAX];
+
+        (void)state;
+        assert_int_equal(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+        if (!auth_hash_cpus(&allowed, 1, &cpus)) {
+                skip(); /* a single CPU: nothing to pin apart */
+        }
+        assert_int_equal(auth_hash_pool_new(&p, 1, 4, 0, "/proc/self/exe", &cpus), KS_OK);
+        assert_int_equal(auth_hash_password(p, "a", &fast, out, 0), KS_OK);
+        int pid = auth_hash_pool_worker_pid(p, 0);
+        assert_true(pid > 0);
+        assert_int_equal(sched_getaffinity(pid, sizeof(got), &got), 0);
+        assert_true(CPU_EQUAL(&got, &cpus));
+        assert_int_equal(CPU_COUNT(&got), 1);
         auth_hash_pool_free(p);
 }
 
@@ -340,6 +390,8 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_killed_worker_is_replaced),
             cmocka_unit_test(test_threads_have_no_worker),
             cmocka_unit_test(test_worker_checks_its_parent),
+            cmocka_unit_test(test_hash_cpus),
+            cmocka_unit_test(test_workers_pinned),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
