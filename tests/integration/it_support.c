@@ -1018,6 +1018,18 @@ int it_stack_env(const char *key, char *out, size_t out_len)
         return out[0] != '\0' ? 0 : -1;
 }
 
+int it_stack_env_as(const char *key, const char *var, char *out, size_t out_len)
+{
+        char value[800];
+
+        if (it_stack_env(key, value, sizeof(value)) != 0) {
+                fprintf(stderr, "the stack's env has no %s\n", key);
+                return -1;
+        }
+        snprintf(out, out_len, "%s=%s", var, value);
+        return 0;
+}
+
 int it_stack_ports(const char *key, int *ports, int max)
 {
         char list[1024];

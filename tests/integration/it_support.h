@@ -225,6 +225,13 @@ int it_broker_start(const it_stack *s, char *base, size_t base_len);
 int it_stack_env(const char *key, char *out, size_t out_len);
 
 /*
+ * "VAR=<the value of key in the stack's env file>" into out, for a process a
+ * test starts itself (a service's login DSN: KEELSON_IT_LEDGER_LOGIN_DSN as
+ * KEELSON_LEDGER_PG_LOGIN_DSN): 0, or -1 (said on stderr) when key is absent.
+ */
+int it_stack_env_as(const char *key, const char *var, char *out, size_t out_len);
+
+/*
  * A comma-separated list of ports of the stack's env file (the health ports
  * of a service's replicas: "KEELSON_IT_LEDGER_HEALTH_PORTS"): how many,
  * at most max, or -1 when absent.

@@ -127,27 +127,15 @@ static int teardown(void **state)
         return 0;
 }
 
-static int login_env(const char *key, const char *var, char *out, size_t len)
-{
-        char dsn[800];
-
-        if (it_stack_env(key, dsn, sizeof(dsn)) != 0) {
-                fprintf(stderr, "the stack's env has no %s\n", key);
-                return -1;
-        }
-        snprintf(out, len, "%s=%s", var, dsn);
-        return 0;
-}
-
 static int setup(void **state)
 {
         if (bit_setup(state) != 0 ||
-            login_env("KEELSON_IT_AUTH_LOGIN_DSN", "KEELSON_AUTH_PG_LOGIN_DSN", g.env_auth_login,
-                      sizeof(g.env_auth_login)) != 0 ||
-            login_env("KEELSON_IT_BILLING_LOGIN_DSN", "KEELSON_BILLING_PG_LOGIN_DSN",
-                      g.env_billing_login, sizeof(g.env_billing_login)) != 0 ||
-            login_env("KEELSON_IT_LEDGER_LOGIN_DSN", "KEELSON_LEDGER_PG_LOGIN_DSN",
-                      g.env_ledger_login, sizeof(g.env_ledger_login)) != 0) {
+            it_stack_env_as("KEELSON_IT_AUTH_LOGIN_DSN", "KEELSON_AUTH_PG_LOGIN_DSN",
+                            g.env_auth_login, sizeof(g.env_auth_login)) != 0 ||
+            it_stack_env_as("KEELSON_IT_BILLING_LOGIN_DSN", "KEELSON_BILLING_PG_LOGIN_DSN",
+                            g.env_billing_login, sizeof(g.env_billing_login)) != 0 ||
+            it_stack_env_as("KEELSON_IT_LEDGER_LOGIN_DSN", "KEELSON_LEDGER_PG_LOGIN_DSN",
+                            g.env_ledger_login, sizeof(g.env_ledger_login)) != 0) {
                 return -1;
         }
         srand((unsigned)getpid() ^ (unsigned)time(NULL));

@@ -80,24 +80,13 @@ static int teardown(void **state)
         return 0;
 }
 
-static int login_env(const char *key, const char *var, char *out, size_t len)
-{
-        char dsn[800];
-        if (it_stack_env(key, dsn, sizeof(dsn)) != 0) {
-                fprintf(stderr, "the stack's env has no %s\n", key);
-                return -1;
-        }
-        snprintf(out, len, "%s=%s", var, dsn);
-        return 0;
-}
-
 static int setup(void **state)
 {
         if (it_stack_load(&g.stack) != 0 ||
-            login_env("KEELSON_IT_AUTH_LOGIN_DSN", "KEELSON_AUTH_PG_LOGIN_DSN", g.env_auth_login,
-                      sizeof(g.env_auth_login)) != 0 ||
-            login_env("KEELSON_IT_LEDGER_LOGIN_DSN", "KEELSON_LEDGER_PG_LOGIN_DSN",
-                      g.env_ledger_login, sizeof(g.env_ledger_login)) != 0) {
+            it_stack_env_as("KEELSON_IT_AUTH_LOGIN_DSN", "KEELSON_AUTH_PG_LOGIN_DSN",
+                            g.env_auth_login, sizeof(g.env_auth_login)) != 0 ||
+            it_stack_env_as("KEELSON_IT_LEDGER_LOGIN_DSN", "KEELSON_LEDGER_PG_LOGIN_DSN",
+                            g.env_ledger_login, sizeof(g.env_ledger_login)) != 0) {
                 return -1;
         }
         srand((unsigned)getpid() ^ (unsigned)time(NULL));
@@ -275,6 +264,34 @@ static void assert_stored(uint64_t id)
 
 /* ---- the tests --------------------------------------------------------------- */
 
+/*
+ * Signals *pid (its /readyz at ready_url) while it holds a CreateTransfers
+ * of transfer id: /readyz 503 within a second, the process still there
+ * HELD_MS later with the call unanswered; then the lock goes, the call is
+ * answered 200 ok, and the process exits 0. at_503 runs once /readyz said
+ * 503 (NULL: nothing more to check then).
+ */
+static void signal_while_held(const char *name, int *pid, const char *ready_url, uint64_t id,
+                              void (*at_503)(void))
+{
+        held_call *c = start_held(id);
+        assert_int_equal(kill(*pid, SIGTERM), 0);
+        long long ms = wait_not_ready(ready_url);
+        printf("%s: /readyz 503 %lld ms after SIGTERM\n", name, ms);
+        assert_true(ms >= 0 && ms < 1000);
+        if (at_503 != NULL) {
+                at_503();
+        }
+        it_sleep_ms(HELD_MS);
+        assert_int_equal(kill(*pid, 0), 0); /* still there: it holds the call */
+        assert_int_equal(c->status, 0);
+        unlock_accounts();
+        pthread_join(c->thread, NULL);
+        assert_int_equal(c->status, 200);
+        assert_int_equal(c->result, TR(ok));
+        assert_int_equal(wait_exit(pid), 0);
+}
+
 static void test_service_finishes_the_batch_it_holds(void **state)
 {
         (void)state;
@@ -283,46 +300,27 @@ static void test_service_finishes_the_batch_it_holds(void **state)
         const char *nothing_dropped[] = {"rpc server stopped", "\"dropped_at_close\":0"};
 
         snprintf(health, sizeof(health), "http://127.0.0.1:%d", g.ledger.health_port);
-        held_call *c = start_held(1001);
-        assert_int_equal(kill(g.ledger.pid, SIGTERM), 0);
-        long long ms = wait_not_ready(health);
-        printf("ledger: /readyz 503 %lld ms after SIGTERM\n", ms);
-        assert_true(ms >= 0 && ms < 1000);
-        it_sleep_ms(HELD_MS);
-        assert_int_equal(kill(g.ledger.pid, 0), 0); /* still there: it holds the call */
-        assert_int_equal(c->status, 0);
-        unlock_accounts();
-        pthread_join(c->thread, NULL);
-        assert_int_equal(c->status, 200);
-        assert_int_equal(c->result, TR(ok));
-        assert_int_equal(wait_exit(&g.ledger.pid), 0);
+        signal_while_held("ledger", &g.ledger.pid, health, 1001, NULL);
         assert_int_equal(it_file_lines_with(g.ledger.log_path, stopped, 2), 1);
         assert_int_equal(it_file_lines_with(g.ledger.log_path, nothing_dropped, 2), 1);
         assert_int_equal(start_ledger(), 0);
         assert_stored(1001);
 }
 
+/* A draining gateway takes no new connection. */
+static void refuses_connections(void)
+{
+        it_http_response r;
+        assert_int_not_equal(it_http_get(g.gateway.url, "/healthz", &r), 0);
+}
+
 static void test_gateway_answers_the_request_it_read(void **state)
 {
         (void)state;
         const char *stopped[] = {"\"msg\":\"gateway stopped\"", "\"exit_status\":0"};
-        it_http_response r;
 
-        held_call *c = start_held(1002);
-        assert_int_equal(kill(g.gateway.pid, SIGTERM), 0);
-        long long ms = wait_not_ready(g.gateway.admin_url);
-        printf("gateway: /readyz 503 %lld ms after SIGTERM\n", ms);
-        assert_true(ms >= 0 && ms < 1000);
-        /* no new connection is taken */
-        assert_int_not_equal(it_http_get(g.gateway.url, "/healthz", &r), 0);
-        it_sleep_ms(HELD_MS);
-        assert_int_equal(kill(g.gateway.pid, 0), 0);
-        assert_int_equal(c->status, 0);
-        unlock_accounts();
-        pthread_join(c->thread, NULL);
-        assert_int_equal(c->status, 200);
-        assert_int_equal(c->result, TR(ok));
-        assert_int_equal(wait_exit(&g.gateway.pid), 0);
+        signal_while_held("gateway", &g.gateway.pid, g.gateway.admin_url, 1002,
+                          refuses_connections);
         assert_int_equal(it_file_lines_with(g.gateway.log_path, stopped, 2), 1);
         assert_int_equal(start_gateway(), 0);
         snprintf(g.tenant.gateway, sizeof(g.tenant.gateway), "%s", g.gateway.url);

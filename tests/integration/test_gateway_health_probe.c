@@ -68,13 +68,11 @@ static int teardown(void **state)
 
 static int setup(void **state)
 {
-        char dsn[800];
         if (it_stack_load(&g.stack) != 0 ||
-            it_stack_env("KEELSON_IT_LEDGER_LOGIN_DSN", dsn, sizeof(dsn)) != 0) {
+            it_stack_env_as("KEELSON_IT_LEDGER_LOGIN_DSN", "KEELSON_LEDGER_PG_LOGIN_DSN",
+                            g.env_ledger_login, sizeof(g.env_ledger_login)) != 0) {
                 return -1;
         }
-        snprintf(g.env_ledger_login, sizeof(g.env_ledger_login), "KEELSON_LEDGER_PG_LOGIN_DSN=%s",
-                 dsn);
         srand((unsigned)getpid() ^ (unsigned)time(NULL));
         if ((g.broker_pid = it_broker_start(&g.stack, g.base, sizeof(g.base))) <= 0) {
                 g.broker_pid = 0;
