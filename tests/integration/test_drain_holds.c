@@ -51,7 +51,9 @@ static struct {
         it_service auth, ledger;
         it_gateway gateway;
         lt_tenant tenant;
-        PGconn *lock; /* the test's transaction holding the accounts */
+        PGconn *lock;  /* the test's transaction holding the accounts */
+        PGconn *watch; /* pg_stat_activity, read outside that transaction (whose first read
+                          of the view would be kept until it ends) */
 } g;
 
 static int start_ledger(void)
@@ -72,6 +74,10 @@ static int teardown(void **state)
         if (g.lock != NULL) {
                 PQfinish(g.lock);
                 g.lock = NULL;
+        }
+        if (g.watch != NULL) {
+                PQfinish(g.watch);
+                g.watch = NULL;
         }
         it_gateway_stop(&g.gateway);
         it_service_stop(&g.ledger);
@@ -166,6 +172,13 @@ static void accounts(void)
 static void lock_accounts(void)
 {
         const char *params[1] = {g.tenant.tenant_id};
+        if (g.watch == NULL) {
+                g.watch = PQconnectdb(g.stack.pg_dsn);
+                assert_int_equal(PQstatus(g.watch), CONNECTION_OK);
+        }
+        if (g.lock != NULL) { /* left by a test that failed: its lock goes */
+                PQfinish(g.lock);
+        }
         g.lock = PQconnectdb(g.stack.pg_dsn);
         assert_int_equal(PQstatus(g.lock), CONNECTION_OK);
         PGresult *r = PQexec(g.lock, "BEGIN");
@@ -188,18 +201,26 @@ static void unlock_accounts(void)
 }
 
 /* Waits until a backend other than the test's waits for a lock: the call is held. */
-static void wait_held(void)
+static void wait_held(const held_call *c)
 {
-        for (int t = 0; t < WAIT_MS / 20; t++) {
-                if (it_sql_long(g.lock,
+        for (int t = 0; t < WAIT_MS / 20 && c->status == 0; t++) {
+                if (it_sql_long(g.watch,
                                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
-                                "'Lock' AND pid <> pg_backend_pid() AND query ILIKE '%ledger.%'",
+                                "'Lock' AND query ILIKE '%ledger.%'",
                                 0, NULL) > 0) {
                         return;
                 }
                 it_sleep_ms(20);
         }
-        fail_msg("the CreateTransfers never waited for the test's lock");
+        PGresult *r = PQexec(g.watch, "SELECT coalesce(wait_event_type, '-') || ' ' || state || ' "
+                                      "' || left(query, 120) FROM pg_stat_activity WHERE pid <> "
+                                      "pg_backend_pid() AND query ILIKE '%ledger.%'");
+        for (int i = 0; PQresultStatus(r) == PGRES_TUPLES_OK && i < PQntuples(r); i++) {
+                fprintf(stderr, "backend: %s\n", PQgetvalue(r, i, 0));
+        }
+        PQclear(r);
+        fail_msg("the CreateTransfers never waited for the test's lock (its HTTP status: %ld)",
+                 c->status);
 }
 
 static held_call *start_held(uint64_t id)
@@ -210,7 +231,7 @@ static held_call *start_held(uint64_t id)
         accounts();
         lock_accounts();
         assert_int_equal(pthread_create(&c.thread, NULL, call_main, &c), 0);
-        wait_held();
+        wait_held(&c);
         return &c;
 }
 

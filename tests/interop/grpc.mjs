@@ -285,7 +285,8 @@ await check('a deadline that runs out while auth hashes: DEADLINE_EXCEEDED from 
   const answer = await rawGrpc('/keelson.auth.v1.AuthService/Login', login, { 'grpc-timeout': '5m' });
   assert.equal(answer.status, 200);
   assert.equal(answer.grpcStatus, grpc.status.DEADLINE_EXCEEDED, `${answer.grpcStatus} ${answer.grpcMessage}`);
-  assert.equal(answer.grpcMessage, 'deadline exceeded');
+  // The gateway's timer or auth's own check of the deadline, whichever runs out first.
+  assert.match(answer.grpcMessage, /^deadline exceeded/);
   // The call had gone upstream: the gateway counts a call that ran out there, not one
   // refused at its start (a deadline already past is the client's and not counted).
   assert.equal(await gatewayMetric(series), before + 1);
