@@ -27,6 +27,7 @@
 
 #include "ks_code.h"
 #include "ks_crypto.h"
+#include "ks_text.h"
 
 #include <errno.h>
 #include <float.h>
@@ -977,32 +978,16 @@ static void put(jbuf *b, const char *s, size_t n)
         b->p[b->len] = '\0';
 }
 
-/* s is valid UTF-8 (utf8_valid): only '"', '\\' and controls escape. */
+/* s is valid UTF-8 (utf8_valid): escaped in parts of at most 4 KiB. */
 static void put_string(jbuf *b, const char *s, size_t n)
 {
-        char esc[8];
-        size_t run = 0;
+        char esc[KS_JSON_ESCAPED_MAX(4096)];
 
         put(b, "\"", 1);
-        for (size_t i = 0; i < n; i++) {
-                unsigned char ch = (unsigned char)s[i];
-                if (ch >= 0x20 && ch != '"' && ch != '\\')
-                        continue;
-                put(b, s + run, i - run);
-                run = i + 1;
-                if (ch == '"' || ch == '\\')
-                        snprintf(esc, sizeof(esc), "\\%c", ch);
-                else if (ch == '\n')
-                        snprintf(esc, sizeof(esc), "\\n");
-                else if (ch == '\t')
-                        snprintf(esc, sizeof(esc), "\\t");
-                else if (ch == '\r')
-                        snprintf(esc, sizeof(esc), "\\r");
-                else
-                        snprintf(esc, sizeof(esc), "\\u%04x", ch);
-                put(b, esc, strlen(esc));
+        for (size_t at = 0; at < n; at += 4096) {
+                size_t part = n - at < 4096 ? n - at : 4096;
+                put(b, esc, ks_json_escape(esc, s + at, part));
         }
-        put(b, s + run, n - run);
         put(b, "\"", 1);
 }
 

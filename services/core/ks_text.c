@@ -252,3 +252,41 @@ bool ks_mask_parse(char *const *names, size_t n, const char *const *allowed, uns
         }
         return true;
 }
+
+size_t ks_json_escape(char *out, const char *s, size_t n)
+{
+        static const char hex[] = "0123456789abcdef";
+        char *o = out;
+
+        for (size_t i = 0; i < n; i++) {
+                unsigned char c = (unsigned char)s[i];
+                if (c >= 0x20 && c != '"' && c != '\\') {
+                        *o++ = (char)c;
+                        continue;
+                }
+                *o++ = '\\';
+                switch (c) {
+                case '"':
+                case '\\':
+                        *o++ = (char)c;
+                        break;
+                case '\n':
+                        *o++ = 'n';
+                        break;
+                case '\t':
+                        *o++ = 't';
+                        break;
+                case '\r':
+                        *o++ = 'r';
+                        break;
+                default:
+                        *o++ = 'u';
+                        *o++ = '0';
+                        *o++ = '0';
+                        *o++ = hex[c >> 4];
+                        *o++ = hex[c & 15];
+                        break;
+                }
+        }
+        return (size_t)(o - out);
+}

@@ -29,6 +29,19 @@ int ks_utf8_next(const char *s, size_t len, size_t *i, uint32_t *cp);
 /* Code points in s when it is valid UTF-8 (no overlongs, no surrogates), else -1. */
 long ks_utf8_count(const char *s, size_t len);
 
+/* The most ks_json_escape writes for n bytes: each one a \u00XX. */
+#define KS_JSON_ESCAPED_MAX(n) ((n)*6)
+
+/*
+ * s (n bytes of valid UTF-8) escaped for a JSON string, without the quotes,
+ * into out, which has room for KS_JSON_ESCAPED_MAX(n) bytes; returns the
+ * bytes written (no NUL). '"', '\\' and the control characters are
+ * escaped, the rest copied byte by byte (so s may be escaped in parts cut
+ * anywhere). The one JSON string writer of the tree: the log lines, the
+ * gateway's error bodies and the proto3 JSON printer use it.
+ */
+size_t ks_json_escape(char *out, const char *s, size_t n);
+
 /*
  * Whether an HTTP field value names the media type want, as a client may
  * write it: case-insensitive, white space around it and parameters after

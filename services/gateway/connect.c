@@ -14,7 +14,6 @@
  *   compression; 415 is what RFC 7231 §3.1.2.2 gives for a content coding
  *   the server does not accept), with "Accept-Encoding: identity".
  */
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,22 +185,34 @@ int gw_bearer_token(const char *value, const char **tok, size_t *len)
 
 int gw_error_json(int code, const char *message, char **out, size_t *len)
 {
-        json_t *obj = json_pack("{s:s,s:s}", "code", ks_code_name(code), "message",
-                                message != NULL ? message : "");
-        if (obj == NULL) {
+        static const char withheld[] = "(message withheld: not valid UTF-8)";
+        const char *name = ks_code_name(code);
+        size_t name_len = strlen(name), msg_len = message != NULL ? strlen(message) : 0;
+
+        if (msg_len > 0 && ks_utf8_count(message, msg_len) < 0) {
                 /* Not valid UTF-8: the code still tells the client what happened. */
-                obj = json_pack("{s:s,s:s}", "code", ks_code_name(code), "message",
-                                "(message withheld: not valid UTF-8)");
+                message = withheld;
+                msg_len = sizeof(withheld) - 1;
         }
-        if (obj == NULL) {
+        /* {"code":"…","message":"…"} */
+        char *p = malloc(sizeof("{\"code\":\"\",\"message\":\"\"}") +
+                         KS_JSON_ESCAPED_MAX(name_len) + KS_JSON_ESCAPED_MAX(msg_len));
+        if (p == NULL) {
                 return -1;
         }
-        *out = json_dumps(obj, JSON_COMPACT);
-        json_decref(obj);
-        if (*out == NULL) {
-                return -1;
+        size_t n = 0;
+        memcpy(p, "{\"code\":\"", 9);
+        n = 9;
+        n += ks_json_escape(p + n, name, name_len);
+        memcpy(p + n, "\",\"message\":\"", 13);
+        n += 13;
+        if (msg_len > 0) {
+                n += ks_json_escape(p + n, message, msg_len);
         }
-        *len = strlen(*out);
+        memcpy(p + n, "\"}", 3); /* with its NUL */
+        n += 2;
+        *out = p;
+        *len = n;
         return 0;
 }
 

@@ -8,7 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -448,6 +451,65 @@ static void test_uuid_v4(void **state)
         assert_non_null(strchr("89ab", a[19]));
 }
 
+static int cmp_uuid(const void *a, const void *b)
+{
+        return memcmp(a, b, 37);
+}
+
+/* Many in a row (several refills of the per-thread store): all valid, none twice. */
+static void test_uuid_v4_distinct(void **state)
+{
+        enum { N = 5000 };
+        static char ids[N][37];
+        (void)state;
+        for (int i = 0; i < N; i++) {
+                assert_int_equal(ks_uuid_v4(ids[i]), 0);
+                assert_true(ks_uuid_valid(ids[i]));
+                assert_int_equal(ids[i][14], '4');
+        }
+        qsort(ids, N, sizeof(ids[0]), cmp_uuid);
+        for (int i = 1; i < N; i++) {
+                assert_string_not_equal(ids[i - 1], ids[i]);
+        }
+}
+
+/*
+ * A child forked with part of the store left must not hand out the ids its
+ * parent hands out next: the store is emptied in the child.
+ */
+static void test_uuid_v4_fork(void **state)
+{
+        char first[37], parent_ids[4][37], child_ids[4][37];
+        int fds[2];
+        (void)state;
+        assert_int_equal(ks_uuid_v4(first), 0); /* the store is filled, 31 left */
+        assert_int_equal(pipe(fds), 0);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                for (int i = 0; i < 4; i++) {
+                        if (ks_uuid_v4(child_ids[i]) != 0) {
+                                _exit(2);
+                        }
+                }
+                _exit(write(fds[1], child_ids, sizeof(child_ids)) == sizeof(child_ids) ? 0 : 3);
+        }
+        close(fds[1]);
+        for (int i = 0; i < 4; i++) {
+                assert_int_equal(ks_uuid_v4(parent_ids[i]), 0);
+        }
+        assert_int_equal(read(fds[0], child_ids, sizeof(child_ids)), (ssize_t)sizeof(child_ids));
+        close(fds[0]);
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        for (int i = 0; i < 4; i++) {
+                for (int j = 0; j < 4; j++) {
+                        assert_string_not_equal(parent_ids[i], child_ids[j]);
+                }
+        }
+}
+
 static void test_random_and_consttime(void **state)
 {
         uint8_t a[32] = {0}, b[32] = {0};
@@ -483,6 +545,8 @@ int main(void)
             cmocka_unit_test(test_base64_reject),
             cmocka_unit_test(test_base64_roundtrip),
             cmocka_unit_test(test_uuid_v4),
+            cmocka_unit_test(test_uuid_v4_distinct),
+            cmocka_unit_test(test_uuid_v4_fork),
             cmocka_unit_test(test_random_and_consttime),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -344,6 +344,16 @@ static void test_long_lines(void **state)
         assert_int_equal(strlen(str_field(j, "msg")), big);
         json_decref(j);
         free(out);
+        /* A field past the stack buffer, after a short message: written whole. */
+        capture_begin();
+        ks_log_info(NULL, "short", "{s:s, s:i}", "detail", msg, "n", 7);
+        out = capture_end();
+        j = parse_one_line(out);
+        assert_int_equal(strlen(str_field(j, "detail")), big);
+        assert_int_equal(json_integer_value(json_object_get(j, "n")), 7);
+        assert_string_equal(str_field(j, "msg"), "short");
+        json_decref(j);
+        free(out);
         /* Past the line bound: still one valid line, shortened, saying so. */
         msg[big] = 'x';
         msg[huge] = '\0';

@@ -269,6 +269,34 @@ static void test_media_type_is(void **state)
         assert_false(ks_media_type_is(NULL, "application/json"));
 }
 
+/* The one JSON string escaper: what must be escaped is, the rest is copied. */
+static void test_json_escape(void **state)
+{
+        char out[KS_JSON_ESCAPED_MAX(64)];
+        size_t n;
+        (void)state;
+
+        n = ks_json_escape(out, "plain", 5);
+        assert_int_equal(n, 5);
+        assert_memory_equal(out, "plain", 5);
+        n = ks_json_escape(out, "a\"b\\c", 5);
+        assert_int_equal(n, 7);
+        assert_memory_equal(out, "a\\\"b\\\\c", 7);
+        n = ks_json_escape(out, "\n\t\r\x01\x1f", 5);
+        assert_int_equal(n, 18);
+        assert_memory_equal(out, "\\n\\t\\r\\u0001\\u001f", 18);
+        /* UTF-8 and DEL are copied; a NUL inside is escaped. */
+        n = ks_json_escape(out, "caf\xc3\xa9\x7f", 6);
+        assert_int_equal(n, 6);
+        assert_memory_equal(out, "caf\xc3\xa9\x7f", 6);
+        n = ks_json_escape(out, "a\0b", 3);
+        assert_int_equal(n, 8);
+        assert_memory_equal(out, "a\\u0000b", 8);
+        /* The bound holds for the worst case. */
+        n = ks_json_escape(out, "\x01\x02\x03", 3);
+        assert_int_equal(n, KS_JSON_ESCAPED_MAX(3));
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -284,6 +312,7 @@ int main(void)
             cmocka_unit_test(test_utf8_count),
             cmocka_unit_test(test_utf8_next),
             cmocka_unit_test(test_trim_bounds),
+            cmocka_unit_test(test_json_escape),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
