@@ -43,8 +43,8 @@ static const char sql_insert[] =
 static const char sql_list[] =
     "SELECT " KEY_COLUMNS " FROM auth.api_keys"
     " WHERE ($4::bool OR revoked_at IS NULL)"
-    " AND ($1::int8 IS NULL OR (created_at, id) <"
-    " (timestamptz 'epoch' + $1::int8 * interval '1 microsecond', $2::uuid))"
+    " AND (created_at, id) <"
+    " (timestamptz 'epoch' + $1::int8 * interval '1 microsecond', $2::uuid)"
     " ORDER BY created_at DESC, id DESC LIMIT $3::int";
 
 static const char sql_get_for_revoke[] =
@@ -176,7 +176,7 @@ static void key_item(void *item, const PGresult *res, int row)
 /* Newest first; the sort key is (created_at in micros, id). */
 static const ks_list_method list_keys = {
     .page = AUTH_LIST_PAGE("ListApiKeys", Keelson__Auth__V1__ApiKey, key_item,
-                           {KS_LIST_KEY_INT64, 10}, {KS_LIST_KEY_UUID, 0}),
+                           KS_LIST_DESC_MICROS(10), KS_LIST_DESC_UUID(0)),
     .sql = sql_list,
     .items_field = "api_keys",
 };

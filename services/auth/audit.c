@@ -147,10 +147,11 @@ static const char sql_list_action[] = AUDIT_SELECT
 static const char sql_list_actor[] =
     AUDIT_SELECT " AND actor_user_id = $4::uuid" AUDIT_WINDOW("5", "6") AUDIT_REST;
 
-/* Tokens are bound to the filters (auth_list_audit). */
+/* Tokens are bound to the filters (auth_list_audit). The first page's cursor is NULL:
+ * AUDIT_WINDOW takes it as the window's end. */
 #define AUDIT_PAGE                                                                                 \
         AUTH_LIST_PAGE("ListAudit", Keelson__Auth__V1__AuditEntry, entry_item,                     \
-                       {KS_LIST_KEY_INT64, 9}, {KS_LIST_KEY_INT64, 0})
+                       {KS_LIST_KEY_INT64, 9, NULL}, {KS_LIST_KEY_INT64, 0, NULL})
 
 static const ks_list_method list_audit = {
     .page = AUDIT_PAGE, .sql = sql_list, .items_field = "entries"};

@@ -60,8 +60,8 @@ static const char sql_list[] =
     " (extract(epoch FROM created_at) * 1000000)::int8"
     " FROM auth.invitations"
     " WHERE ($4::bool OR (accepted_at IS NULL AND revoked_at IS NULL AND expires_at > now()))"
-    " AND ($1::int8 IS NULL OR (created_at, id) <"
-    " (timestamptz 'epoch' + $1::int8 * interval '1 microsecond', $2::uuid))"
+    " AND (created_at, id) <"
+    " (timestamptz 'epoch' + $1::int8 * interval '1 microsecond', $2::uuid)"
     " ORDER BY created_at DESC, id DESC LIMIT $3::int";
 
 static const char sql_get_for_revoke[] =
@@ -301,7 +301,7 @@ static void invitation_item(void *item, const PGresult *res, int row)
 /* Newest first; the sort key is (created_at in micros, id). */
 static const ks_list_method list_invitations = {
     .page = AUTH_LIST_PAGE("ListInvitations", Keelson__Auth__V1__Invitation, invitation_item,
-                           {KS_LIST_KEY_INT64, 8}, {KS_LIST_KEY_UUID, 0}),
+                           KS_LIST_DESC_MICROS(8), KS_LIST_DESC_UUID(0)),
     .sql = sql_list,
     .items_field = "invitations",
 };

@@ -25,8 +25,8 @@ static const char sql_list[] =
     " floor(extract(epoch FROM m.created_at) * 1000)::int8,"
     " (extract(epoch FROM m.created_at) * 1000000)::int8"
     " FROM auth.memberships m JOIN auth.users u ON u.id = m.user_id"
-    " WHERE ($1::int8 IS NULL OR (m.created_at, m.user_id) >"
-    " (timestamptz 'epoch' + $1::int8 * interval '1 microsecond', $2::uuid))"
+    " WHERE (m.created_at, m.user_id) >"
+    " (timestamptz 'epoch' + $1::int8 * interval '1 microsecond', $2::uuid)"
     " ORDER BY m.created_at, m.user_id LIMIT $3::int";
 
 static const char sql_lock_tenant[] = "SELECT id FROM auth.tenants WHERE id = auth.ctx_tenant()"
@@ -73,7 +73,7 @@ static void member_item(void *item, const PGresult *res, int row)
 /* Oldest membership first; the sort key is (created_at in micros, user_id). */
 static const ks_list_method list_members = {
     .page = AUTH_LIST_PAGE("ListMembers", Keelson__Auth__V1__Member, member_item,
-                           {KS_LIST_KEY_INT64, 5}, {KS_LIST_KEY_UUID, 0}),
+                           KS_LIST_ASC_MICROS(5), KS_LIST_ASC_UUID(0)),
     .sql = sql_list,
     .items_field = "members",
 };

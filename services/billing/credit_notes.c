@@ -204,10 +204,10 @@ int bl_create_credit_note(ks_call *call)
         " FROM billing.credit_notes WHERE tenant_id = billing.ctx_tenant()"
 #define NOTE_PAGE                                                                                  \
         KS_LIST_PAGE("keelson.billing.v1.BillingService/ListCreditNotes",                          \
-                     Keelson__Billing__V1__CreditNote, bl_credit_note_item,                        \
-                     {KS_LIST_KEY_INT64, 8}, {KS_LIST_KEY_UUID, 0})
+                     Keelson__Billing__V1__CreditNote, bl_credit_note_item, KS_LIST_DESC_INT64(8), \
+                     KS_LIST_DESC_UUID(0))
 #define NOTE_REST                                                                                  \
-        " AND ($1::int8 IS NULL OR (created_ms, id) < ($1::int8, $2::uuid))"                       \
+        KS_LIST_BEFORE("created_ms", "id")                                                         \
         " ORDER BY created_ms DESC, id DESC LIMIT $3::int4"
 
 static const ks_list_method list_all = {

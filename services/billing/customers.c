@@ -397,9 +397,9 @@ static void list_item(void *item, const PGresult *r, int i)
 
 #define LIST_PAGE                                                                                  \
         KS_LIST_PAGE("keelson.billing.v1.BillingService/ListCustomers",                            \
-                     Keelson__Billing__V1__Customer, list_item, {KS_LIST_KEY_INT64, 9},            \
-                     {KS_LIST_KEY_UUID, 0})
-#define LIST_AFTER " AND ($1::int8 IS NULL OR (created_ms, id) < ($1::int8, $2::uuid))"
+                     Keelson__Billing__V1__Customer, list_item, KS_LIST_DESC_INT64(9),             \
+                     KS_LIST_DESC_UUID(0))
+#define LIST_AFTER KS_LIST_BEFORE("created_ms", "id")
 
 static const ks_list_method list_all = {
     .page = LIST_PAGE,

@@ -349,11 +349,11 @@ static void list_item(void *item, const PGresult *r, int i)
                 .name = "keelson.billing.v1.BillingService/ListInvoices",                          \
                 .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,                                    \
                 .page_size_max = KS_LIST_PAGE_SIZE_MAX, .n_keys = 2,                               \
-                .keys = {{KS_LIST_KEY_INT64, 20}, {KS_LIST_KEY_UUID, 0}},                          \
+                .keys = {KS_LIST_DESC_INT64(20), KS_LIST_DESC_UUID(0)},                            \
                 .item_size = sizeof(inv_item), .item = list_item                                   \
         }
 #define INV_REST                                                                                   \
-        " AND ($1::int8 IS NULL OR (created_ms, id) < ($1::int8, $2::uuid))"                       \
+        KS_LIST_BEFORE("created_ms", "id")                                                         \
         " AND ($4::int2 < 0 OR state = $4::int2) ORDER BY created_ms DESC, id DESC LIMIT $3::int4"
 
 static const ks_list_method list_all = {

@@ -403,13 +403,12 @@ static const ks_list_method list_plans = {
              .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,
              .page_size_max = KS_LIST_PAGE_SIZE_MAX,
              .n_keys = 2,
-             .keys = {{KS_LIST_KEY_INT64, 12}, {KS_LIST_KEY_UUID, 0}},
+             .keys = {KS_LIST_DESC_INT64(12), KS_LIST_DESC_UUID(0)},
              .item_size = sizeof(plan_msg),
              .item = list_item},
-    .sql = PLAN_SELECT " WHERE tenant_id = billing.ctx_tenant() AND latest"
-                       " AND ($1::int8 IS NULL OR (created_ms, id) < ($1::int8, $2::uuid))"
-                       " AND ($4::bool OR NOT archived)"
-                       " ORDER BY created_ms DESC, id DESC LIMIT $3::int4",
+    .sql = PLAN_SELECT " WHERE tenant_id = billing.ctx_tenant() AND latest" KS_LIST_BEFORE(
+        "created_ms", "id") " AND ($4::bool OR NOT archived)"
+                            " ORDER BY created_ms DESC, id DESC LIMIT $3::int4",
     .items_field = "plans",
 };
 

@@ -644,10 +644,10 @@ static void list_item(void *item, const PGresult *r, int i)
                 .name = "keelson.billing.v1.BillingService/ListSubscriptions",                     \
                 .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,                                    \
                 .page_size_max = KS_LIST_PAGE_SIZE_MAX, .n_keys = 2,                               \
-                .keys = {{KS_LIST_KEY_INT64, 18}, {KS_LIST_KEY_UUID, 0}},                          \
+                .keys = {KS_LIST_DESC_INT64(18), KS_LIST_DESC_UUID(0)},                            \
                 .item_size = sizeof(sub_item), .item = list_item                                   \
         }
-#define SUB_AFTER " AND ($1::int8 IS NULL OR (s.created_ms, s.id) < ($1::int8, $2::uuid))"
+#define SUB_AFTER KS_LIST_BEFORE("s.created_ms", "s.id")
 #define SUB_STATE " AND ($4::int2 < 0 OR s.state = $4::int2)"
 #define SUB_ORDER " ORDER BY s.created_ms DESC, s.id DESC LIMIT $3::int4"
 
@@ -708,12 +708,12 @@ static const ks_list_method list_history = {
              .page_size_default = KS_LIST_PAGE_SIZE_DEFAULT,
              .page_size_max = KS_LIST_PAGE_SIZE_MAX,
              .n_keys = 1,
-             .keys = {{KS_LIST_KEY_INT64, 0}},
+             .keys = {KS_LIST_ASC_INT64(0)},
              .item_size = sizeof(Keelson__Billing__V1__SubscriptionHistoryEntry),
              .item = history_item},
     .sql = "SELECT seq, from_state, to_state, event, at_ms, COALESCE(invoice_id::text, ''), detail"
            " FROM billing.subscription_history WHERE tenant_id = billing.ctx_tenant()"
-           " AND subscription_id = $3::uuid AND ($1::int8 IS NULL OR seq > $1::int8)"
+           " AND subscription_id = $3::uuid AND seq > $1::int8"
            " ORDER BY seq LIMIT $2::int4",
     .items_field = "entries",
 };

@@ -230,7 +230,7 @@ int ks_list_page_begin(ks_list_page *p, const ks_list_spec *spec, int32_t page_s
                 return KS_INVALID_ARGUMENT;
         }
         for (int i = 0; i < spec->n_keys; i++) {
-                p->params[i] = first_page ? NULL : p->keys[i];
+                p->params[i] = first_page ? spec->keys[i].first : p->keys[i];
         }
         /* One row more than the page: its presence says there is a next page. */
         snprintf(p->limit, sizeof(p->limit), "%d", p->page_size + 1);

@@ -18,8 +18,9 @@
  * item. A request then goes:
  *
  *   ks_list_page_begin   reads page_size and page_token into the page's
- *                        query parameters: $1..$n_keys the cursor (all NULL
- *                        on the first page), then the LIMIT (page_size + 1);
+ *                        query parameters: $1..$n_keys the cursor (on the
+ *                        first page each key's `first`), then the LIMIT
+ *                        (page_size + 1);
  *   (the caller)         runs its query with p->params, followed by its own
  *                        filter parameters, in its own transaction;
  *   ks_list_page_finish  takes the result: the page's items and its
@@ -67,7 +68,62 @@ typedef enum ks_list_key_kind {
 typedef struct ks_list_key {
         ks_list_key_kind kind;
         int column; /* its column in the page query's result */
+        /*
+         * The first page's cursor for this key: a value before every row in
+         * the list's order, so that the query's keyset condition is the same
+         * on every page, "(created_ms, id) < ($1, $2)", and the index scan
+         * starts at the cursor whatever statistics the plan was made on (a
+         * generic plan of "$1 IS NULL OR ..." may read and sort all of a
+         * tenant's rows, and every page past the first reads the rows before
+         * it). NULL: the query is given NULL and must handle it.
+         */
+        const char *first;
 } ks_list_key;
+
+/* First-page cursors of a newest-first list: past every real key. */
+#define KS_LIST_FIRST_DESC_INT64 "9223372036854775807"
+#define KS_LIST_FIRST_DESC_UUID  "ffffffff-ffff-ffff-ffff-ffffffffffff"
+/* Of an oldest-first list by a 64-bit sequence. */
+#define KS_LIST_FIRST_ASC_INT64 "-9223372036854775808"
+
+/*
+ * Of a list by a timestamptz given as unix microseconds through an interval
+ * (timestamptz 'epoch' + $1 * interval '1 microsecond'): the interval takes
+ * no INT64_MAX; these are the years 287168 and 4369 BC.
+ */
+#define KS_LIST_FIRST_DESC_MICROS "9000000000000000000"
+#define KS_LIST_FIRST_ASC_MICROS  "-200000000000000000"
+#define KS_LIST_FIRST_ASC_UUID    "00000000-0000-0000-0000-000000000000"
+
+/* The keys of a newest-first list (time in unix ms, then id) and of an oldest-first sequence. */
+#define KS_LIST_DESC_INT64(col)                                                                    \
+        {                                                                                          \
+                KS_LIST_KEY_INT64, (col), KS_LIST_FIRST_DESC_INT64                                 \
+        }
+#define KS_LIST_DESC_UUID(col)                                                                     \
+        {                                                                                          \
+                KS_LIST_KEY_UUID, (col), KS_LIST_FIRST_DESC_UUID                                   \
+        }
+#define KS_LIST_ASC_INT64(col)                                                                     \
+        {                                                                                          \
+                KS_LIST_KEY_INT64, (col), KS_LIST_FIRST_ASC_INT64                                  \
+        }
+/* A timestamptz key in microseconds, newest or oldest first, and an oldest-first id. */
+#define KS_LIST_DESC_MICROS(col)                                                                   \
+        {                                                                                          \
+                KS_LIST_KEY_INT64, (col), KS_LIST_FIRST_DESC_MICROS                                \
+        }
+#define KS_LIST_ASC_MICROS(col)                                                                    \
+        {                                                                                          \
+                KS_LIST_KEY_INT64, (col), KS_LIST_FIRST_ASC_MICROS                                 \
+        }
+#define KS_LIST_ASC_UUID(col)                                                                      \
+        {                                                                                          \
+                KS_LIST_KEY_UUID, (col), KS_LIST_FIRST_ASC_UUID                                    \
+        }
+
+/* The keyset condition of a newest-first list on (time_col, id_col), both keys always given. */
+#define KS_LIST_BEFORE(time_col, id_col) " AND (" time_col ", " id_col ") < ($1::int8, $2::uuid)"
 
 /* Fills one reply item (item_size bytes, zeroed) from one row of the page. */
 typedef void (*ks_list_item_fn)(void *item, const PGresult *res, int row);
@@ -154,7 +210,7 @@ void ks_list_page_clear(ks_list_page *p);
  * A list method of the tenant: its page (ks_list_spec: name, page sizes,
  * sort key, items), its page query, and the repeated field of its reply
  * that holds the items. The query's parameters are the page's ($1..$n_keys
- * the cursor, NULL on the first page, then the LIMIT), then the method's
+ * the cursor, its keys' `first` on the first page, then the LIMIT), then the method's
  * filters (at most KS_LIST_FILTERS_MAX). Who may call it is the service's
  * tenant transaction's business (its methods.def row).
  */

@@ -246,13 +246,12 @@ static void list_item(void *item, const PGresult *r, int i)
 
 static const ks_list_method list_all = {
     .page = KS_LIST_PAGE("keelson.webhook.v1.WebhookService/ListIntakeEndpoints",
-                         Keelson__Webhook__V1__IntakeEndpoint, list_item, {KS_LIST_KEY_INT64, 5},
-                         {KS_LIST_KEY_UUID, 0}),
+                         Keelson__Webhook__V1__IntakeEndpoint, list_item, KS_LIST_DESC_INT64(5),
+                         KS_LIST_DESC_UUID(0)),
     .sql = "SELECT " ENDPOINT_COLUMNS ", '/webhooks/' || CASE provider WHEN 1 THEN 'stripe'"
            " ELSE 'standard' END || '/' || id FROM webhook.intake_endpoints"
-           " WHERE tenant_id = webhook.ctx_tenant()"
-           " AND ($1::int8 IS NULL OR (created_ms, id) < ($1::int8, $2::uuid))"
-           " ORDER BY created_ms DESC, id DESC LIMIT $3::int4",
+           " WHERE tenant_id = webhook.ctx_tenant()" KS_LIST_BEFORE(
+               "created_ms", "id") " ORDER BY created_ms DESC, id DESC LIMIT $3::int4",
     .items_field = "endpoints",
 };
 

@@ -38,12 +38,12 @@ static void list_item(void *item, const PGresult *r, int i)
         event_of(item, r, i);
 }
 
-#define LIST_AFTER  " AND ($1::int8 IS NULL OR (received_ms, id) < ($1::int8, $2::uuid))"
+#define LIST_AFTER  KS_LIST_BEFORE("received_ms", "id")
 #define LIST_STATUS " AND ($4::int2 = 0 OR status = $4::int2)"
 #define LIST_PAGE                                                                                  \
         KS_LIST_PAGE("keelson.webhook.v1.WebhookService/ListReceivedEvents",                       \
-                     Keelson__Webhook__V1__ReceivedEvent, list_item, {KS_LIST_KEY_INT64, 6},       \
-                     {KS_LIST_KEY_UUID, 0})
+                     Keelson__Webhook__V1__ReceivedEvent, list_item, KS_LIST_DESC_INT64(6),        \
+                     KS_LIST_DESC_UUID(0))
 
 static const ks_list_method list_all = {
     .page = LIST_PAGE,

@@ -55,8 +55,8 @@ static void fill_item(void *out, const PGresult *res, int row)
 #define BY_TIME(list_name)                                                                         \
         {                                                                                          \
                 .name = (list_name), .page_size_default = 50, .page_size_max = 200, .n_keys = 2,   \
-                .keys = {{KS_LIST_KEY_INT64, 2}, {KS_LIST_KEY_UUID, 0}},                           \
-                .item_size = sizeof(item), .item = fill_item,                                      \
+                .keys = {KS_LIST_DESC_MICROS(2), KS_LIST_DESC_UUID(0)}, .item_size = sizeof(item), \
+                .item = fill_item,                                                                 \
         }
 static const ks_list_spec by_time = BY_TIME("test.v1.Things/ListThings");
 
@@ -69,7 +69,7 @@ static const ks_list_spec by_id = {
     .page_size_default = 3,
     .page_size_max = 5,
     .n_keys = 1,
-    .keys = {{KS_LIST_KEY_INT64, 0}},
+    .keys = {KS_LIST_ASC_INT64(0)},
     .item_size = sizeof(item),
     .item = fill_item,
 };
@@ -141,15 +141,16 @@ static void test_begin_first_page(void **state)
         assert_null(err);
         assert_int_equal(p.page_size, 50);
         assert_int_equal(p.n_params, 3);
-        assert_null(p.params[0]);
-        assert_null(p.params[1]);
+        /* The first page's cursor: past every row, so the query's keyset condition is one. */
+        assert_string_equal(p.params[0], KS_LIST_FIRST_DESC_MICROS);
+        assert_string_equal(p.params[1], "ffffffff-ffff-ffff-ffff-ffffffffffff");
         assert_string_equal(p.params[2], "51"); /* one row more than the page */
         ks_list_page_clear(&p);
 
         assert_int_equal(ks_list_page_begin(&p, &by_id, 500, NULL, NULL, &err), KS_OK);
         assert_int_equal(p.page_size, 5);
         assert_int_equal(p.n_params, 2);
-        assert_null(p.params[0]);
+        assert_string_equal(p.params[0], "-9223372036854775808");
         assert_string_equal(p.params[1], "6");
         ks_list_page_clear(&p);
 }
@@ -216,7 +217,7 @@ static void test_token_longest_fits(void **state)
             .page_size_default = 1,
             .page_size_max = 1,
             .n_keys = 2,
-            .keys = {{KS_LIST_KEY_UUID, 0}, {KS_LIST_KEY_UUID, 1}},
+            .keys = {{KS_LIST_KEY_UUID, 0, NULL}, {KS_LIST_KEY_UUID, 1, NULL}},
             .item_size = sizeof(item),
             .item = fill_item,
         };
@@ -418,12 +419,15 @@ static void test_walk_all_pages(void **state)
                 int limit;
 
                 assert_int_equal(ks_list_page_begin(&p, &by_id, 3, token, TENANT_1, &err), KS_OK);
-                after = p.params[0] != NULL ? strtol(p.params[0], NULL, 10) : -1;
+                after = strtol(p.params[0], NULL, 10);
                 limit = (int)strtol(p.params[1], NULL, 10);
                 /* SELECT ... WHERE id > $1 ORDER BY id LIMIT $2, over ids 0..9. */
-                for (long id = after + 1; id < 10 && PQntuples(res) < limit; id++) {
+                for (long id = 0; id < 10 && PQntuples(res) < limit; id++) {
                         char text[24];
 
+                        if (id <= after) {
+                                continue;
+                        }
                         snprintf(text, sizeof(text), "%ld", id);
                         result_add(res, text, "row", "0");
                 }
@@ -479,7 +483,7 @@ static void test_finish_out_of_memory(void **state)
             .page_size_default = 1,
             .page_size_max = 1,
             .n_keys = 1,
-            .keys = {{KS_LIST_KEY_INT64, 0}},
+            .keys = {{KS_LIST_KEY_INT64, 0, NULL}},
             .item_size = SIZE_MAX / 4, /* calloc(2, SIZE_MAX / 4) cannot succeed */
             .item = fill_item,
         };
@@ -570,7 +574,7 @@ static void inner_item(void *out, const PGresult *res, int row)
 
 static const ks_list_method list_inners = {
     .page = KS_LIST_PAGE("keelson.test.v1.Things/ListInners", Keelson__Test__V1__Inner, inner_item,
-                         {KS_LIST_KEY_INT64, 0}),
+                         {KS_LIST_KEY_INT64, 0, NULL}),
     .sql = "SELECT id, name, micros FROM things WHERE ($1::int8 IS NULL OR id > $1)"
            " ORDER BY id LIMIT $2",
     .items_field = "items",
