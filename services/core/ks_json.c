@@ -953,13 +953,14 @@ static bool field_present(const ProtobufCMessage *msg, const ProtobufCFieldDescr
 
 /* ---- the printer -------------------------------------------------------- */
 
-static void put(jbuf *b, const char *s, size_t n)
+/* Room for n more bytes and the NUL; false (and failed) past the bound or out of memory. */
+static bool reserve(jbuf *b, size_t n)
 {
         if (b->failed)
-                return;
+                return false;
         if (n > KS_JSON_OUT_MAX - b->len) {
                 b->failed = true;
-                return;
+                return false;
         }
         if (b->len + n + 1 > b->cap) {
                 size_t cap = b->cap != 0 ? b->cap : 256;
@@ -968,25 +969,36 @@ static void put(jbuf *b, const char *s, size_t n)
                 char *p = realloc(b->p, cap);
                 if (p == NULL) {
                         b->failed = true;
-                        return;
+                        return false;
                 }
                 b->p = p;
                 b->cap = cap;
         }
+        return true;
+}
+
+static void put(jbuf *b, const char *s, size_t n)
+{
+        if (!reserve(b, n))
+                return;
         memcpy(b->p + b->len, s, n);
         b->len += n;
         b->p[b->len] = '\0';
 }
 
-/* s is valid UTF-8 (utf8_valid): escaped in parts of at most 4 KiB. */
+/* s is valid UTF-8 (utf8_valid): escaped straight into the buffer, in parts of at most 4 KiB. */
 static void put_string(jbuf *b, const char *s, size_t n)
 {
-        char esc[KS_JSON_ESCAPED_MAX(4096)];
-
         put(b, "\"", 1);
         for (size_t at = 0; at < n; at += 4096) {
                 size_t part = n - at < 4096 ? n - at : 4096;
-                put(b, esc, ks_json_escape(esc, s + at, part));
+                if (!reserve(b, KS_JSON_ESCAPED_MAX(part)))
+                        return;
+                b->len += ks_json_escape(b->p + b->len, s + at, part);
+                if (b->len > KS_JSON_OUT_MAX) {
+                        b->failed = true;
+                        return;
+                }
         }
         put(b, "\"", 1);
 }
@@ -1137,20 +1149,20 @@ static const char *key_text(const ProtobufCFieldDescriptor *kf, const void *p, c
         case PROTOBUF_C_TYPE_INT32:
         case PROTOBUF_C_TYPE_SINT32:
         case PROTOBUF_C_TYPE_SFIXED32:
-                snprintf(buf, 32, "%" PRId32, *(const int32_t *)p);
+                ks_fmt_i64(buf, *(const int32_t *)p);
                 return buf;
         case PROTOBUF_C_TYPE_UINT32:
         case PROTOBUF_C_TYPE_FIXED32:
-                snprintf(buf, 32, "%" PRIu32, *(const uint32_t *)p);
+                ks_fmt_u64(buf, *(const uint32_t *)p);
                 return buf;
         case PROTOBUF_C_TYPE_INT64:
         case PROTOBUF_C_TYPE_SINT64:
         case PROTOBUF_C_TYPE_SFIXED64:
-                snprintf(buf, 32, "%" PRId64, *(const int64_t *)p);
+                ks_fmt_i64(buf, *(const int64_t *)p);
                 return buf;
         case PROTOBUF_C_TYPE_UINT64:
         case PROTOBUF_C_TYPE_FIXED64:
-                snprintf(buf, 32, "%" PRIu64, *(const uint64_t *)p);
+                ks_fmt_u64(buf, *(const uint64_t *)p);
                 return buf;
         case PROTOBUF_C_TYPE_STRING:
                 s = *(char *const *)p != NULL ? *(char *const *)p : "";
@@ -1290,7 +1302,7 @@ static int write_map(jbuf *b, const ProtobufCFieldDescriptor *fd, const Protobuf
 static int write_message(jbuf *b, const ProtobufCMessage *msg, int depth)
 {
         const ProtobufCMessageDescriptor *desc = msg->descriptor;
-        char jn[KS_JSON_NAME_MAX];
+        char jn[KS_JSON_NAME_MAX + 4];
         bool first = true;
 
         if (desc == NULL || desc->magic != PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC ||
@@ -1302,13 +1314,17 @@ static int write_message(jbuf *b, const ProtobufCMessage *msg, int depth)
                 int rc;
                 if (!field_present(msg, fd))
                         continue;
-                if (json_name(fd->name, jn) != 0)
+                /* Written as '"jsonName":', with the comma before all but the first. */
+                jn[0] = ',';
+                jn[1] = '"';
+                if (json_name(fd->name, jn + 2) != 0)
                         return KS_INTERNAL;
-                if (!first)
-                        put(b, ",", 1);
+                size_t jn_len = strlen(jn);
+                /* A field name is [A-Za-z0-9_] (protoc's rule): nothing in it to escape. */
+                jn[jn_len++] = '"';
+                jn[jn_len++] = ':';
+                put(b, first ? jn + 1 : jn, first ? jn_len - 1 : jn_len);
                 first = false;
-                put_string(b, jn, strlen(jn));
-                put(b, ":", 1);
                 if (fd->label == PROTOBUF_C_LABEL_REPEATED)
                         rc = is_map_field(desc, fd) ? write_map(b, fd, msg, depth)
                                                     : write_list(b, fd, msg, depth);

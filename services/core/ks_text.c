@@ -290,3 +290,32 @@ size_t ks_json_escape(char *out, const char *s, size_t n)
         }
         return (size_t)(o - out);
 }
+
+size_t ks_fmt_u64(char out[KS_DECIMAL_MAX], uint64_t v)
+{
+        char digits[KS_DECIMAL_MAX];
+        size_t d = sizeof(digits);
+
+        do {
+                digits[--d] = (char)('0' + v % 10);
+                v /= 10;
+        } while (v > 0);
+        memcpy(out, digits + d, sizeof(digits) - d);
+        out[sizeof(digits) - d] = '\0';
+        return sizeof(digits) - d;
+}
+
+size_t ks_fmt_i64(char out[KS_DECIMAL_MAX], int64_t v)
+{
+        char mag[KS_DECIMAL_MAX];
+        size_t n;
+
+        if (v >= 0) {
+                return ks_fmt_u64(out, (uint64_t)v);
+        }
+        /* -(v + 1) + 1: the magnitude of INT64_MIN too, without overflow. */
+        n = ks_fmt_u64(mag, (uint64_t)(-(v + 1)) + 1);
+        out[0] = '-';
+        memcpy(out + 1, mag, n + 1);
+        return n + 1;
+}

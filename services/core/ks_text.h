@@ -29,6 +29,13 @@ int ks_utf8_next(const char *s, size_t len, size_t *i, uint32_t *cp);
 /* Code points in s when it is valid UTF-8 (no overlongs, no surrogates), else -1. */
 long ks_utf8_count(const char *s, size_t len);
 
+/* Bytes of the longest decimal int64, "-9223372036854775808", with its NUL. */
+#define KS_DECIMAL_MAX 21
+
+/* v in decimal into out (NUL-terminated); returns its length. snprintf's job, without its cost. */
+size_t ks_fmt_u64(char out[KS_DECIMAL_MAX], uint64_t v);
+size_t ks_fmt_i64(char out[KS_DECIMAL_MAX], int64_t v);
+
 /* The most ks_json_escape writes for n bytes: each one a \u00XX. */
 #define KS_JSON_ESCAPED_MAX(n) ((n)*6)
 

@@ -70,6 +70,7 @@
 #include "ks_hmap.h"
 #include "ks_log.h"
 #include "ks_metrics.h"
+#include "ks_text.h"
 #include "tls.h"
 
 #define KEEP_CLOSING_MS   2000
@@ -879,16 +880,10 @@ static bool h1_head(gw_req *r, int status, const char *content_type, int64_t len
                         head_put(head, &n, "Transfer-Encoding: chunked\r\n");
                 }
         } else if (status != 304) { /* a 304 has no body, and no length of one (RFC 9110 §15.4.5) */
-                char digits[24];
-                size_t d = sizeof(digits);
-                uint64_t v = (uint64_t)len;
-                do {
-                        digits[--d] = (char)('0' + v % 10);
-                        v /= 10;
-                } while (v > 0);
+                char digits[KS_DECIMAL_MAX];
+                ks_fmt_i64(digits, len);
                 head_put(head, &n, "Content-Length: ");
-                memcpy(head + n, digits + d, sizeof(digits) - d);
-                n += sizeof(digits) - d;
+                head_put(head, &n, digits);
                 head_put(head, &n, "\r\n");
         }
         head_put(head, &n,

@@ -62,6 +62,7 @@
 #include "ratelimit.h"
 #include "redis.h"
 #include "routes.h"
+#include "ks_text.h"
 #include "ks_crypto.h"
 #include "ks_hmap.h"
 #include "ks_log.h"
@@ -415,16 +416,16 @@ static int64_t ceil_s(int64_t ms)
 
 void gw_ratelimit_headers(const gw_decision *d, gw_req *req)
 {
-        char v[24];
-        snprintf(v, sizeof(v), "%lld", (long long)d->limit);
+        char v[KS_DECIMAL_MAX];
+        ks_fmt_i64(v, d->limit);
         gw_req_add_header(req, "RateLimit-Limit", v);
-        snprintf(v, sizeof(v), "%lld", (long long)d->remaining);
+        ks_fmt_i64(v, d->remaining);
         gw_req_add_header(req, "RateLimit-Remaining", v);
-        snprintf(v, sizeof(v), "%lld", (long long)ceil_s(d->reset_ms));
+        ks_fmt_i64(v, ceil_s(d->reset_ms));
         gw_req_add_header(req, "RateLimit-Reset", v);
         if (!d->allowed) {
                 int64_t s = ceil_s(d->retry_ms);
-                snprintf(v, sizeof(v), "%lld", (long long)(s > 0 ? s : 1));
+                ks_fmt_i64(v, s > 0 ? s : 1);
                 gw_req_add_header(req, "Retry-After", v);
         }
 }

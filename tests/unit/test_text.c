@@ -297,6 +297,25 @@ static void test_json_escape(void **state)
         assert_int_equal(n, KS_JSON_ESCAPED_MAX(3));
 }
 
+static void test_fmt_decimal(void **state)
+{
+        char out[KS_DECIMAL_MAX];
+        (void)state;
+
+        assert_int_equal(ks_fmt_u64(out, 0), 1);
+        assert_string_equal(out, "0");
+        assert_int_equal(ks_fmt_u64(out, UINT64_MAX), 20);
+        assert_string_equal(out, "18446744073709551615");
+        assert_int_equal(ks_fmt_i64(out, -1), 2);
+        assert_string_equal(out, "-1");
+        assert_int_equal(ks_fmt_i64(out, INT64_MAX), 19);
+        assert_string_equal(out, "9223372036854775807");
+        assert_int_equal(ks_fmt_i64(out, INT64_MIN), 20);
+        assert_string_equal(out, "-9223372036854775808");
+        assert_int_equal(ks_fmt_i64(out, 1234567890), 10);
+        assert_string_equal(out, "1234567890");
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -313,6 +332,7 @@ int main(void)
             cmocka_unit_test(test_utf8_next),
             cmocka_unit_test(test_trim_bounds),
             cmocka_unit_test(test_json_escape),
+            cmocka_unit_test(test_fmt_decimal),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
