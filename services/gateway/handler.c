@@ -73,6 +73,7 @@
 #include "hub.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "keelson/events/v1/event_service.pb-c.h"
+#include "ks_arena.h"
 #include "ks_perms.h"
 #include "inflight.h"
 #include "intake.h"
@@ -980,23 +981,24 @@ static void on_resolved(gw_request *g)
         limit_then_call(g, api_subject(g));
 }
 
+/* The reply unpacked into an arena (ks_arena.h: no malloc per field), printed, dropped. */
 static void reply_json(gw_request *g, const ks_rpc_result *res)
 {
-        ProtobufCMessage *msg =
-            protobuf_c_message_unpack(g->route->output, NULL, res->payload_len,
-                                      res->payload != NULL ? res->payload : empty_bytes);
+        ks_arena arena;
+        ks_arena_init(&arena);
+        ProtobufCMessage *msg = protobuf_c_message_unpack(
+            g->route->output, ks_arena_allocator(&arena), res->payload_len,
+            res->payload != NULL ? res->payload : empty_bytes);
         gw_console_reply(g->req, g->route->method, msg); /* a console's session: its cookie */
         char *json = NULL;
         size_t len = 0;
-        if (msg == NULL || ks_json_from_message(msg, &json, &len) != KS_OK) {
-                if (msg != NULL) {
-                        protobuf_c_message_free_unpacked(msg, NULL);
-                }
+        int rc = msg != NULL ? ks_json_from_message(msg, &json, &len) : KS_INTERNAL;
+        ks_arena_release(&arena);
+        if (rc != KS_OK) {
                 upstream_error(g->h, g->route->service, KS_INTERNAL);
                 request_fail(g, 0, KS_INTERNAL, "invalid reply from the service");
                 return;
         }
-        protobuf_c_message_free_unpacked(msg, NULL);
         finish(g, 200, KS_OK, gw_codec_content_type(GW_CODEC_JSON), json, len);
         free(json);
 }
