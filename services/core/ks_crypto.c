@@ -550,7 +550,6 @@ static pthread_once_t uuid_fork_once = PTHREAD_ONCE_INIT;
 
 static void uuid_store_forget(void)
 {
-        OPENSSL_cleanse(uuid_store, sizeof(uuid_store));
         uuid_store_left = 0;
 }
 
@@ -570,7 +569,6 @@ static int uuid_bytes(uint8_t b[16])
         }
         uuid_store_left -= 16;
         memcpy(b, uuid_store + uuid_store_left, 16);
-        OPENSSL_cleanse(uuid_store + uuid_store_left, 16);
         return 0;
 }
 

@@ -953,15 +953,11 @@ static bool field_present(const ProtobufCMessage *msg, const ProtobufCFieldDescr
 
 /* ---- the printer -------------------------------------------------------- */
 
-/* Room for n more bytes and the NUL; false (and failed) past the bound or out of memory. */
-static bool reserve(jbuf *b, size_t n)
+/* Room for n more bytes and the NUL; false (and failed) out of memory. */
+static bool grow(jbuf *b, size_t n)
 {
         if (b->failed)
                 return false;
-        if (n > KS_JSON_OUT_MAX - b->len) {
-                b->failed = true;
-                return false;
-        }
         if (b->len + n + 1 > b->cap) {
                 size_t cap = b->cap != 0 ? b->cap : 256;
                 while (cap < b->len + n + 1)
@@ -977,6 +973,14 @@ static bool reserve(jbuf *b, size_t n)
         return true;
 }
 
+/* Room for n more bytes within KS_JSON_OUT_MAX; false (and failed) past it or out of memory. */
+static bool reserve(jbuf *b, size_t n)
+{
+        if (!b->failed && n > KS_JSON_OUT_MAX - b->len)
+                b->failed = true;
+        return grow(b, n);
+}
+
 static void put(jbuf *b, const char *s, size_t n)
 {
         if (!reserve(b, n))
@@ -986,13 +990,14 @@ static void put(jbuf *b, const char *s, size_t n)
         b->p[b->len] = '\0';
 }
 
-/* s is valid UTF-8 (utf8_valid): escaped straight into the buffer, in parts of at most 4 KiB. */
+/* s is valid UTF-8 (ks_utf8_valid): escaped straight into the buffer, in parts of at most 4 KiB. */
 static void put_string(jbuf *b, const char *s, size_t n)
 {
         put(b, "\"", 1);
         for (size_t at = 0; at < n; at += 4096) {
                 size_t part = n - at < 4096 ? n - at : 4096;
-                if (!reserve(b, KS_JSON_ESCAPED_MAX(part)))
+                /* Room for the worst case; the bound is on what was written. */
+                if (!grow(b, KS_JSON_ESCAPED_MAX(part)))
                         return;
                 b->len += ks_json_escape(b->p + b->len, s + at, part);
                 if (b->len > KS_JSON_OUT_MAX) {
@@ -1024,50 +1029,6 @@ static void put_real(jbuf *b, double d)
         put(b, buf, strlen(buf));
 }
 
-/*
- * UTF-8 as jansson accepts it (and so as the parser above reads it): no
- * overlong forms, no surrogates, nothing above U+10FFFF.
- */
-static bool utf8_valid(const char *s, size_t n)
-{
-        size_t i = 0;
-
-        while (i < n) {
-                unsigned char c = (unsigned char)s[i];
-                size_t len;
-                uint32_t v;
-                if (c < 0x80) {
-                        i++;
-                        continue;
-                }
-                if (c >= 0xc2 && c <= 0xdf) {
-                        len = 2;
-                        v = c & 0x1f;
-                } else if (c >= 0xe0 && c <= 0xef) {
-                        len = 3;
-                        v = c & 0x0f;
-                } else if (c >= 0xf0 && c <= 0xf4) {
-                        len = 4;
-                        v = c & 0x07;
-                } else {
-                        return false;
-                }
-                if (n - i < len)
-                        return false;
-                for (size_t k = 1; k < len; k++) {
-                        unsigned char cc = (unsigned char)s[i + k];
-                        if ((cc & 0xc0) != 0x80)
-                                return false;
-                        v = (v << 6) | (cc & 0x3f);
-                }
-                if ((len == 3 && v < 0x800) || (len == 4 && v < 0x10000) || v > 0x10ffff ||
-                    (v >= 0xd800 && v <= 0xdfff))
-                        return false;
-                i += len;
-        }
-        return true;
-}
-
 static void put_cstr(jbuf *b, const char *s)
 {
         put(b, s, strlen(s));
@@ -1078,7 +1039,7 @@ static int put_text(jbuf *b, const char *s)
 {
         size_t n = s != NULL ? strlen(s) : 0;
 
-        if (n > 0 && !utf8_valid(s, n))
+        if (n > 0 && !ks_utf8_valid(s, n))
                 return KS_INTERNAL;
         put_string(b, n > 0 ? s : "", n);
         return KS_OK;
@@ -1166,7 +1127,7 @@ static const char *key_text(const ProtobufCFieldDescriptor *kf, const void *p, c
                 return buf;
         case PROTOBUF_C_TYPE_STRING:
                 s = *(char *const *)p != NULL ? *(char *const *)p : "";
-                return utf8_valid(s, strlen(s)) ? s : NULL;
+                return ks_utf8_valid(s, strlen(s)) ? s : NULL;
         default:
                 return NULL;
         }

@@ -221,7 +221,7 @@ static void lb_json(linebuf *b, const json_t *v)
 static void lb_string(linebuf *b, const char *s, size_t max)
 {
         size_t len = strnlen(s, max);
-        bool valid = ks_utf8_count(s, len) >= 0;
+        bool valid = ks_utf8_valid(s, len);
 
         if (!lb_reserve(b, KS_JSON_ESCAPED_MAX(len) + 2)) {
                 return;

@@ -70,6 +70,47 @@ long ks_utf8_count(const char *s, size_t len)
         return n;
 }
 
+/* ASCII a byte at a time, the rest by sequence; the same rules as ks_utf8_next. */
+bool ks_utf8_valid(const char *s, size_t n)
+{
+        size_t i = 0;
+
+        while (i < n) {
+                unsigned char c = (unsigned char)s[i];
+                size_t len;
+                uint32_t v;
+                if (c < 0x80) {
+                        i++;
+                        continue;
+                }
+                if (c >= 0xc2 && c <= 0xdf) {
+                        len = 2;
+                        v = c & 0x1f;
+                } else if (c >= 0xe0 && c <= 0xef) {
+                        len = 3;
+                        v = c & 0x0f;
+                } else if (c >= 0xf0 && c <= 0xf4) {
+                        len = 4;
+                        v = c & 0x07;
+                } else {
+                        return false;
+                }
+                if (n - i < len)
+                        return false;
+                for (size_t k = 1; k < len; k++) {
+                        unsigned char cc = (unsigned char)s[i + k];
+                        if ((cc & 0xc0) != 0x80)
+                                return false;
+                        v = (v << 6) | (cc & 0x3f);
+                }
+                if ((len == 3 && v < 0x800) || (len == 4 && v < 0x10000) || v > 0x10ffff ||
+                    (v >= 0xd800 && v <= 0xdfff))
+                        return false;
+                i += len;
+        }
+        return true;
+}
+
 static bool is_control(uint32_t cp)
 {
         return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F);

@@ -29,6 +29,14 @@ int ks_utf8_next(const char *s, size_t len, size_t *i, uint32_t *cp);
 /* Code points in s when it is valid UTF-8 (no overlongs, no surrogates), else -1. */
 long ks_utf8_count(const char *s, size_t len);
 
+/*
+ * Whether s is valid UTF-8 as ks_utf8_next reads it (and as jansson accepts
+ * it): no overlong forms, no surrogates, nothing above U+10FFFF. The check
+ * of every text the JSON writers put out (ks_json, ks_log, the gateway's
+ * error bodies).
+ */
+bool ks_utf8_valid(const char *s, size_t len);
+
 /* Bytes of the longest decimal int64, "-9223372036854775808", with its NUL. */
 #define KS_DECIMAL_MAX 21
 

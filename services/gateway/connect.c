@@ -189,7 +189,7 @@ int gw_error_json(int code, const char *message, char **out, size_t *len)
         const char *name = ks_code_name(code);
         size_t name_len = strlen(name), msg_len = message != NULL ? strlen(message) : 0;
 
-        if (msg_len > 0 && ks_utf8_count(message, msg_len) < 0) {
+        if (msg_len > 0 && !ks_utf8_valid(message, msg_len)) {
                 /* Not valid UTF-8: the code still tells the client what happened. */
                 message = withheld;
                 msg_len = sizeof(withheld) - 1;
@@ -201,18 +201,15 @@ int gw_error_json(int code, const char *message, char **out, size_t *len)
                 return -1;
         }
         size_t n = 0;
-        memcpy(p, "{\"code\":\"", 9);
-        n = 9;
+        memcpy(p + n, "{\"code\":\"", 9);
+        n += 9;
         n += ks_json_escape(p + n, name, name_len);
         memcpy(p + n, "\",\"message\":\"", 13);
         n += 13;
-        if (msg_len > 0) {
-                n += ks_json_escape(p + n, message, msg_len);
-        }
+        n += ks_json_escape(p + n, message, msg_len);
         memcpy(p + n, "\"}", 3); /* with its NUL */
-        n += 2;
         *out = p;
-        *len = n;
+        *len = n + 2;
         return 0;
 }
 

@@ -269,6 +269,36 @@ static void test_media_type_is(void **state)
         assert_false(ks_media_type_is(NULL, "application/json"));
 }
 
+/* The writers' check agrees with the decoder on every case the decoder tests. */
+static void test_utf8_valid(void **state)
+{
+        static const char *const cases[] = {
+            "",
+            "plain",
+            "caf\xc3\xa9",
+            "\xe2\x82\xac",
+            "\xf0\x9f\x98\x80",
+            "\xc0\xaf",
+            /* overlong */ "\xe0\x80\xaf",
+            "\xed\xa0\x80", /* surrogate */
+            "\xf4\x90\x80\x80",
+            /* above U+10FFFF */ "\xc3", /* truncated */
+            "\x80",
+            "\xff",
+            "a\xe2\x82",
+        };
+        (void)state;
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                size_t n = strlen(cases[i]);
+                assert_int_equal(ks_utf8_valid(cases[i], n), ks_utf8_count(cases[i], n) >= 0);
+        }
+        assert_true(ks_utf8_valid("caf\xc3\xa9", 5));
+        assert_false(ks_utf8_valid("\xed\xa0\x80", 3));
+        assert_false(ks_utf8_valid("\xf4\x90\x80\x80", 4));
+        /* A NUL inside is a character like any other. */
+        assert_true(ks_utf8_valid("a\0b", 3));
+}
+
 /* The one JSON string escaper: what must be escaped is, the rest is copied. */
 static void test_json_escape(void **state)
 {
@@ -331,6 +361,7 @@ int main(void)
             cmocka_unit_test(test_utf8_count),
             cmocka_unit_test(test_utf8_next),
             cmocka_unit_test(test_trim_bounds),
+            cmocka_unit_test(test_utf8_valid),
             cmocka_unit_test(test_json_escape),
             cmocka_unit_test(test_fmt_decimal),
         };
