@@ -86,7 +86,7 @@ static wh_addr_policy policy_of(const char *list)
         wh_addr_policy p;
         char err[WH_ADDR_ERR_MAX];
         if (wh_addr_policy_parse(&p, list, err, sizeof err) != 0) {
-                fail_msg("%s: %s", list, err);
+                fail_msg("%s: %s", list != NULL ? list : "(none)", err);
         }
         return p;
 }
