@@ -21,20 +21,34 @@
  * number of subscriptions; the ledger holds exactly one chain per invoice
  * and payment; and the reconciliation is clean.
  *
- * Catch-up after downtime (missed periods made in order, each dated as it
- * fell due) is not tested here: on real time the stack's replicas never stop
- * scheduling, so there is no downtime to make; test clocks run the same
- * lifecycle code (test_billing_lifecycle.c).
+ * Catch-up after downtime, on real time: the stack's replicas never stop
+ * scheduling, so the test makes the downtime in the database instead. Two
+ * subscriptions to the daily plan, one with a day's trial, are moved three
+ * and a half days into the past in one transaction (every time of theirs,
+ * their invoices', lines', payments' and history's): to a scheduler that is
+ * what three and a half days without one looks like. The schedulers then
+ * find them due and must make every missed action in order, each dated
+ * when it fell due: three renewals of the first; the trial's end and two
+ * renewals of the second. Asserted through the API: each in the period that
+ * contains now; its invoices one per period, contiguous, each finalized and
+ * paid at its period's start, numbered in order, the tenant's numbers 1..8
+ * each once; its history one step per missed action, dated when it fell due
+ * and naming its invoice. The ledger holds exactly one chain per invoice and
+ * payment, and the reconciliation is clean.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
 #include "billing_it.h"
 #include "ks_clock.h"
+#include "ks_pg.h"
 
 #define SUBS           36
 #define CUSTOMERS      6
@@ -243,6 +257,196 @@ static double wait_actions(double sum_before, double want, double *each)
         return sum;
 }
 
+/* ---- catch-up after downtime ------------------------------------------------------------- */
+
+#define DOWN_MS          (3 * BIT_DAY_MS + BIT_DAY_MS / 2) /* the downtime: three and a half days */
+#define CATCH_UP_WAIT_MS 30000
+
+/* Every time of the subscription and its rows, moved ms into the past (0 means none: kept). */
+static const char sql_backdate[] =
+    "WITH s AS (UPDATE billing.subscriptions SET anchor_ms = anchor_ms - $3::int8,"
+    "  period_start_ms = period_start_ms - $3::int8, period_end_ms = period_end_ms - $3::int8,"
+    "  trial_end_ms = CASE WHEN trial_end_ms = 0 THEN 0 ELSE trial_end_ms - $3::int8 END,"
+    "  next_action_ms = next_action_ms - $3::int8, created_ms = created_ms - $3::int8,"
+    "  updated_ms = updated_ms - $3::int8"
+    "  WHERE tenant_id = $1::uuid AND id = $2::uuid AND test_clock_id IS NULL"
+    "  AND next_action_ms > $4::int8 RETURNING id),"
+    " i AS (UPDATE billing.invoices SET period_start_ms = period_start_ms - $3::int8,"
+    "  period_end_ms = period_end_ms - $3::int8, created_ms = created_ms - $3::int8,"
+    "  finalized_ms = CASE WHEN finalized_ms = 0 THEN 0 ELSE finalized_ms - $3::int8 END,"
+    "  paid_ms = CASE WHEN paid_ms = 0 THEN 0 ELSE paid_ms - $3::int8 END"
+    "  WHERE tenant_id = $1::uuid AND subscription_id IN (SELECT id FROM s) RETURNING id),"
+    " l AS (UPDATE billing.invoice_lines SET period_start_ms = period_start_ms - $3::int8,"
+    "  period_end_ms = period_end_ms - $3::int8"
+    "  WHERE tenant_id = $1::uuid AND invoice_id IN (SELECT id FROM i) RETURNING 1),"
+    " p AS (UPDATE billing.payments SET created_ms = created_ms - $3::int8"
+    "  WHERE tenant_id = $1::uuid AND invoice_id IN (SELECT id FROM i) RETURNING 1),"
+    " h AS (UPDATE billing.subscription_history SET at_ms = at_ms - $3::int8"
+    "  WHERE tenant_id = $1::uuid AND subscription_id IN (SELECT id FROM s) RETURNING 1)"
+    " SELECT count(*) FROM s"; /* the others run whole whether read or not */
+
+/* A subscription to the daily plan, made now, then moved DOWN_MS into the past; its start. */
+static int64_t subscribe_then_go_down(const bit_tenant *t, const char *customer, int trial_days,
+                                      char id[BIT_ID_MAX])
+{
+        json_t *j = bit_ok(t->owner.token, "CreateSubscription",
+                           "{\"customerId\":\"%s\",\"planCode\":\"daily\",\"trialDays\":%d}",
+                           customer, trial_days);
+        snprintf(id, BIT_ID_MAX, "%s", bit_str(j, "subscription.id"));
+        int64_t start = bit_int(j, "subscription.currentPeriodStartUnixMs");
+        json_decref(j);
+
+        ks_pg_num down = ks_pg_num_of(DOWN_MS), now = ks_pg_num_of(ks_now_ms());
+        const char *p[4] = {t->owner.tenant_id, id, down.s, now.s};
+        /* Not due yet (nothing ran for it), and moved whole, in one transaction. */
+        assert_int_equal(ait_sql_long(sql_backdate, 4, p), 1);
+        return start - DOWN_MS;
+}
+
+/* Waits (bounded) until neither subscription has anything due before now. */
+static void wait_caught_up(const bit_tenant *t, const char *a, const char *b)
+{
+        const char *p[3] = {t->owner.tenant_id, a, b};
+        int64_t until = ks_now_ms() + CATCH_UP_WAIT_MS;
+        long behind = 0;
+
+        while (ks_now_ms() < until) {
+                behind =
+                    ait_sql_long("SELECT count(*) FROM billing.subscriptions"
+                                 " WHERE tenant_id = $1::uuid AND id IN ($2::uuid, $3::uuid)"
+                                 " AND (next_action_ms IS NULL"
+                                 "  OR next_action_ms <= (extract(epoch FROM now()) * 1000)::int8)",
+                                 3, p);
+                if (behind == 0) {
+                        return;
+                }
+                it_sleep_ms(100);
+        }
+        fail_msg("%ld subscriptions still behind %d ms after their downtime", behind,
+                 CATCH_UP_WAIT_MS);
+}
+
+#define PERIODS                                                                                    \
+        4 /* a subscription's periods by the end of its downtime, the current one included */
+
+/* What one subscription must show once caught up: its start and, per period, its history. */
+typedef struct caught_up {
+        const char *id;
+        int64_t start;
+        bool trial; /* its first period a day's trial: a zero invoice, then trial_end */
+        int64_t number[PERIODS]; /* out: its invoices' numbers, by period */
+} caught_up;
+
+/* "INV-000042" as 42; -1 for anything else. */
+static int64_t number_of(const char *s)
+{
+        char *end = NULL;
+        if (strncmp(s, "INV-", 4) != 0 || s[4] == '\0') {
+                return -1;
+        }
+        long long n = strtoll(s + 4, &end, 10);
+        return *end == '\0' ? n : -1;
+}
+
+/*
+ * Through the API: in the period that contains now (start + 3 days), one
+ * invoice per day from start (newest first), each finalized and paid when its
+ * period started, the first for the creation, numbered in order; the history
+ * one step per day, each dated when it fell due and naming its invoice.
+ */
+static void expect_caught_up(const bit_tenant *t, caught_up *c)
+{
+        static const int64_t total =
+            (int64_t)DAILY_PRICE + (int64_t)DAILY_PRICE * 825 / 10000; /* tax 8.25% */
+        char invoice[PERIODS][BIT_ID_MAX];
+        size_t i;
+        json_t *e;
+
+        json_t *s = bit_ok(t->owner.token, "GetSubscription", "{\"id\":\"%s\"}", c->id);
+        assert_string_equal(bit_str(s, "subscription.state"), "active");
+        assert_int_equal(bit_int(s, "subscription.currentPeriodStartUnixMs"),
+                         c->start + (PERIODS - 1) * BIT_DAY_MS);
+        assert_int_equal(bit_int(s, "subscription.currentPeriodEndUnixMs"),
+                         c->start + PERIODS * BIT_DAY_MS);
+        json_decref(s);
+
+        json_t *j = bit_ok(t->owner.token, "ListInvoices",
+                           "{\"subscriptionId\":\"%s\",\"pageSize\":50}", c->id);
+        json_t *list = bit_at(j, "invoices");
+        assert_int_equal(json_array_size(list), PERIODS);
+        json_array_foreach(list, i, e)
+        {
+                int k = PERIODS - 1 - (int)i; /* newest first */
+                int64_t from = c->start + k * BIT_DAY_MS;
+                assert_string_equal(bit_str(e, "billingReason"),
+                                    k == 0 ? "subscription_create" : "subscription_cycle");
+                assert_int_equal(bit_int(e, "total"), k == 0 && c->trial ? 0 : total);
+                assert_string_equal(bit_str(e, "state"), "paid");
+                assert_int_equal(bit_int(e, "periodStartUnixMs"), from);
+                assert_int_equal(bit_int(e, "periodEndUnixMs"), from + BIT_DAY_MS);
+                assert_int_equal(bit_int(e, "finalizedAtUnixMs"), from);
+                assert_int_equal(bit_int(e, "paidAtUnixMs"), from);
+                c->number[k] = number_of(bit_str(e, "number"));
+                snprintf(invoice[k], sizeof(invoice[k]), "%s", bit_str(e, "id"));
+        }
+        json_decref(j);
+        for (int k = 1; k < PERIODS; k++) {
+                assert_true(c->number[k] > c->number[k - 1]); /* made in order */
+        }
+
+        j = bit_ok(t->owner.token, "ListSubscriptionHistory", "{\"id\":\"%s\"}", c->id);
+        list = bit_at(j, "entries");
+        assert_int_equal(json_array_size(list), PERIODS);
+        json_array_foreach(list, i, e)
+        {
+                int k = (int)i;
+                const char *event = k == 0 ? "create" : k == 1 && c->trial ? "trial_end" : "renew";
+                assert_int_equal(bit_int(e, "seq"), k + 1);
+                assert_string_equal(bit_str(e, "event"), event);
+                assert_string_equal(bit_str(e, "toState"),
+                                    k == 0 && c->trial ? "trialing" : "active");
+                assert_int_equal(bit_int(e, "atUnixMs"), c->start + k * BIT_DAY_MS);
+                if (k > 0) {
+                        assert_string_equal(bit_str(e, "invoiceId"), invoice[k]);
+                }
+        }
+        json_decref(j);
+}
+
+static void test_catch_up_after_downtime(void **state)
+{
+        (void)state;
+        char customer[BIT_ID_MAX], plain[BIT_ID_MAX], trial[BIT_ID_MAX];
+        bool seen[2 * PERIODS + 1] = {false};
+        bit_tenant t;
+
+        bit_tenant_new("bl-down", &t);
+        bit_plan(&t, "daily", "USD", "FLAT", DAILY_PRICE, "DAY", 1, 0);
+        bit_customer(&t, "USD", 825, "pm_card_visa", "", customer);
+        caught_up c[2] = {
+            {.id = plain, .start = subscribe_then_go_down(&t, customer, -1, plain)},
+            {.id = trial, .start = subscribe_then_go_down(&t, customer, 1, trial), .trial = true},
+        };
+        wait_caught_up(&t, plain, trial);
+        for (int s = 0; s < 2; s++) {
+                expect_caught_up(&t, &c[s]);
+        }
+        /* The tenant's numbers: 1..8, each once, the creations' first (made before the downtime).
+         */
+        assert_int_equal(c[0].number[0], 1);
+        assert_int_equal(c[1].number[0], 2);
+        for (int s = 0; s < 2; s++) {
+                for (int k = 0; k < PERIODS; k++) {
+                        int64_t n = c[s].number[k];
+                        assert_true(n >= 1 && n <= 2 * PERIODS && !seen[n]);
+                        seen[n] = true;
+                }
+        }
+        bit_wait_posted(t.owner.tenant_id, 30000);
+        assert_int_equal(bit_ledger_mismatches(t.owner.tenant_id), 0);
+        json_decref(bit_reconcile_clean(&t));
+}
+
 static void test_no_period_invoiced_twice(void **state)
 {
         (void)state;
@@ -291,6 +495,7 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_no_period_invoiced_twice),
+            cmocka_unit_test(test_catch_up_after_downtime),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }
