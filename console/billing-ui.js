@@ -8,6 +8,14 @@ export const PAGE_SIZE = 20;
 export const CURRENCIES = ['USD', 'EUR', 'GBP', 'JPY', 'CHF', 'CAD', 'AUD'];
 export const SUBSCRIPTION_STATES = ['trialing', 'active', 'past_due', 'paused', 'canceled'];
 export const INVOICE_STATES = ['draft', 'open', 'paid', 'void', 'uncollectible'];
+export const UNITS = [['INTERVAL_UNIT_MONTH', 'month'], ['INTERVAL_UNIT_YEAR', 'year'], ['INTERVAL_UNIT_WEEK', 'week'], ['INTERVAL_UNIT_DAY', 'day']];
+
+// A plan's interval in words: "every month", "every 3 months".
+export function every(p) {
+  const unit = (UNITS.find(([u]) => u === p.intervalUnit) || ['', '?'])[1];
+  const n = p.intervalCount || 1;
+  return n === 1 ? `every ${unit}` : `every ${n} ${unit}s`;
+}
 
 // A state as a word in a bordered badge: the word carries the meaning, the
 // colour only repeats it.

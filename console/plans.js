@@ -5,16 +5,9 @@
 // and their tiers changed, through the API.
 import {billing} from './api.js';
 import {cell, confirmButton, el, field, pagedTable, replace, select, Status, when} from './dom.js';
-import {amount, CURRENCIES, PAGE_SIZE} from './billing-ui.js';
+import {amount, CURRENCIES, every, PAGE_SIZE, UNITS} from './billing-ui.js';
 
-const UNITS = [['INTERVAL_UNIT_MONTH', 'month'], ['INTERVAL_UNIT_YEAR', 'year'], ['INTERVAL_UNIT_WEEK', 'week'], ['INTERVAL_UNIT_DAY', 'day']];
 const MODELS = {PRICE_MODEL_FLAT: 'flat', PRICE_MODEL_PER_UNIT: 'per unit', PRICE_MODEL_GRADUATED: 'metered'};
-
-function every(p) {
-  const unit = (UNITS.find(([u]) => u === p.intervalUnit) || ['', '?'])[1];
-  const n = p.intervalCount || 1;
-  return n === 1 ? `every ${unit}` : `every ${n} ${unit}s`;
-}
 
 function price(p) {
   const pr = p.price || {};

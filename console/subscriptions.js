@@ -5,7 +5,7 @@
 // lines it would make now) and made only on a confirmation of that preview.
 import {billing} from './api.js';
 import {announce, cell, confirmButton, el, facts, field, pageLink, pagedTable, param, replace, select, Status, table, when} from './dom.js';
-import {amount, invoiceList, PAGE_SIZE, stateBadge, SUBSCRIPTION_STATES, subscriptionList} from './billing-ui.js';
+import {amount, every, invoiceList, PAGE_SIZE, stateBadge, SUBSCRIPTION_STATES, subscriptionList} from './billing-ui.js';
 
 export async function subscriptionsPage(root, ctx) {
   const status = new Status();
@@ -71,15 +71,14 @@ function previewTable(p) {
 }
 
 // ChangeSubscription, confirmed on its preview: the plans of the
-// subscription's currency and interval (ChangeSubscription takes no other),
-// the quantity, how to prorate. Editing any of them drops the preview.
+// subscription's currency (ChangeSubscription takes no other), each with its
+// interval (another one starts a new cycle, invoiced at once), the quantity,
+// how to prorate. Editing any of them drops the preview.
 async function changeForm(ctx, s, status) {
-  const current = (await billing('GetPlan', {id: s.planId})).plan;
   const r = await billing('ListPlans', {pageSize: 200});
-  const plans = (r.plans || []).filter((p) => !p.archived && p.currency === s.currency &&
-    p.intervalUnit === current.intervalUnit && (p.intervalCount || 1) === (current.intervalCount || 1));
+  const plans = (r.plans || []).filter((p) => !p.archived && p.currency === s.currency);
   const plan = select([['', `Keep ${s.planCode} v${s.planVersion || 1}`],
-    ...plans.map((p) => [p.code, `${p.name || p.code} (${p.code} v${p.version})`])], '', {id: 'change-plan'});
+    ...plans.map((p) => [p.code, `${p.name || p.code} (${p.code} v${p.version}, ${every(p)})`])], '', {id: 'change-plan'});
   const quantity = el('input', {id: 'change-quantity', type: 'number', min: '1', max: '1000000', step: '1',
     value: String(s.quantity || 1), inputmode: 'numeric'});
   const proration = select(PRORATIONS, 'create_prorations', {id: 'change-proration'});
@@ -87,7 +86,7 @@ async function changeForm(ctx, s, status) {
   const shown = el('div', {id: 'change-preview', 'aria-live': 'polite'});
   const form = el('form', {class: 'card', 'aria-labelledby': 'change-h'},
     el('h2', {id: 'change-h'}, 'Change plan or quantity'),
-    field('Plan', plan, `Plans in ${s.currency} billed on the same interval.`),
+    field('Plan', plan, `Plans in ${s.currency}. One billed on another interval starts a new billing cycle now, invoiced at once.`),
     field('Quantity', quantity, 'Per-unit plans only; 1 for the others.'),
     field('Proration', proration),
     el('div', {class: 'actions'}, preview), shown);

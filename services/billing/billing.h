@@ -738,15 +738,23 @@ int bl_sub_usage(bl_tx *tx, const bl_subscription *s, int64_t from_ms, int64_t t
 int bl_sub_usage_line(bl_tx *tx, const bl_subscription *s, const bl_plan *plan, int64_t from_ms,
                       int64_t to_ms, bl_line *lines, size_t *n);
 /*
- * The invoice of s's current period (reason): its line in advance (not for
- * a cancellation), usage of [usage_from, usage_to) for a metered plan, and
- * the pending items; finalized at at_ms and charged when the customer has a
- * payment method. inv->id may be set beforehand; with nothing to bill at a
- * cancellation no invoice is made (inv->id "").
+ * The invoice of s's current period (reason): its line in advance (a
+ * creation's and a renewal's only), usage of [usage_from, usage_to) for a
+ * metered plan, and the pending items; finalized at at_ms and charged when
+ * the customer has a payment method. inv->id may be set beforehand; with
+ * nothing to bill at a cancellation or a change no invoice is made (inv->id
+ * "").
  */
 int bl_sub_bill(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
                 bl_reason reason, int64_t usage_from, int64_t usage_to, int64_t at_ms,
                 bl_invoice *inv);
+/*
+ * The subscription_update invoice of a change that started a new cycle at
+ * at_ms (another interval, changes.c): s's new period in advance and the
+ * pending items, finalized and charged as bl_sub_bill's.
+ */
+int bl_sub_bill_new_cycle(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
+                          int64_t at_ms, bl_invoice *inv);
 
 /* ---- subscriptions: shared by the methods (subscriptions.c, changes.c) ------------------- */
 

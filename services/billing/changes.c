@@ -16,17 +16,25 @@
  * default: they wait, as pending items, for the next renewal's invoice),
  * always_invoice (an invoice now, finalized and charged), none.
  *
- * A change keeps the period and its anchor, so the new plan must have the
- * same currency and interval; a metered plan bills usage at the period's
- * end and is not prorated, so changes to or from one are refused (cancel
- * and subscribe again). In a trial nothing is billed: the plan simply
- * changes.
+ * A change to a plan of the same interval keeps the period and its anchor.
+ * A change to another interval (monthly to yearly) starts a new cycle at
+ * once, as Stripe does: the anchor moves to the change, the first period of
+ * the new plan runs from it, and a subscription_update invoice is made now
+ * with that period in advance, the credit for the old period's unused rest
+ * (unless proration_behavior is none) and every pending item, finalized and
+ * charged (a credit larger than the charge goes to the customer's balance).
+ * The currency never changes. A metered plan bills usage at the period's end
+ * and is not prorated, so changes to or from one are refused (cancel and
+ * subscribe again). In a trial nothing is billed: the plan simply changes,
+ * and the periods after the trial follow its interval.
  */
 #include "billing.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "ks_assert.h"
 
 typedef enum behavior { B_CREATE_PRORATIONS, B_ALWAYS_INVOICE, B_NONE } behavior;
 
@@ -100,6 +108,8 @@ typedef struct change {
         bl_customer cust;
         bl_plan old_plan, new_plan;
         int64_t qty, now;
+        bool new_cycle;         /* another interval, out of a trial: a new period from now */
+        int64_t new_period_end; /* its end */
         bl_line lines[2];
         size_t n;
 } change;
@@ -114,10 +124,9 @@ static int change_allowed(bl_tx *tx, change *c)
                                "cannot change a subscription that is %s",
                                bl_sub_state_name(c->s.state));
         }
-        if (p->currency != o->currency || p->interval.unit != o->interval.unit ||
-            p->interval.count != o->interval.count) {
+        if (p->currency != o->currency) {
                 return bl_fail(tx, KS_FAILED_PRECONDITION,
-                               "the new plan must have the subscription's currency and interval");
+                               "the new plan must have the subscription's currency");
         }
         if ((o->price.model == BL_PRICE_GRADUATED || p->price.model == BL_PRICE_GRADUATED) &&
             strcmp(o->id, p->id) != 0) {
@@ -131,6 +140,55 @@ static int change_allowed(bl_tx *tx, change *c)
         if (strcmp(o->id, p->id) == 0 && c->qty == c->s.quantity) {
                 return bl_fail(tx, KS_INVALID_ARGUMENT,
                                "nothing to change: same plan and quantity");
+        }
+        return KS_OK;
+}
+
+/*
+ * s moved onto the new plan's first period from now: the anchor at now,
+ * the period [now, now + the new interval).
+ */
+static int start_new_cycle(bl_tx *tx, const change *c, bl_subscription *s)
+{
+        int64_t end;
+
+        if (!bl_boundary(c->now / 1000, c->new_plan.interval, 1, &end)) {
+                return bl_fail(tx, KS_OUT_OF_RANGE, "period out of range");
+        }
+        snprintf(s->plan_id, sizeof(s->plan_id), "%s", c->new_plan.id);
+        s->quantity = c->qty;
+        s->anchor_ms = c->now;
+        s->period_n = 0;
+        s->period_start_ms = c->now;
+        s->period_end_ms = end * 1000;
+        return KS_OK;
+}
+
+/*
+ * A change of interval: the new plan's first period in advance, then the
+ * credit for the old period's unused rest (unless none, or the period
+ * already ended), in the order of the invoice made now.
+ */
+static int new_cycle_lines(bl_tx *tx, change *c)
+{
+        bl_subscription next = c->s;
+        size_t k = 0;
+        int rc;
+
+        if ((rc = start_new_cycle(tx, c, &next)) != KS_OK) {
+                return rc;
+        }
+        if (bl_sub_period_lines(&next, &c->new_plan, c->lines, &k) != KS_OK) {
+                return bl_fail(tx, KS_FAILED_PRECONDITION, "the period's amount would overflow");
+        }
+        c->n = k;
+        c->new_period_end = next.period_end_ms;
+        if (c->how != B_NONE && c->now < c->s.period_end_ms) {
+                if ((rc = proration_line(tx, &c->s, &c->old_plan, c->s.quantity, c->now, -1,
+                                         "Unused time on", &c->lines[c->n])) != KS_OK) {
+                        return rc;
+                }
+                c->n += c->lines[c->n].amount != 0;
         }
         return KS_OK;
 }
@@ -161,6 +219,12 @@ static int change_prepare(bl_tx *tx, change *c)
         }
         c->now -= c->now % 1000;
         c->n = 0;
+        c->new_cycle = c->s.state != BL_SUB_TRIALING &&
+                       (c->new_plan.interval.unit != c->old_plan.interval.unit ||
+                        c->new_plan.interval.count != c->old_plan.interval.count);
+        if (c->new_cycle) {
+                return new_cycle_lines(tx, c);
+        }
         if (c->s.state == BL_SUB_TRIALING || c->how == B_NONE || c->now >= c->s.period_end_ms) {
                 return KS_OK;
         }
@@ -221,20 +285,52 @@ static int preview_tx(bl_tx *tx, void *arg)
         return ks_call_reply(tx->call, &resp.base);
 }
 
+/*
+ * A change of interval made: the credit waits as a pending item for the
+ * invoice made at once (with the new period in advance and every other
+ * pending item), the subscription on its new cycle, the move recorded.
+ */
+static int change_new_cycle(bl_tx *tx, change *c, bl_invoice *inv, const char *detail)
+{
+        char with[320], from[16];
+        int rc;
+
+        for (size_t i = 0; i < c->n; i++) {
+                if (c->lines[i].kind == BL_LINE_PRORATION &&
+                    (rc = pending_add(tx, &c->s, &c->lines[i], c->now)) != KS_OK) {
+                        return rc;
+                }
+        }
+        if ((rc = start_new_cycle(tx, c, &c->s)) != KS_OK) {
+                return rc;
+        }
+        KS_ASSERT(c->s.period_end_ms == c->new_period_end);
+        bl_date_text(c->now, from);
+        snprintf(with, sizeof(with), "%s, a new cycle from %s", detail, from);
+        if ((rc = bl_invoice_new_id(tx, inv)) != KS_OK ||
+            (rc = bl_sub_move(tx, &c->s, BL_SE_CHANGE, c->now, inv->id, with)) != KS_OK) {
+                return rc;
+        }
+        return bl_sub_bill_new_cycle(tx, &c->s, &c->new_plan, &c->cust, c->now, inv);
+}
+
 /* The change made: lines billed as asked, the plan and quantity switched, the move recorded. */
 static int change_apply(bl_tx *tx, change *c, bl_invoice *inv)
 {
         char detail[256];
         int rc;
 
+        snprintf(detail, sizeof(detail), "plan %s v%d to %s v%d, quantity %lld to %lld",
+                 c->old_plan.code, c->old_plan.version, c->new_plan.code, c->new_plan.version,
+                 (long long)c->s.quantity, (long long)c->qty);
+        if (c->new_cycle) {
+                return change_new_cycle(tx, c, inv, detail);
+        }
         for (size_t i = 0; c->how != B_NONE && i < c->n; i++) {
                 if ((rc = pending_add(tx, &c->s, &c->lines[i], c->now)) != KS_OK) {
                         return rc;
                 }
         }
-        snprintf(detail, sizeof(detail), "plan %s v%d to %s v%d, quantity %lld to %lld",
-                 c->old_plan.code, c->old_plan.version, c->new_plan.code, c->new_plan.version,
-                 (long long)c->s.quantity, (long long)c->qty);
         snprintf(c->s.plan_id, sizeof(c->s.plan_id), "%s", c->new_plan.id);
         c->s.quantity = c->qty;
         if (c->how == B_ALWAYS_INVOICE && c->n > 0) {
@@ -272,7 +368,7 @@ static int change_tx(bl_tx *tx, void *arg)
         bl_sub_message(&c->s, &c->new_plan, &sm);
         resp.subscription = &sm;
         resp.proration_lines = ptrs;
-        resp.n_proration_lines = c->how == B_NONE ? 0 : c->n;
+        resp.n_proration_lines = c->how == B_NONE && !c->new_cycle ? 0 : c->n;
         memset(&v, 0, sizeof(v));
         if (inv.id[0] != '\0') {
                 if ((rc = bl_invoice_load(tx, inv.id, false, &inv)) != KS_OK ||

@@ -285,7 +285,7 @@ static void pending_lines(const PGresult *res, bl_line *lines, size_t *n)
 /* ---- billing a period ----------------------------------------------------------------------- */
 
 /* The lines of a period's invoice: the period (in advance), usage (in arrears), pending items. */
-static int bill_lines(bl_tx *tx, const bl_subscription *s, const bl_plan *plan, bl_reason reason,
+static int bill_lines(bl_tx *tx, const bl_subscription *s, const bl_plan *plan, bool period,
                       int64_t usage_from, int64_t usage_to, const char *invoice_id, bl_line **lines,
                       size_t *n)
 {
@@ -307,7 +307,6 @@ static int bill_lines(bl_tx *tx, const bl_subscription *s, const bl_plan *plan, 
                 PQclear(res);
                 return tx->call != NULL ? ks_call_oom(tx->call) : KS_RESOURCE_EXHAUSTED;
         }
-        bool period = reason == BL_REASON_CREATE || reason == BL_REASON_CYCLE;
         if (period && bl_sub_period_lines(s, plan, *lines, n) != KS_OK) {
                 rc = bl_fail(tx, KS_FAILED_PRECONDITION, "the period's amount would overflow");
         } else if (usage_to > usage_from) {
@@ -327,8 +326,8 @@ static int bill_lines(bl_tx *tx, const bl_subscription *s, const bl_plan *plan, 
  * may be set beforehand (bl_invoice_new_id); a cancellation with nothing
  * to bill makes no invoice (inv->id is then "").
  */
-int bl_sub_bill(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
-                bl_reason reason, int64_t usage_from, int64_t usage_to, int64_t at_ms,
+static int bill(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
+                bl_reason reason, bool period, int64_t usage_from, int64_t usage_to, int64_t at_ms,
                 bl_invoice *inv)
 {
         bl_payment_made pay;
@@ -344,7 +343,7 @@ int bl_sub_bill(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer 
         inv->period_start_ms = s->period_start_ms;
         inv->period_end_ms = s->period_end_ms;
         inv->auto_charge = true;
-        if ((rc = bill_lines(tx, s, plan, reason, usage_from, usage_to, inv->id, &lines, &n)) !=
+        if ((rc = bill_lines(tx, s, plan, period, usage_from, usage_to, inv->id, &lines, &n)) !=
             KS_OK) {
                 free(lines);
                 return rc;
@@ -364,6 +363,20 @@ int bl_sub_bill(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer 
                 return bl_invoice_charge(tx, cust, inv, s, NULL, true, at_ms, &pay);
         }
         return KS_OK;
+}
+
+int bl_sub_bill(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
+                bl_reason reason, int64_t usage_from, int64_t usage_to, int64_t at_ms,
+                bl_invoice *inv)
+{
+        bool period = reason == BL_REASON_CREATE || reason == BL_REASON_CYCLE;
+        return bill(tx, s, plan, cust, reason, period, usage_from, usage_to, at_ms, inv);
+}
+
+int bl_sub_bill_new_cycle(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
+                          int64_t at_ms, bl_invoice *inv)
+{
+        return bill(tx, s, plan, cust, BL_REASON_UPDATE, true, 0, 0, at_ms, inv);
 }
 
 /* ---- what falls due ------------------------------------------------------------------------- */

@@ -1,7 +1,9 @@
 /*
  * A year of subscriptions on a test clock, through the gateway: month-end
  * anchors that clamp, a trial and its end, renewals, a plan change prorated
- * by the second (previewed first, to the same lines), a charge that fails
+ * by the second (previewed first, to the same lines), changes to another
+ * interval that start a new cycle (monthly to yearly and back, the
+ * downgrade's credit paying the next renewal), a charge that fails
  * and the whole dunning cycle to cancellation, gapless invoice numbers,
  * credit notes, metered usage priced through graduated tiers, a
  * cancellation now with its credit, and at the end a reconciliation of all
@@ -236,6 +238,151 @@ static void test_trial_change_and_dunning(void **state)
         json_decref(bit_reconcile_clean(&t));
 }
 
+/* A line of a reply's array, as "kind amount tax start end". */
+static void line_text(json_t *arr, size_t i, char *out, size_t len)
+{
+        json_t *l = json_array_get(arr, i);
+        assert_non_null(l);
+        snprintf(out, len, "%s %lld %lld %lld %lld", bit_str(l, "kind"),
+                 (long long)bit_int(l, "amount"), (long long)bit_int(l, "tax"),
+                 (long long)bit_int(l, "periodStartUnixMs"),
+                 (long long)bit_int(l, "periodEndUnixMs"));
+}
+
+static void expect_line(json_t *arr, size_t i, const char *kind, int64_t amount, int64_t tax,
+                        int64_t from, int64_t to)
+{
+        char got[256], want[256];
+        line_text(arr, i, got, sizeof(got));
+        snprintf(want, sizeof(want), "%s %lld %lld %lld %lld", kind, (long long)amount,
+                 (long long)tax, (long long)from, (long long)to);
+        if (strcmp(got, want) != 0) {
+                fail_msg("line %zu: %s, expected %s", i, got, want);
+        }
+}
+
+/*
+ * Monthly to yearly mid-period, then yearly back to monthly: another
+ * interval starts a new cycle at once (Stripe's behaviour), the new period
+ * billed in advance on a subscription_update invoice with the old period's
+ * unused rest credited and the pending items swept in; the downgrade's
+ * credit exceeds its charge and goes to the customer's balance, which pays
+ * the next renewal. Previewed first, to the same lines.
+ */
+static void test_interval_change_starts_a_new_cycle(void **state)
+{
+        (void)state;
+        bit_tenant t;
+        char clock[BIT_ID_MAX], cust[BIT_ID_MAX], sub[BIT_ID_MAX], events[1024];
+        int64_t jan1 = bit_utc(2027, 1, 1, 0, 0, 0), jan6 = bit_utc(2027, 1, 6, 0, 0, 0),
+                jan16 = bit_utc(2027, 1, 16, 0, 0, 0), feb1 = bit_utc(2027, 2, 1, 0, 0, 0),
+                y28 = bit_utc(2028, 1, 16, 0, 0, 0), y29 = bit_utc(2029, 1, 16, 0, 0, 0),
+                jul16 = bit_utc(2028, 7, 16, 0, 0, 0), aug16 = bit_utc(2028, 8, 16, 0, 0, 0);
+
+        bit_tenant_new("bl-interval", &t);
+        bit_clock(&t, jan1, clock);
+        bit_plan(&t, "monthly", "USD", "FLAT", 3100, "MONTH", 1, 0);
+        bit_plan(&t, "monthly-plus", "USD", "FLAT", 6200, "MONTH", 1, 0);
+        bit_plan(&t, "yearly", "USD", "FLAT", 30000, "YEAR", 1, 0);
+        bit_plan(&t, "yearly-eur", "EUR", "FLAT", 30000, "YEAR", 1, 0);
+        bit_customer(&t, "USD", 1000, "pm_card_visa", clock, cust);
+        json_t *j = bit_ok(t.owner.token, "CreateSubscription",
+                           "{\"customerId\":\"%s\",\"planCode\":\"monthly\"}", cust);
+        snprintf(sub, sizeof(sub), "%s", bit_str(j, "subscription.id"));
+        assert_int_equal(bit_int(j, "latestInvoice.total"), 3410);
+        json_decref(j);
+
+        /* January 6, same interval: prorations wait as pending items (26 of 31 days left). */
+        assert_int_equal(bit_advance(&t, clock, jan6), 0);
+        j = bit_ok(t.owner.token, "ChangeSubscription",
+                   "{\"id\":\"%s\",\"planCode\":\"monthly-plus\"}", sub);
+        assert_null(bit_at(j, "invoice"));
+        expect_line(bit_at(j, "prorationLines"), 0, "proration", -2600, -260, jan6, feb1);
+        expect_line(bit_at(j, "prorationLines"), 1, "proration", 5200, 520, jan6, feb1);
+        json_decref(j);
+
+        /* Another currency is refused, whatever the interval. */
+        bit_fails(t.owner.token, "ChangeSubscription", "failed_precondition",
+                  "{\"id\":\"%s\",\"planCode\":\"yearly-eur\"}", sub);
+
+        /* January 16, to yearly: a new cycle from now, 16 of 31 days of monthly-plus unused. */
+        assert_int_equal(bit_advance(&t, clock, jan16), 0);
+        json_t *preview =
+            bit_ok(t.owner.token, "PreviewChange", "{\"id\":\"%s\",\"planCode\":\"yearly\"}", sub);
+        json_t *lines = bit_at(preview, "lines");
+        assert_int_equal(json_array_size(lines), 2);
+        expect_line(lines, 0, "subscription", 30000, 3000, jan16, y28);
+        expect_line(lines, 1, "proration", -3200, -320, jan16, feb1);
+        assert_int_equal(bit_int(preview, "total"), 29480);
+        assert_int_equal(bit_int(preview, "prorationTimeUnixMs"), jan16);
+        j = bit_ok(t.owner.token, "ChangeSubscription", "{\"id\":\"%s\",\"planCode\":\"yearly\"}",
+                   sub);
+        assert_true(json_equal(bit_at(j, "prorationLines"), lines));
+        assert_string_equal(bit_str(j, "subscription.planCode"), "yearly");
+        assert_int_equal(bit_int(j, "subscription.billingAnchorUnixMs"), jan16);
+        assert_int_equal(bit_int(j, "subscription.currentPeriodStartUnixMs"), jan16);
+        assert_int_equal(bit_int(j, "subscription.currentPeriodEndUnixMs"), y28);
+        /* The invoice: the year in advance, the credit, and the two pending items of January 6. */
+        assert_string_equal(bit_str(j, "invoice.billingReason"), "subscription_update");
+        assert_string_equal(bit_str(j, "invoice.state"), "paid");
+        assert_int_equal(bit_int(j, "invoice.periodStartUnixMs"), jan16);
+        assert_int_equal(bit_int(j, "invoice.periodEndUnixMs"), y28);
+        assert_int_equal(bit_int(j, "invoice.subtotal"), 30000 - 3200 - 2600 + 5200);
+        assert_int_equal(bit_int(j, "invoice.total"), 32340);
+        assert_int_equal(bit_int(j, "invoice.amountPaid"), 32340);
+        assert_int_equal(json_array_size(bit_at(j, "invoice.lines")), 4);
+        expect_line(bit_at(j, "invoice.lines"), 0, "subscription", 30000, 3000, jan16, y28);
+        json_decref(j);
+        json_decref(preview);
+
+        /* February 1 is no longer a renewal: the next one is a year from January 16. */
+        assert_int_equal(bit_advance(&t, clock, feb1), 0);
+        expect_sub(&t, sub, "active", y28);
+        assert_int_equal(bit_advance(&t, clock, y28), 1);
+        expect_sub(&t, sub, "active", y29);
+        j = latest_invoice(&t, sub);
+        assert_string_equal(bit_str(j, "billingReason"), "subscription_cycle");
+        assert_int_equal(bit_int(j, "total"), 33000);
+        json_decref(j);
+
+        /*
+         * July 16, 2028, back to monthly: 184 of the 366 days (a leap year) unused, a credit of
+         * round(30000 × 184/366) = 15082 against a month of 3100: −11982 and its tax to the
+         * balance.
+         */
+        assert_int_equal(bit_advance(&t, clock, jul16), 0);
+        j = bit_ok(t.owner.token, "ChangeSubscription", "{\"id\":\"%s\",\"planCode\":\"monthly\"}",
+                   sub);
+        expect_line(bit_at(j, "prorationLines"), 0, "subscription", 3100, 310, jul16, aug16);
+        expect_line(bit_at(j, "prorationLines"), 1, "proration", -15082, -1508, jul16, y29);
+        assert_int_equal(bit_int(j, "invoice.total"), -13180);
+        assert_int_equal(bit_int(j, "invoice.amountDue"), 0);
+        assert_string_equal(bit_str(j, "invoice.state"), "paid");
+        assert_int_equal(bit_int(j, "subscription.currentPeriodEndUnixMs"), aug16);
+        json_decref(j);
+        j = bit_ok(t.owner.token, "GetCustomer", "{\"id\":\"%s\"}", cust);
+        assert_int_equal(bit_int(j, "customer.creditBalance"), 13180);
+        json_decref(j);
+
+        /* August 16: the month's 3410 comes out of the balance; nothing is charged. */
+        assert_int_equal(bit_advance(&t, clock, aug16), 1);
+        j = latest_invoice(&t, sub);
+        assert_int_equal(bit_int(j, "total"), 3410);
+        assert_int_equal(bit_int(j, "amountDue"), 0);
+        assert_int_equal(json_array_size(bit_at(j, "payments")), 0);
+        json_decref(j);
+        j = bit_ok(t.owner.token, "GetCustomer", "{\"id\":\"%s\"}", cust);
+        assert_int_equal(bit_int(j, "customer.creditBalance"), 13180 - 3410);
+        json_decref(j);
+
+        history(&t, sub, events, sizeof(events));
+        assert_string_equal(events, "create change change renew change renew");
+        expect_gapless_numbers(&t);
+        bit_wait_posted(t.owner.tenant_id, 30000);
+        assert_int_equal(bit_ledger_mismatches(t.owner.tenant_id), 0);
+        json_decref(bit_reconcile_clean(&t));
+}
+
 /* A paid invoice credited in part: tax in the invoice's proportion, credit to the customer. */
 static void test_credit_notes(void **state)
 {
@@ -406,6 +553,7 @@ int main(void)
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_a_year_of_month_ends),
             cmocka_unit_test(test_trial_change_and_dunning),
+            cmocka_unit_test(test_interval_change_starts_a_new_cycle),
             cmocka_unit_test(test_credit_notes),
             cmocka_unit_test(test_metered_usage),
             cmocka_unit_test(test_cancel_now_and_pause),
