@@ -450,8 +450,11 @@ extern const char bl_invoice_columns[];
 void bl_sub_read(const PGresult *res, int row, bl_subscription *out);
 int bl_invoice_read(const PGresult *res, int row, bl_invoice *out);
 int bl_plan_read(const PGresult *res, int row, bl_plan *out);
-/* A credit_notes row (id, number, invoice_id, amount, subtotal, tax, reason, credited_to,
- * created_ms) as a message, for ks_list. */
+/* The columns of a credit_notes row as bl_credit_note_item reads them. */
+#define BL_NOTE_COLUMNS                                                                            \
+        "id, number, invoice_id, amount, subtotal, tax, reason, credited_to, created_ms,"          \
+        " COALESCE(refund_payment_id::text, ''), refund_reference"
+/* A credit_notes row (BL_NOTE_COLUMNS) as a message, for ks_list. */
 void bl_credit_note_item(void *item, const PGresult *r, int i);
 /* Writes every mutable column of s (and s->updated_ms = now_ms). */
 int bl_sub_save(bl_tx *tx, bl_subscription *s, int64_t now_ms);
@@ -563,6 +566,8 @@ typedef struct bl_fact {
         bool from_uncollectible;
         /* CREDIT_NOTE: to the customer's credit (a paid invoice) instead of its receivable */
         bool to_credit;
+        /* CREDIT_NOTE to_credit: paid back from that credit to the customer (a refund) */
+        int64_t refunded;
 } bl_fact;
 
 /* The fact of an invoice's finalization (BL_SRC_INVOICE) or void (BL_SRC_VOID): its totals. */
@@ -603,6 +608,14 @@ typedef struct bl_charge {
  */
 void bl_provider_charge(const char *token, int64_t amount, const bl_currency *cur,
                         const char *idempotency_key, bl_charge *out);
+/*
+ * Pays amount of cur back on the charge charge_reference, made to token,
+ * with idempotency_key (the credit note): out->ok, or failure_code. The
+ * mock refunds its own charges (ch_mock_...), but not those of
+ * pm_card_refundFail (declined).
+ */
+void bl_provider_refund(const char *token, const char *charge_reference, int64_t amount,
+                        const bl_currency *cur, const char *idempotency_key, bl_charge *out);
 
 /* ---- invoicing (invoicing.c) ------------------------------------------------------- */
 

@@ -46,7 +46,9 @@
  *     was uncollectible)
  *   credit note (amount = subtotal + tax): 121 revenue -> X subtotal,
  *     122 tax payable -> X tax; X = customer credit for a paid invoice's
- *     note (to the customer's balance), else receivable
+ *     note (to the customer's balance), else receivable; a refund (a paid
+ *     invoice's note paid back, refunded R = its amount) adds 123 customer
+ *     credit -> cash R
  *   invoice voided (its S, T, A): 131 revenue -> X S, 132 tax payable -> X T,
  *     133 X -> customer credit A; X = bad debt when it was uncollectible,
  *     else receivable
@@ -214,11 +216,13 @@ static bool credit_note_chain(const bl_fact *f, bl_chain *c)
         bl_account_kind to = f->to_credit ? BL_ACCT_CUSTOMER_CREDIT : BL_ACCT_RECEIVABLE;
         int64_t amount;
 
-        if (!bl_add(f->subtotal, f->tax, &amount) || amount != f->amount) {
+        if (!bl_add(f->subtotal, f->tax, &amount) || amount != f->amount ||
+            (f->refunded != 0 && (f->refunded < 0 || f->refunded > f->amount || !f->to_credit))) {
                 return false;
         }
         return add(c, 121, BL_ACCT_REVENUE, to, f->subtotal) &&
-               add(c, 122, BL_ACCT_TAX_PAYABLE, to, f->tax);
+               add(c, 122, BL_ACCT_TAX_PAYABLE, to, f->tax) &&
+               add(c, 123, BL_ACCT_CUSTOMER_CREDIT, BL_ACCT_CASH, f->refunded);
 }
 
 static bool void_chain(const bl_fact *f, bl_chain *c)

@@ -1,15 +1,16 @@
 /*
- * The payment provider: one function, bl_provider_charge, between billing
- * and whoever moves the money. The built-in provider is a mock whose
- * payment method tokens behave like Stripe's test cards, so that the whole
- * of billing (charges, declines, dunning) runs and is tested with no
- * network: pm_card_visa and pm_card_mastercard succeed,
- * pm_card_chargeDeclined declines with card_declined,
- * pm_card_chargeDeclinedInsufficientFunds with insufficient_funds, and any
- * other token is invalid_payment_method. A real provider goes here, and is
- * handed the idempotency key billing makes for each attempt (the invoice
- * and the attempt's number), so that a charge retried after a crash is
- * charged once.
+ * The payment provider: two functions, bl_provider_charge and
+ * bl_provider_refund, between billing and whoever moves the money. The
+ * built-in provider is a mock whose payment method tokens behave like
+ * Stripe's test cards, so that the whole of billing (charges, declines,
+ * dunning, refunds) runs and is tested with no network: pm_card_visa and
+ * pm_card_mastercard succeed, pm_card_chargeDeclined declines with
+ * card_declined, pm_card_chargeDeclinedInsufficientFunds with
+ * insufficient_funds, pm_card_refundFail is charged but refuses refunds
+ * (declined), and any other token is invalid_payment_method. A real
+ * provider goes here, and is handed the idempotency key billing makes for
+ * each attempt (the invoice and the attempt's number; the credit note of a
+ * refund), so that a call retried after a crash moves the money once.
  */
 #include "billing.h"
 
@@ -26,6 +27,7 @@ static const test_card cards[] = {
     {"pm_card_mastercard", NULL},
     {"pm_card_chargeDeclined", "card_declined"},
     {"pm_card_chargeDeclinedInsufficientFunds", "insufficient_funds"},
+    {"pm_card_refundFail", NULL},
 };
 
 void bl_provider_charge(const char *token, int64_t amount, const bl_currency *cur,
@@ -49,4 +51,21 @@ void bl_provider_charge(const char *token, int64_t amount, const bl_currency *cu
         }
         /* The mock's charge id is derived from the key: the same attempt is the same charge. */
         snprintf(out->reference, sizeof(out->reference), "ch_mock_%.48s", idempotency_key);
+}
+
+void bl_provider_refund(const char *token, const char *charge_reference, int64_t amount,
+                        const bl_currency *cur, const char *idempotency_key, bl_charge *out)
+{
+        memset(out, 0, sizeof(*out));
+        (void)cur;
+        if (amount <= 0) {
+                snprintf(out->failure_code, sizeof(out->failure_code), "amount_too_small");
+        } else if (strncmp(charge_reference, "ch_mock_", 8) != 0) {
+                snprintf(out->failure_code, sizeof(out->failure_code), "charge_not_found");
+        } else if (strcmp(token, "pm_card_refundFail") == 0) {
+                snprintf(out->failure_code, sizeof(out->failure_code), "declined");
+        } else {
+                out->ok = true;
+        }
+        snprintf(out->reference, sizeof(out->reference), "re_mock_%.48s", idempotency_key);
 }

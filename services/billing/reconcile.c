@@ -121,9 +121,10 @@ static const char sql_payments[] =
 
 static const char sql_credit_notes[] =
     "SELECT c.id, c.customer_id, c.currency, c.amount, c.subtotal, c.tax,"
-    " c.credited_to = 'customer_balance',"
+    " c.credited_to IN ('customer_balance', 'refund'),"
     " CASE WHEN pc.id IS NULL THEN 0 WHEN pc.posted_ms IS NOT NULL THEN 1"
-    " WHEN pc.failed THEN 3 ELSE 2 END, COALESCE(pc.last_error, '')"
+    " WHEN pc.failed THEN 3 ELSE 2 END, COALESCE(pc.last_error, ''),"
+    " CASE WHEN c.credited_to = 'refund' THEN c.amount ELSE 0 END"
     " FROM billing.credit_notes c"
     " LEFT JOIN LATERAL (SELECT id, posted_ms, failed, last_error, transfers FROM billing.postings"
     " WHERE tenant_id = c.tenant_id AND source_type = 3 AND source_id = c.id LIMIT 1) pc ON true"
@@ -376,7 +377,8 @@ static void read_credit_notes(recon *r, const PGresult *res)
                              .amount = ks_pg_int(res, i, 3),
                              .subtotal = ks_pg_int(res, i, 4),
                              .tax = ks_pg_int(res, i, 5),
-                             .to_credit = ks_pg_bool(res, i, 6)};
+                             .to_credit = ks_pg_bool(res, i, 6),
+                             .refunded = ks_pg_int(res, i, 9)};
                 r->credit_notes++;
                 fact_add(r, &f, res, i, 7);
         }

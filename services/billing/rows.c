@@ -388,13 +388,12 @@ static const char sql_lines[] =
 
 static const char sql_payments[] =
     "SELECT id, amount, CASE status WHEN 1 THEN 'succeeded' ELSE 'failed' END, method,"
-    " payment_method, failure_code, reference, created_ms FROM billing.payments"
+    " payment_method, failure_code, reference, created_ms, amount_refunded FROM billing.payments"
     " WHERE tenant_id = billing.ctx_tenant() AND invoice_id = $1::uuid ORDER BY created_ms, id";
 
 static const char sql_notes[] =
-    "SELECT id, number, invoice_id, amount, subtotal, tax, reason, credited_to, created_ms"
-    " FROM billing.credit_notes WHERE tenant_id = billing.ctx_tenant() AND invoice_id = $1::uuid"
-    " ORDER BY created_ms, id";
+    "SELECT " BL_NOTE_COLUMNS " FROM billing.credit_notes WHERE tenant_id = billing.ctx_tenant()"
+    " AND invoice_id = $1::uuid ORDER BY created_ms, id";
 
 static char *text(const PGresult *res, int row, int col)
 {
@@ -431,6 +430,7 @@ static void payment_item(void *item, const PGresult *r, int i)
         p->failure_code = text(r, i, 5);
         p->reference = text(r, i, 6);
         p->created_at_unix_ms = ks_pg_int(r, i, 7);
+        p->amount_refunded = ks_pg_int(r, i, 8);
 }
 
 void bl_credit_note_item(void *item, const PGresult *r, int i)
@@ -447,6 +447,8 @@ void bl_credit_note_item(void *item, const PGresult *r, int i)
         c->reason = text(r, i, 6);
         c->credited_to = text(r, i, 7);
         c->created_at_unix_ms = ks_pg_int(r, i, 8);
+        c->refund_payment_id = text(r, i, 9);
+        c->refund_reference = text(r, i, 10);
 }
 
 /* The rows of res as an array of items and an array of pointers to them. */

@@ -5,7 +5,7 @@
  * interval that start a new cycle (monthly to yearly and back, the
  * downgrade's credit paying the next renewal), a charge that fails
  * and the whole dunning cycle to cancellation, gapless invoice numbers,
- * credit notes, metered usage priced through graduated tiers, a
+ * credit notes and refunds, metered usage priced through graduated tiers, a
  * cancellation now with its credit, and at the end a reconciliation of all
  * of it against the ledger that finds nothing wrong.
  */
@@ -434,6 +434,108 @@ static void test_credit_notes(void **state)
         json_decref(bit_reconcile_clean(&t));
 }
 
+/* A subscription's first invoice for a new customer with pm (EUR, 20% tax); its id. */
+static void first_invoice(const bit_tenant *t, const char *clock, const char *pm, char *cust,
+                          char *inv, int64_t total)
+{
+        bit_customer(t, "EUR", 2000, pm, clock, cust);
+        json_t *j = bit_ok(t->owner.token, "CreateSubscription",
+                           "{\"customerId\":\"%s\",\"planCode\":\"pro\"}", cust);
+        snprintf(inv, BIT_ID_MAX, "%s", bit_str(j, "latestInvoice.id"));
+        assert_int_equal(bit_int(j, "latestInvoice.total"), total);
+        json_decref(j);
+}
+
+/*
+ * Refunds: credit notes on a paid invoice paid back through its card
+ * payment, in parts, never past the payment; refused on an open invoice, on
+ * one paid out of band and when the provider declines (then nothing is
+ * written, not even a number); the customer's balance untouched; the
+ * ledger's chains (123 customer credit -> cash) and the reconciliation clean.
+ */
+static void test_refunds(void **state)
+{
+        (void)state;
+        bit_tenant t;
+        char clock[BIT_ID_MAX], cust[BIT_ID_MAX], inv[BIT_ID_MAX], cust2[BIT_ID_MAX],
+            inv2[BIT_ID_MAX], cust3[BIT_ID_MAX], inv3[BIT_ID_MAX], pay[BIT_ID_MAX];
+
+        bit_tenant_new("bl-refund", &t);
+        bit_clock(&t, bit_utc(2027, 6, 1, 0, 0, 0), clock);
+        bit_plan(&t, "pro", "EUR", "FLAT", 2000, "MONTH", 1, 0);
+        first_invoice(&t, clock, "pm_card_visa", cust, inv, 2400);
+        json_t *j = bit_ok(t.owner.token, "GetInvoice", "{\"id\":\"%s\"}", inv);
+        assert_string_equal(bit_str(j, "invoice.state"), "paid");
+        snprintf(pay, sizeof(pay), "%s",
+                 bit_str(json_array_get(bit_at(j, "invoice.payments"), 0), "id"));
+        json_decref(j);
+
+        /* 600 of the 2,400 back to the card: the note says where, the balance stays 0. */
+        j = bit_ok(t.owner.token, "CreateCreditNote",
+                   "{\"invoiceId\":\"%s\",\"amount\":\"600\",\"refund\":true}", inv);
+        assert_string_equal(bit_str(j, "creditNote.number"), "CN-000001");
+        assert_string_equal(bit_str(j, "creditNote.creditedTo"), "refund");
+        assert_string_equal(bit_str(j, "creditNote.refundPaymentId"), pay);
+        assert_int_equal(strncmp(bit_str(j, "creditNote.refundReference"), "re_mock_", 8), 0);
+        assert_int_equal(bit_int(j, "creditNote.tax"), 100);
+        assert_int_equal(bit_int(j, "invoice.amountCredited"), 600);
+        assert_string_equal(bit_str(j, "invoice.state"), "paid");
+        assert_int_equal(
+            bit_int(json_array_get(bit_at(j, "invoice.payments"), 0), "amountRefunded"), 600);
+        json_decref(j);
+        /* Past what is left to credit: refused; the rest: refunded. Then nothing is left. */
+        bit_fails(t.owner.token, "CreateCreditNote", "failed_precondition",
+                  "{\"invoiceId\":\"%s\",\"amount\":\"1801\",\"refund\":true}", inv);
+        j = bit_ok(t.owner.token, "CreateCreditNote", "{\"invoiceId\":\"%s\",\"refund\":true}",
+                   inv);
+        assert_string_equal(bit_str(j, "creditNote.number"), "CN-000002");
+        assert_int_equal(bit_int(j, "creditNote.amount"), 1800);
+        assert_int_equal(
+            bit_int(json_array_get(bit_at(j, "invoice.payments"), 0), "amountRefunded"), 2400);
+        json_decref(j);
+        bit_fails(t.owner.token, "CreateCreditNote", "failed_precondition",
+                  "{\"invoiceId\":\"%s\",\"refund\":true}", inv);
+        j = bit_ok(t.owner.token, "GetCustomer", "{\"id\":\"%s\"}", cust);
+        assert_int_equal(bit_int(j, "customer.creditBalance"), 0);
+        json_decref(j);
+
+        /* No card: open, then paid out of band; neither can be refunded, a credit can. */
+        first_invoice(&t, clock, "", cust2, inv2, 2400);
+        bit_fails(t.owner.token, "CreateCreditNote", "failed_precondition",
+                  "{\"invoiceId\":\"%s\",\"refund\":true}", inv2);
+        json_decref(bit_ok(t.owner.token, "RecordPayment",
+                           "{\"id\":\"%s\",\"amount\":\"2400\",\"reference\":\"wire 7\"}", inv2));
+        bit_fails(t.owner.token, "CreateCreditNote", "failed_precondition",
+                  "{\"invoiceId\":\"%s\",\"amount\":\"100\",\"refund\":true}", inv2);
+
+        /* The provider declines: nothing is written, and the next note takes the next number. */
+        first_invoice(&t, clock, "pm_card_refundFail", cust3, inv3, 2400);
+        it_http_response r;
+        bit_call(t.owner.token, NULL, "CreateCreditNote", &r,
+                 "{\"invoiceId\":\"%s\",\"amount\":\"100\",\"refund\":true}", inv3);
+        assert_int_equal(r.status, 400);
+        assert_non_null(strstr(r.body, "the refund failed: declined"));
+        it_http_response_free(&r);
+        j = bit_ok(t.owner.token, "ListCreditNotes", "{\"invoiceId\":\"%s\"}", inv3);
+        assert_int_equal(json_array_size(bit_at(j, "creditNotes")), 0);
+        json_decref(j);
+        j = bit_ok(t.owner.token, "CreateCreditNote", "{\"invoiceId\":\"%s\",\"amount\":\"100\"}",
+                   inv2);
+        assert_string_equal(bit_str(j, "creditNote.number"), "CN-000003");
+        assert_string_equal(bit_str(j, "creditNote.creditedTo"), "customer_balance");
+        json_decref(j);
+
+        /* Listed with where they went. */
+        j = bit_ok(t.owner.token, "ListCreditNotes", "{\"invoiceId\":\"%s\"}", inv);
+        assert_int_equal(json_array_size(bit_at(j, "creditNotes")), 2);
+        assert_string_equal(bit_str(json_array_get(bit_at(j, "creditNotes"), 0), "refundPaymentId"),
+                            pay);
+        json_decref(j);
+        bit_wait_posted(t.owner.tenant_id, 30000);
+        assert_int_equal(bit_ledger_mismatches(t.owner.tenant_id), 0);
+        json_decref(bit_reconcile_clean(&t));
+}
+
 /* Metered usage: batches with resent events, billed at the period's end through the tiers. */
 static void test_metered_usage(void **state)
 {
@@ -555,6 +657,7 @@ int main(void)
             cmocka_unit_test(test_trial_change_and_dunning),
             cmocka_unit_test(test_interval_change_starts_a_new_cycle),
             cmocka_unit_test(test_credit_notes),
+            cmocka_unit_test(test_refunds),
             cmocka_unit_test(test_metered_usage),
             cmocka_unit_test(test_cancel_now_and_pause),
         };

@@ -193,6 +193,34 @@ static void test_credit_note(void **state)
         expect_transfer(&c, 0, 121, BL_ACCT_REVENUE, BL_ACCT_CUSTOMER_CREDIT, 1000);
 }
 
+/* A refund: the note's amount on from the customer's credit to cash, the balance untouched. */
+static void test_credit_note_refund(void **state)
+{
+        bl_fact f = fact_of(BL_SRC_CREDIT_NOTE);
+        bl_chain c;
+
+        (void)state;
+        f.amount = 1100;
+        f.subtotal = 1000;
+        f.tax = 100;
+        f.to_credit = true;
+        f.refunded = 1100;
+        assert_true(bl_chain_of(&f, &c));
+        assert_int_equal(c.n, 3);
+        expect_transfer(&c, 0, 121, BL_ACCT_REVENUE, BL_ACCT_CUSTOMER_CREDIT, 1000);
+        expect_transfer(&c, 1, 122, BL_ACCT_TAX_PAYABLE, BL_ACCT_CUSTOMER_CREDIT, 100);
+        expect_transfer(&c, 2, 123, BL_ACCT_CUSTOMER_CREDIT, BL_ACCT_CASH, 1100);
+        assert_true(c.t[2].id == rule_id("keelson.billing/transfer/3/" SOURCE "/2"));
+        /* Never more than the note, never from a receivable, never negative. */
+        f.refunded = 1101;
+        assert_false(bl_chain_of(&f, &c));
+        f.refunded = -1;
+        assert_false(bl_chain_of(&f, &c));
+        f.refunded = 1100;
+        f.to_credit = false;
+        assert_false(bl_chain_of(&f, &c));
+}
+
 static void test_void(void **state)
 {
         bl_fact f = fact_of(BL_SRC_VOID);
@@ -503,6 +531,9 @@ static bl_fact random_fact(char *source, char *cust)
         f.from_uncollectible = prng_next() % 2;
         f.to_credit = prng_next() % 2;
         f.amount = f.type == BL_SRC_CREDIT_NOTE ? f.subtotal + f.tax : random_amount(false);
+        f.refunded = f.type == BL_SRC_CREDIT_NOTE && f.to_credit && f.amount > 0 && prng_next() % 2
+                         ? f.amount
+                         : 0;
         return f;
 }
 
@@ -527,7 +558,8 @@ static void expected_net(const bl_fact *f, int64_t net[N_KINDS])
                 x = f->to_credit ? BL_ACCT_CUSTOMER_CREDIT : BL_ACCT_RECEIVABLE;
                 net[BL_ACCT_REVENUE] = f->subtotal;
                 net[BL_ACCT_TAX_PAYABLE] = f->tax;
-                net[x] = -f->amount;
+                net[x] = -f->amount + f->refunded;
+                net[BL_ACCT_CASH] = -f->refunded;
                 break;
         case BL_SRC_VOID:
                 x = f->from_uncollectible ? BL_ACCT_BAD_DEBT : BL_ACCT_RECEIVABLE;
@@ -807,6 +839,7 @@ int main(void)
             cmocka_unit_test(test_invoice_zeros),
             cmocka_unit_test(test_payment),
             cmocka_unit_test(test_credit_note),
+            cmocka_unit_test(test_credit_note_refund),
             cmocka_unit_test(test_void),
             cmocka_unit_test(test_uncollectible),
             cmocka_unit_test(test_malformed),
