@@ -48,26 +48,38 @@ function linesTable(inv) {
 function paymentsTable(inv) {
   const rows = (inv.payments || []).map((p) => el('tr', {},
     cell(when(p.createdAtUnixMs)), el('td', {class: 'num'}, amount(p.amount, inv.currency)), cell(stateBadge(p.status)),
-    cell((p.method || '').replace(/_/g, ' ')), cell(p.failureCode || '—'), cell(el('code', {}, p.reference || ''))));
+    cell((p.method || '').replace(/_/g, ' ')), cell(p.failureCode || '—'),
+    el('td', {class: 'num'}, amount(p.amountRefunded || 0, inv.currency)), cell(el('code', {}, p.reference || ''))));
   if (rows.length === 0) return el('p', {}, 'No payments.');
-  return table('Payments of this invoice', ['When', 'Amount', 'Status', 'Method', 'Failure', 'Reference'], rows);
+  return table('Payments of this invoice', ['When', 'Amount', 'Status', 'Method', 'Failure', 'Refunded', 'Reference'], rows);
+}
+
+// A paid invoice's card payment with something left to refund (CreateCreditNote's refund).
+function refundable(inv) {
+  return inv.state === 'paid' && (inv.payments || []).some((p) =>
+    p.status === 'succeeded' && p.method === 'card' && Number(p.amountRefunded || 0) < Number(p.amount || 0));
 }
 
 function creditNoteForm(inv, status, reload) {
   const amt = el('input', {id: 'credit-amount', type: 'number', min: '0', step: '1', value: '0', inputmode: 'numeric'});
   const reason = el('input', {id: 'credit-reason', type: 'text', maxlength: '500', autocomplete: 'off'});
+  const refund = refundable(inv) ? el('input', {id: 'credit-refund', type: 'checkbox'}) : null;
   const submit = el('button', {type: 'submit', id: 'credit-submit'}, 'Issue credit note');
   const form = el('form', {class: 'card', 'aria-labelledby': 'credit-h'},
     el('h3', {id: 'credit-h'}, 'Credit note'),
     field('Amount, tax included, in minor units', amt, `0 credits all that is left. ${inv.currency} minor units: 1999 is ${amount(1999, inv.currency)}.`),
     field('Reason (optional)', reason),
+    refund ? el('div', {class: 'check'}, refund,
+      el('label', {for: 'credit-refund'}, 'Refund it to the card the invoice was paid with, instead of the customer\'s balance')) : null,
     el('div', {class: 'actions'}, submit));
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     submit.disabled = true;
     status.loading('Issuing…');
     try {
-      const r = await billing('CreateCreditNote', {invoiceId: inv.id, amount: String(amt.value || 0), reason: reason.value.trim()});
+      const body = {invoiceId: inv.id, amount: String(amt.value || 0), reason: reason.value.trim()};
+      if (refund && refund.checked) body.refund = true;
+      const r = await billing('CreateCreditNote', body);
       await reload(`Credit note ${r.creditNote.number} issued.`);
     } catch (err) {
       status.error(err);
