@@ -377,6 +377,29 @@ static void test_interval_change_starts_a_new_cycle(void **state)
 
         history(&t, sub, events, sizeof(events));
         assert_string_equal(events, "create change change renew change renew");
+
+        /* In a trial nothing is billed: the plan changes, and the first period is a year. */
+        char trial[BIT_ID_MAX];
+        int64_t aug20 = bit_utc(2028, 8, 20, 0, 0, 0), aug26 = bit_utc(2028, 8, 26, 0, 0, 0);
+        j = bit_ok(t.owner.token, "CreateSubscription",
+                   "{\"customerId\":\"%s\",\"planCode\":\"monthly\",\"trialDays\":10}", cust);
+        snprintf(trial, sizeof(trial), "%s", bit_str(j, "subscription.id"));
+        assert_string_equal(bit_str(j, "subscription.state"), "trialing");
+        json_decref(j);
+        assert_int_equal(bit_advance(&t, clock, aug20), 0);
+        j = bit_ok(t.owner.token, "ChangeSubscription", "{\"id\":\"%s\",\"planCode\":\"yearly\"}",
+                   trial);
+        assert_null(bit_at(j, "invoice"));
+        assert_int_equal(json_array_size(bit_at(j, "prorationLines")), 0);
+        assert_string_equal(bit_str(j, "subscription.state"), "trialing");
+        assert_int_equal(bit_int(j, "subscription.currentPeriodEndUnixMs"), aug26);
+        json_decref(j);
+        assert_int_equal(bit_advance(&t, clock, aug26), 1);
+        expect_sub(&t, trial, "active", bit_utc(2029, 8, 26, 0, 0, 0));
+        j = latest_invoice(&t, trial);
+        assert_int_equal(bit_int(j, "total"), 33000);
+        assert_string_equal(bit_str(j, "state"), "paid");
+        json_decref(j);
         expect_gapless_numbers(&t);
         bit_wait_posted(t.owner.tenant_id, 30000);
         assert_int_equal(bit_ledger_mismatches(t.owner.tenant_id), 0);
