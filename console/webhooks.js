@@ -7,7 +7,7 @@ import {cell, confirmButton, el, facts, field, pageLink, pagedTable, param, repl
 import {stateBadge} from './billing-ui.js';
 
 const PAGE_SIZE = 20;
-const TOPICS = ['billing.invoice_finalized', 'billing.invoice_paid', 'billing.subscription_changed'];
+const TOPICS = ['billing.invoice_finalized', 'billing.invoice_paid', 'billing.subscription_changed', 'billing.credit_note_created'];
 const PROVIDERS = [['PROVIDER_STRIPE', 'Stripe'], ['PROVIDER_STANDARD', 'Standard Webhooks']];
 const RECEIVED = ['PENDING', 'APPLIED', 'IGNORED', 'FAILED'];
 const DELIVERY = ['PENDING', 'DELIVERED', 'FAILED'];

@@ -505,6 +505,21 @@ int bl_event_invoice_finalized(bl_tx *tx, const bl_invoice *inv);
 int bl_event_invoice_paid(bl_tx *tx, const bl_invoice *inv);
 int bl_event_subscription_changed(bl_tx *tx, const bl_subscription *s, int from_state,
                                   const char *event, int64_t at_ms, const char *invoice_id);
+
+/* A credit note as credit_notes.c makes it: what its row and its event carry. */
+typedef struct bl_credit_note {
+        char id[BL_UUID_LEN + 1];
+        char number[32];
+        int64_t amount, subtotal, tax;
+        char reason[BL_REASON_MAX * 4 + 1];
+        const char *credited_to;
+        int64_t created_ms;
+        bool refund;
+        char refund_payment_id[BL_UUID_LEN + 1]; /* refund: the payment, and the provider's id */
+        char refund_reference[64];
+} bl_credit_note;
+/* billing.credit_note_created for n, issued against inv. */
+int bl_event_credit_note_created(bl_tx *tx, const bl_invoice *inv, const bl_credit_note *n);
 /* users.admin_summary, at most once per transaction. */
 int bl_event_summary(bl_tx *tx, const char *reason);
 /* The transaction's events as one deferred statement (tx.c, before COMMIT); then none left. */

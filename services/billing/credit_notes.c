@@ -21,9 +21,9 @@
  * The amount splits into a tax part and the rest in the invoice's own
  * proportion: tax = round(amount × invoice tax / invoice total), half away
  * from zero, and subtotal = amount − tax, so the two add up exactly.
- * Numbers are per tenant and gapless ("CN-000001"). Each note posts its
- * chain to the ledger (revenue and tax payable back, against the
- * receivable or the customer's credit).
+ * Numbers are per tenant and gapless ("CN-000001"). Each note is announced
+ * (billing.credit_note_created) and posts its chain to the ledger (revenue and tax payable back,
+ * against the receivable or the customer's credit).
  */
 #include "billing.h"
 
@@ -32,17 +32,7 @@
 
 #include "ks_crypto.h"
 
-typedef struct note {
-        char id[BL_UUID_LEN + 1];
-        char number[32];
-        int64_t amount, subtotal, tax;
-        char reason[BL_REASON_MAX * 4 + 1];
-        const char *credited_to;
-        int64_t created_ms;
-        bool refund;
-        char refund_payment_id[BL_UUID_LEN + 1]; /* refund: the payment, and the provider's id */
-        char refund_reference[64];
-} note;
+typedef bl_credit_note note;
 
 static const char sql_insert[] =
     "INSERT INTO billing.credit_notes (tenant_id, id, number, invoice_id, customer_id, currency,"
@@ -186,7 +176,8 @@ static int apply(bl_tx *tx, bl_invoice *inv, note *n, bool to_balance)
                            .tax = n->tax,
                            .to_credit = to_balance,
                            .refunded = n->refund ? n->amount : 0};
-        if ((rc = bl_posting_queue(tx, &f)) != KS_OK) {
+        if ((rc = bl_posting_queue(tx, &f)) != KS_OK ||
+            (rc = bl_event_credit_note_created(tx, inv, n)) != KS_OK) {
                 return rc;
         }
         if (n->refund) {

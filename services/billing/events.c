@@ -155,3 +155,23 @@ int bl_event_summary(bl_tx *tx, const char *reason)
         }
         return rc;
 }
+
+int bl_event_credit_note_created(bl_tx *tx, const bl_invoice *inv, const bl_credit_note *n)
+{
+        Keelson__Billing__V1__CreditNoteCreated m = KEELSON__BILLING__V1__CREDIT_NOTE_CREATED__INIT;
+
+        m.tenant_id = (char *)tx->tenant_id;
+        m.credit_note_id = (char *)n->id;
+        m.number = (char *)n->number;
+        m.invoice_id = (char *)inv->id;
+        m.customer_id = (char *)inv->customer_id;
+        m.currency = (char *)inv->currency->code;
+        m.amount = n->amount;
+        m.subtotal = n->subtotal;
+        m.tax = n->tax;
+        m.credited_to = (char *)n->credited_to;
+        m.refund_payment_id = (char *)n->refund_payment_id;
+        m.refund_reference = (char *)n->refund_reference;
+        m.created_at_unix_ms = n->created_ms;
+        return publish_topic(tx, BL_TOPIC_CREDIT_NOTE_CREATED, &m.base);
+}

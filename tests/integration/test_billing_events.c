@@ -3,7 +3,8 @@
  * receives them: billing.subscription_changed, billing.invoice_finalized
  * (with the invoice's number), billing.invoice_paid and users.admin_summary
  * after a subscription is created and its first invoice charged; a renewal's
- * on a test clock; nothing at all for a call that failed and rolled back.
+ * on a test clock; billing.credit_note_created for a refund; nothing at all
+ * for a call that failed and rolled back.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,7 +34,9 @@ static ks_subscriber *subscribe(void)
 
 /* What a tenant's events said, collected until want events came or the wait ran out. */
 typedef struct seen {
-        int changed, finalized, paid, summary;
+        int changed, finalized, paid, summary, noted;
+        char note_number[32], credited_to[32];
+        int64_t noted_amount;
         char number[32];
         char events[8][32]; /* subscription_changed's events, in order */
         int n_events;
@@ -68,6 +71,17 @@ static void take(const Keelson__Events__V1__Event *ev, seen *s)
                 s->paid_amount += m->amount_paid;
                 s->paid++;
                 keelson__billing__v1__invoice_paid__free_unpacked(m, NULL);
+        } else if (strcmp(ev->topic, "billing.credit_note_created") == 0) {
+                Keelson__Billing__V1__CreditNoteCreated *m =
+                    keelson__billing__v1__credit_note_created__unpack(NULL, ev->payload.len,
+                                                                      ev->payload.data);
+                assert_non_null(m);
+                snprintf(s->note_number, sizeof(s->note_number), "%s", m->number);
+                snprintf(s->credited_to, sizeof(s->credited_to), "%s", m->credited_to);
+                s->noted_amount += m->amount;
+                assert_int_equal(strncmp(m->refund_reference, "re_mock_", 8), 0);
+                s->noted++;
+                keelson__billing__v1__credit_note_created__free_unpacked(m, NULL);
         } else if (strcmp(ev->topic, "users.admin_summary") == 0) {
                 s->summary++;
         }
@@ -115,8 +129,11 @@ static void test_creation_and_renewal_are_announced(void **state)
         collect_for(sub, t.owner.tenant_id, 100, QUIET_MS, &s);
         assert_true(s.summary >= 1);
 
-        json_decref(bit_ok(t.owner.token, "CreateSubscription",
-                           "{\"customerId\":\"%s\",\"planCode\":\"pro\"}", cust));
+        char inv[BIT_ID_MAX];
+        json_t *j = bit_ok(t.owner.token, "CreateSubscription",
+                           "{\"customerId\":\"%s\",\"planCode\":\"pro\"}", cust);
+        snprintf(inv, sizeof(inv), "%s", bit_str(j, "latestInvoice.id"));
+        json_decref(j);
         collect(sub, t.owner.tenant_id, 4, &s);
         assert_int_equal(s.changed, 1);
         assert_string_equal(s.events[0], "create");
@@ -134,12 +151,23 @@ static void test_creation_and_renewal_are_announced(void **state)
         assert_string_equal(s.number, "INV-000002");
         assert_int_equal(s.paid, 1);
 
+        /* A refund of part of the first invoice: the note, and the summary's invalidation. */
+        json_decref(bit_ok(t.owner.token, "CreateCreditNote",
+                           "{\"invoiceId\":\"%s\",\"amount\":\"550\",\"refund\":true}", inv));
+        collect(sub, t.owner.tenant_id, 2, &s);
+        assert_int_equal(s.noted, 1);
+        assert_string_equal(s.note_number, "CN-000001");
+        assert_string_equal(s.credited_to, "refund");
+        assert_int_equal(s.noted_amount, 550);
+        assert_int_equal(s.summary, 1);
+        assert_int_equal(s.changed + s.finalized + s.paid, 0);
+
         /* A call refused in its transaction (the plan is in another currency) sends nothing. */
         bit_plan(&t, "eur", "EUR", "FLAT", 1000, "MONTH", 1, 0); /* plans send no event */
         bit_fails(t.owner.token, "CreateSubscription", "failed_precondition",
                   "{\"customerId\":\"%s\",\"planCode\":\"eur\"}", cust);
         collect_for(sub, t.owner.tenant_id, 1, QUIET_MS, &s);
-        assert_int_equal(s.changed + s.finalized + s.paid + s.summary, 0);
+        assert_int_equal(s.changed + s.finalized + s.paid + s.summary + s.noted, 0);
         ks_subscriber_free(sub);
 }
 
