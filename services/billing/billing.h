@@ -607,6 +607,9 @@ void bl_postings_clear(bl_tx *tx);
 
 /* ---- payments (provider.c) --------------------------------------------------------- */
 
+/* An idempotency key handed to the provider: "<subscription>/<period start>/<reason>:auto-<n>". */
+#define BL_PROVIDER_KEY_MAX 128
+
 typedef struct bl_charge {
         bool ok;
         char failure_code[64]; /* card_declined, insufficient_funds, ... */
@@ -615,11 +618,11 @@ typedef struct bl_charge {
 
 /*
  * Charges amount of cur to the payment method token. The call carries
- * idempotency_key (the invoice and attempt): a provider that sees it twice
- * charges once. The built-in mock answers at once, from the token alone:
- * pm_card_visa and pm_card_mastercard succeed; pm_card_chargeDeclined
- * declines (card_declined), pm_card_chargeDeclinedInsufficientFunds
- * (insufficient_funds); any other token is invalid_payment_method.
+ * idempotency_key (the attempt: bl_invoice_charge says how it is made): a
+ * provider that sees it twice charges once. The built-in mock answers at once, from the token
+ * alone: pm_card_visa and pm_card_mastercard succeed; pm_card_chargeDeclined declines
+ * (card_declined), pm_card_chargeDeclinedInsufficientFunds (insufficient_funds); any other token is
+ * invalid_payment_method.
  */
 void bl_provider_charge(const char *token, int64_t amount, const bl_currency *cur,
                         const char *idempotency_key, bl_charge *out);

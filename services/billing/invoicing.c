@@ -784,7 +784,7 @@ static int charge_failed(bl_tx *tx, bl_invoice *inv, bl_subscription *given, boo
 int bl_invoice_charge(bl_tx *tx, bl_customer *cust, bl_invoice *inv, bl_subscription *sub,
                       const char *token, bool automatic, int64_t at_ms, bl_payment_made *out)
 {
-        char key[BL_UUID_LEN + 32];
+        char key[BL_PROVIDER_KEY_MAX];
         bl_charge ch;
         int rc;
 
@@ -809,8 +809,19 @@ int bl_invoice_charge(bl_tx *tx, bl_customer *cust, bl_invoice *inv, bl_subscrip
         if (ks_uuid_v4(out->id) != 0) {
                 return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
         }
-        /* One key per attempt: a provider that sees an attempt twice charges it once. */
-        if (automatic) {
+        /*
+         * One key per attempt: a provider that sees an attempt twice charges it once. A
+         * subscription's creation or renewal invoice is keyed by its subscription and period
+         * (one such invoice per period: invoices_one_per_period), not by its id, so that the
+         * scheduler running a renewal again after a crash before its COMMIT (a new invoice id,
+         * the same period) is the same charge at the provider.
+         */
+        if (automatic && inv->subscription_id[0] != '\0' &&
+            (inv->reason == BL_REASON_CREATE || inv->reason == BL_REASON_CYCLE)) {
+                snprintf(key, sizeof(key), "%s/%lld/%s:auto-%d", inv->subscription_id,
+                         (long long)inv->period_start_ms, bl_reason_name(inv->reason),
+                         inv->attempt_count);
+        } else if (automatic) {
                 snprintf(key, sizeof(key), "%s:auto-%d", inv->id, inv->attempt_count);
         } else {
                 snprintf(key, sizeof(key), "%s", out->id);

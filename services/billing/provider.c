@@ -9,13 +9,17 @@
  * insufficient_funds, pm_card_refundFail is charged but refuses refunds
  * (declined), and any other token is invalid_payment_method. A real
  * provider goes here, and is handed the idempotency key billing makes for
- * each attempt (the invoice and the attempt's number; the credit note of a
- * refund), so that a call retried after a crash moves the money once.
+ * each attempt (bl_invoice_charge says how it is made; the credit note of a
+ * refund), so that an attempt made again after a crash moves the money
+ * once. The mock's ids are its prefix (ch_mock_, re_mock_) and 32 hex
+ * digits of the key's SHA-256: the same key, the same id.
  */
 #include "billing.h"
 
 #include <stdio.h>
 #include <string.h>
+
+#include "ks_crypto.h"
 
 typedef struct test_card {
         const char *token;
@@ -29,6 +33,17 @@ static const test_card cards[] = {
     {"pm_card_chargeDeclinedInsufficientFunds", "insufficient_funds"},
     {"pm_card_refundFail", NULL},
 };
+
+/* The mock's id of what key did: prefix and 32 hex digits of the key's SHA-256. */
+static void mock_reference(const char *prefix, const char *key, char out[64])
+{
+        uint8_t h[KS_SHA256_BYTES];
+        char hex[2 * 16 + 1];
+
+        ks_sha256(key, strlen(key), h);
+        ks_hex_encode(h, 16, hex);
+        snprintf(out, 64, "%s%s", prefix, hex);
+}
 
 void bl_provider_charge(const char *token, int64_t amount, const bl_currency *cur,
                         const char *idempotency_key, bl_charge *out)
@@ -50,7 +65,7 @@ void bl_provider_charge(const char *token, int64_t amount, const bl_currency *cu
                 break;
         }
         /* The mock's charge id is derived from the key: the same attempt is the same charge. */
-        snprintf(out->reference, sizeof(out->reference), "ch_mock_%.48s", idempotency_key);
+        mock_reference("ch_mock_", idempotency_key, out->reference);
 }
 
 void bl_provider_refund(const char *token, const char *charge_reference, int64_t amount,
@@ -67,5 +82,5 @@ void bl_provider_refund(const char *token, const char *charge_reference, int64_t
         } else {
                 out->ok = true;
         }
-        snprintf(out->reference, sizeof(out->reference), "re_mock_%.48s", idempotency_key);
+        mock_reference("re_mock_", idempotency_key, out->reference);
 }

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "billing_it.h"
+#include "ks_crypto.h"
 
 /* The subscription's state and its current period's end. */
 static void expect_sub(const bit_tenant *t, const char *id, const char *state, int64_t period_end)
@@ -51,6 +52,17 @@ static json_t *latest_invoice(const bit_tenant *t, const char *sub)
         json_decref(reply);
         json_decref(list);
         return inv;
+}
+
+/* The mock provider's id of the charge made with key (services/billing/provider.c). */
+static void mock_charge_id(const char *key, char out[64])
+{
+        uint8_t h[KS_SHA256_BYTES];
+        char hex[33];
+
+        ks_sha256(key, strlen(key), h);
+        ks_hex_encode(h, 16, hex);
+        snprintf(out, 64, "ch_mock_%s", hex);
 }
 
 /* Every invoice number of the tenant, INV-000001 up, without a gap. */
@@ -228,6 +240,19 @@ static void test_trial_change_and_dunning(void **state)
         assert_string_equal(bit_str(j, "state"), "uncollectible");
         assert_int_equal(bit_int(j, "attemptCount"), 4);
         assert_int_equal(json_array_size(bit_at(j, "payments")), 4);
+        /*
+         * Each attempt's key to the provider names the subscription and the period, not the
+         * invoice (a renewal made again after a crash is the same charge); the mock's charge id
+         * is ch_mock_ and 32 hex digits of the key's SHA-256.
+         */
+        for (size_t i = 0; i < 4; i++) {
+                char key[160], want[64];
+                snprintf(key, sizeof(key), "%s/%lld/subscription_cycle:auto-%zu", sub,
+                         (long long)may15, i + 1);
+                mock_charge_id(key, want);
+                assert_string_equal(bit_str(json_array_get(bit_at(j, "payments"), i), "reference"),
+                                    want);
+        }
         json_decref(j);
         history(&t, sub, events, sizeof(events));
         assert_string_equal(events, "create trial_end change renew renew payment_failed"
