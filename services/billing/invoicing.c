@@ -816,8 +816,23 @@ int bl_invoice_charge(bl_tx *tx, bl_customer *cust, bl_invoice *inv, bl_subscrip
          * scheduler running a renewal again after a crash before its COMMIT (a new invoice id,
          * the same period) is the same charge at the provider.
          */
-        if (automatic && inv->subscription_id[0] != '\0' &&
-            (inv->reason == BL_REASON_CREATE || inv->reason == BL_REASON_CYCLE)) {
+        if (automatic && inv->reason == BL_REASON_CREATE && tx->call != NULL &&
+            tx->call->idempotency_key[0] != '\0') {
+                /*
+                 * A creation under the client's Idempotency-Key: the tenant and that key, so that
+                 * the call sent again after an attempt that did not commit (new ids for
+                 * everything) is the same charge. The key's record makes one creation of a key.
+                 */
+                char text[BL_UUID_LEN + 1 + 256], hex[2 * 16 + 1];
+                uint8_t h[KS_SHA256_BYTES];
+                int n =
+                    snprintf(text, sizeof(text), "%s/%s", tx->tenant_id, tx->call->idempotency_key);
+                ks_sha256(text, n > 0 && (size_t)n < sizeof(text) ? (size_t)n : strlen(text), h);
+                ks_hex_encode(h, 16, hex);
+                snprintf(key, sizeof(key), "idem-%s/%s:auto-%d", hex, bl_reason_name(inv->reason),
+                         inv->attempt_count);
+        } else if (automatic && inv->subscription_id[0] != '\0' &&
+                   (inv->reason == BL_REASON_CREATE || inv->reason == BL_REASON_CYCLE)) {
                 snprintf(key, sizeof(key), "%s/%lld/%s:auto-%d", inv->subscription_id,
                          (long long)inv->period_start_ms, bl_reason_name(inv->reason),
                          inv->attempt_count);

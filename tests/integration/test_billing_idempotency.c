@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "billing_it.h"
+#include "ks_crypto.h"
 
 #include <pthread.h>
 
@@ -199,12 +200,93 @@ static void test_concurrent_calls_have_one_effect(void **state)
         json_decref(bit_reconcile_clean(&t));
 }
 
+/* The mock provider's id of the charge made with key (services/billing/provider.c). */
+static void mock_charge_id(const char *key, char out[64])
+{
+        uint8_t h[KS_SHA256_BYTES];
+        char hex[33];
+
+        ks_sha256(key, strlen(key), h);
+        ks_hex_encode(h, 16, hex);
+        snprintf(out, 64, "ch_mock_%s", hex);
+}
+
+/* A keyed CreateSubscription's first charge: its id at the (mock) provider. */
+static void charge_of(const bit_tenant *t, const char *key, const char *body, char ref[64],
+                      char sub[BIT_ID_MAX])
+{
+        it_http_response r;
+
+        keyed(t, key, "CreateSubscription", body, &r);
+        assert_int_equal(r.status, 200);
+        assert_false(replayed(&r));
+        json_t *j = ait_json(&r);
+        it_http_response_free(&r);
+        json_t *pay = json_array_get(bit_at(j, "latestInvoice.payments"), 0);
+        assert_non_null(pay);
+        assert_string_equal(bit_str(pay, "status"), "succeeded");
+        snprintf(ref, 64, "%s", bit_str(pay, "reference"));
+        snprintf(sub, BIT_ID_MAX, "%s", bit_str(j, "subscription.id"));
+        json_decref(j);
+}
+
+/*
+ * A creation sent again under its Idempotency-Key after an attempt whose
+ * record did not commit (made here by deleting the record: everything else
+ * of the first attempt stays) makes new ids for everything, but its charge
+ * carries the same key to the provider, derived from the tenant and the
+ * Idempotency-Key: a real provider would answer with the first charge
+ * instead of charging again. Another key, or the same key in another
+ * tenant, is another charge.
+ */
+static void test_provider_key_follows_the_idempotency_key(void **state)
+{
+        (void)state;
+        char cust[BIT_ID_MAX], cust2[BIT_ID_MAX], body[256], body2[256], text[128], key[160],
+            want[64], first[64], again[64], other[64], elsewhere[64];
+        char sub1[BIT_ID_MAX], sub2[BIT_ID_MAX], sub3[BIT_ID_MAX], sub4[BIT_ID_MAX];
+        uint8_t h[KS_SHA256_BYTES];
+        char hex[33];
+        bit_tenant t, u;
+
+        bit_tenant_new("bl-idem-pay", &t);
+        bit_plan(&t, "pro", "USD", "FLAT", 1000, "MONTH", 1, 0);
+        bit_customer(&t, "USD", 0, "pm_card_visa", "", cust);
+        snprintf(body, sizeof(body), "{\"customerId\":\"%s\",\"planCode\":\"pro\"}", cust);
+        charge_of(&t, "signup-42", body, first, sub1);
+
+        snprintf(text, sizeof(text), "%s/signup-42", t.owner.tenant_id);
+        ks_sha256(text, strlen(text), h);
+        ks_hex_encode(h, 16, hex);
+        snprintf(key, sizeof(key), "idem-%s/subscription_create:auto-1", hex);
+        mock_charge_id(key, want);
+        assert_string_equal(first, want);
+
+        const char *p[1] = {t.owner.tenant_id};
+        ait_exec("DELETE FROM billing.idempotency_keys WHERE tenant_id = $1::uuid"
+                 " AND key = 'signup-42'",
+                 1, p);
+        charge_of(&t, "signup-42", body, again, sub2);
+        assert_string_not_equal(sub2, sub1); /* made again: new ids */
+        assert_string_equal(again, first);   /* the same charge at the provider */
+
+        charge_of(&t, "signup-43", body, other, sub3);
+        assert_string_not_equal(other, first);
+        bit_tenant_new("bl-idem-pay2", &u);
+        bit_plan(&u, "pro", "USD", "FLAT", 1000, "MONTH", 1, 0);
+        bit_customer(&u, "USD", 0, "pm_card_visa", "", cust2);
+        snprintf(body2, sizeof(body2), "{\"customerId\":\"%s\",\"planCode\":\"pro\"}", cust2);
+        charge_of(&u, "signup-42", body2, elsewhere, sub4);
+        assert_string_not_equal(elsewhere, first);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_replay_and_mismatch),
             cmocka_unit_test(test_refusals),
             cmocka_unit_test(test_concurrent_calls_have_one_effect),
+            cmocka_unit_test(test_provider_key_follows_the_idempotency_key),
         };
         return cmocka_run_group_tests(tests, bit_setup, NULL);
 }
