@@ -610,6 +610,11 @@ void bl_postings_clear(bl_tx *tx);
 /* An idempotency key handed to the provider: "<subscription>/<period start>/<reason>:auto-<n>". */
 #define BL_PROVIDER_KEY_MAX 128
 
+/* The first 16 bytes of text's SHA-256 in lower-case hex: the provider keys' and mock ids' digest.
+ */
+#define BL_DIGEST_HEX_MAX (2 * 16 + 1)
+void bl_digest_hex(const char *text, char out[BL_DIGEST_HEX_MAX]);
+
 typedef struct bl_charge {
         bool ok;
         char failure_code[64]; /* card_declined, insufficient_funds, ... */

@@ -34,8 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ks_assert.h"
-
 typedef enum behavior { B_CREATE_PRORATIONS, B_ALWAYS_INVOICE, B_NONE } behavior;
 
 static const char sql_pending[] =
@@ -108,8 +106,7 @@ typedef struct change {
         bl_customer cust;
         bl_plan old_plan, new_plan;
         int64_t qty, now;
-        bool new_cycle;         /* another interval, out of a trial: a new period from now */
-        int64_t new_period_end; /* its end */
+        bool new_cycle; /* another interval, out of a trial: a new period from now */
         bl_line lines[2];
         size_t n;
 } change;
@@ -182,7 +179,6 @@ static int new_cycle_lines(bl_tx *tx, change *c)
                 return bl_fail(tx, KS_FAILED_PRECONDITION, "the period's amount would overflow");
         }
         c->n = k;
-        c->new_period_end = next.period_end_ms;
         if (c->how != B_NONE && c->now < c->s.period_end_ms) {
                 if ((rc = proration_line(tx, &c->s, &c->old_plan, c->s.quantity, c->now, -1,
                                          "Unused time on", &c->lines[c->n])) != KS_OK) {
@@ -304,7 +300,6 @@ static int change_new_cycle(bl_tx *tx, change *c, bl_invoice *inv, const char *d
         if ((rc = start_new_cycle(tx, c, &c->s)) != KS_OK) {
                 return rc;
         }
-        KS_ASSERT(c->s.period_end_ms == c->new_period_end);
         bl_date_text(c->now, from);
         snprintf(with, sizeof(with), "%s, a new cycle from %s", detail, from);
         if ((rc = bl_invoice_new_id(tx, inv)) != KS_OK ||

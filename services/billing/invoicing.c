@@ -781,6 +781,41 @@ static int charge_failed(bl_tx *tx, bl_invoice *inv, bl_subscription *given, boo
         return bl_event_summary(tx, "ChargeFailed");
 }
 
+/*
+ * The provider's idempotency key of a charge attempt: a provider that sees an attempt twice
+ * charges it once.
+ *   - A creation charged under the client's Idempotency-Key: the tenant and that key, so that
+ *     the call sent again after an attempt that did not commit (new ids for everything) is the
+ *     same charge. The key's record makes one creation of a key.
+ *   - Another creation or renewal of a subscription: its subscription and period (one such
+ *     invoice per period: invoices_one_per_period), not the invoice's id, so that the scheduler
+ *     running a renewal again after a crash before its COMMIT (a new invoice id, the same
+ *     period) is the same charge.
+ *   - Another automatic charge: the invoice and the attempt; a charge by hand: the payment.
+ */
+static void provider_key(const bl_tx *tx, const bl_invoice *inv, bool automatic,
+                         const char *payment_id, char key[BL_PROVIDER_KEY_MAX])
+{
+        const char *reason = bl_reason_name(inv->reason);
+
+        if (!automatic) {
+                snprintf(key, BL_PROVIDER_KEY_MAX, "%s", payment_id);
+        } else if (inv->reason == BL_REASON_CREATE && tx->call != NULL &&
+                   tx->call->idempotency_key[0] != '\0') {
+                char text[BL_UUID_LEN + 1 + 256], hex[BL_DIGEST_HEX_MAX];
+                snprintf(text, sizeof(text), "%s/%s", tx->tenant_id, tx->call->idempotency_key);
+                bl_digest_hex(text, hex);
+                snprintf(key, BL_PROVIDER_KEY_MAX, "idem-%s/%s:auto-%d", hex, reason,
+                         inv->attempt_count);
+        } else if (inv->subscription_id[0] != '\0' &&
+                   (inv->reason == BL_REASON_CREATE || inv->reason == BL_REASON_CYCLE)) {
+                snprintf(key, BL_PROVIDER_KEY_MAX, "%s/%lld/%s:auto-%d", inv->subscription_id,
+                         (long long)inv->period_start_ms, reason, inv->attempt_count);
+        } else {
+                snprintf(key, BL_PROVIDER_KEY_MAX, "%s:auto-%d", inv->id, inv->attempt_count);
+        }
+}
+
 int bl_invoice_charge(bl_tx *tx, bl_customer *cust, bl_invoice *inv, bl_subscription *sub,
                       const char *token, bool automatic, int64_t at_ms, bl_payment_made *out)
 {
@@ -809,38 +844,7 @@ int bl_invoice_charge(bl_tx *tx, bl_customer *cust, bl_invoice *inv, bl_subscrip
         if (ks_uuid_v4(out->id) != 0) {
                 return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
         }
-        /*
-         * One key per attempt: a provider that sees an attempt twice charges it once. A
-         * subscription's creation or renewal invoice is keyed by its subscription and period
-         * (one such invoice per period: invoices_one_per_period), not by its id, so that the
-         * scheduler running a renewal again after a crash before its COMMIT (a new invoice id,
-         * the same period) is the same charge at the provider.
-         */
-        if (automatic && inv->reason == BL_REASON_CREATE && tx->call != NULL &&
-            tx->call->idempotency_key[0] != '\0') {
-                /*
-                 * A creation under the client's Idempotency-Key: the tenant and that key, so that
-                 * the call sent again after an attempt that did not commit (new ids for
-                 * everything) is the same charge. The key's record makes one creation of a key.
-                 */
-                char text[BL_UUID_LEN + 1 + 256], hex[2 * 16 + 1];
-                uint8_t h[KS_SHA256_BYTES];
-                int n =
-                    snprintf(text, sizeof(text), "%s/%s", tx->tenant_id, tx->call->idempotency_key);
-                ks_sha256(text, n > 0 && (size_t)n < sizeof(text) ? (size_t)n : strlen(text), h);
-                ks_hex_encode(h, 16, hex);
-                snprintf(key, sizeof(key), "idem-%s/%s:auto-%d", hex, bl_reason_name(inv->reason),
-                         inv->attempt_count);
-        } else if (automatic && inv->subscription_id[0] != '\0' &&
-                   (inv->reason == BL_REASON_CREATE || inv->reason == BL_REASON_CYCLE)) {
-                snprintf(key, sizeof(key), "%s/%lld/%s:auto-%d", inv->subscription_id,
-                         (long long)inv->period_start_ms, bl_reason_name(inv->reason),
-                         inv->attempt_count);
-        } else if (automatic) {
-                snprintf(key, sizeof(key), "%s:auto-%d", inv->id, inv->attempt_count);
-        } else {
-                snprintf(key, sizeof(key), "%s", out->id);
-        }
+        provider_key(tx, inv, automatic, out->id, key);
         bl_provider_charge(token, out->amount, inv->currency, key, &ch);
         out->succeeded = ch.ok;
         snprintf(out->failure_code, sizeof(out->failure_code), "%s", ch.failure_code);

@@ -34,14 +34,20 @@ static const test_card cards[] = {
     {"pm_card_refundFail", NULL},
 };
 
-/* The mock's id of what key did: prefix and 32 hex digits of the key's SHA-256. */
-static void mock_reference(const char *prefix, const char *key, char out[64])
+void bl_digest_hex(const char *text, char out[BL_DIGEST_HEX_MAX])
 {
         uint8_t h[KS_SHA256_BYTES];
-        char hex[2 * 16 + 1];
 
-        ks_sha256(key, strlen(key), h);
-        ks_hex_encode(h, 16, hex);
+        ks_sha256(text, strlen(text), h);
+        ks_hex_encode(h, 16, out);
+}
+
+/* The mock's id of what key did: prefix and the key's digest (bl_digest_hex). */
+static void mock_reference(const char *prefix, const char *key, char out[64])
+{
+        char hex[BL_DIGEST_HEX_MAX];
+
+        bl_digest_hex(key, hex);
         snprintf(out, 64, "%s%s", prefix, hex);
 }
 

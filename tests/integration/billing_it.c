@@ -13,6 +13,8 @@
 
 #include <time.h>
 
+#include "ks_crypto.h"
+
 #define BIT_BODY_MAX (64 * 1024)
 
 int bit_setup(void **state)
@@ -282,4 +284,20 @@ int64_t bit_utc(int year, int month, int day, int hour, int minute, int second)
                         .tm_sec = second};
 
         return (int64_t)timegm(&tm) * 1000;
+}
+
+void bit_digest_hex(const char *text, char out[33])
+{
+        uint8_t h[KS_SHA256_BYTES];
+
+        ks_sha256(text, strlen(text), h);
+        ks_hex_encode(h, 16, out);
+}
+
+void bit_mock_charge_id(const char *key, char out[64])
+{
+        char hex[33];
+
+        bit_digest_hex(key, hex);
+        snprintf(out, 64, "ch_mock_%s", hex);
 }

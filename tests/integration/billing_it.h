@@ -95,6 +95,14 @@ json_t *bit_reconcile_clean_at(const char *gateway_url, const bit_tenant *t);
  */
 long bit_ledger_mismatches(const char *tenant_id);
 
+/*
+ * The provider keys' digest as services/billing/provider.c documents it, computed here on its
+ * own: the first 16 bytes of text's SHA-256 in lower-case hex (33 bytes with the NUL); and the
+ * mock provider's id of the charge made with key: "ch_mock_" and key's digest.
+ */
+void bit_digest_hex(const char *text, char out[33]);
+void bit_mock_charge_id(const char *key, char out[64]);
+
 /* Unix ms of a UTC date and time. */
 int64_t bit_utc(int year, int month, int day, int hour, int minute, int second);
 

@@ -14,7 +14,6 @@
 #include <cmocka.h>
 
 #include "billing_it.h"
-#include "ks_crypto.h"
 
 #include <pthread.h>
 
@@ -200,17 +199,6 @@ static void test_concurrent_calls_have_one_effect(void **state)
         json_decref(bit_reconcile_clean(&t));
 }
 
-/* The mock provider's id of the charge made with key (services/billing/provider.c). */
-static void mock_charge_id(const char *key, char out[64])
-{
-        uint8_t h[KS_SHA256_BYTES];
-        char hex[33];
-
-        ks_sha256(key, strlen(key), h);
-        ks_hex_encode(h, 16, hex);
-        snprintf(out, 64, "ch_mock_%s", hex);
-}
-
 /* A keyed CreateSubscription's first charge: its id at the (mock) provider. */
 static void charge_of(const bit_tenant *t, const char *key, const char *body, char ref[64],
                       char sub[BIT_ID_MAX])
@@ -245,7 +233,6 @@ static void test_provider_key_follows_the_idempotency_key(void **state)
         char cust[BIT_ID_MAX], cust2[BIT_ID_MAX], body[256], body2[256], text[128], key[160],
             want[64], first[64], again[64], other[64], elsewhere[64];
         char sub1[BIT_ID_MAX], sub2[BIT_ID_MAX], sub3[BIT_ID_MAX], sub4[BIT_ID_MAX];
-        uint8_t h[KS_SHA256_BYTES];
         char hex[33];
         bit_tenant t, u;
 
@@ -256,10 +243,9 @@ static void test_provider_key_follows_the_idempotency_key(void **state)
         charge_of(&t, "signup-42", body, first, sub1);
 
         snprintf(text, sizeof(text), "%s/signup-42", t.owner.tenant_id);
-        ks_sha256(text, strlen(text), h);
-        ks_hex_encode(h, 16, hex);
+        bit_digest_hex(text, hex);
         snprintf(key, sizeof(key), "idem-%s/subscription_create:auto-1", hex);
-        mock_charge_id(key, want);
+        bit_mock_charge_id(key, want);
         assert_string_equal(first, want);
 
         const char *p[1] = {t.owner.tenant_id};

@@ -17,7 +17,6 @@
 #include <cmocka.h>
 
 #include "billing_it.h"
-#include "ks_crypto.h"
 
 /* The subscription's state and its current period's end. */
 static void expect_sub(const bit_tenant *t, const char *id, const char *state, int64_t period_end)
@@ -52,17 +51,6 @@ static json_t *latest_invoice(const bit_tenant *t, const char *sub)
         json_decref(reply);
         json_decref(list);
         return inv;
-}
-
-/* The mock provider's id of the charge made with key (services/billing/provider.c). */
-static void mock_charge_id(const char *key, char out[64])
-{
-        uint8_t h[KS_SHA256_BYTES];
-        char hex[33];
-
-        ks_sha256(key, strlen(key), h);
-        ks_hex_encode(h, 16, hex);
-        snprintf(out, 64, "ch_mock_%s", hex);
 }
 
 /* Every invoice number of the tenant, INV-000001 up, without a gap. */
@@ -249,7 +237,7 @@ static void test_trial_change_and_dunning(void **state)
                 char key[160], want[64];
                 snprintf(key, sizeof(key), "%s/%lld/subscription_cycle:auto-%zu", sub,
                          (long long)may15, i + 1);
-                mock_charge_id(key, want);
+                bit_mock_charge_id(key, want);
                 assert_string_equal(bit_str(json_array_get(bit_at(j, "payments"), i), "reference"),
                                     want);
         }
