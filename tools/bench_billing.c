@@ -44,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -301,11 +302,23 @@ static int run_phase(bool list, int clients, int seconds, phase *out)
 
 /* ---- CPU per request, per process group --------------------------------------------------- */
 
-enum { G_GATEWAY, G_BROKER, G_BILLING, G_LEDGER, G_POSTGRES, G_N };
+/* The stack's groups, then this process (the load generator, shown apart from the total). */
+enum { G_GATEWAY, G_BROKER, G_BILLING, G_LEDGER, G_POSTGRES, G_N, G_CLIENT = G_N, G_ALL };
 static const char *const g_names[G_N] = {"gateway", "broker", "billing", "ledger", "postgres"};
 
-static void cpu_snapshot(long long out[G_N])
+/* This process's CPU in clock ticks, as the others are read from /proc. */
+static long long self_ticks(void)
 {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double us = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+                    (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+        return (long long)(us / bench_tick_us());
+}
+
+static void cpu_snapshot(long long out[G_ALL])
+{
+        out[G_CLIENT] = self_ticks();
         out[G_GATEWAY] = bench_env_pids_ticks(g_dir, "KEELSON_IT_GATEWAY_PIDS");
         out[G_BROKER] = bench_pid_file_ticks(g_dir, "pids/broker.pid");
         out[G_BILLING] = bench_env_pids_ticks(g_dir, "KEELSON_IT_BILLING_PIDS");
@@ -314,7 +327,7 @@ static void cpu_snapshot(long long out[G_N])
 }
 
 /* CPU µs per request of each group between two snapshots. */
-static void print_cpu(const char *what, const long long a[G_N], const long long b[G_N], long n)
+static void print_cpu(const char *what, const long long a[G_ALL], const long long b[G_ALL], long n)
 {
         double tick_us = bench_tick_us(), total = 0;
 
@@ -324,7 +337,8 @@ static void print_cpu(const char *what, const long long a[G_N], const long long 
                 total += us;
                 printf(" %s %.0f µs,", g_names[g], us);
         }
-        printf(" total %.0f µs\n", total);
+        printf(" total %.0f µs; this client %.0f µs\n", total,
+               n > 0 ? (double)(b[G_CLIENT] - a[G_CLIENT]) * tick_us / (double)n : 0);
 }
 
 /* ---- the ledger's side ----------------------------------------------------------------------- */
@@ -533,7 +547,7 @@ int main(int argc, char **argv)
         printf("bench_billing: %d clients × %d s CreateSubscription, %d clients × %d s"
                " ListCustomers; %s\n",
                g_opt.clients, g_opt.seconds, g_opt.list_clients, g_opt.list_seconds, durability);
-        long long c0[G_N], c1[G_N], l0[G_N], l1[G_N];
+        long long c0[G_ALL], c1[G_ALL], l0[G_ALL], l1[G_ALL];
         cpu_snapshot(c0);
         if (run_phase(false, g_opt.clients, g_opt.seconds, &create) != 0) {
                 return 1;

@@ -15,19 +15,24 @@
 
 #include "ks_text.h"
 
-#define CUSTOMER_SELECT                                                                            \
-        "SELECT id, email, name, currency, tax_rate_bp, tax_exempt, metadata,"                     \
-        " default_payment_method, archived, created_ms, updated_ms, credit_balance,"               \
-        " COALESCE(test_clock_id::text, '') FROM billing.customers"
+/*
+ * A customer's columns (customer_fields reads them by position); a NULL
+ * test_clock_id reads as "". The metadata comes after them where it is
+ * replied (column 12); a page does not list it, so its query does not read it.
+ */
+#define CUSTOMER_COLUMNS                                                                           \
+        "id, email, name, currency, tax_rate_bp, tax_exempt, default_payment_method, archived,"    \
+        " created_ms, updated_ms, credit_balance, test_clock_id"
+#define CUSTOMER_METADATA_COLUMN 12
+#define CUSTOMER_SELECT "SELECT " CUSTOMER_COLUMNS ", metadata FROM billing.customers"
+#define CUSTOMER_PAGE_SELECT "SELECT " CUSTOMER_COLUMNS " FROM billing.customers"
 
 static const char sql_insert[] =
     "INSERT INTO billing.customers (tenant_id, email, name, currency, tax_rate_bp, tax_exempt,"
     " metadata, default_payment_method, test_clock_id, created_ms, updated_ms)"
     " VALUES (billing.ctx_tenant(), $1, $2, $3, $4::int4, $5::bool, $6::jsonb, $7,"
     " NULLIF($8, '')::uuid, $9::int8, $9::int8)"
-    " RETURNING id, email, name, currency, tax_rate_bp, tax_exempt, metadata,"
-    " default_payment_method, archived, created_ms, updated_ms, credit_balance,"
-    " COALESCE(test_clock_id::text, '')";
+    " RETURNING " CUSTOMER_COLUMNS ", metadata";
 
 static const char sql_get[] =
     CUSTOMER_SELECT " WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid";
@@ -45,19 +50,20 @@ static void customer_fields(const PGresult *r, int i, Keelson__Billing__V1__Cust
         m->currency = (char *)ks_pg_text(r, i, 3);
         m->tax_rate_bp = (int32_t)ks_pg_int(r, i, 4);
         m->tax_exempt = ks_pg_bool(r, i, 5);
-        m->default_payment_method = (char *)ks_pg_text(r, i, 7);
-        m->archived = ks_pg_bool(r, i, 8);
-        m->created_at_unix_ms = ks_pg_int(r, i, 9);
-        m->updated_at_unix_ms = ks_pg_int(r, i, 10);
-        m->credit_balance = ks_pg_int(r, i, 11);
-        m->test_clock_id = (char *)ks_pg_text(r, i, 12);
+        m->default_payment_method = (char *)ks_pg_text(r, i, 6);
+        m->archived = ks_pg_bool(r, i, 7);
+        m->created_at_unix_ms = ks_pg_int(r, i, 8);
+        m->updated_at_unix_ms = ks_pg_int(r, i, 9);
+        m->credit_balance = ks_pg_int(r, i, 10);
+        m->test_clock_id = (char *)ks_pg_text(r, i, 11);
 }
 
 /* The same with its metadata (allocated: bl_metadata_free). */
 static int customer_of(const PGresult *r, int i, Keelson__Billing__V1__Customer *m)
 {
         customer_fields(r, i, m);
-        return bl_metadata_from_json(ks_pg_text(r, i, 6), &m->metadata, &m->n_metadata);
+        return bl_metadata_from_json(ks_pg_text(r, i, CUSTOMER_METADATA_COLUMN), &m->metadata,
+                                     &m->n_metadata);
 }
 
 /* Replies {customer} from the first row of res. */
@@ -212,9 +218,7 @@ int bl_get_customer(ks_call *call)
 static const char sql_archive[] =
     "UPDATE billing.customers SET archived = true, updated_ms = CASE WHEN archived THEN"
     " updated_ms ELSE $2::int8 END WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid"
-    " RETURNING id, email, name, currency, tax_rate_bp, tax_exempt, metadata,"
-    " default_payment_method, archived, created_ms, updated_ms, credit_balance,"
-    " COALESCE(test_clock_id::text, '')";
+    " RETURNING " CUSTOMER_COLUMNS ", metadata";
 
 static int archive_tx(bl_tx *tx, void *arg)
 {
@@ -275,9 +279,7 @@ static const char sql_update[] =
     " WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid"
     " AND (SELECT count(*) FROM jsonb_object_keys((metadata - $8::text[]) || $9::jsonb)) <= "
     "$11::int4"
-    " RETURNING id, email, name, currency, tax_rate_bp, tax_exempt, metadata,"
-    " default_payment_method, archived, created_ms, updated_ms, credit_balance,"
-    " COALESCE(test_clock_id::text, '')";
+    " RETURNING " CUSTOMER_COLUMNS ", metadata";
 
 typedef struct update_args {
         const Keelson__Billing__V1__UpdateCustomerRequest *in;
@@ -397,13 +399,13 @@ static void list_item(void *item, const PGresult *r, int i)
 
 #define LIST_PAGE                                                                                  \
         KS_LIST_PAGE("keelson.billing.v1.BillingService/ListCustomers",                            \
-                     Keelson__Billing__V1__Customer, list_item, KS_LIST_DESC_INT64(9),             \
+                     Keelson__Billing__V1__Customer, list_item, KS_LIST_DESC_INT64(8),             \
                      KS_LIST_DESC_UUID(0))
 #define LIST_AFTER KS_LIST_BEFORE("created_ms", "id")
 
 static const ks_list_method list_all = {
     .page = LIST_PAGE,
-    .sql = CUSTOMER_SELECT " WHERE tenant_id = billing.ctx_tenant()" LIST_AFTER
+    .sql = CUSTOMER_PAGE_SELECT " WHERE tenant_id = billing.ctx_tenant()" LIST_AFTER
                            " AND ($4::bool OR NOT archived)"
                            " ORDER BY created_ms DESC, id DESC LIMIT $3::int4",
     .items_field = "customers",
@@ -412,7 +414,7 @@ static const ks_list_method list_all = {
 /* By address: its own statement, so that its plan is the index on lower(email). */
 static const ks_list_method list_by_email = {
     .page = LIST_PAGE,
-    .sql = CUSTOMER_SELECT
+    .sql = CUSTOMER_PAGE_SELECT
     " WHERE tenant_id = billing.ctx_tenant() AND lower(email) = lower($5)" LIST_AFTER
     " AND ($4::bool OR NOT archived)"
     " ORDER BY created_ms DESC, id DESC LIMIT $3::int4",

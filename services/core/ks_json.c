@@ -953,15 +953,25 @@ static bool field_present(const ProtobufCMessage *msg, const ProtobufCFieldDescr
 
 /* ---- the printer -------------------------------------------------------- */
 
-/* Room for n more bytes and the NUL; false (and failed) out of memory. */
+/*
+ * Room for n more bytes and the NUL, within KS_JSON_OUT_MAX; false (and
+ * failed) past it or out of memory. The buffer never grows past the bound,
+ * so put's test of room is the only one it needs.
+ */
 static bool grow(jbuf *b, size_t n)
 {
         if (b->failed)
                 return false;
-        if (b->len + n + 1 > b->cap) {
-                size_t cap = b->cap != 0 ? b->cap : 256;
+        if (n >= b->cap - b->len) {
+                if (n > KS_JSON_OUT_MAX - b->len) {
+                        b->failed = true;
+                        return false;
+                }
+                size_t cap = b->cap != 0 ? b->cap : 1024;
                 while (cap < b->len + n + 1)
                         cap *= 2;
+                if (cap > KS_JSON_OUT_MAX + 1)
+                        cap = KS_JSON_OUT_MAX + 1;
                 char *p = realloc(b->p, cap);
                 if (p == NULL) {
                         b->failed = true;
@@ -973,21 +983,13 @@ static bool grow(jbuf *b, size_t n)
         return true;
 }
 
-/* Room for n more bytes within KS_JSON_OUT_MAX; false (and failed) past it or out of memory. */
-static bool reserve(jbuf *b, size_t n)
-{
-        if (!b->failed && n > KS_JSON_OUT_MAX - b->len)
-                b->failed = true;
-        return grow(b, n);
-}
-
+/* The NUL is written once, at the end (ks_json_from_message). */
 static void put(jbuf *b, const char *s, size_t n)
 {
-        if (!reserve(b, n))
+        if (n >= b->cap - b->len && !grow(b, n))
                 return;
         memcpy(b->p + b->len, s, n);
         b->len += n;
-        b->p[b->len] = '\0';
 }
 
 /* s is valid UTF-8 (ks_utf8_valid): escaped straight into the buffer, in parts of at most 4 KiB. */
@@ -1100,6 +1102,29 @@ static int put_bytes(jbuf *b, const ProtobufCBinaryData *v)
  * (integers in decimal, bools as true/false, strings as they are). NULL for
  * a type that cannot be a key or a string that is not UTF-8.
  */
+/* An integer field's value in decimal into buf, its length; 0 for a type that is not one. */
+static size_t int_text(const ProtobufCFieldDescriptor *fd, const void *p, char buf[32])
+{
+        switch (fd->type) {
+        case PROTOBUF_C_TYPE_INT32:
+        case PROTOBUF_C_TYPE_SINT32:
+        case PROTOBUF_C_TYPE_SFIXED32:
+                return ks_fmt_i64(buf, *(const int32_t *)p);
+        case PROTOBUF_C_TYPE_UINT32:
+        case PROTOBUF_C_TYPE_FIXED32:
+                return ks_fmt_u64(buf, *(const uint32_t *)p);
+        case PROTOBUF_C_TYPE_INT64:
+        case PROTOBUF_C_TYPE_SINT64:
+        case PROTOBUF_C_TYPE_SFIXED64:
+                return ks_fmt_i64(buf, *(const int64_t *)p);
+        case PROTOBUF_C_TYPE_UINT64:
+        case PROTOBUF_C_TYPE_FIXED64:
+                return ks_fmt_u64(buf, *(const uint64_t *)p);
+        default:
+                return 0;
+        }
+}
+
 static const char *key_text(const ProtobufCFieldDescriptor *kf, const void *p, char buf[32])
 {
         const char *s;
@@ -1110,20 +1135,14 @@ static const char *key_text(const ProtobufCFieldDescriptor *kf, const void *p, c
         case PROTOBUF_C_TYPE_INT32:
         case PROTOBUF_C_TYPE_SINT32:
         case PROTOBUF_C_TYPE_SFIXED32:
-                ks_fmt_i64(buf, *(const int32_t *)p);
-                return buf;
         case PROTOBUF_C_TYPE_UINT32:
         case PROTOBUF_C_TYPE_FIXED32:
-                ks_fmt_u64(buf, *(const uint32_t *)p);
-                return buf;
         case PROTOBUF_C_TYPE_INT64:
         case PROTOBUF_C_TYPE_SINT64:
         case PROTOBUF_C_TYPE_SFIXED64:
-                ks_fmt_i64(buf, *(const int64_t *)p);
-                return buf;
         case PROTOBUF_C_TYPE_UINT64:
         case PROTOBUF_C_TYPE_FIXED64:
-                ks_fmt_u64(buf, *(const uint64_t *)p);
+                int_text(kf, p, buf);
                 return buf;
         case PROTOBUF_C_TYPE_STRING:
                 s = *(char *const *)p != NULL ? *(char *const *)p : "";
@@ -1137,7 +1156,8 @@ static int write_message(jbuf *b, const ProtobufCMessage *msg, int depth);
 
 static int write_value(jbuf *b, const ProtobufCFieldDescriptor *fd, const void *p, int depth)
 {
-        char buf[32];
+        char buf[40]; /* a quote, int_text's 32, a quote */
+        size_t n;
         const ProtobufCEnumValue *ev;
         const ProtobufCMessage *m;
 
@@ -1147,7 +1167,7 @@ static int write_value(jbuf *b, const ProtobufCFieldDescriptor *fd, const void *
         case PROTOBUF_C_TYPE_SFIXED32:
         case PROTOBUF_C_TYPE_UINT32:
         case PROTOBUF_C_TYPE_FIXED32:
-                put_cstr(b, key_text(fd, p, buf));
+                put(b, buf, int_text(fd, p, buf));
                 return KS_OK;
         case PROTOBUF_C_TYPE_INT64:
         case PROTOBUF_C_TYPE_SINT64:
@@ -1155,9 +1175,10 @@ static int write_value(jbuf *b, const ProtobufCFieldDescriptor *fd, const void *
         case PROTOBUF_C_TYPE_UINT64:
         case PROTOBUF_C_TYPE_FIXED64:
                 /* 64-bit integers are decimal strings in the proto3 mapping. */
-                put(b, "\"", 1);
-                put_cstr(b, key_text(fd, p, buf));
-                put(b, "\"", 1);
+                buf[0] = '"';
+                n = int_text(fd, p, buf + 1);
+                buf[n + 1] = '"';
+                put(b, buf, n + 2);
                 return KS_OK;
         case PROTOBUF_C_TYPE_FLOAT:
                 put_float(b, *(const float *)p);
@@ -1259,11 +1280,57 @@ static int write_map(jbuf *b, const ProtobufCFieldDescriptor *fd, const Protobuf
         return KS_OK;
 }
 
+/*
+ * A field's key as written, '"jsonName":', from a per-thread cache: a page of
+ * fifty customers writes the same eight keys fifty times. Direct-mapped by
+ * the descriptor's address (a message's fields are one array, so they do not
+ * collide with each other); a miss, or a name longer than a slot, derives it
+ * again into scratch.
+ */
+#define KEY_SLOTS     256
+#define KEY_SLOT_TEXT 62
+
+typedef struct key_slot {
+        const ProtobufCFieldDescriptor *fd;
+        uint8_t len;
+        char text[KEY_SLOT_TEXT];
+} key_slot;
+
+static _Thread_local key_slot key_cache[KEY_SLOTS];
+
+static int field_key(const ProtobufCFieldDescriptor *fd, char scratch[KS_JSON_NAME_MAX + 4],
+                     const char **key, size_t *len)
+{
+        key_slot *slot = &key_cache[((uintptr_t)fd / sizeof(*fd)) % KEY_SLOTS];
+
+        if (slot->fd == fd) {
+                *key = slot->text;
+                *len = slot->len;
+                return 0;
+        }
+        scratch[0] = '"';
+        if (json_name(fd->name, scratch + 1) != 0)
+                return -1;
+        size_t n = strlen(scratch);
+        /* A field name is [A-Za-z0-9_] (protoc's rule): nothing in it to escape. */
+        scratch[n++] = '"';
+        scratch[n++] = ':';
+        scratch[n] = '\0';
+        if (n < KEY_SLOT_TEXT) {
+                memcpy(slot->text, scratch, n + 1);
+                slot->len = (uint8_t)n;
+                slot->fd = fd;
+        }
+        *key = scratch;
+        *len = n;
+        return 0;
+}
+
 /* A message as a JSON object: its present fields in the descriptor's order, by json_name. */
 static int write_message(jbuf *b, const ProtobufCMessage *msg, int depth)
 {
         const ProtobufCMessageDescriptor *desc = msg->descriptor;
-        char jn[KS_JSON_NAME_MAX + 4];
+        char scratch[KS_JSON_NAME_MAX + 4];
         bool first = true;
 
         if (desc == NULL || desc->magic != PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC ||
@@ -1275,16 +1342,14 @@ static int write_message(jbuf *b, const ProtobufCMessage *msg, int depth)
                 int rc;
                 if (!field_present(msg, fd))
                         continue;
-                /* Written as '"jsonName":', with the comma before all but the first. */
-                jn[0] = ',';
-                jn[1] = '"';
-                if (json_name(fd->name, jn + 2) != 0)
+                const char *key;
+                size_t key_len;
+                if (field_key(fd, scratch, &key, &key_len) != 0)
                         return KS_INTERNAL;
-                size_t jn_len = strlen(jn);
-                /* A field name is [A-Za-z0-9_] (protoc's rule): nothing in it to escape. */
-                jn[jn_len++] = '"';
-                jn[jn_len++] = ':';
-                put(b, first ? jn + 1 : jn, first ? jn_len - 1 : jn_len);
+                /* The comma before all but the first. */
+                if (!first)
+                        put(b, ",", 1);
+                put(b, key, key_len);
                 first = false;
                 if (fd->label == PROTOBUF_C_LABEL_REPEATED)
                         rc = is_map_field(desc, fd) ? write_map(b, fd, msg, depth)
@@ -1309,6 +1374,7 @@ int ks_json_from_message(const ProtobufCMessage *msg, char **out, size_t *out_le
                 free(b.p);
                 return KS_INTERNAL;
         }
+        b.p[b.len] = '\0';
         *out = b.p;
         *out_len = b.len;
         return KS_OK;

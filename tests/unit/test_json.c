@@ -274,6 +274,33 @@ static void test_output_uses_lower_camel_case(void **state)
         free(json);
 }
 
+/* Keys come from a per-thread cache; a name too long for a slot is derived each time. */
+static void test_keys_cached_and_too_long_to_cache(void **state)
+{
+        (void)state;
+        AllTypes m = KEELSON__TEST__V1__ALL_TYPES__INIT;
+        Inner in = KEELSON__TEST__V1__INNER__INIT;
+
+        m.f_int32 = 1;
+        m.a_field_whose_json_name_is_longer_than_a_slot_of_the_printers_cache_of_field_keys = 2;
+        m.f_inner = &in;
+        in.count = 3;
+        for (int i = 0; i < 3; i++) {
+                char *json = dump(&m);
+                assert_string_equal(
+                    json,
+                    "{\"fInt32\":1,\"fInner\":{\"count\":3},"
+                    "\"aFieldWhoseJsonNameIsLongerThanASlotOfThePrintersCacheOfFieldKeys\":2}");
+                free(json);
+        }
+        AllTypes *back =
+            parse_ok("{\"aFieldWhoseJsonNameIsLongerThanASlotOfThePrintersCacheOfFieldKeys\":4}");
+        assert_int_equal(
+            back->a_field_whose_json_name_is_longer_than_a_slot_of_the_printers_cache_of_field_keys,
+            4);
+        free_msg(back);
+}
+
 static void test_original_names_accepted(void **state)
 {
         (void)state;
@@ -940,6 +967,7 @@ int main(void)
             cmocka_unit_test(test_json_message_json_round_trip),
             cmocka_unit_test(test_message_json_message_round_trip),
             cmocka_unit_test(test_output_uses_lower_camel_case),
+            cmocka_unit_test(test_keys_cached_and_too_long_to_cache),
             cmocka_unit_test(test_original_names_accepted),
             cmocka_unit_test(test_int64_limits_as_strings),
             cmocka_unit_test(test_int32_forms_accepted),

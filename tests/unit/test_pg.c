@@ -413,6 +413,39 @@ static void test_prepare_failure_reported(void **state)
 
 /* ---- pipelines ------------------------------------------------------------ */
 
+/* ks_pg_int, ks_pg_text, ks_pg_bool on what the server writes, the limits and NULL included. */
+static void test_pg_values(void **state)
+{
+        (void)state;
+        PGconn *c = admin();
+        PGresult *res = NULL;
+
+        assert_int_equal(
+            ks_pg_exec(c, "test",
+                       "SELECT 0::int8, '-1'::int8, 123456789012345678::int8,"
+                       " '-999999999999999999'::int8, 9223372036854775807::int8,"
+                       " '-9223372036854775808'::int8, NULL::int8, 42::int4, ' 12'::text,"
+                       " '12abc'::text, '-'::text, NULL::text, true, NULL::bool",
+                       0, NULL, &res),
+            KS_OK);
+        assert_int_equal(ks_pg_int(res, 0, 0), 0);
+        assert_int_equal(ks_pg_int(res, 0, 1), -1);
+        assert_int_equal(ks_pg_int(res, 0, 2), 123456789012345678LL);
+        assert_int_equal(ks_pg_int(res, 0, 3), -999999999999999999LL);
+        assert_int_equal(ks_pg_int(res, 0, 4), INT64_MAX);
+        assert_int_equal(ks_pg_int(res, 0, 5), INT64_MIN);
+        assert_int_equal(ks_pg_int(res, 0, 6), 0);
+        assert_int_equal(ks_pg_int(res, 0, 7), 42);
+        assert_int_equal(ks_pg_int(res, 0, 8), 12); /* as strtoll reads it */
+        assert_int_equal(ks_pg_int(res, 0, 9), 12);
+        assert_int_equal(ks_pg_int(res, 0, 10), 0);
+        assert_string_equal(ks_pg_text(res, 0, 11), "");
+        assert_true(ks_pg_bool(res, 0, 12));
+        assert_false(ks_pg_bool(res, 0, 13));
+        PQclear(res);
+        PQfinish(c);
+}
+
 static void test_pipeline(void **state)
 {
         (void)state;
@@ -885,6 +918,7 @@ int main(void)
             cmocka_unit_test(test_prepared_by_text),
             cmocka_unit_test(test_prepared_schema_change),
             cmocka_unit_test(test_prepare_failure_reported),
+            cmocka_unit_test(test_pg_values),
             cmocka_unit_test(test_pipeline),
             cmocka_unit_test(test_pipeline_lost_connection),
             cmocka_unit_test(test_exec_error_mapping),
