@@ -24,8 +24,8 @@
         "id, email, name, currency, tax_rate_bp, tax_exempt, default_payment_method, archived,"    \
         " created_ms, updated_ms, credit_balance, test_clock_id"
 #define CUSTOMER_METADATA_COLUMN 12
-#define CUSTOMER_SELECT "SELECT " CUSTOMER_COLUMNS ", metadata FROM billing.customers"
-#define CUSTOMER_PAGE_SELECT "SELECT " CUSTOMER_COLUMNS " FROM billing.customers"
+#define CUSTOMER_SELECT          "SELECT " CUSTOMER_COLUMNS ", metadata FROM billing.customers"
+#define CUSTOMER_PAGE_SELECT     "SELECT " CUSTOMER_COLUMNS " FROM billing.customers"
 
 static const char sql_insert[] =
     "INSERT INTO billing.customers (tenant_id, email, name, currency, tax_rate_bp, tax_exempt,"
@@ -406,8 +406,8 @@ static void list_item(void *item, const PGresult *r, int i)
 static const ks_list_method list_all = {
     .page = LIST_PAGE,
     .sql = CUSTOMER_PAGE_SELECT " WHERE tenant_id = billing.ctx_tenant()" LIST_AFTER
-                           " AND ($4::bool OR NOT archived)"
-                           " ORDER BY created_ms DESC, id DESC LIMIT $3::int4",
+                                " AND ($4::bool OR NOT archived)"
+                                " ORDER BY created_ms DESC, id DESC LIMIT $3::int4",
     .items_field = "customers",
 };
 
