@@ -71,6 +71,31 @@ long ks_utf8_count(const char *s, size_t len)
 }
 
 /* ASCII a byte at a time, the rest by sequence; the same rules as ks_utf8_next. */
+/* ---- eight bytes at a time ------------------------------------------------- */
+
+#define BYTES_01 0x0101010101010101ULL
+#define BYTES_80 0x8080808080808080ULL
+
+static uint64_t load8(const char *s)
+{
+        uint64_t w;
+        memcpy(&w, s, sizeof(w));
+        return w;
+}
+
+/* Whether a byte of w is below n (n <= 0x80); bytes of 0x80 and above never are. */
+static bool any_below(uint64_t w, uint8_t n)
+{
+        return ((w - BYTES_01 * n) & ~w & BYTES_80) != 0;
+}
+
+/* Whether a byte of w is c. */
+static bool any_equal(uint64_t w, uint8_t c)
+{
+        uint64_t x = w ^ (BYTES_01 * c);
+        return ((x - BYTES_01) & ~x & BYTES_80) != 0;
+}
+
 bool ks_utf8_valid(const char *s, size_t n)
 {
         size_t i = 0;
@@ -79,6 +104,12 @@ bool ks_utf8_valid(const char *s, size_t n)
                 unsigned char c = (unsigned char)s[i];
                 size_t len;
                 uint32_t v;
+                /* ASCII, the common case: eight bytes at a time. */
+                while (n - i >= 8 && (load8(s + i) & BYTES_80) == 0)
+                        i += 8;
+                if (i == n)
+                        break;
+                c = (unsigned char)s[i];
                 if (c < 0x80) {
                         i++;
                         continue;
@@ -300,6 +331,17 @@ size_t ks_json_escape(char *out, const char *s, size_t n)
         char *o = out;
 
         for (size_t i = 0; i < n; i++) {
+                /* Eight bytes with nothing to escape are copied as they are. */
+                while (n - i >= 8) {
+                        uint64_t w = load8(s + i);
+                        if (any_below(w, 0x20) || any_equal(w, '"') || any_equal(w, '\\'))
+                                break;
+                        memcpy(o, &w, sizeof(w));
+                        o += 8;
+                        i += 8;
+                }
+                if (i == n)
+                        break;
                 unsigned char c = (unsigned char)s[i];
                 if (c >= 0x20 && c != '"' && c != '\\') {
                         *o++ = (char)c;
@@ -334,13 +376,28 @@ size_t ks_json_escape(char *out, const char *s, size_t n)
 
 size_t ks_fmt_u64(char out[KS_DECIMAL_MAX], uint64_t v)
 {
+        static const char pairs[] = "00010203040506070809101112131415161718192021222324"
+                                    "25262728293031323334353637383940414243444546474849"
+                                    "50515253545556575859606162636465666768697071727374"
+                                    "75767778798081828384858687888990919293949596979899";
         char digits[KS_DECIMAL_MAX];
         size_t d = sizeof(digits);
 
-        do {
-                digits[--d] = (char)('0' + v % 10);
-                v /= 10;
-        } while (v > 0);
+        /* Two digits a division: a millisecond timestamp takes seven, not thirteen. */
+        while (v >= 100) {
+                size_t r = (size_t)(v % 100) * 2;
+                v /= 100;
+                d -= 2;
+                digits[d] = pairs[r];
+                digits[d + 1] = pairs[r + 1];
+        }
+        if (v >= 10) {
+                d -= 2;
+                digits[d] = pairs[v * 2];
+                digits[d + 1] = pairs[v * 2 + 1];
+        } else {
+                digits[--d] = (char)('0' + v);
+        }
         memcpy(out, digits + d, sizeof(digits) - d);
         out[sizeof(digits) - d] = '\0';
         return sizeof(digits) - d;

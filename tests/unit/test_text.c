@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -327,6 +328,67 @@ static void test_json_escape(void **state)
         assert_int_equal(n, KS_JSON_ESCAPED_MAX(3));
 }
 
+/* The escaper one byte at a time, as the JSON grammar says it. */
+static size_t escape_reference(char *out, const unsigned char *s, size_t n)
+{
+        size_t o = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                if (s[i] == '"' || s[i] == '\\') {
+                        out[o++] = '\\';
+                        out[o++] = (char)s[i];
+                } else if (s[i] == '\n') {
+                        o += (size_t)sprintf(out + o, "\\n");
+                } else if (s[i] == '\t') {
+                        o += (size_t)sprintf(out + o, "\\t");
+                } else if (s[i] == '\r') {
+                        o += (size_t)sprintf(out + o, "\\r");
+                } else if (s[i] < 0x20) {
+                        o += (size_t)sprintf(out + o, "\\u%04x", s[i]);
+                } else {
+                        out[o++] = (char)s[i];
+                }
+        }
+        return o;
+}
+
+/*
+ * Eight bytes at a time where nothing is escaped or multi-byte: random
+ * strings of every length to 40, each byte at every offset from a set with
+ * the escaped bytes, the bounds of the word tests (0x1f, 0x20, 0x7f, 0x80,
+ * 0xff) and UTF-8, against one byte at a time; validation against the count.
+ */
+static void test_word_paths_agree_with_bytes(void **state)
+{
+        static const unsigned char set[] = {'a',  'Z',  '0',  ' ',  '"',  '\\', '\n', 0x00, 0x1f,
+                                            0x20, 0x7f, 0x80, 0xc3, 0xa9, 0xff, 0x21, 0x5b, 0x5d};
+        unsigned char in[40];
+        char got[KS_JSON_ESCAPED_MAX(40)], want[KS_JSON_ESCAPED_MAX(40) + 8];
+        unsigned seed = 12345;
+        (void)state;
+
+        for (int round = 0; round < 20000; round++) {
+                size_t n = (size_t)(round % 41);
+                bool plain = round % 3 == 0; /* mostly ASCII letters: the word paths run */
+                for (size_t i = 0; i < n; i++) {
+                        seed = seed * 1103515245u + 12345u;
+                        unsigned r = (seed >> 16) % (plain ? 40u : sizeof(set));
+                        in[i] = plain && r >= sizeof(set) ? (unsigned char)('a' + r % 26)
+                                                          : set[r % sizeof(set)];
+                }
+                size_t g = ks_json_escape(got, (const char *)in, n);
+                size_t w = escape_reference(want, in, n);
+                assert_int_equal(g, w);
+                assert_memory_equal(got, want, w);
+                assert_int_equal(ks_utf8_valid((const char *)in, n),
+                                 ks_utf8_count((const char *)in, n) >= 0);
+        }
+        /* A long ASCII run, then one bad byte past the words. */
+        char long_bad[] = "abcdefghijklmnopqrstuvwxyz0123456789\xff";
+        assert_false(ks_utf8_valid(long_bad, sizeof(long_bad) - 1));
+        assert_true(ks_utf8_valid(long_bad, sizeof(long_bad) - 2));
+}
+
 static void test_fmt_decimal(void **state)
 {
         char out[KS_DECIMAL_MAX];
@@ -344,6 +406,22 @@ static void test_fmt_decimal(void **state)
         assert_string_equal(out, "-9223372036854775808");
         assert_int_equal(ks_fmt_i64(out, 1234567890), 10);
         assert_string_equal(out, "1234567890");
+        /* Every length, and every two-digit pair, against printf. */
+        for (uint64_t v = 1, k = 0; k < 20; k++, v *= 10) {
+                const uint64_t near[] = {v - 1, v, v + 1, v * 7 + 3, v + 98};
+                for (size_t j = 0; j < sizeof(near) / sizeof(near[0]); j++) {
+                        char want[32];
+                        snprintf(want, sizeof(want), "%llu", (unsigned long long)near[j]);
+                        assert_int_equal(ks_fmt_u64(out, near[j]), strlen(want));
+                        assert_string_equal(out, want);
+                }
+        }
+        for (int64_t v = -1000; v <= 1000; v++) {
+                char want[32];
+                snprintf(want, sizeof(want), "%lld", (long long)v);
+                assert_int_equal(ks_fmt_i64(out, v), strlen(want));
+                assert_string_equal(out, want);
+        }
 }
 
 int main(void)
@@ -363,6 +441,7 @@ int main(void)
             cmocka_unit_test(test_trim_bounds),
             cmocka_unit_test(test_utf8_valid),
             cmocka_unit_test(test_json_escape),
+            cmocka_unit_test(test_word_paths_agree_with_bytes),
             cmocka_unit_test(test_fmt_decimal),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
