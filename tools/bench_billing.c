@@ -4,6 +4,7 @@
  *
  *   bench_billing --stack DIR [--clients 20] [--seconds 30] [--list-clients 50]
  *                 [--list-seconds 15] [--customers-per-client 25] [--pgbench pgbench]
+ *                 [--wrk wrk|none]
  *
  * With a stack started by deploy/local/stack.sh (its DIR/env), it signs a
  * tenant up, makes a plan (flat, monthly, 10% tax on its customers) and
@@ -17,7 +18,10 @@
  *      invoices, ledger chains and discrepancies it reports (must be 0),
  *      with the ledger's own count of transfers for the tenant.
  *   3. ListCustomers (50 per page): --list-clients connections for
- *      --list-seconds; req/s and p99.
+ *      --list-seconds; req/s and p99. Driven by wrk when it is installed
+ *      (two threads, an event loop each, as a load generator drives a
+ *      server), else by this tool's threads, one a connection, which cost
+ *      the shared cores about 50 µs a page; the tool says which.
  *   4. Baselines in the same run: pgbench, with the same clients and
  *      seconds, on the rows a subscription creation writes (subscription,
  *      history, invoice, line, counter, payment, two postings, three outbox
@@ -64,6 +68,7 @@ typedef struct options {
         char pg_dsn[512];
         int clients, seconds, list_clients, list_seconds, per_client;
         const char *pgbench;
+        const char *wrk; /* "" or "none": the list phase on the thread client */
 } options;
 
 static options g_opt;
@@ -306,13 +311,19 @@ static int run_phase(bool list, int clients, int seconds, phase *out)
 enum { G_GATEWAY, G_BROKER, G_BILLING, G_LEDGER, G_POSTGRES, G_N, G_CLIENT = G_N, G_ALL };
 static const char *const g_names[G_N] = {"gateway", "broker", "billing", "ledger", "postgres"};
 
-/* This process's CPU in clock ticks, as the others are read from /proc. */
+/* This process's CPU and its finished children's (wrk) in clock ticks, as /proc gives the others.
+ */
 static long long self_ticks(void)
 {
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
-        double us = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
-                    (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+        double us = 0;
+        const int who[2] = {RUSAGE_SELF, RUSAGE_CHILDREN};
+
+        for (int i = 0; i < 2; i++) {
+                struct rusage ru;
+                getrusage(who[i], &ru);
+                us += (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+                      (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+        }
         return (long long)(us / bench_tick_us());
 }
 
@@ -438,6 +449,75 @@ static const char naive_list[] =
     "SELECT id, email, name, created FROM bench_billing_naive.customers"
     " ORDER BY created DESC LIMIT 51;\n";
 
+/*
+ * ListCustomers driven by wrk (two threads, one event loop each, as
+ * tools/bench_gateway_read.sh drives WhoAmI) when it is installed: the
+ * thread-per-connection client costs about 50 µs of CPU a page on the two
+ * cores it shares with the stack, wrk a fraction of that. Its Lua done()
+ * prints the count, the failures and the percentiles. 1 when wrk is not
+ * there (the thread client runs instead), -1 on a failure.
+ */
+static int run_list_wrk(int clients, int seconds, phase *out)
+{
+        char script[] = "/tmp/bench_billing_XXXXXX";
+        char cmd[1400], line[512], text[1400];
+        long done = -1, failed = 0;
+        double dur_us = 0, p50 = 0, p95 = 0, p99 = 0;
+
+        if (strcmp(g_opt.wrk, "none") == 0 ||
+            (snprintf(cmd, sizeof(cmd), "command -v '%s' >/dev/null 2>&1", g_opt.wrk),
+             system(cmd) != 0)) {
+                return 1;
+        }
+        int fd = mkstemp(script);
+        int n = snprintf(
+            text, sizeof(text),
+            "wrk.method = \"POST\"\n"
+            "wrk.body = '{\"pageSize\":50}'\n"
+            "wrk.headers[\"Content-Type\"] = \"application/json\"\n"
+            "wrk.headers[\"Authorization\"] = \"Bearer %s\"\n"
+            "done = function(s, latency, requests)\n"
+            "  local e = s.errors\n"
+            "  io.write(string.format(\"BENCH %%d %%d %%d %%d %%d %%d\\n\", s.requests,\n"
+            "    e.connect + e.read + e.write + e.status + e.timeout, s.duration,\n"
+            "    latency:percentile(50), latency:percentile(95), latency:percentile(99)))\n"
+            "end\n",
+            g_token);
+        if (fd < 0 || n < 0 || (size_t)n >= sizeof(text) || write(fd, text, (size_t)n) != n) {
+                return -1;
+        }
+        close(fd);
+        snprintf(cmd, sizeof(cmd), "'%s' -t2 -c%d -d%ds -s %s '%s%s' 2>&1", g_opt.wrk, clients,
+                 seconds, script, g_opt.gateway, PATH_BILLING "ListCustomers");
+        FILE *p = popen(cmd, "r");
+        while (p != NULL && fgets(line, sizeof(line), p) != NULL) {
+                long r, f;
+                double d, a, b, c;
+                if (sscanf(line, "BENCH %ld %ld %lf %lf %lf %lf", &r, &f, &d, &a, &b, &c) == 6) {
+                        done = r, failed = f, dur_us = d, p50 = a, p95 = b, p99 = c;
+                }
+        }
+        if (p != NULL) {
+                pclose(p);
+        }
+        unlink(script);
+        if (done < 0 || dur_us <= 0) {
+                fprintf(stderr, "bench_billing: wrk gave no figures\n");
+                return -1;
+        }
+        /* wrk counts a non-2xx reply among its requests and its errors. */
+        *out = (phase){.done = done - failed,
+                       .failed = failed,
+                       .per_s = (double)(done - failed) / (dur_us / 1e6),
+                       .p50_ms = p50 / 1000,
+                       .p95_ms = p95 / 1000,
+                       .p99_ms = p99 / 1000};
+        if (failed > 0) {
+                fprintf(stderr, "bench_billing: ListCustomers: %ld failed under wrk\n", failed);
+        }
+        return 0;
+}
+
 static double run_pgbench(const char *script_text, int clients, int seconds)
 {
         char script[] = "/tmp/bench_billing_XXXXXX";
@@ -468,7 +548,7 @@ static int usage(void)
 {
         fprintf(stderr, "usage: bench_billing --stack DIR [--clients N] [--seconds S]"
                         " [--list-clients N] [--list-seconds S] [--customers-per-client N]"
-                        " [--pgbench PATH]\n");
+                        " [--pgbench PATH] [--wrk PATH|none]\n");
         return 2;
 }
 
@@ -481,7 +561,8 @@ static int parse(int argc, char **argv)
                           .list_clients = 50,
                           .list_seconds = 15,
                           .per_client = 25,
-                          .pgbench = "pgbench"};
+                          .pgbench = "pgbench",
+                          .wrk = "wrk"};
         for (int i = 1; i + 1 < argc; i += 2) {
                 const char *f = argv[i], *v = argv[i + 1];
                 if (strcmp(f, "--stack") == 0) {
@@ -498,6 +579,8 @@ static int parse(int argc, char **argv)
                         g_opt.per_client = atoi(v);
                 } else if (strcmp(f, "--pgbench") == 0) {
                         g_opt.pgbench = v;
+                } else if (strcmp(f, "--wrk") == 0) {
+                        g_opt.wrk = v;
                 } else {
                         return -1;
                 }
@@ -559,10 +642,14 @@ int main(int argc, char **argv)
                 rc = 1;
         }
         cpu_snapshot(l0);
-        if (run_phase(true, g_opt.list_clients, g_opt.list_seconds, &list) != 0) {
+        int by_wrk = run_list_wrk(g_opt.list_clients, g_opt.list_seconds, &list);
+        if (by_wrk < 0 ||
+            (by_wrk == 1 && run_phase(true, g_opt.list_clients, g_opt.list_seconds, &list) != 0)) {
                 return 1;
         }
         cpu_snapshot(l1);
+        printf("ListCustomers driven by %s\n",
+               by_wrk == 0 ? "wrk (2 threads)" : "this tool's threads (one a connection)");
         PQclear(PQexec(pg, naive_schema));
         double base_create = run_pgbench(naive_create, g_opt.clients, g_opt.seconds);
         double base_list = run_pgbench(naive_list, g_opt.list_clients, g_opt.list_seconds);
