@@ -153,9 +153,30 @@ long long bench_pid_file_ticks(const char *dir, const char *rel)
         return bench_pid_ticks(file_pid(dir, rel));
 }
 
+/*
+ * The postmaster's pid. The cluster is DIR/pg unless stack.sh had to put it
+ * where the postgres user can reach (a private DIR): DIR/pg.path says where.
+ */
+static long postmaster_pid(const char *dir)
+{
+        char data[1024] = "";
+        FILE *f;
+
+        snprintf(data, sizeof(data), "%s/pg.path", dir);
+        if ((f = fopen(data, "r")) != NULL) {
+                if (fgets(data, sizeof(data), f) != NULL) {
+                        data[strcspn(data, "\n")] = '\0';
+                        fclose(f);
+                        return file_pid(data, "postmaster.pid");
+                }
+                fclose(f);
+        }
+        return file_pid(dir, "pg/postmaster.pid");
+}
+
 long long bench_postgres_ticks(const char *dir)
 {
-        long pm = file_pid(dir, "pg/postmaster.pid"), ppid = 0;
+        long pm = postmaster_pid(dir), ppid = 0;
         long long sum = bench_pid_ticks(pm);
         DIR *d = pm > 0 ? opendir("/proc") : NULL;
         struct dirent *e;
