@@ -425,8 +425,8 @@ pg_write_conf() {
         mkdir -p "$sock"
         [ -z "$PG_USER" ] || chown "$PG_USER" "$sock"
         # A unix socket path is limited to 107 bytes; with a deeper folder the
-        # cluster runs with TCP only (every client here uses 127.0.0.1).
-        [ ${#sock} -le 80 ] || sock=""
+        # cluster runs with TCP only (pg_sock, local_dsn).
+        sock=$(pg_sock)
         # Durable unless --unsafe-fast: every commit waits for its WAL flush,
         # and full pages guard against torn writes. Off, a crash of the
         # server alone (not only of the machine) loses commits it had
@@ -649,6 +649,27 @@ broker_name() {
 redis_url() { echo "redis://127.0.0.1:$REDIS_PORT"; }
 service_dsn() { echo "postgresql://keelson@127.0.0.1:$PG_PORT/keelson"; }
 login_dsn() { echo "postgresql://keelson_$1_login@127.0.0.1:$PG_PORT/keelson"; }
+
+# The cluster's unix socket folder, or nothing when its path is too long for
+# one (pg_write_conf: the cluster then listens on TCP alone).
+pg_sock() {
+        local sock=$PG_HOME/pg-sock
+        [ ${#sock} -gt 80 ] || echo "$sock"
+}
+
+# ROLE's DSN for the services this script starts: through the unix socket
+# when there is one, so that no round trip crosses the TCP stack twice on
+# this one machine (docs/performance.md); else 127.0.0.1. The env file keeps
+# the TCP DSNs for tests and tools.
+local_dsn() {
+        local sock
+        sock=$(pg_sock)
+        if [ -n "$sock" ]; then
+                echo "postgresql://$1@/keelson?host=$sock&port=$PG_PORT"
+        else
+                echo "postgresql://$1@127.0.0.1:$PG_PORT/keelson"
+        fi
+}
 super_dsn() { echo "postgresql://postgres@127.0.0.1:$PG_PORT/keelson"; }
 
 start_services() {
@@ -661,8 +682,8 @@ start_services() {
                         "$BIN/keelson-broker"
         done
         for ((i = 0; i < AUTH_REPLICAS; i++)); do
-                spawn "auth-$((i + 1))" env KEELSON_PG_DSN="$(service_dsn)" \
-                        KEELSON_AUTH_PG_LOGIN_DSN="$(login_dsn auth)" \
+                spawn "auth-$((i + 1))" env KEELSON_PG_DSN="$(local_dsn keelson)" \
+                        KEELSON_AUTH_PG_LOGIN_DSN="$(local_dsn keelson_auth_login)" \
                         KEELSON_BROKER_URL="$(broker_url)" KEELSON_REDIS_URL="$(redis_url)" \
                         KEELSON_AUTH_HTTP_HOST=127.0.0.1 \
                         KEELSON_AUTH_HTTP_PORT="${AUTH_HEALTH_PORTS[$i]}" \
@@ -670,22 +691,22 @@ start_services() {
                         "$BIN/keelson-auth"
         done
         for ((i = 0; i < LEDGER_REPLICAS; i++)); do
-                spawn "ledger-$((i + 1))" env KEELSON_PG_DSN="$(service_dsn)" \
-                        KEELSON_LEDGER_PG_LOGIN_DSN="$(login_dsn ledger)" \
+                spawn "ledger-$((i + 1))" env KEELSON_PG_DSN="$(local_dsn keelson)" \
+                        KEELSON_LEDGER_PG_LOGIN_DSN="$(local_dsn keelson_ledger_login)" \
                         KEELSON_BROKER_URL="$(broker_url)" KEELSON_LEDGER_HTTP_HOST=127.0.0.1 \
                         KEELSON_LEDGER_HTTP_PORT="${LEDGER_HEALTH_PORTS[$i]}" \
                         KEELSON_LEDGER_EXPIRY_INTERVAL_MS=200 "$BIN/keelson-ledger"
         done
         for ((i = 0; i < BILLING_REPLICAS; i++)); do
-                spawn "billing-$((i + 1))" env KEELSON_PG_DSN="$(service_dsn)" \
-                        KEELSON_BILLING_PG_LOGIN_DSN="$(login_dsn billing)" \
+                spawn "billing-$((i + 1))" env KEELSON_PG_DSN="$(local_dsn keelson)" \
+                        KEELSON_BILLING_PG_LOGIN_DSN="$(local_dsn keelson_billing_login)" \
                         KEELSON_BROKER_URL="$(broker_url)" KEELSON_BILLING_HTTP_HOST=127.0.0.1 \
                         KEELSON_BILLING_HTTP_PORT="${BILLING_HEALTH_PORTS[$i]}" \
                         "$BIN/keelson-billing"
         done
         for ((i = 0; i < WEBHOOK_REPLICAS; i++)); do
-                spawn "webhook-$((i + 1))" env KEELSON_PG_DSN="$(service_dsn)" \
-                        KEELSON_WEBHOOK_PG_LOGIN_DSN="$(login_dsn webhook)" \
+                spawn "webhook-$((i + 1))" env KEELSON_PG_DSN="$(local_dsn keelson)" \
+                        KEELSON_WEBHOOK_PG_LOGIN_DSN="$(local_dsn keelson_webhook_login)" \
                         KEELSON_BROKER_URL="$(broker_url)" KEELSON_WEBHOOK_HTTP_HOST=127.0.0.1 \
                         KEELSON_WEBHOOK_HTTP_PORT="${WEBHOOK_HEALTH_PORTS[$i]}" \
                         KEELSON_WEBHOOK_DELIVERY_ALLOW="${KEELSON_WEBHOOK_DELIVERY_ALLOW-127.0.0.1/32}" \
@@ -693,8 +714,8 @@ start_services() {
         done
         # The reader role comes with auth's migrations: /readyz waits for it.
         for ((i = 0; i < SUMMARY_REPLICAS; i++)); do
-                spawn "summary-$((i + 1))" env KEELSON_PG_DSN="$(service_dsn)" \
-                        KEELSON_SUMMARY_PG_LOGIN_DSN="$(login_dsn summary)" \
+                spawn "summary-$((i + 1))" env KEELSON_PG_DSN="$(local_dsn keelson)" \
+                        KEELSON_SUMMARY_PG_LOGIN_DSN="$(local_dsn keelson_summary_login)" \
                         KEELSON_BROKER_URL="$(broker_url)" KEELSON_REDIS_URL="$(redis_url)" \
                         KEELSON_SUMMARY_HTTP_HOST=127.0.0.1 \
                         KEELSON_SUMMARY_HTTP_PORT="${SUMMARY_HEALTH_PORTS[$i]}" \
