@@ -98,7 +98,9 @@ done
 
 log "stack from $IMAGE in $DIR/stack"
 STARTED=1
-"$STACK" start --dir "$DIR/stack" --bin "$DIR/bin" --free-ports
+# --pg-tcp: the containers share the host's network, not its files (the
+# cluster's socket).
+"$STACK" start --dir "$DIR/stack" --bin "$DIR/bin" --free-ports --pg-tcp
 log "every service of the image answers /readyz 200"
 
 gw=$(sed -n 's/^KEELSON_IT_GATEWAY_URL=//p' "$DIR/stack/env")

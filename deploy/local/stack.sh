@@ -7,6 +7,7 @@
 #                  [--billing-replicas N] [--ledger-replicas N] [--summary-replicas N]
 #                  [--webhook-replicas N] [--gateway-port P]
 #                  [--gateway-replicas N] [--broker-replicas N] [--keep-data] [--unsafe-fast]
+#                  [--pg-tcp]
 #   stack.sh run   (same options)   start, print a curl example, wait for Ctrl-C, stop
 #   stack.sh stop  --dir DIR         stop what DIR/pids names, then PostgreSQL
 #   stack.sh status --dir DIR        which of the started processes still run
@@ -25,6 +26,10 @@
 # as in production): a write it acknowledged survives a crash. --unsafe-fast
 # turns all three off, for throwaway benchmark and test clusters only: a
 # crash of PostgreSQL then loses acknowledged writes.
+#
+# The services reach PostgreSQL through its unix socket (local_dsn), or over
+# 127.0.0.1 with --pg-tcp: for services that do not share this machine's
+# files, such as the container smoke test's (deploy/container/smoke.sh).
 #
 # start writes DIR/env, KEY=value lines the integration tests read
 # (tests/integration/it_support.c). Without --keep-data the cluster and Redis
@@ -71,6 +76,7 @@ BROKER_REPLICAS=1
 GATEWAY_PORTS=() # one per replica; the first is GATEWAY_PORT
 KEEP_DATA=0
 UNSAFE_FAST=0 # --unsafe-fast: PostgreSQL without fsync, synchronous_commit, full_page_writes
+PG_TCP=0      # --pg-tcp: the services reach PostgreSQL over 127.0.0.1, not its socket
 
 PG_PORT=55432
 REDIS_PORT=56379
@@ -124,6 +130,7 @@ parse_args() {
                 --broker-replicas) BROKER_REPLICAS=${2:?--broker-replicas needs a value}; shift 2 ;;
                 --keep-data) KEEP_DATA=1; shift ;;
                 --unsafe-fast) UNSAFE_FAST=1; shift ;;
+                --pg-tcp) PG_TCP=1; shift ;;
                 -h | --help) usage; exit 0 ;;
                 *) die "unknown option: $1 (see --help)" ;;
                 esac
@@ -659,11 +666,11 @@ pg_sock() {
 
 # ROLE's DSN for the services this script starts: through the unix socket
 # when there is one, so that no round trip crosses the TCP stack twice on
-# this one machine (docs/performance.md); else 127.0.0.1. The env file keeps
-# the TCP DSNs for tests and tools.
+# this one machine (docs/performance.md); else, or with --pg-tcp, 127.0.0.1.
+# The env file keeps the TCP DSNs for tests and tools.
 local_dsn() {
-        local sock
-        sock=$(pg_sock)
+        local sock=""
+        [ $PG_TCP = 1 ] || sock=$(pg_sock)
         if [ -n "$sock" ]; then
                 echo "postgresql://$1@/keelson?host=$sock&port=$PG_PORT"
         else
