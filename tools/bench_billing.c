@@ -483,10 +483,15 @@ static int run_list_wrk(int clients, int seconds, phase *out)
             "    latency:percentile(50), latency:percentile(95), latency:percentile(99)))\n"
             "end\n",
             g_token);
-        if (fd < 0 || n < 0 || (size_t)n >= sizeof(text) || write(fd, text, (size_t)n) != n) {
+        if (fd < 0) {
                 return -1;
         }
+        bool written = n > 0 && (size_t)n < sizeof(text) && write(fd, text, (size_t)n) == n;
         close(fd);
+        if (!written) {
+                unlink(script);
+                return -1;
+        }
         snprintf(cmd, sizeof(cmd), "'%s' -t2 -c%d -d%ds -s %s '%s%s' 2>&1", g_opt.wrk, clients,
                  seconds, script, g_opt.gateway, PATH_BILLING "ListCustomers");
         FILE *p = popen(cmd, "r");

@@ -654,8 +654,9 @@ broker_name() {
         if [ "$1" = 0 ]; then echo broker; else echo "broker-$(($1 + 1))"; fi
 }
 redis_url() { echo "redis://127.0.0.1:$REDIS_PORT"; }
-service_dsn() { echo "postgresql://keelson@127.0.0.1:$PG_PORT/keelson"; }
-login_dsn() { echo "postgresql://keelson_$1_login@127.0.0.1:$PG_PORT/keelson"; }
+tcp_dsn() { echo "postgresql://$1@127.0.0.1:$PG_PORT/keelson"; } # ROLE over 127.0.0.1
+service_dsn() { tcp_dsn keelson; }
+login_dsn() { tcp_dsn "keelson_$1_login"; }
 
 # The cluster's unix socket folder, or nothing when its path is too long for
 # one (pg_write_conf: the cluster then listens on TCP alone).
@@ -674,10 +675,10 @@ local_dsn() {
         if [ -n "$sock" ]; then
                 echo "postgresql://$1@/keelson?host=$sock&port=$PG_PORT"
         else
-                echo "postgresql://$1@127.0.0.1:$PG_PORT/keelson"
+                tcp_dsn "$1"
         fi
 }
-super_dsn() { echo "postgresql://postgres@127.0.0.1:$PG_PORT/keelson"; }
+super_dsn() { tcp_dsn postgres; }
 
 start_services() {
         local i

@@ -983,6 +983,12 @@ static bool grow(jbuf *b, size_t n)
         return true;
 }
 
+/* Room for n more bytes and the NUL: one compare while there is, else grow. */
+static bool room(jbuf *b, size_t n)
+{
+        return n < b->cap - b->len || grow(b, n);
+}
+
 /*
  * The NUL is written once, at the end (ks_json_from_message). Not inlined:
  * where the caller bounds n, gcc turned the memcpy into a `rep movsq`,
@@ -990,7 +996,7 @@ static bool grow(jbuf *b, size_t n)
  */
 __attribute__((noinline)) static void put(jbuf *b, const char *s, size_t n)
 {
-        if (n >= b->cap - b->len && !grow(b, n))
+        if (!room(b, n))
                 return;
         memcpy(b->p + b->len, s, n);
         b->len += n;
@@ -1101,11 +1107,6 @@ static int put_bytes(jbuf *b, const ProtobufCBinaryData *v)
         return n >= 0 ? KS_OK : KS_INTERNAL;
 }
 
-/*
- * A scalar as a map key prints: its text, as a JSON string's content
- * (integers in decimal, bools as true/false, strings as they are). NULL for
- * a type that cannot be a key or a string that is not UTF-8.
- */
 /* An integer field's value in decimal into buf, its length; 0 for a type that is not one. */
 static size_t int_text(const ProtobufCFieldDescriptor *fd, const void *p, char buf[32])
 {
@@ -1129,6 +1130,11 @@ static size_t int_text(const ProtobufCFieldDescriptor *fd, const void *p, char b
         }
 }
 
+/*
+ * A scalar as a map key prints: its text, as a JSON string's content
+ * (integers in decimal, bools as true/false, strings as they are). NULL for
+ * a type that cannot be a key or a string that is not UTF-8.
+ */
 static const char *key_text(const ProtobufCFieldDescriptor *kf, const void *p, char buf[32])
 {
         const char *s;
@@ -1340,7 +1346,7 @@ static int put_key(jbuf *b, const ProtobufCFieldDescriptor *fd)
                 slot->len = (uint8_t)n;
                 slot->fd = fd;
         }
-        if (KEY_SLOT_TEXT >= b->cap - b->len && !grow(b, KEY_SLOT_TEXT))
+        if (!room(b, KEY_SLOT_TEXT))
                 return 0;
         memcpy(b->p + b->len, slot->text, KEY_SLOT_TEXT);
         b->len += slot->len;

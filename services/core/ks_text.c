@@ -70,7 +70,6 @@ long ks_utf8_count(const char *s, size_t len)
         return n;
 }
 
-/* ASCII a byte at a time, the rest by sequence; the same rules as ks_utf8_next. */
 /* ---- eight bytes at a time ------------------------------------------------- */
 
 #define BYTES_01 0x0101010101010101ULL
@@ -96,12 +95,12 @@ static bool any_equal(uint64_t w, uint8_t c)
         return ((x - BYTES_01) & ~x & BYTES_80) != 0;
 }
 
+/* ASCII eight bytes at a time, the rest by sequence; the same rules as ks_utf8_next. */
 bool ks_utf8_valid(const char *s, size_t n)
 {
         size_t i = 0;
 
         while (i < n) {
-                unsigned char c = (unsigned char)s[i];
                 size_t len;
                 uint32_t v;
                 /* ASCII, the common case: eight bytes at a time. */
@@ -109,7 +108,7 @@ bool ks_utf8_valid(const char *s, size_t n)
                         i += 8;
                 if (i == n)
                         break;
-                c = (unsigned char)s[i];
+                unsigned char c = (unsigned char)s[i];
                 if (c < 0x80) {
                         i++;
                         continue;
