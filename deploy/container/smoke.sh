@@ -98,9 +98,9 @@ done
 
 log "stack from $IMAGE in $DIR/stack"
 STARTED=1
-# --pg-tcp: the containers share the host's network, not its files (the
-# cluster's socket).
-"$STACK" start --dir "$DIR/stack" --bin "$DIR/bin" --free-ports --pg-tcp
+# --tcp: the containers share the host's network, not its files (the
+# cluster's and the brokers' sockets).
+"$STACK" start --dir "$DIR/stack" --bin "$DIR/bin" --free-ports --tcp
 log "every service of the image answers /readyz 200"
 
 gw=$(sed -n 's/^KEELSON_IT_GATEWAY_URL=//p' "$DIR/stack/env")

@@ -7,7 +7,7 @@
 #                  [--billing-replicas N] [--ledger-replicas N] [--summary-replicas N]
 #                  [--webhook-replicas N] [--gateway-port P]
 #                  [--gateway-replicas N] [--broker-replicas N] [--keep-data] [--unsafe-fast]
-#                  [--pg-tcp]
+#                  [--tcp]
 #   stack.sh run   (same options)   start, print a curl example, wait for Ctrl-C, stop
 #   stack.sh stop  --dir DIR         stop what DIR/pids names, then PostgreSQL
 #   stack.sh status --dir DIR        which of the started processes still run
@@ -27,9 +27,11 @@
 # turns all three off, for throwaway benchmark and test clusters only: a
 # crash of PostgreSQL then loses acknowledged writes.
 #
-# The services reach PostgreSQL through its unix socket (local_dsn), or over
-# 127.0.0.1 with --pg-tcp: for services that do not share this machine's
-# files, such as the container smoke test's (deploy/container/smoke.sh).
+# The services reach PostgreSQL through its unix socket (local_dsn), and the
+# brokers through theirs (ipc://, broker_url; each broker listens on TCP
+# too, for tests and tools), or over 127.0.0.1 with --tcp: for services that
+# do not share this machine's files, such as the container smoke test's
+# (deploy/container/smoke.sh).
 #
 # start writes DIR/env, KEY=value lines the integration tests read
 # (tests/integration/it_support.c). Without --keep-data the cluster and Redis
@@ -76,7 +78,7 @@ BROKER_REPLICAS=1
 GATEWAY_PORTS=() # one per replica; the first is GATEWAY_PORT
 KEEP_DATA=0
 UNSAFE_FAST=0 # --unsafe-fast: PostgreSQL without fsync, synchronous_commit, full_page_writes
-PG_TCP=0      # --pg-tcp: the services reach PostgreSQL over 127.0.0.1, not its socket
+TCP_ONLY=0    # --tcp: the services reach PostgreSQL and the brokers over 127.0.0.1, no socket
 
 PG_PORT=55432
 REDIS_PORT=56379
@@ -130,7 +132,7 @@ parse_args() {
                 --broker-replicas) BROKER_REPLICAS=${2:?--broker-replicas needs a value}; shift 2 ;;
                 --keep-data) KEEP_DATA=1; shift ;;
                 --unsafe-fast) UNSAFE_FAST=1; shift ;;
-                --pg-tcp) PG_TCP=1; shift ;;
+                --tcp) TCP_ONLY=1; shift ;;
                 -h | --help) usage; exit 0 ;;
                 *) die "unknown option: $1 (see --help)" ;;
                 esac
@@ -642,10 +644,35 @@ start_redis() {
                 --dir "$DIR/redis" --daemonize no
 }
 
+# The folder of the brokers' unix sockets, or nothing with --tcp or when its
+# path is too long for one: an ipc base may have 92 bytes (ks_topology.h),
+# and "/broker-8" takes 9 of them.
+ipc_dir() {
+        local d=$DIR/sock
+        [ $TCP_ONLY = 1 ] || [ ${#d} -gt 83 ] || echo "$d"
+}
+
+# What broker I listens on: its TCP base, and its ipc base when there is a
+# folder for one (both lead to the same devices).
+broker_listen_url() {
+        local tcp="tcp://127.0.0.1:${BROKER_BASES[$1]}" dir
+        dir=$(ipc_dir)
+        if [ -n "$dir" ]; then echo "$tcp,ipc://$dir/$(broker_name "$1")"; else echo "$tcp"; fi
+}
+
 # Every broker's base, comma-separated: what services and gateways dial.
+# Their unix sockets when there are, so that no hop through a broker crosses
+# the TCP stack on this one machine (docs/performance.md); else TCP.
 broker_url() {
-        local urls=() b
-        for b in "${BROKER_BASES[@]}"; do urls+=("tcp://127.0.0.1:$b"); done
+        local urls=() i dir
+        dir=$(ipc_dir)
+        for ((i = 0; i < BROKER_REPLICAS; i++)); do
+                if [ -n "$dir" ]; then
+                        urls+=("ipc://$dir/$(broker_name $i)")
+                else
+                        urls+=("tcp://127.0.0.1:${BROKER_BASES[$i]}")
+                fi
+        done
         join_by_comma "${urls[@]}"
 }
 
@@ -667,11 +694,11 @@ pg_sock() {
 
 # ROLE's DSN for the services this script starts: through the unix socket
 # when there is one, so that no round trip crosses the TCP stack twice on
-# this one machine (docs/performance.md); else, or with --pg-tcp, 127.0.0.1.
+# this one machine (docs/performance.md); else, or with --tcp, 127.0.0.1.
 # The env file keeps the TCP DSNs for tests and tools.
 local_dsn() {
         local sock=""
-        [ $PG_TCP = 1 ] || sock=$(pg_sock)
+        [ $TCP_ONLY = 1 ] || sock=$(pg_sock)
         if [ -n "$sock" ]; then
                 echo "postgresql://$1@/keelson?host=$sock&port=$PG_PORT"
         else
@@ -682,9 +709,10 @@ super_dsn() { tcp_dsn postgres; }
 
 start_services() {
         local i
-        # Each broker listens on its own base alone; everyone else dials them all.
+        # Each broker listens on its own bases alone; everyone else dials them all.
+        [ -z "$(ipc_dir)" ] || mkdir -p "$(ipc_dir)"
         for ((i = 0; i < BROKER_REPLICAS; i++)); do
-                spawn "$(broker_name $i)" env KEELSON_BROKER_URL="tcp://127.0.0.1:${BROKER_BASES[$i]}" \
+                spawn "$(broker_name $i)" env KEELSON_BROKER_URL="$(broker_listen_url $i)" \
                         KEELSON_BROKER_HTTP_HOST=127.0.0.1 \
                         KEELSON_BROKER_HTTP_PORT="${BROKER_HEALTH_PORTS[$i]}" \
                         "$BIN/keelson-broker"

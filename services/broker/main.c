@@ -26,8 +26,9 @@ typedef struct broker_config {
 
 static const ks_config_var config_vars[] = {
     KS_CFG_STR("KEELSON_BROKER_URL", broker_config, url, "tcp://127.0.0.1:7400", KS_CFG_NONEMPTY,
-               "base address to listen on, tcp://host:port; services sit at fixed offsets "
-               "from the port (see docs/architecture.md)"),
+               "base address to listen on, tcp://host:port, ipc:///path or one of each "
+               "(comma-separated); services sit at fixed offsets from the port, or at "
+               "sockets named after the path (see docs/architecture.md)"),
     KS_CFG_STR("KEELSON_BROKER_HTTP_HOST", broker_config, http_host, "127.0.0.1", KS_CFG_NONEMPTY,
                "address of the /healthz, /readyz and /metrics listener"),
     KS_CFG_INT("KEELSON_BROKER_HTTP_PORT", broker_config, http_port, "7480", 0, 65535,

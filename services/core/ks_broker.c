@@ -90,6 +90,8 @@ struct ks_broker {
         ks_broker_options opts;
         ks_loop *loop; /* one thread: every pipe, timer and callback */
         ks_sp *sp;
+        char bases[KS_SP_ADDRS_MAX][KS_URL_MAX]; /* KEELSON_BROKER_URL: tcp://, ipc://, or both */
+        int n_bases;
         service services[KS_SVC_COUNT];
         events_device events;
         struct event *watch;
@@ -512,25 +514,40 @@ bool ks_broker_drain(ks_broker *b, int64_t max_ms)
 
 /* ---- life ------------------------------------------------------------------------------ */
 
-static int listen_side(ks_broker *b, const char *base, int service_id, ks_broker_side side,
-                       uint16_t self, uint16_t peer, const ks_sp_callbacks *cb, void *arg,
-                       ks_sp_listener **out)
+/* One side's socket at every base (a tcp:// one, an ipc:// one, or both): one listener. */
+static int listen_side(ks_broker *b, int service_id, ks_broker_side side, uint16_t self,
+                       uint16_t peer, const ks_sp_callbacks *cb, void *arg, ks_sp_listener **out)
 {
-        char url[KS_URL_MAX];
-        if (ks_broker_url(url, sizeof(url), base, service_id, side) != 0) {
-                ks_log_error(NULL, "bad broker url", "{s:s}", "url", base);
-                return -1;
+        for (int i = 0; i < b->n_bases; i++) {
+                char url[KS_URL_MAX];
+                if (ks_broker_url(url, sizeof(url), b->bases[i], service_id, side) != 0) {
+                        ks_log_error(NULL, "bad broker url", "{s:s}", "url", b->bases[i]);
+                        return -1;
+                }
+                int rc = i == 0 ? ks_sp_listen(b->sp, url, self, peer, cb, arg, out)
+                                : ks_sp_listen_also(*out, url);
+                if (rc != KS_OK) {
+                        ks_log_error(NULL, "cannot listen", "{s:s,s:s}", "url", url, "error",
+                                     ks_code_name(rc));
+                        return -1;
+                }
         }
-        int rc = ks_sp_listen(b->sp, url, self, peer, cb, arg, out);
-        if (rc != KS_OK) {
-                ks_log_error(NULL, "cannot listen", "{s:s,s:s}", "url", url, "error",
-                             ks_code_name(rc));
+        return 0;
+}
+
+/* base: one tcp:// base, one ipc:// base, or one of each; else -1. */
+static int bases_of(ks_broker *b, const char *base)
+{
+        b->n_bases = ks_broker_list(base, b->bases, KS_SP_ADDRS_MAX);
+        if (b->n_bases < 1 ||
+            (b->n_bases == 2 && ks_broker_url_ipc(b->bases[0]) == ks_broker_url_ipc(b->bases[1]))) {
+                ks_log_error(NULL, "bad broker url", "{s:s}", "url", base);
                 return -1;
         }
         return 0;
 }
 
-static int open_service(ks_broker *b, const char *base, int id)
+static int open_service(ks_broker *b, int id)
 {
         static const ks_sp_callbacks front = {on_client_added, on_request, on_client_removed};
         static const ks_sp_callbacks back = {on_replica_added, on_reply, on_replica_removed};
@@ -573,16 +590,14 @@ static int open_service(ks_broker *b, const char *base, int id)
             ks_outlier_new(&s->outlier, b->opts.eject_after_ms) != KS_OK) {
                 return -1;
         }
-        if (listen_side(b, base, id, KS_SIDE_FRONT, KS_SP_REP0, KS_SP_REQ0, &front, s, &s->front) !=
-                0 ||
-            listen_side(b, base, id, KS_SIDE_BACK, KS_SP_REQ0, KS_SP_REP0, &back, s, &s->back) !=
-                0) {
+        if (listen_side(b, id, KS_SIDE_FRONT, KS_SP_REP0, KS_SP_REQ0, &front, s, &s->front) != 0 ||
+            listen_side(b, id, KS_SIDE_BACK, KS_SP_REQ0, KS_SP_REP0, &back, s, &s->back) != 0) {
                 return -1;
         }
         return 0;
 }
 
-static int open_events(ks_broker *b, const char *base)
+static int open_events(ks_broker *b)
 {
         static const ks_sp_callbacks in = {on_events_pipe_added, on_event, on_events_pipe_removed};
         static const ks_sp_callbacks out = {on_events_pipe_added, on_subscriber_message,
@@ -599,10 +614,8 @@ static int open_events(ks_broker *b, const char *base)
         e->pipes = ks_gauge_get(reg, "keelson_broker_pipes",
                                 "Connected peers (clients, replicas, publishers, subscribers).",
                                 "device=\"events\"");
-        if (listen_side(b, base, 0, KS_SIDE_EVENTS_IN, KS_SP_SUB0, KS_SP_PUB0, &in, e, &e->in) !=
-                0 ||
-            listen_side(b, base, 0, KS_SIDE_EVENTS_OUT, KS_SP_PUB0, KS_SP_SUB0, &out, e, &e->out) !=
-                0) {
+        if (listen_side(b, 0, KS_SIDE_EVENTS_IN, KS_SP_SUB0, KS_SP_PUB0, &in, e, &e->in) != 0 ||
+            listen_side(b, 0, KS_SIDE_EVENTS_OUT, KS_SP_PUB0, KS_SP_SUB0, &out, e, &e->out) != 0) {
                 return -1;
         }
         return 0;
@@ -677,12 +690,12 @@ int ks_broker_start_with(ks_broker **out, const char *base, const ks_broker_opti
                 ks_broker_stop(b);
                 return KS_INTERNAL;
         }
-        int rv = 0;
+        int rv = bases_of(b, base);
         for (int i = 0; i < KS_SVC_COUNT && rv == 0; i++) {
-                rv = open_service(b, base, i);
+                rv = open_service(b, i);
         }
         if (rv == 0) {
-                rv = open_events(b, base);
+                rv = open_events(b);
         }
         if (rv != 0) {
                 ks_broker_stop(b);

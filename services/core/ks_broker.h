@@ -54,8 +54,9 @@ typedef struct ks_broker_options {
         int64_t eject_check_ms;
 } ks_broker_options;
 
-/* Listens on every socket of the broker at base ("tcp://host:port") and starts forwarding,
- * with the default options. */
+/* Listens on every socket of the broker at base ("tcp://host:port", "ipc:///path", or one
+ * of each separated by a comma: both lead to the same devices) and starts forwarding, with
+ * the default options. */
 int ks_broker_start(ks_broker **out, const char *base) KS_MUST_CHECK;
 
 /* The same with options; KS_INVALID_ARGUMENT when one is out of range. */

@@ -57,7 +57,7 @@ int ks_req_new(ks_req **out, struct event_base *base, int max_inflight, int defa
 void ks_req_free(ks_req *r, const char *message);
 
 /*
- * Adds a target dialling urls (n of them, "tcp://host:port", at most
+ * Adds a target dialling urls (n of them, "tcp://host:port" or "ipc:///path", at most
  * KS_BROKERS_MAX); *target is its number for ks_req_start. KS_OK,
  * KS_INVALID_ARGUMENT (a malformed url, too many), KS_INTERNAL.
  */

@@ -137,7 +137,7 @@ typedef struct ks_rpc_client_options {
 int ks_rpc_client_new(ks_rpc_client **out, const ks_rpc_client_options *opts) KS_MUST_CHECK;
 /*
  * A client of one service (a ks_service_id) dialling its front on every
- * broker of broker_bases (n base URLs, "tcp://host:port"). Returns KS_OK, or
+ * broker of broker_bases (n base URLs, "tcp://host:port" or "ipc:///path"). Returns KS_OK, or
  * KS_INVALID_ARGUMENT for a malformed base or service, or what
  * ks_rpc_client_new returns.
  */

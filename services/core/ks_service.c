@@ -279,7 +279,7 @@ static int check_config(running *r)
                 r->broker_bases[i] = r->brokers[i];
         }
         if (r->n_brokers <= 0) {
-                return config_error(r, "KEELSON_BROKER_URL: expected tcp://host:port[,...]");
+                return config_error(r, "KEELSON_BROKER_URL: expected " KS_BROKER_LIST_SYNTAX);
         }
         if (ks_method_resolve(r->spec->methods, &r->methods, &r->n_methods, msg, sizeof(msg)) !=
             0) {

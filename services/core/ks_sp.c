@@ -2,6 +2,7 @@
 #include "ks_sp.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/dns.h>
 #include <event2/bufferevent.h>
@@ -14,13 +15,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "ks_log.h"
 
-#define TCP_PREFIX "tcp://"
-#define SLOT_BITS  16
-#define SLOT_MASK  ((1u << SLOT_BITS) - 1)
-#define GEN_MASK   0x7fffu /* ids keep the high bit clear: req/rep backtraces need it so */
+#define TCP_PREFIX   "tcp://"
+#define IPC_PREFIX   "ipc://"
+#define IPC_MESSAGE  0x01 /* nng's ipc frame type of a message, the only one it sends */
+#define IPC_HOST     "local"
+#define FRAME_TCP    8 /* a frame's head: the length */
+#define FRAME_IPC    9 /* ... the type, then the length */
+#define FRAME_MAX    FRAME_IPC
+#define SUN_PATH_MAX sizeof(((struct sockaddr_un *)0)->sun_path)
+#define SLOT_BITS    16
+#define SLOT_MASK    ((1u << SLOT_BITS) - 1)
+#define GEN_MASK     0x7fffu /* ids keep the high bit clear: req/rep backtraces need it so */
 
 /* What a listener and a dialer share: the protocols, the callbacks, the added pipes. */
 typedef struct endpoint {
@@ -41,22 +52,41 @@ struct ks_sp_pipe {
         uint32_t slot;
         bool added;   /* the handshake is done */
         bool closing; /* closed: no more reads, sends or callbacks */
+        bool ipc;     /* over a unix socket: nng's ipc framing */
         void *user;
         char host[KS_SP_HOST_MAX];
         char peer[KS_SP_PEER_MAX];
 };
 
+/* One address a listener accepts on. */
+typedef struct bound {
+        ks_sp_listener *l;
+        struct evconnlistener *ev;
+        bool ipc;
+        char path[SUN_PATH_MAX]; /* ipc: the socket's file, removed at free if still ours */
+        dev_t dev;
+        ino_t ino;
+} bound;
+
 struct ks_sp_listener {
         endpoint ep;
-        struct evconnlistener *ev;
-        int port;
+        bound addrs[KS_SP_ADDRS_MAX];
+        int n_addrs;
+        int port; /* the first tcp address's */
         ks_sp_listener *next_listener;
 };
 
-struct ks_sp_dialer {
-        endpoint ep;
+/* A parsed url: tcp's host and port, or ipc's path. */
+typedef struct sp_addr {
+        bool ipc;
         char host[256];
         char port[8];
+        char path[SUN_PATH_MAX];
+} sp_addr;
+
+struct ks_sp_dialer {
+        endpoint ep;
+        sp_addr to;
         ks_sp_pipe *pipe; /* connecting or connected; NULL while waiting to redial */
         struct event *redial;
         int64_t backoff_ms;
@@ -199,15 +229,22 @@ static void on_read(struct bufferevent *bev, void *arg)
                 }
                 handshake(p, in);
         }
+        size_t head = p->ipc ? FRAME_IPC : FRAME_TCP;
         while (!p->closing) {
-                uint8_t len_be[8];
+                uint8_t frame[FRAME_MAX];
                 size_t have = evbuffer_get_length(in);
-                if (have < sizeof(len_be) || evbuffer_copyout(in, len_be, sizeof(len_be)) != 8) {
+                if (have < head || evbuffer_copyout(in, frame, head) != (ev_ssize_t)head) {
+                        return;
+                }
+                if (p->ipc && frame[0] != IPC_MESSAGE) { /* nng closes such a pipe too */
+                        ks_log_warn(NULL, "peer closed: not a message frame", "{s:s,s:i}", "peer",
+                                    p->peer, "type", (int)frame[0]);
+                        ks_sp_close(p);
                         return;
                 }
                 uint64_t len = 0;
-                for (int i = 0; i < 8; i++) {
-                        len = len << 8 | len_be[i];
+                for (size_t i = head - 8; i < head; i++) {
+                        len = len << 8 | frame[i];
                 }
                 if (len > p->sp->recv_max) {
                         ks_log_warn(NULL, "peer closed: a message over the bound", "{s:s,s:I,s:I}",
@@ -216,17 +253,17 @@ static void on_read(struct bufferevent *bev, void *arg)
                         ks_sp_close(p);
                         return;
                 }
-                if (have - sizeof(len_be) < len) {
+                if (have - head < len) {
                         return;
                 }
-                uint8_t *all = evbuffer_pullup(in, (ev_ssize_t)(sizeof(len_be) + len));
+                uint8_t *all = evbuffer_pullup(in, (ev_ssize_t)(head + len));
                 if (all == NULL) {
                         ks_sp_close(p);
                         return;
                 }
-                p->ep->cb.message(p, all + sizeof(len_be), (size_t)len, p->ep->arg);
+                p->ep->cb.message(p, all + head, (size_t)len, p->ep->arg);
                 if (!p->closing) {
-                        evbuffer_drain(in, sizeof(len_be) + len);
+                        evbuffer_drain(in, head + len);
                 }
         }
 }
@@ -250,8 +287,10 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
                 socklen_t len = sizeof(ss);
                 evutil_socket_t fd = bufferevent_getfd(bev);
                 int one = 1;
-                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-                if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0) {
+                if (!p->ipc) {
+                        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                }
+                if (!p->ipc && getpeername(fd, (struct sockaddr *)&ss, &len) == 0) {
                         peer_of((struct sockaddr *)&ss, p->host, sizeof(p->host), p->peer,
                                 sizeof(p->peer));
                 }
@@ -277,6 +316,15 @@ static void peer_of(const struct sockaddr *sa, char *host, size_t host_len, char
         }
         snprintf(host, host_len, "%s", ip);
         snprintf(peer, peer_len, "%s:%u", ip, port);
+}
+
+/* An ipc pipe's host and peer: "local" and the socket's url (its path's end when long). */
+static void ipc_names(ks_sp_pipe *p, const char *path)
+{
+        size_t n = strlen(path), room = sizeof(p->peer) - strlen(IPC_PREFIX) - 1;
+        snprintf(p->host, sizeof(p->host), IPC_HOST);
+        snprintf(p->peer, sizeof(p->peer), IPC_PREFIX "%.*s", (int)room,
+                 n > room ? path + (n - room) : path);
 }
 
 /* A free slot, or 0 when every one is taken. */
@@ -321,7 +369,8 @@ static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sock
 {
         (void)ev;
         (void)salen;
-        ks_sp_listener *l = arg;
+        bound *b = arg;
+        ks_sp_listener *l = b->l;
         ks_sp_pipe *p = pipe_new(&l->ep, fd);
         if (p == NULL) {
                 evutil_closesocket(fd);
@@ -329,9 +378,14 @@ static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sock
                             "pipes", (int)l->ep.sp->n_pipes);
                 return;
         }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        peer_of(sa, p->host, sizeof(p->host), p->peer, sizeof(p->peer));
+        p->ipc = b->ipc;
+        if (b->ipc) { /* a unix socket's peer has no address: the listener's path names it */
+                ipc_names(p, b->path);
+        } else {
+                int one = 1;
+                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                peer_of(sa, p->host, sizeof(p->host), p->peer, sizeof(p->peer));
+        }
         hello(p);
         bufferevent_enable(p->bev, EV_READ | EV_WRITE);
 }
@@ -392,13 +446,15 @@ int ks_sp_send(ks_sp_pipe *p, const void *head, size_t head_len, const void *bod
                 return -1;
         }
         uint64_t len = (uint64_t)head_len + body_len;
-        uint8_t len_be[8];
-        for (int i = 7; i >= 0; i--) {
-                len_be[i] = (uint8_t)len;
+        uint8_t frame[FRAME_MAX];
+        size_t frame_len = p->ipc ? FRAME_IPC : FRAME_TCP;
+        frame[0] = IPC_MESSAGE; /* ipc's type; tcp's length overwrites it */
+        for (size_t i = frame_len; i > frame_len - 8; i--) {
+                frame[i - 1] = (uint8_t)len;
                 len >>= 8;
         }
         struct evbuffer *out = bufferevent_get_output(p->bev);
-        if (evbuffer_add(out, len_be, sizeof(len_be)) != 0 ||
+        if (evbuffer_add(out, frame, frame_len) != 0 ||
             (head_len > 0 && evbuffer_add(out, head, head_len) != 0) ||
             (body_len > 0 && evbuffer_add(out, body, body_len) != 0)) {
                 ks_sp_close(p); /* a partial frame would desynchronise the peer */
@@ -407,18 +463,13 @@ int ks_sp_send(ks_sp_pipe *p, const void *head, size_t head_len, const void *bod
         return 0;
 }
 
-/* ---- listeners ----------------------------------------------------------------------- */
+/* ---- addresses ----------------------------------------------------------------------- */
 
-/* "tcp://host:port" into host (NULL: any) and port. 0 or -1. */
-static int parse_url(const char *url, char *host, size_t host_len, char *port, size_t port_len)
+/* "tcp://host:port" ("[v6]" brackets dropped) into tcp's host and port. 0 or -1. */
+static int parse_tcp(const char *hp, sp_addr *a)
 {
-        size_t plen = strlen(TCP_PREFIX);
-        if (strncmp(url, TCP_PREFIX, plen) != 0) {
-                return -1;
-        }
-        const char *hp = url + plen;
         const char *colon = strrchr(hp, ':');
-        if (colon == NULL || colon[1] == '\0' || strlen(colon + 1) >= port_len) {
+        if (colon == NULL || colon[1] == '\0' || strlen(colon + 1) >= sizeof(a->port)) {
                 return -1;
         }
         const char *h = hp;
@@ -427,13 +478,13 @@ static int parse_url(const char *url, char *host, size_t host_len, char *port, s
                 h++;
                 hl -= 2;
         }
-        if (hl >= host_len) {
+        if (hl >= sizeof(a->host)) {
                 return -1;
         }
-        memcpy(host, h, hl);
-        host[hl] = '\0';
-        snprintf(port, port_len, "%s", colon + 1);
-        for (const char *c = port; *c != '\0'; c++) {
+        memcpy(a->host, h, hl);
+        a->host[hl] = '\0';
+        snprintf(a->port, sizeof(a->port), "%s", colon + 1);
+        for (const char *c = a->port; *c != '\0'; c++) {
                 if (*c < '0' || *c > '9') {
                         return -1;
                 }
@@ -441,49 +492,160 @@ static int parse_url(const char *url, char *host, size_t host_len, char *port, s
         return 0;
 }
 
-int ks_sp_listen(ks_sp *sp, const char *url, uint16_t self, uint16_t peer,
-                 const ks_sp_callbacks *cb, void *arg, ks_sp_listener **out)
+/* "tcp://host:port" or "ipc://path" (as nng: a path that fits a unix socket's address). */
+static int parse_addr(const char *url, sp_addr *a)
 {
-        char host[256], port[8];
-        *out = NULL;
-        if (parse_url(url, host, sizeof(host), port, sizeof(port)) != 0) {
+        memset(a, 0, sizeof(*a));
+        if (strncmp(url, IPC_PREFIX, strlen(IPC_PREFIX)) == 0) {
+                const char *path = url + strlen(IPC_PREFIX);
+                size_t n = strlen(path);
+                if (n == 0 || n >= sizeof(a->path)) {
+                        return -1;
+                }
+                a->ipc = true;
+                memcpy(a->path, path, n + 1);
+                return 0;
+        }
+        if (strncmp(url, TCP_PREFIX, strlen(TCP_PREFIX)) != 0) {
+                return -1;
+        }
+        return parse_tcp(url + strlen(TCP_PREFIX), a);
+}
+
+static struct sockaddr_un unix_addr(const char *path)
+{
+        struct sockaddr_un sun = {.sun_family = AF_UNIX};
+        snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+        return sun;
+}
+
+/*
+ * A unix socket bound at path. A file left there by a process that is gone
+ * (nothing accepts on it) is replaced, as nng does; one that something
+ * still accepts on is not. The socket, or -1 with *rc set.
+ */
+static evutil_socket_t bind_unix(const char *path, int *rc)
+{
+        struct sockaddr_un sun = unix_addr(path);
+        evutil_socket_t fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+                *rc = KS_INTERNAL;
+                return -1;
+        }
+        if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0) {
+                return fd;
+        }
+        *rc = KS_UNAVAILABLE;
+        if (errno == EADDRINUSE) {
+                evutil_socket_t probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                bool stale = probe >= 0 &&
+                             connect(probe, (struct sockaddr *)&sun, sizeof(sun)) != 0 &&
+                             errno == ECONNREFUSED;
+                if (probe >= 0) {
+                        close(probe);
+                }
+                if (stale && unlink(path) == 0 &&
+                    bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0) {
+                        return fd;
+                }
+        }
+        close(fd);
+        return -1;
+}
+
+/* ---- listeners ----------------------------------------------------------------------- */
+
+/* One more address for l; KS_OK, KS_INVALID_ARGUMENT, KS_UNAVAILABLE, KS_INTERNAL. */
+static int listen_at(ks_sp_listener *l, const char *url)
+{
+        sp_addr a;
+        if (l->n_addrs == KS_SP_ADDRS_MAX || parse_addr(url, &a) != 0) {
                 return KS_INVALID_ARGUMENT;
         }
-        bool any = host[0] == '\0' || strcmp(host, "*") == 0;
+        bound *b = &l->addrs[l->n_addrs];
+        *b = (bound){.l = l, .ipc = a.ipc};
+        /* Close-on-exec, as nng's sockets are: a child this process starts must not hold a
+         * pipe open after the broker closed it (an ejected replica would never see it end). */
+        unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC;
+        if (a.ipc) {
+                int rc = KS_OK;
+                struct stat st;
+                evutil_socket_t fd = bind_unix(a.path, &rc);
+                if (fd < 0) {
+                        return rc;
+                }
+                b->ev = evconnlistener_new(l->ep.sp->base, on_accept, b, flags, 1024, fd);
+                if (b->ev == NULL) {
+                        close(fd);
+                        unlink(a.path);
+                        return KS_INTERNAL;
+                }
+                memcpy(b->path, a.path, sizeof(b->path));
+                if (stat(a.path, &st) == 0) {
+                        b->dev = st.st_dev;
+                        b->ino = st.st_ino;
+                }
+                l->n_addrs++;
+                return KS_OK;
+        }
+        bool any = a.host[0] == '\0' || strcmp(a.host, "*") == 0;
         struct addrinfo hints = {.ai_family = AF_UNSPEC,
                                  .ai_socktype = SOCK_STREAM,
                                  .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
         struct addrinfo *ai = NULL;
-        if (getaddrinfo(any ? NULL : host, port, &hints, &ai) != 0 || ai == NULL) {
+        if (getaddrinfo(any ? NULL : a.host, a.port, &hints, &ai) != 0 || ai == NULL) {
                 return KS_INVALID_ARGUMENT;
         }
-        ks_sp_listener *l = calloc(1, sizeof(*l));
-        if (l == NULL) {
-                freeaddrinfo(ai);
-                return KS_INTERNAL;
-        }
-        l->ep = (endpoint){.sp = sp, .self = self, .peer = peer, .cb = *cb, .arg = arg};
-        /* Close-on-exec, as nng's sockets are: a child this process starts must not hold a
-         * pipe open after the broker closed it (an ejected replica would never see it end). */
-        l->ev = evconnlistener_new_bind(sp->base, on_accept, l,
-                                        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC |
-                                            LEV_OPT_REUSEABLE,
+        b->ev = evconnlistener_new_bind(l->ep.sp->base, on_accept, b, flags | LEV_OPT_REUSEABLE,
                                         1024, ai->ai_addr, (int)ai->ai_addrlen);
         freeaddrinfo(ai);
-        if (l->ev == NULL) {
-                free(l);
+        if (b->ev == NULL) {
                 return KS_UNAVAILABLE;
         }
         struct sockaddr_storage ss;
         socklen_t ss_len = sizeof(ss);
-        if (getsockname(evconnlistener_get_fd(l->ev), (struct sockaddr *)&ss, &ss_len) == 0) {
+        if (l->port == 0 &&
+            getsockname(evconnlistener_get_fd(b->ev), (struct sockaddr *)&ss, &ss_len) == 0) {
                 l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                          : ((struct sockaddr_in *)&ss)->sin_port);
+        }
+        l->n_addrs++;
+        return KS_OK;
+}
+
+/* Stops accepting on b; an ipc socket's file goes, unless another socket took its place. */
+static void unbind(bound *b)
+{
+        struct stat st;
+        evconnlistener_free(b->ev);
+        if (b->ipc && stat(b->path, &st) == 0 && st.st_dev == b->dev && st.st_ino == b->ino) {
+                unlink(b->path);
+        }
+}
+
+int ks_sp_listen(ks_sp *sp, const char *url, uint16_t self, uint16_t peer,
+                 const ks_sp_callbacks *cb, void *arg, ks_sp_listener **out)
+{
+        *out = NULL;
+        ks_sp_listener *l = calloc(1, sizeof(*l));
+        if (l == NULL) {
+                return KS_INTERNAL;
+        }
+        l->ep = (endpoint){.sp = sp, .self = self, .peer = peer, .cb = *cb, .arg = arg};
+        int rc = listen_at(l, url);
+        if (rc != KS_OK) {
+                free(l);
+                return rc;
         }
         l->next_listener = sp->listeners;
         sp->listeners = l;
         *out = l;
         return KS_OK;
+}
+
+int ks_sp_listen_also(ks_sp_listener *l, const char *url)
+{
+        return listen_at(l, url);
 }
 
 int ks_sp_listener_port(const ks_sp_listener *l)
@@ -493,32 +655,39 @@ int ks_sp_listener_port(const ks_sp_listener *l)
 
 /* ---- dialers ----------------------------------------------------------------------------- */
 
+/* Connects p's socket fd (taken) to sa: on failure p is closed and its dialer tries later. */
+static void dial_connect(ks_sp_pipe *p, evutil_socket_t fd, const struct sockaddr *sa,
+                         socklen_t sa_len)
+{
+        if (fd < 0 || bufferevent_setfd(p->bev, fd) != 0) {
+                if (fd >= 0) {
+                        evutil_closesocket(fd);
+                }
+                ks_sp_close(p);
+                return;
+        }
+        bufferevent_enable(p->bev, EV_READ | EV_WRITE);
+        if (bufferevent_socket_connect(p->bev, sa, (int)sa_len) != 0) {
+                ks_sp_close(p);
+        }
+}
+
 static void dial_resolved(int err, struct evutil_addrinfo *ai, void *arg)
 {
         ks_sp_dialer *d = arg;
         if (err == EVUTIL_EAI_CANCEL) {
                 return; /* ks_sp_free is freeing d */
         }
-        ks_sp_pipe *p = d->pipe;
-        evutil_socket_t fd = -1;
-        if (err != 0 || ai == NULL ||
-            (fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0 ||
-            bufferevent_setfd(p->bev, fd) != 0) {
-                if (fd >= 0) {
-                        evutil_closesocket(fd);
-                }
+        if (err != 0 || ai == NULL) {
                 if (ai != NULL) {
                         evutil_freeaddrinfo(ai);
                 }
-                ks_sp_close(p); /* then the dialer tries again later */
+                ks_sp_close(d->pipe); /* then the dialer tries again later */
                 return;
         }
-        bufferevent_enable(p->bev, EV_READ | EV_WRITE);
-        int rc = bufferevent_socket_connect(p->bev, ai->ai_addr, (int)ai->ai_addrlen);
+        evutil_socket_t fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        dial_connect(d->pipe, fd, ai->ai_addr, (socklen_t)ai->ai_addrlen);
         evutil_freeaddrinfo(ai);
-        if (rc != 0) {
-                ks_sp_close(p);
-        }
 }
 
 static void dial_now(ks_sp_dialer *d)
@@ -529,17 +698,25 @@ static void dial_now(ks_sp_dialer *d)
                 return;
         }
         d->pipe = p;
-        snprintf(p->host, sizeof(p->host), "%.*s", KS_SP_HOST_MAX - 1, d->host);
-        snprintf(p->peer, sizeof(p->peer), "%.*s:%s", KS_SP_HOST_MAX - 1, d->host, d->port);
+        if (d->to.ipc) {
+                p->ipc = true;
+                ipc_names(p, d->to.path);
+                struct sockaddr_un sun = unix_addr(d->to.path);
+                dial_connect(p, socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0),
+                             (struct sockaddr *)&sun, sizeof(sun));
+                return;
+        }
+        snprintf(p->host, sizeof(p->host), "%.*s", KS_SP_HOST_MAX - 1, d->to.host);
+        snprintf(p->peer, sizeof(p->peer), "%.*s:%s", KS_SP_HOST_MAX - 1, d->to.host, d->to.port);
         struct evutil_addrinfo hints = {.ai_family = AF_UNSPEC,
                                         .ai_socktype = SOCK_STREAM,
                                         .ai_flags = EVUTIL_AI_NUMERICSERV | EVUTIL_AI_ADDRCONFIG};
         if (d->ep.sp->dns != NULL) {
-                evdns_getaddrinfo(d->ep.sp->dns, d->host, d->port, &hints, dial_resolved, d);
+                evdns_getaddrinfo(d->ep.sp->dns, d->to.host, d->to.port, &hints, dial_resolved, d);
                 return;
         }
         struct evutil_addrinfo *ai = NULL;
-        int err = evutil_getaddrinfo(d->host, d->port, &hints, &ai);
+        int err = evutil_getaddrinfo(d->to.host, d->to.port, &hints, &ai);
         dial_resolved(err, ai, d);
 }
 
@@ -568,8 +745,9 @@ int ks_sp_dial(ks_sp *sp, const char *url, uint16_t self, uint16_t peer, const k
         if (d == NULL) {
                 return KS_INTERNAL;
         }
-        if (parse_url(url, d->host, sizeof(d->host), d->port, sizeof(d->port)) != 0 ||
-            d->host[0] == '\0' || strcmp(d->host, "*") == 0 || strcmp(d->port, "0") == 0) {
+        if (parse_addr(url, &d->to) != 0 ||
+            (!d->to.ipc && (d->to.host[0] == '\0' || strcmp(d->to.host, "*") == 0 ||
+                            strcmp(d->to.port, "0") == 0))) {
                 free(d);
                 return KS_INVALID_ARGUMENT;
         }
@@ -647,7 +825,9 @@ void ks_sp_free(ks_sp *sp)
         while (sp->listeners != NULL) {
                 ks_sp_listener *l = sp->listeners;
                 sp->listeners = l->next_listener;
-                evconnlistener_free(l->ev);
+                for (int i = 0; i < l->n_addrs; i++) {
+                        unbind(&l->addrs[i]);
+                }
                 free(l);
         }
         free_dead(sp);

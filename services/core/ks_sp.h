@@ -1,14 +1,16 @@
 /*
  * ks_sp: nng's wire protocol (SP over TCP, the
- * nanomsg RFC sp-tcp-mapping-01 that nng speaks) on a libevent loop, so a
- * process can serve nng peers from one thread with no hand-off per
- * message. keelson-broker is built on it (ks_broker.h): its peers are the
- * services' and the gateway's nng sockets, which cannot tell it from nng.
+ * nanomsg RFC sp-tcp-mapping-01 that nng speaks, and over unix sockets as
+ * nng's ipc transport) on a libevent loop, so a process can serve nng
+ * peers from one thread with no hand-off per message. keelson-broker is built on it (ks_broker.h):
+ * its peers are the services' and the gateway's nng sockets, which cannot tell it from nng.
  *
  * On the wire. Each side of a new connection sends 8 bytes: 0x00 'S' 'P'
  * 0x00, its protocol number (16 bits, big-endian) and 16 zero bits; a peer
  * whose protocol is not the one expected is closed. Then messages, each a
- * 64-bit big-endian length and that many bytes. A protocol's own header
+ * 64-bit big-endian length and that many bytes; over ipc:// each length is
+ * preceded by a byte 0x01 (nng's type of a message frame; any other closes
+ * the pipe, as in nng). A protocol's own header
  * (req/rep's backtrace and request id) is the message's first bytes: ks_sp
  * leaves it to the caller.
  *
@@ -43,6 +45,7 @@
 #define KS_SP_PIPES_MAX     65535 /* connections at once, over every listener of a ks_sp */
 #define KS_SP_HANDSHAKE_MS  10000 /* a peer that has not sent its 8 bytes by then is closed */
 #define KS_SP_HEADER_BYTES  8
+#define KS_SP_ADDRS_MAX     2 /* addresses one listener accepts on (a tcp:// and an ipc://) */
 #define KS_SP_HOST_MAX      64
 #define KS_SP_PEER_MAX      (KS_SP_HOST_MAX + 8)
 #define KS_SP_REDIAL_MIN_MS 100  /* a dialer's first wait after a lost or failed pipe */
@@ -74,18 +77,28 @@ void ks_sp_free(ks_sp *sp);
 
 /*
  * Listens on url ("tcp://host:port"; host "*" or empty: every address;
- * port 0: any free one) for peers speaking peer, answering as self. KS_OK,
- * KS_INVALID_ARGUMENT (a malformed url), KS_UNAVAILABLE (cannot listen).
+ * port 0: any free one. Or "ipc:///path/of/a/unix/socket": a file left
+ * there by a process that is gone is replaced, one that something accepts
+ * on is not; the file goes with ks_sp_free) for peers speaking peer,
+ * answering as self. KS_OK, KS_INVALID_ARGUMENT (a malformed url),
+ * KS_UNAVAILABLE (cannot listen).
  */
 int ks_sp_listen(ks_sp *sp, const char *url, uint16_t self, uint16_t peer,
                  const ks_sp_callbacks *cb, void *arg, ks_sp_listener **out) KS_MUST_CHECK;
+/*
+ * One more address for l (at most KS_SP_ADDRS_MAX in all): its pipes join
+ * l's, under the same protocols and callbacks. Returns as ks_sp_listen.
+ */
+int ks_sp_listen_also(ks_sp_listener *l, const char *url) KS_MUST_CHECK;
+/* The port of l's first tcp:// address; 0 when it has none. */
 int ks_sp_listener_port(const ks_sp_listener *l);
 /* The listener's added pipes, oldest first; NULL after the last. */
 ks_sp_pipe *ks_sp_listener_first(const ks_sp_listener *l);
 ks_sp_pipe *ks_sp_pipe_next(const ks_sp_pipe *p);
 
 /*
- * Dials url ("tcp://host:port", a name or an address) speaking self to a
+ * Dials url ("tcp://host:port", a name or an address; or "ipc:///path")
+ * speaking self to a
  * peer of peer, and keeps one pipe to it: a pipe lost, or a connection
  * that fails, is dialled again after KS_SP_REDIAL_MIN_MS, doubling up to
  * KS_SP_REDIAL_MAX_MS (back to the least once a handshake completes). Its
@@ -100,7 +113,8 @@ ks_sp_pipe *ks_sp_dialer_pipe(const ks_sp_dialer *d);
 /* The pipe of id, or NULL when there is none (closed, or never was). */
 ks_sp_pipe *ks_sp_pipe_find(const ks_sp *sp, uint32_t id);
 uint32_t ks_sp_pipe_id(const ks_sp_pipe *p);
-/* The peer's address: "127.0.0.1", and "127.0.0.1:41234". */
+/* The peer's address: "127.0.0.1", and "127.0.0.1:41234"; over ipc://,
+ * "local" and the socket's url. */
 const char *ks_sp_pipe_host(const ks_sp_pipe *p);
 const char *ks_sp_pipe_peer(const ks_sp_pipe *p);
 /* What the caller keeps with a pipe (NULL at first). */

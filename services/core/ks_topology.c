@@ -10,9 +10,16 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/un.h>
 
 #define TCP_PREFIX     "tcp://"
 #define TCP_PREFIX_LEN (sizeof(TCP_PREFIX) - 1)
+#define IPC_PREFIX     "ipc://"
+#define IPC_PREFIX_LEN (sizeof(IPC_PREFIX) - 1)
+/* The longest name a socket adds to an ipc base: "-webhook-front". */
+#define IPC_SUFFIX_MAX (sizeof("-webhook-front") - 1)
+_Static_assert(KS_IPC_BASE_MAX + IPC_SUFFIX_MAX < sizeof(((struct sockaddr_un *)0)->sun_path),
+               "an ipc base and its longest socket name fit a unix socket's address");
 #define METHOD_PREFIX  "keelson."
 #define METHOD_VERSION ".v1."
 #define SERVICE_SUFFIX "Service"
@@ -97,13 +104,45 @@ int ks_service_of_method(const char *method)
         return -1;
 }
 
+/* A broker base: tcp's host span and port, or ipc's path span. */
+typedef struct base_url {
+        bool ipc;
+        const char *host; /* or the path */
+        size_t host_len;
+        long port;
+} base_url;
+
 /*
- * Splits "tcp://host:port" into the host span and the port. The host is a
- * name or IPv4 address, or a bracketed IPv6 address; the port is 1..65535
- * written in decimal with no sign, spaces or trailing characters.
+ * "ipc:///path": an absolute path of at most KS_IPC_BASE_MAX bytes, not
+ * ending in '/', with no comma, space or tab (the list's separators).
  */
-static int parse_base(const char *base, size_t len, const char **host, size_t *host_len, long *port)
+static int parse_ipc(const char *base, size_t len, base_url *out)
 {
+        const char *path = base + IPC_PREFIX_LEN;
+        size_t n = len - IPC_PREFIX_LEN;
+        if (n < 2 || n > KS_IPC_BASE_MAX || path[0] != '/' || path[n - 1] == '/') {
+                return -1;
+        }
+        for (size_t i = 0; i < n; i++) {
+                if (path[i] == ',' || path[i] == ' ' || path[i] == '\t' || path[i] == '\0') {
+                        return -1;
+                }
+        }
+        *out = (base_url){.ipc = true, .host = path, .host_len = n};
+        return 0;
+}
+
+/*
+ * Splits "tcp://host:port" into the host span and the port, or "ipc:///path"
+ * (parse_ipc). The host is a name or IPv4 address, or a bracketed IPv6
+ * address; the port is 1..65535 written in decimal with no sign, spaces or
+ * trailing characters.
+ */
+static int parse_base(const char *base, size_t len, base_url *out)
+{
+        if (len > IPC_PREFIX_LEN && strncmp(base, IPC_PREFIX, IPC_PREFIX_LEN) == 0) {
+                return parse_ipc(base, len, out);
+        }
         if (len <= TCP_PREFIX_LEN || len >= KS_URL_MAX ||
             strncmp(base, TCP_PREFIX, TCP_PREFIX_LEN) != 0) {
                 return -1;
@@ -138,9 +177,7 @@ static int parse_base(const char *base, size_t len, const char **host, size_t *h
         if (v < 1 || v > PORT_MAX) {
                 return -1;
         }
-        *host = h;
-        *host_len = (size_t)(colon - h);
-        *port = v;
+        *out = (base_url){.host = h, .host_len = (size_t)(colon - h), .port = v};
         return 0;
 }
 
@@ -164,26 +201,50 @@ static int side_offset(int service, ks_broker_side side, long *offset)
         return -1;
 }
 
+/* An ipc socket's name after its base: "-auth-front", "-events-in". */
+static const char *ipc_suffix(int service, ks_broker_side side, char *buf, size_t len)
+{
+        switch (side) {
+        case KS_SIDE_FRONT:
+        case KS_SIDE_BACK:
+                snprintf(buf, len, "-%s-%s", service_names[service],
+                         side == KS_SIDE_BACK ? "back" : "front");
+                return buf;
+        case KS_SIDE_EVENTS_IN:
+                return "-events-in";
+        case KS_SIDE_EVENTS_OUT:
+                return "-events-out";
+        }
+        return "";
+}
+
 int ks_broker_url(char *out, size_t out_len, const char *base, int service, ks_broker_side side)
 {
-        const char *host;
-        size_t host_len;
-        long port, offset;
+        base_url b;
+        long offset;
 
         if (out == NULL || out_len == 0 || base == NULL) {
                 return -1;
         }
-        if (parse_base(base, strlen(base), &host, &host_len, &port) != 0 ||
-            side_offset(service, side, &offset) != 0 || port + offset > PORT_MAX ||
-            host_len > (size_t)KS_URL_MAX) {
+        if (parse_base(base, strlen(base), &b) != 0 || side_offset(service, side, &offset) != 0 ||
+            (!b.ipc && b.port + offset > PORT_MAX) || b.host_len > (size_t)KS_URL_MAX) {
                 return -1;
         }
-        int n = snprintf(out, out_len, TCP_PREFIX "%.*s:%ld", (int)host_len, host, port + offset);
+        char suffix[32];
+        int n = b.ipc ? snprintf(out, out_len, IPC_PREFIX "%.*s%s", (int)b.host_len, b.host,
+                                 ipc_suffix(service, side, suffix, sizeof(suffix)))
+                      : snprintf(out, out_len, TCP_PREFIX "%.*s:%ld", (int)b.host_len, b.host,
+                                 b.port + offset);
         if (n < 0 || (size_t)n >= out_len) {
                 out[0] = '\0';
                 return -1;
         }
         return 0;
+}
+
+bool ks_broker_url_ipc(const char *base)
+{
+        return base != NULL && strncmp(base, IPC_PREFIX, IPC_PREFIX_LEN) == 0;
 }
 
 static bool is_space(char c)
@@ -217,11 +278,10 @@ int ks_broker_list(const char *list, char urls[][KS_URL_MAX], int max)
                 while (end > start && is_space(end[-1])) {
                         end--;
                 }
-                const char *host;
-                size_t host_len, len = (size_t)(end - start);
-                long port;
+                base_url b;
+                size_t len = (size_t)(end - start);
                 /* More brokers than the bound is an error, never a silent drop. */
-                if (count >= max || parse_base(start, len, &host, &host_len, &port) != 0) {
+                if (count >= max || parse_base(start, len, &b) != 0) {
                         return -1;
                 }
                 memcpy(urls[count], start, len);

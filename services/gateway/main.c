@@ -30,7 +30,7 @@ static const ks_config_var config_vars[] = {
                "port of the /healthz, /readyz and /metrics listener (0 = any free port; the port "
                "bound is logged as admin_port)"),
     KS_CFG_STR("KEELSON_BROKER_URL", gw_config, broker_url, "tcp://127.0.0.1:7400", KS_CFG_NONEMPTY,
-               "base address of every broker, tcp://host:port, comma-separated"),
+               "base address of every broker, tcp://host:port or ipc:///path, comma-separated"),
     KS_CFG_LOG_LEVEL(gw_config, log_level),
     KS_CFG_INT("KEELSON_GATEWAY_BODY_MAX_BYTES", gw_config, body_max_bytes, "1048576", 1024,
                67108864, "largest request body; bigger ones get 413 resource_exhausted"),

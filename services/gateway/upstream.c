@@ -44,7 +44,7 @@ static int add_target(gw_upstream *u, int service, const gw_config *cfg)
         const char *dial[KS_BROKERS_MAX];
         int n = ks_broker_list(cfg->broker_url, brokers, KS_BROKERS_MAX);
         if (n < 1) {
-                ks_log_error(NULL, "KEELSON_BROKER_URL: expected tcp://host:port[,...]", NULL);
+                ks_log_error(NULL, "KEELSON_BROKER_URL: expected " KS_BROKER_LIST_SYNTAX, NULL);
                 return -1;
         }
         for (int i = 0; i < n; i++) {

@@ -8,14 +8,17 @@
  *
  * Input: one flag byte, then the connection's bytes. Flag bit 0 sends the
  * right handshake first (so that mutations spend themselves on messages);
- * bits 1-2 choose how many pieces the bytes go in (1 to 4).
+ * bits 1-2 choose how many pieces the bytes go in (1 to 4); bit 3 connects
+ * over the listener's ipc address (a unix socket), where each frame is a
+ * type byte, 1, before its length.
  *
  * Beyond memory safety and leaks (ASan, LSan, UBSan), it checks that:
  *
  * - the messages handed to the callback are exactly the ones the bytes
  *   frame, in order, after a handshake naming the protocol expected: a
- *   64-bit big-endian length and that many bytes, until one is longer
- *   than the receive bound (then the pipe closes) or the bytes end;
+ *   64-bit big-endian length (over ipc: after a byte 1) and that many
+ *   bytes, until one is longer than the receive bound or, over ipc, a
+ *   frame's type is not 1 (then the pipe closes), or the bytes end;
  * - ks_sp_backtrace finds the first word with the high bit among the first
  *   KS_SP_HOPS_MAX, or none;
  * - a pipe that was added is removed once its peer has closed, and no
@@ -31,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "ks_log.h"
@@ -48,6 +52,7 @@ static struct {
         struct event_base *base;
         ks_sp *sp;
         int port;
+        struct sockaddr_un ipc; /* the listener's ipc address */
         /* this input's */
         int added, removed;
         ks_sp_pipe *pipe;
@@ -125,11 +130,20 @@ static void init(void)
 {
         static const ks_sp_callbacks cb = {on_added, on_message, on_removed};
         ks_sp_listener *l = NULL;
+        static char dir[] = "/tmp/fuzz_sp.XXXXXX";
+        char url[64];
         ks_log_init("fuzz", KS_LOG_ERROR);
+        if (mkdtemp(dir) == NULL) {
+                die("mkdtemp");
+        }
+        g.ipc.sun_family = AF_UNIX;
+        snprintf(g.ipc.sun_path, sizeof(g.ipc.sun_path), "%s/sp", dir);
+        snprintf(url, sizeof(url), "ipc://%s/sp", dir);
         if ((g.base = event_base_new()) == NULL ||
             ks_sp_new(&g.sp, g.base, RECV_MAX, SEND_MAX) != KS_OK ||
             ks_sp_listen(g.sp, "tcp://127.0.0.1:0", KS_SP_REP0, KS_SP_REQ0, &cb, NULL, &l) !=
-                KS_OK) {
+                KS_OK ||
+            ks_sp_listen_also(l, url) != KS_OK) {
                 die("setup");
         }
         g.port = ks_sp_listener_port(l);
@@ -155,28 +169,33 @@ static void settle(int client)
 }
 
 /* What the bytes frame: the messages a correct reader hands over. */
-static void expect(const uint8_t *p, size_t n, size_t *n_out, size_t *lens, uint64_t *sums)
+static void expect(const uint8_t *p, size_t n, bool ipc, size_t *n_out, size_t *lens,
+                   uint64_t *sums)
 {
         static const uint8_t header[8] = {0, 'S', 'P', 0, 0, KS_SP_REQ0, 0, 0};
+        size_t head = ipc ? 9 : 8;
         *n_out = 0;
         if (n < 8 || memcmp(p, header, 8) != 0) {
                 return;
         }
         size_t at = 8;
-        while (at + 8 <= n) {
-                uint64_t len = 0;
-                for (int i = 0; i < 8; i++) {
-                        len = len << 8 | p[at + (size_t)i];
+        while (at + head <= n) {
+                if (ipc && p[at] != 1) {
+                        return; /* closed: not a message frame */
                 }
-                if (len > RECV_MAX || at + 8 + len > n) {
+                uint64_t len = 0;
+                for (size_t i = head - 8; i < head; i++) {
+                        len = len << 8 | p[at + i];
+                }
+                if (len > RECV_MAX || at + head + len > n) {
                         return; /* closed, or incomplete */
                 }
                 if (*n_out < MSGS_MAX) {
                         lens[*n_out] = (size_t)len;
-                        sums[*n_out] = sum_of(p + at + 8, (size_t)len);
+                        sums[*n_out] = sum_of(p + at + head, (size_t)len);
                 }
                 (*n_out)++;
-                at += 8 + (size_t)len;
+                at += head + (size_t)len;
         }
 }
 
@@ -203,16 +222,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memcpy(bytes + n, data + 1, size - 1);
         n += size - 1;
         int pieces = 1 + ((flags >> 1) & 3);
+        bool ipc = (flags & 8) != 0;
 
         g.added = g.removed = 0;
         g.pipe = NULL;
         g.n_msgs = 0;
         g.events = 0;
 
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        int fd = socket(ipc ? AF_UNIX : AF_INET, SOCK_STREAM, 0);
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g.port)};
         sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        if (fd < 0 || (ipc ? connect(fd, (struct sockaddr *)&g.ipc, sizeof(g.ipc))
+                           : connect(fd, (struct sockaddr *)&sa, sizeof(sa))) != 0) {
                 die("connect");
         }
         settle(fd);
@@ -236,7 +257,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         settle(-1);
 
         size_t want_n = 0;
-        expect(bytes, n, &want_n, lens, sums);
+        expect(bytes, n, ipc, &want_n, lens, sums);
         if (g.n_msgs != want_n) {
                 fprintf(stderr, "fuzz_sp: %zu messages framed, %zu handed over\n", want_n,
                         g.n_msgs);

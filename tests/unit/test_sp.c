@@ -4,7 +4,11 @@
  * gateway do. A req socket's request reaches the listener with its request
  * id in front, and the reply it is sent back is what nng_recv returns; a
  * peer of another protocol is refused; a message over the bound closes its
- * pipe, and a closed pipe's id finds nothing.
+ * pipe, and a closed pipe's id finds nothing. The same over nng's ipc
+ * transport (unix sockets), on a second address of the same listener:
+ * nng's req dials it, ks_sp's dialer reaches nng's rep; a frame of another
+ * type closes the pipe; a socket file left by a process that is gone is
+ * replaced, one in use is not, and the file goes when the listener does.
  */
 #include <event2/event.h>
 #include <event2/thread.h>
@@ -15,7 +19,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -36,6 +44,9 @@ static ks_sp_listener *listener;
 static pthread_t thread;
 static atomic_int added, removed, messages;
 static atomic_uint last_id;
+static char last_host[KS_SP_HOST_MAX];
+static char dir[64];      /* a folder of this run's unix sockets */
+static char ipc_url[128]; /* the listener's second address: DIR/rep */
 
 /* Echoes each request: the same backtrace and request id, then "re:" and the body. */
 static void on_message(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg)
@@ -56,7 +67,7 @@ static void on_added(ks_sp_pipe *p, void *arg)
         (void)arg;
         atomic_store(&last_id, ks_sp_pipe_id(p));
         assert_ptr_equal(ks_sp_pipe_find(sp, ks_sp_pipe_id(p)), p);
-        assert_string_equal(ks_sp_pipe_host(p), "127.0.0.1");
+        snprintf(last_host, sizeof(last_host), "%s", ks_sp_pipe_host(p));
         atomic_fetch_add(&added, 1);
 }
 
@@ -89,10 +100,17 @@ static int setup(void **state)
         atomic_store(&added, 0);
         atomic_store(&removed, 0);
         atomic_store(&messages, 0);
+        last_host[0] = '\0';
+        snprintf(dir, sizeof(dir), "/tmp/test_sp.XXXXXX");
+        if (mkdtemp(dir) == NULL) {
+                return -1;
+        }
+        snprintf(ipc_url, sizeof(ipc_url), "ipc://%s/rep", dir);
         if (evthread_use_pthreads() != 0 || (base = event_base_new()) == NULL ||
             ks_sp_new(&sp, base, RECV_MAX, 1 << 20) != KS_OK ||
             ks_sp_listen(sp, "tcp://127.0.0.1:0", KS_SP_REP0, KS_SP_REQ0, &cb, NULL, &listener) !=
-                KS_OK) {
+                KS_OK ||
+            ks_sp_listen_also(listener, ipc_url) != KS_OK) {
                 return -1;
         }
         return pthread_create(&thread, NULL, loop_main, NULL);
@@ -105,6 +123,10 @@ static int teardown(void **state)
         pthread_join(thread, NULL);
         ks_sp_free(sp);
         event_base_free(base);
+        char path[160];
+        snprintf(path, sizeof(path), "%s/rep", dir);
+        unlink(path); /* gone already unless a test failed; rmdir needs it gone */
+        rmdir(dir);
         return 0;
 }
 
@@ -122,16 +144,14 @@ static void url_of(char *url, size_t len)
         snprintf(url, len, "tcp://127.0.0.1:%d", ks_sp_listener_port(listener));
 }
 
-static void test_nng_req_round_trip(void **state)
+static void req_round_trip(const char *url, const char *host)
 {
-        (void)state;
-        char url[64];
         nng_socket req;
-        url_of(url, sizeof(url));
         assert_int_equal(nng_req0_open(&req), 0);
         assert_int_equal(nng_socket_set_ms(req, NNG_OPT_RECVTIMEO, WAIT_MS), 0);
         assert_int_equal(nng_dial(req, url, NULL, 0), 0);
         assert_true(wait_for(&added, 1));
+        assert_string_equal(last_host, host);
         for (int i = 0; i < 3; i++) {
                 char body[16], *got = NULL;
                 size_t got_len = 0;
@@ -150,6 +170,156 @@ static void test_nng_req_round_trip(void **state)
         nng_close(req);
         assert_true(wait_for(&removed, 1));
         assert_null(ks_sp_pipe_find(sp, id)); /* racy only in theory: removed ran on the loop */
+}
+
+static void test_nng_req_round_trip(void **state)
+{
+        (void)state;
+        char url[64];
+        url_of(url, sizeof(url));
+        req_round_trip(url, "127.0.0.1");
+}
+
+/* nng's req over its ipc transport, to the listener's second address. */
+static void test_nng_req_round_trip_ipc(void **state)
+{
+        (void)state;
+        req_round_trip(ipc_url, "local");
+}
+
+/* Pipes of both addresses are the listener's, in the order they came. */
+static void test_both_addresses_one_listener(void **state)
+{
+        (void)state;
+        char url[64];
+        nng_socket a, b;
+        url_of(url, sizeof(url));
+        assert_int_equal(nng_req0_open(&a), 0);
+        assert_int_equal(nng_dial(a, url, NULL, 0), 0);
+        assert_true(wait_for(&added, 1));
+        assert_int_equal(nng_req0_open(&b), 0);
+        assert_int_equal(nng_dial(b, ipc_url, NULL, 0), 0);
+        assert_true(wait_for(&added, 2));
+        /* Read on the test's thread while the loop idles: nothing else touches the list. */
+        ks_sp_pipe *first = ks_sp_listener_first(listener);
+        assert_non_null(first);
+        assert_string_equal(ks_sp_pipe_host(first), "127.0.0.1");
+        ks_sp_pipe *second = ks_sp_pipe_next(first);
+        assert_non_null(second);
+        assert_string_equal(ks_sp_pipe_host(second), "local");
+        assert_string_equal(ks_sp_pipe_peer(second), ipc_url);
+        assert_null(ks_sp_pipe_next(second));
+        nng_close(a);
+        nng_close(b);
+        assert_true(wait_for(&removed, 2));
+}
+
+/* A raw unix socket connected to the listener's ipc address, handshake sent. */
+static int ipc_peer(void)
+{
+        struct sockaddr_un sun = {.sun_family = AF_UNIX};
+        assert_true(strlen(ipc_url) - strlen("ipc://") < sizeof(sun.sun_path));
+        memcpy(sun.sun_path, ipc_url + strlen("ipc://"), strlen(ipc_url) - strlen("ipc://") + 1);
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        assert_true(fd >= 0);
+        assert_int_equal(connect(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+        static const uint8_t hello[8] = {0, 'S', 'P', 0, 0, KS_SP_REQ0, 0, 0};
+        assert_int_equal(write(fd, hello, sizeof(hello)), (ssize_t)sizeof(hello));
+        assert_true(wait_for(&added, 1));
+        return fd;
+}
+
+/* Over ipc a frame is a type byte (1, a message) and the length: a message framed as tcp
+ * frames it is refused, as nng refuses it; framed as ipc it is answered. */
+static void test_ipc_framing(void **state)
+{
+        (void)state;
+        int fd = ipc_peer();
+        static const uint8_t msg[9 + 8] = {1,    0, 0, 0, 0,   0,   0,   0,  8,
+                                           0x80, 0, 0, 1, 'p', 'i', 'n', 'g'};
+        assert_int_equal(write(fd, msg, sizeof(msg)), (ssize_t)sizeof(msg));
+        uint8_t back[8 + 9 + 8 + 3];
+        ssize_t n = 0, got;
+        while (n < 8 + 9 + 11 && (got = read(fd, back + n, sizeof(back) - (size_t)n)) > 0) {
+                n += got; /* its handshake, then the reply */
+        }
+        assert_int_equal(n, 8 + 9 + 11);
+        assert_memory_equal(back + 8, "\x01\0\0\0\0\0\0\0\x0b\x80\0\0\x01re:ping", 9 + 11);
+        close(fd);
+        assert_true(wait_for(&removed, 1));
+
+        fd = ipc_peer();
+        static const uint8_t tcp_framed[8 + 8] = {0,    0, 0, 0, 0,   0,   0,   8,
+                                                  0x80, 0, 0, 2, 'p', 'i', 'n', 'g'};
+        assert_int_equal(write(fd, tcp_framed, sizeof(tcp_framed)), (ssize_t)sizeof(tcp_framed));
+        assert_true(wait_for(&removed, 2)); /* type 0 is no message */
+        assert_int_equal(atomic_load(&messages), 1);
+        close(fd);
+}
+
+/* The socket's file: one left by a process that is gone is replaced, one in use is not;
+ * it goes with the listener, unless another socket has taken its place. */
+static void test_ipc_socket_file(void **state)
+{
+        (void)state;
+        static const ks_sp_callbacks cb = {on_added, on_message, on_removed};
+        ks_sp_listener *other = NULL;
+        char path[160], url[170];
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/rep", dir);
+        /* In use: the listener of setup accepts on it. */
+        assert_int_equal(ks_sp_listen(sp, ipc_url, KS_SP_REP0, KS_SP_REQ0, &cb, NULL, &other),
+                         KS_UNAVAILABLE);
+        assert_null(other);
+
+        /* Left behind: a socket bound and closed without unlinking, as by a killed process. */
+        snprintf(path, sizeof(path), "%s/stale", dir);
+        snprintf(url, sizeof(url), "ipc://%s", path);
+        struct sockaddr_un sun = {.sun_family = AF_UNIX};
+        assert_true(strlen(path) < sizeof(sun.sun_path));
+        memcpy(sun.sun_path, path, strlen(path) + 1);
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        assert_int_equal(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+        close(fd);
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(ks_sp_listen_also(listener, url), KS_INVALID_ARGUMENT); /* 2 already */
+        assert_int_equal(ks_sp_listen(sp, url, KS_SP_REP0, KS_SP_REQ0, &cb, NULL, &other), KS_OK);
+        nng_socket req;
+        assert_int_equal(nng_req0_open(&req), 0);
+        assert_int_equal(nng_dial(req, url, NULL, 0), 0);
+        assert_true(wait_for(&added, 1));
+        nng_close(req);
+        assert_true(wait_for(&removed, 1));
+
+        /* Not a unix socket's url, or a path too long for one. */
+        char long_url[200] = "ipc:///";
+        memset(long_url + 7, 'a', 120);
+        assert_int_equal(ks_sp_listen(sp, long_url, KS_SP_REP0, KS_SP_REQ0, &cb, NULL, &other),
+                         KS_INVALID_ARGUMENT);
+        assert_int_equal(ks_sp_listen(sp, "ipc://", KS_SP_REP0, KS_SP_REQ0, &cb, NULL, &other),
+                         KS_INVALID_ARGUMENT);
+
+        /* Freed: the files go (teardown frees; checked here by freeing now). */
+        event_base_once(base, -1, EV_TIMEOUT, stop_cb, NULL, NULL);
+        pthread_join(thread, NULL);
+        ks_sp_free(sp);
+        assert_int_not_equal(stat(path, &st), 0);
+        snprintf(path, sizeof(path), "%s/rep", dir);
+        assert_int_not_equal(stat(path, &st), 0);
+        assert_int_equal(ks_sp_new(&sp, base, RECV_MAX, 1 << 20), KS_OK);
+
+        /* A file that another socket took after ours was bound stays. */
+        assert_int_equal(ks_sp_listen(sp, url, KS_SP_REP0, KS_SP_REQ0, &cb, NULL, &other), KS_OK);
+        snprintf(path, sizeof(path), "%s/stale", dir);
+        assert_int_equal(unlink(path), 0);
+        fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        assert_int_equal(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+        ks_sp_free(sp);
+        assert_int_equal(stat(path, &st), 0);
+        close(fd);
+        unlink(path);
+        assert_int_equal(ks_sp_new(&sp, base, RECV_MAX, 1 << 20), KS_OK);
+        assert_int_equal(pthread_create(&thread, NULL, loop_main, NULL), 0);
 }
 
 static void test_other_protocol_refused(void **state)
@@ -288,6 +458,32 @@ static void test_dialer_round_trip_and_redial(void **state)
         nng_close(rep);
 }
 
+/* ks_sp's dialer over ipc, to nng's rep listening on a unix socket. */
+static void test_dialer_ipc(void **state)
+{
+        (void)state;
+        static const ks_sp_callbacks cb = {d_on_added, d_on_message, d_on_removed};
+        char url[128];
+        snprintf(url, sizeof(url), "ipc://%s/nng-rep", dir);
+        atomic_store(&d_added, 0);
+        atomic_store(&d_messages, 0);
+        nng_socket rep;
+        assert_int_equal(nng_rep0_open(&rep), 0);
+        assert_int_equal(nng_socket_set_ms(rep, NNG_OPT_RECVTIMEO, WAIT_MS), 0);
+        assert_int_equal(nng_listen(rep, url, NULL, 0), 0);
+        event_base_once(base, -1, EV_TIMEOUT, stop_cb, NULL, NULL);
+        pthread_join(thread, NULL);
+        assert_int_equal(ks_sp_dial(sp, url, KS_SP_REQ0, KS_SP_REP0, &cb, NULL, &dialer), KS_OK);
+        assert_int_equal(pthread_create(&thread, NULL, loop_main, NULL), 0);
+        assert_true(wait_for(&d_added, 1));
+        event_base_once(base, -1, EV_TIMEOUT, send_ping, NULL, NULL);
+        rep_echo(rep);
+        assert_true(wait_for(&d_messages, 1));
+        assert_int_equal(d_reply_len, 8);
+        assert_memory_equal(d_reply, "\x80\x00\x00\x07pong", 8);
+        nng_close(rep);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -295,6 +491,11 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_other_protocol_refused, setup, teardown),
             cmocka_unit_test_setup_teardown(test_message_over_bound_closes, setup, teardown),
             cmocka_unit_test_setup_teardown(test_dialer_round_trip_and_redial, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_nng_req_round_trip_ipc, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_both_addresses_one_listener, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_ipc_framing, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_ipc_socket_file, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_dialer_ipc, setup, teardown),
         };
         int failed = cmocka_run_group_tests(tests, NULL, NULL);
         nng_fini(); /* nng frees closed sockets on its own threads: let it finish before leak checks

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/un.h>
 
 #include "ks_topology.h"
 
@@ -134,7 +135,14 @@ static void test_broker_url_rejects(void **state)
             "tcp://a/b:7400",
             "tcp://::1:7400",
             "tcp://[]:7400",
-            "ipc:///tmp/x:7400",
+            "ipc://",
+            "ipc://tmp/broker",   /* relative: processes may not share a working folder */
+            "ipc:///",            /* a folder, not a name */
+            "ipc:///tmp/broker/", /* ditto */
+            "ipc:///tmp/a,b",
+            "ipc:///tmp/a b",
+            "IPC:///tmp/broker",
+            "unix:///tmp/broker",
             "http://host:7400",
             "TCP://host:7400",
         };
@@ -148,6 +156,53 @@ static void test_broker_url_rejects(void **state)
         assert_int_equal(ks_broker_url(out, sizeof(out), "tcp://h:7400", -1, KS_SIDE_BACK), -1);
         assert_int_equal(ks_broker_url(out, sizeof(out), "tcp://h:7400", 0, (ks_broker_side)99),
                          -1);
+}
+
+static void test_broker_url_ipc(void **state)
+{
+        (void)state;
+        char out[KS_URL_MAX];
+        const char *base = "ipc:///run/keelson/broker";
+
+        assert_true(ks_broker_url_ipc(base));
+        assert_false(ks_broker_url_ipc("tcp://127.0.0.1:7400"));
+        assert_false(ks_broker_url_ipc(NULL));
+        assert_int_equal(ks_broker_url(out, sizeof(out), base, KS_SVC_AUTH, KS_SIDE_FRONT), 0);
+        assert_string_equal(out, "ipc:///run/keelson/broker-auth-front");
+        assert_int_equal(ks_broker_url(out, sizeof(out), base, KS_SVC_BILLING, KS_SIDE_BACK), 0);
+        assert_string_equal(out, "ipc:///run/keelson/broker-billing-back");
+        assert_int_equal(ks_broker_url(out, sizeof(out), base, KS_SVC_WEBHOOK, KS_SIDE_FRONT), 0);
+        assert_string_equal(out, "ipc:///run/keelson/broker-webhook-front");
+        assert_int_equal(ks_broker_url(out, sizeof(out), base, 0, KS_SIDE_EVENTS_IN), 0);
+        assert_string_equal(out, "ipc:///run/keelson/broker-events-in");
+        assert_int_equal(ks_broker_url(out, sizeof(out), base, 0, KS_SIDE_EVENTS_OUT), 0);
+        assert_string_equal(out, "ipc:///run/keelson/broker-events-out");
+        /* A path may hold what a host may not (a colon); a service outside the table has no
+         * socket. */
+        assert_int_equal(
+            ks_broker_url(out, sizeof(out), "ipc:///tmp/x:7400", KS_SVC_AUTH, KS_SIDE_BACK), 0);
+        assert_string_equal(out, "ipc:///tmp/x:7400-auth-back");
+        assert_int_equal(ks_broker_url(out, sizeof(out), base, KS_SVC_COUNT, KS_SIDE_FRONT), -1);
+}
+
+/* The longest socket name of the longest base still fits a unix socket's 108 bytes. */
+static void test_broker_url_ipc_length(void **state)
+{
+        (void)state;
+        char base[KS_URL_MAX], out[KS_URL_MAX];
+        char path[KS_IPC_BASE_MAX + 2];
+        memset(path, 'a', sizeof(path) - 1);
+        path[0] = '/';
+        path[KS_IPC_BASE_MAX] = '\0';
+        snprintf(base, sizeof(base), "ipc://%s", path);
+        assert_int_equal(ks_broker_url(out, sizeof(out), base, KS_SVC_WEBHOOK, KS_SIDE_FRONT), 0);
+        assert_true(strlen(out) - strlen("ipc://") < sizeof(((struct sockaddr_un *)0)->sun_path));
+        path[KS_IPC_BASE_MAX] = 'a';
+        path[KS_IPC_BASE_MAX + 1] = '\0';
+        snprintf(base, sizeof(base), "ipc://%s", path);
+        assert_int_equal(ks_broker_url(out, sizeof(out), base, KS_SVC_AUTH, KS_SIDE_FRONT), -1);
+        char urls[2][KS_URL_MAX];
+        assert_int_equal(ks_broker_list(base, urls, 2), -1);
 }
 
 static void test_broker_url_small_buffer(void **state)
@@ -175,6 +230,12 @@ static void test_broker_list(void **state)
         assert_string_equal(urls[0], "tcp://a:7400");
         assert_string_equal(urls[1], "tcp://b:7500");
         assert_string_equal(urls[2], "tcp://[::1]:7600");
+        /* A broker's own pair, and ipc bases as the services of one machine dial them. */
+        assert_int_equal(ks_broker_list("tcp://127.0.0.1:7400,ipc:///run/k/broker", urls, 2), 2);
+        assert_string_equal(urls[1], "ipc:///run/k/broker");
+        assert_int_equal(ks_broker_list("ipc:///run/k/broker, ipc:///run/k/broker-2", urls, 8), 2);
+        assert_string_equal(urls[0], "ipc:///run/k/broker");
+        assert_string_equal(urls[1], "ipc:///run/k/broker-2");
         assert_int_equal(ks_broker_list("", urls, KS_BROKERS_MAX), 0);
         assert_int_equal(ks_broker_list("   ", urls, KS_BROKERS_MAX), 0);
 }
@@ -188,6 +249,7 @@ static void test_broker_list_rejects(void **state)
         assert_int_equal(ks_broker_list("tcp://a:7400,,tcp://b:1", urls, KS_BROKERS_MAX), -1);
         assert_int_equal(ks_broker_list("tcp://a:7400,tcp://b", urls, KS_BROKERS_MAX), -1);
         assert_int_equal(ks_broker_list(",tcp://a:7400", urls, KS_BROKERS_MAX), -1);
+        assert_int_equal(ks_broker_list("tcp://a:7400,ipc://rel", urls, KS_BROKERS_MAX), -1);
         assert_int_equal(ks_broker_list(NULL, urls, KS_BROKERS_MAX), -1);
         /* More entries than the caller's max, or than KS_BROKERS_MAX. */
         assert_int_equal(ks_broker_list("tcp://a:1,tcp://b:2", urls, 1), -1);
@@ -208,6 +270,8 @@ int main(void)
             cmocka_unit_test(test_broker_url_hosts),
             cmocka_unit_test(test_broker_url_port_overflow),
             cmocka_unit_test(test_broker_url_rejects),
+            cmocka_unit_test(test_broker_url_ipc),
+            cmocka_unit_test(test_broker_url_ipc_length),
             cmocka_unit_test(test_broker_url_small_buffer),
             cmocka_unit_test(test_broker_list),
             cmocka_unit_test(test_broker_list_rejects),
