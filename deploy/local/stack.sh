@@ -710,7 +710,7 @@ super_dsn() { tcp_dsn postgres; }
 start_services() {
         local i
         # Each broker listens on its own bases alone; everyone else dials them all.
-        [ -z "$(ipc_dir)" ] || mkdir -p "$(ipc_dir)"
+        [ -z "$(ipc_dir)" ] || mkdir -p -m 0700 "$(ipc_dir)"
         for ((i = 0; i < BROKER_REPLICAS; i++)); do
                 spawn "$(broker_name $i)" env KEELSON_BROKER_URL="$(broker_listen_url $i)" \
                         KEELSON_BROKER_HTTP_HOST=127.0.0.1 \
