@@ -12,7 +12,9 @@
 # run it prints pages a second, p99, and the CPU a page cost the gateway,
 # the billing replicas, the broker and PostgreSQL (/proc before and after
 # the run). Runs of one round share the machine's state; compare within a
-# round. Needs wrk, curl.
+# round. STACK_ARGS_A and STACK_ARGS_B add options to one side's stack.sh
+# start: STACK_ARGS_A=--tcp with the same build twice compares the services'
+# unix sockets (PostgreSQL's and the brokers') with TCP. Needs wrk, curl.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -41,11 +43,12 @@ trap cleanup EXIT
 
 export KEELSON_GATEWAY_RATE_API=off KEELSON_GATEWAY_RATE_AUTH=off
 
-# stack NAME BUILD: a stack in $WORK/NAME with a tenant of 60 customers; its wrk script.
+# stack NAME BUILD [STACK OPTIONS]: a stack in $WORK/NAME with a tenant of 60 customers; its
+# wrk script.
 stack() {
         local dir=$WORK/$1 gw token
         "$STACK_SH" start --dir "$dir" --bin "$2" --free-ports --auth-replicas 2 \
-                --billing-replicas 2 --ledger-replicas 2 --unsafe-fast >/dev/null
+                --billing-replicas 2 --ledger-replicas 2 --unsafe-fast "${@:3}" >/dev/null
         gw=$(sed -n 's/^KEELSON_IT_GATEWAY_URL=//p' "$dir/env")
         curl -sS -o /dev/null "$gw/keelson.auth.v1.AuthService/SignUp" -H 'Content-Type: application/json' \
                 -d "{\"email\":\"list@example.test\",\"password\":\"$PASSWORD\",\"tenantName\":\"List\"}"
@@ -117,9 +120,12 @@ run() {
                 $(((r1 - r0) * 1000000 / hz / n)) $(((p1 - p0) * 1000000 / hz / n))
 }
 
-stack a "$A"
-stack b "$B"
-echo "ListCustomers (50 a page), wrk -t2 -c50, ${SECONDS_PER_RUN} s a run; a: $A, b: $B"
+read -ra args_a <<<"${STACK_ARGS_A-}"
+read -ra args_b <<<"${STACK_ARGS_B-}"
+stack a "$A" "${args_a[@]+"${args_a[@]}"}"
+stack b "$B" "${args_b[@]+"${args_b[@]}"}"
+echo "ListCustomers (50 a page), wrk -t2 -c50, ${SECONDS_PER_RUN} s a run;" \
+        "a: $A ${STACK_ARGS_A-}, b: $B ${STACK_ARGS_B-}"
 echo "CPU µs a page:        req/s       p99   gateway   billing    broker  postgres"
 for r in $(seq 1 "$ROUNDS"); do
         echo "round $r"

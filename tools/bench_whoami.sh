@@ -4,7 +4,8 @@
 # The sourcing script sets BENCH_NAME (for messages), ROOT, BUILD and WORK (a
 # temporary folder this removes on exit), and exports its rate limits before
 # calling whoami_session. nginx, when started with its pid in $WORK/nginx.pid,
-# is stopped on exit too.
+# is stopped on exit too. STACK_ARGS adds options to stack.sh start
+# (STACK_ARGS=--tcp: the services reach PostgreSQL and the broker over TCP).
 
 STACK_SH=$ROOT/deploy/local/stack.sh
 PASSWORD="correct horse battery staple"
@@ -48,8 +49,10 @@ free_port() {
 # logged in: sets GW (the gateway's URL), TOKEN (the session) and BODY
 # (WhoAmI's JSON reply, the body nginx is given to return).
 whoami_session() {
-        local email
-        "$STACK_SH" start --dir "$WORK/stack" --bin "$BUILD" --free-ports --auth-replicas 2 >/dev/null
+        local email args
+        read -ra args <<<"${STACK_ARGS-}"
+        "$STACK_SH" start --dir "$WORK/stack" --bin "$BUILD" --free-ports --auth-replicas 2 \
+                "${args[@]+"${args[@]}"}" >/dev/null
         GW=$(sed -n 's/^KEELSON_IT_GATEWAY_URL=//p' "$WORK/stack/env")
         email="bench-$RANDOM$RANDOM@example.test"
         curl -sS -o /dev/null "$GW/keelson.auth.v1.AuthService/SignUp" -H 'Content-Type: application/json' \

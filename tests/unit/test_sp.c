@@ -416,6 +416,26 @@ static void rep_echo(nng_socket rep)
         assert_int_equal(nng_send(rep, "pong", 4, 0), 0);
 }
 
+/* nng's rep listening on url. */
+static nng_socket rep_listen(const char *url)
+{
+        nng_socket rep;
+        assert_int_equal(nng_rep0_open(&rep), 0);
+        assert_int_equal(nng_socket_set_ms(rep, NNG_OPT_RECVTIMEO, WAIT_MS), 0);
+        assert_int_equal(nng_listen(rep, url, NULL, 0), 0);
+        return rep;
+}
+
+/* The dialer's ping, rep's pong: the dialer's nth message is the reply, request id first. */
+static void ping_pong(nng_socket rep, int nth)
+{
+        event_base_once(base, -1, EV_TIMEOUT, send_ping, NULL, NULL);
+        rep_echo(rep);
+        assert_true(wait_for(&d_messages, nth));
+        assert_int_equal(d_reply_len, 8);
+        assert_memory_equal(d_reply, "\x80\x00\x00\x07pong", 8);
+}
+
 static void test_dialer_round_trip_and_redial(void **state)
 {
         (void)state;
@@ -434,27 +454,16 @@ static void test_dialer_round_trip_and_redial(void **state)
         usleep(300 * 1000);
         assert_int_equal(atomic_load(&d_added), 0);
 
-        nng_socket rep;
-        assert_int_equal(nng_rep0_open(&rep), 0);
-        assert_int_equal(nng_socket_set_ms(rep, NNG_OPT_RECVTIMEO, WAIT_MS), 0);
-        assert_int_equal(nng_listen(rep, url, NULL, 0), 0);
+        nng_socket rep = rep_listen(url);
         assert_true(wait_for(&d_added, 1)); /* within the backoff */
-        event_base_once(base, -1, EV_TIMEOUT, send_ping, NULL, NULL);
-        rep_echo(rep);
-        assert_true(wait_for(&d_messages, 1));
-        assert_int_equal(d_reply_len, 8);
-        assert_memory_equal(d_reply, "\x80\x00\x00\x07pong", 8);
+        ping_pong(rep, 1);
 
         /* The listener goes and comes back: the pipe is removed, then dialled again. */
         nng_close(rep);
         assert_true(wait_for(&d_removed, 1));
-        assert_int_equal(nng_rep0_open(&rep), 0);
-        assert_int_equal(nng_socket_set_ms(rep, NNG_OPT_RECVTIMEO, WAIT_MS), 0);
-        assert_int_equal(nng_listen(rep, url, NULL, 0), 0);
+        rep = rep_listen(url);
         assert_true(wait_for(&d_added, 2));
-        event_base_once(base, -1, EV_TIMEOUT, send_ping, NULL, NULL);
-        rep_echo(rep);
-        assert_true(wait_for(&d_messages, 2));
+        ping_pong(rep, 2);
         nng_close(rep);
 }
 
@@ -467,20 +476,13 @@ static void test_dialer_ipc(void **state)
         snprintf(url, sizeof(url), "ipc://%s/nng-rep", dir);
         atomic_store(&d_added, 0);
         atomic_store(&d_messages, 0);
-        nng_socket rep;
-        assert_int_equal(nng_rep0_open(&rep), 0);
-        assert_int_equal(nng_socket_set_ms(rep, NNG_OPT_RECVTIMEO, WAIT_MS), 0);
-        assert_int_equal(nng_listen(rep, url, NULL, 0), 0);
+        nng_socket rep = rep_listen(url);
         event_base_once(base, -1, EV_TIMEOUT, stop_cb, NULL, NULL);
         pthread_join(thread, NULL);
         assert_int_equal(ks_sp_dial(sp, url, KS_SP_REQ0, KS_SP_REP0, &cb, NULL, &dialer), KS_OK);
         assert_int_equal(pthread_create(&thread, NULL, loop_main, NULL), 0);
         assert_true(wait_for(&d_added, 1));
-        event_base_once(base, -1, EV_TIMEOUT, send_ping, NULL, NULL);
-        rep_echo(rep);
-        assert_true(wait_for(&d_messages, 1));
-        assert_int_equal(d_reply_len, 8);
-        assert_memory_equal(d_reply, "\x80\x00\x00\x07pong", 8);
+        ping_pong(rep, 1);
         nng_close(rep);
 }
 

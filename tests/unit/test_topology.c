@@ -61,38 +61,33 @@ static void test_service_of_method_rejects(void **state)
         }
 }
 
+/* The url of a socket of the broker at base is want. */
+static void expect_url(const char *base, int service, ks_broker_side side, const char *want)
+{
+        char out[KS_URL_MAX];
+        assert_int_equal(ks_broker_url(out, sizeof(out), base, service, side), 0);
+        assert_string_equal(out, want);
+}
+
 static void test_broker_url_offsets(void **state)
 {
         (void)state;
-        char out[KS_URL_MAX];
         const char *base = "tcp://127.0.0.1:7400";
 
-        assert_int_equal(ks_broker_url(out, sizeof(out), base, KS_SVC_AUTH, KS_SIDE_FRONT), 0);
-        assert_string_equal(out, "tcp://127.0.0.1:7400");
-        assert_int_equal(ks_broker_url(out, sizeof(out), base, KS_SVC_AUTH, KS_SIDE_BACK), 0);
-        assert_string_equal(out, "tcp://127.0.0.1:7401");
-        assert_int_equal(ks_broker_url(out, sizeof(out), base, KS_SVC_LEDGER, KS_SIDE_FRONT), 0);
-        assert_string_equal(out, "tcp://127.0.0.1:7404");
-        assert_int_equal(ks_broker_url(out, sizeof(out), base, KS_SVC_SUMMARY, KS_SIDE_BACK), 0);
-        assert_string_equal(out, "tcp://127.0.0.1:7409");
-        assert_int_equal(ks_broker_url(out, sizeof(out), base, 0, KS_SIDE_EVENTS_IN), 0);
-        assert_string_equal(out, "tcp://127.0.0.1:7440");
-        assert_int_equal(ks_broker_url(out, sizeof(out), base, 0, KS_SIDE_EVENTS_OUT), 0);
-        assert_string_equal(out, "tcp://127.0.0.1:7441");
+        expect_url(base, KS_SVC_AUTH, KS_SIDE_FRONT, "tcp://127.0.0.1:7400");
+        expect_url(base, KS_SVC_AUTH, KS_SIDE_BACK, "tcp://127.0.0.1:7401");
+        expect_url(base, KS_SVC_LEDGER, KS_SIDE_FRONT, "tcp://127.0.0.1:7404");
+        expect_url(base, KS_SVC_SUMMARY, KS_SIDE_BACK, "tcp://127.0.0.1:7409");
+        expect_url(base, 0, KS_SIDE_EVENTS_IN, "tcp://127.0.0.1:7440");
+        expect_url(base, 0, KS_SIDE_EVENTS_OUT, "tcp://127.0.0.1:7441");
 }
 
 static void test_broker_url_hosts(void **state)
 {
         (void)state;
-        char out[KS_URL_MAX];
-
-        assert_int_equal(ks_broker_url(out, sizeof(out), "tcp://broker-0.keelson:1000",
-                                       KS_SVC_BILLING, KS_SIDE_BACK),
-                         0);
-        assert_string_equal(out, "tcp://broker-0.keelson:1003");
-        assert_int_equal(
-            ks_broker_url(out, sizeof(out), "tcp://[::1]:7400", KS_SVC_AUTH, KS_SIDE_BACK), 0);
-        assert_string_equal(out, "tcp://[::1]:7401");
+        expect_url("tcp://broker-0.keelson:1000", KS_SVC_BILLING, KS_SIDE_BACK,
+                   "tcp://broker-0.keelson:1003");
+        expect_url("tcp://[::1]:7400", KS_SVC_AUTH, KS_SIDE_BACK, "tcp://[::1]:7401");
 }
 
 static void test_broker_url_port_overflow(void **state)
@@ -101,9 +96,7 @@ static void test_broker_url_port_overflow(void **state)
         char out[KS_URL_MAX];
 
         /* 65494 + 41 = 65535 is the last valid port; one more overflows. */
-        assert_int_equal(ks_broker_url(out, sizeof(out), "tcp://h:65494", 0, KS_SIDE_EVENTS_OUT),
-                         0);
-        assert_string_equal(out, "tcp://h:65535");
+        expect_url("tcp://h:65494", 0, KS_SIDE_EVENTS_OUT, "tcp://h:65535");
         assert_int_equal(ks_broker_url(out, sizeof(out), "tcp://h:65495", 0, KS_SIDE_EVENTS_OUT),
                          -1);
         assert_int_equal(
@@ -167,21 +160,14 @@ static void test_broker_url_ipc(void **state)
         assert_true(ks_broker_url_ipc(base));
         assert_false(ks_broker_url_ipc("tcp://127.0.0.1:7400"));
         assert_false(ks_broker_url_ipc(NULL));
-        assert_int_equal(ks_broker_url(out, sizeof(out), base, KS_SVC_AUTH, KS_SIDE_FRONT), 0);
-        assert_string_equal(out, "ipc:///run/keelson/broker-auth-front");
-        assert_int_equal(ks_broker_url(out, sizeof(out), base, KS_SVC_BILLING, KS_SIDE_BACK), 0);
-        assert_string_equal(out, "ipc:///run/keelson/broker-billing-back");
-        assert_int_equal(ks_broker_url(out, sizeof(out), base, KS_SVC_WEBHOOK, KS_SIDE_FRONT), 0);
-        assert_string_equal(out, "ipc:///run/keelson/broker-webhook-front");
-        assert_int_equal(ks_broker_url(out, sizeof(out), base, 0, KS_SIDE_EVENTS_IN), 0);
-        assert_string_equal(out, "ipc:///run/keelson/broker-events-in");
-        assert_int_equal(ks_broker_url(out, sizeof(out), base, 0, KS_SIDE_EVENTS_OUT), 0);
-        assert_string_equal(out, "ipc:///run/keelson/broker-events-out");
+        expect_url(base, KS_SVC_AUTH, KS_SIDE_FRONT, "ipc:///run/keelson/broker-auth-front");
+        expect_url(base, KS_SVC_BILLING, KS_SIDE_BACK, "ipc:///run/keelson/broker-billing-back");
+        expect_url(base, KS_SVC_WEBHOOK, KS_SIDE_FRONT, "ipc:///run/keelson/broker-webhook-front");
+        expect_url(base, 0, KS_SIDE_EVENTS_IN, "ipc:///run/keelson/broker-events-in");
+        expect_url(base, 0, KS_SIDE_EVENTS_OUT, "ipc:///run/keelson/broker-events-out");
         /* A path may hold what a host may not (a colon); a service outside the table has no
          * socket. */
-        assert_int_equal(
-            ks_broker_url(out, sizeof(out), "ipc:///tmp/x:7400", KS_SVC_AUTH, KS_SIDE_BACK), 0);
-        assert_string_equal(out, "ipc:///tmp/x:7400-auth-back");
+        expect_url("ipc:///tmp/x:7400", KS_SVC_AUTH, KS_SIDE_BACK, "ipc:///tmp/x:7400-auth-back");
         assert_int_equal(ks_broker_url(out, sizeof(out), base, KS_SVC_COUNT, KS_SIDE_FRONT), -1);
 }
 
