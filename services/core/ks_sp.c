@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -440,6 +441,24 @@ size_t ks_sp_pending(const ks_sp_pipe *p)
         return evbuffer_get_length(bufferevent_get_output(p->bev));
 }
 
+/*
+ * Writes what the socket takes of iov now, when nothing waits before it: a
+ * message then costs one sendmsg, where the bufferevent would arm the
+ * socket's write event, wake on it, write and disarm it (two epoll_ctl and
+ * a turn of the loop). The bytes written: 0 when something waits, the
+ * socket takes nothing now, or fails (the bufferevent's own write meets the
+ * error then, and closes the pipe as for any other).
+ */
+static size_t write_now(ks_sp_pipe *p, struct iovec *iov, int n)
+{
+        if (!p->added || ks_sp_pending(p) > 0) {
+                return 0;
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(bufferevent_getfd(p->bev), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        return w > 0 ? (size_t)w : 0;
+}
+
 int ks_sp_send(ks_sp_pipe *p, const void *head, size_t head_len, const void *body, size_t body_len)
 {
         if (p->closing || ks_sp_pending(p) > p->sp->send_max) {
@@ -453,12 +472,20 @@ int ks_sp_send(ks_sp_pipe *p, const void *head, size_t head_len, const void *bod
                 frame[i - 1] = (uint8_t)len;
                 len >>= 8;
         }
+        struct iovec iov[3] = {{frame, frame_len},
+                               {(void *)(uintptr_t)head, head_len},
+                               {(void *)(uintptr_t)body, body_len}};
+        size_t written = write_now(p, iov, 3);
         struct evbuffer *out = bufferevent_get_output(p->bev);
-        if (evbuffer_add(out, frame, frame_len) != 0 ||
-            (head_len > 0 && evbuffer_add(out, head, head_len) != 0) ||
-            (body_len > 0 && evbuffer_add(out, body, body_len) != 0)) {
-                ks_sp_close(p); /* a partial frame would desynchronise the peer */
-                return -1;
+        for (int i = 0; i < 3; i++) { /* the rest, after what was written */
+                size_t skip = written < iov[i].iov_len ? written : iov[i].iov_len;
+                written -= skip;
+                if (iov[i].iov_len > skip &&
+                    evbuffer_add(out, (const uint8_t *)iov[i].iov_base + skip,
+                                 iov[i].iov_len - skip) != 0) {
+                        ks_sp_close(p); /* a partial frame would desynchronise the peer */
+                        return -1;
+                }
         }
         return 0;
 }

@@ -849,11 +849,11 @@ static void head_put(char *head, size_t *n, const char *s)
  * -1 for a reply streamed in chunks (close-delimited on HTTP/1.0). Returns
  * whether the connection closes after it.
  */
-static bool h1_head(gw_req *r, int status, const char *content_type, int64_t len)
+static bool h1_head(gw_req *r, struct evbuffer *out, int status, const char *content_type,
+                    int64_t len)
 {
         conn *c = r->c;
         bool close = !c->keep_alive || c->f->draining || (len < 0 && r->h.minor_version == 0);
-        struct evbuffer *out = bufferevent_get_output(c->bev);
         /* Composed by hand: a printf per field was a tenth of a short reply's cost. */
         char head[HEAD_PART_MAX];
         size_t n = 0;
@@ -913,16 +913,47 @@ static void h1_done(gw_req *r, bool close)
         }
 }
 
+/*
+ * Where a reply to c is composed: the front's reply buffer when nothing of
+ * c's waits to be written and c is plain TCP (write_reply then writes it at
+ * once), else c's output.
+ */
+static struct evbuffer *reply_buffer(conn *c)
+{
+        struct evbuffer *out = bufferevent_get_output(c->bev);
+        return !c->tls && evbuffer_get_length(out) == 0 ? c->f->reply : out;
+}
+
+/*
+ * A reply composed in reply_buffer's: what the socket takes now is written
+ * with one writev, the rest goes to c's output for the bufferevent. Written
+ * through the bufferevent, every reply armed the socket's write event, woke
+ * on it and disarmed it: two epoll_ctl and a turn of the loop. A failed
+ * write leaves the reply to the bufferevent, which meets the error and ends
+ * the connection as for any other.
+ */
+static void write_reply(conn *c, struct evbuffer *composed)
+{
+        struct evbuffer *out = bufferevent_get_output(c->bev);
+        if (composed == out) {
+                return;
+        }
+        (void)evbuffer_write(composed, bufferevent_getfd(c->bev));
+        evbuffer_add_buffer(out, composed); /* what is left, if any; composed is then empty */
+}
+
 void gw_req_reply(gw_req *r, int status, const char *content_type, const void *body, size_t len)
 {
         if (r->h2 != NULL) {
                 gw_h2_reply(r, status, content_type, body, len);
                 return;
         }
-        bool close = h1_head(r, status, content_type, (int64_t)len);
+        struct evbuffer *out = reply_buffer(r->c);
+        bool close = h1_head(r, out, status, content_type, (int64_t)len);
         if (!r->is_head && status != 304 && len > 0) {
-                evbuffer_add(bufferevent_get_output(r->c->bev), body, len);
+                evbuffer_add(out, body, len);
         }
+        write_reply(r->c, out);
         h1_done(r, close);
 }
 
@@ -933,7 +964,7 @@ void gw_req_reply(gw_req *r, int status, const char *content_type, const void *b
  */
 static void h1_stream_open(gw_req *r, int status, const char *content_type)
 {
-        r->h1_close = h1_head(r, status, content_type, -1);
+        r->h1_close = h1_head(r, bufferevent_get_output(r->c->bev), status, content_type, -1);
         r->h1_open = true;
 }
 
@@ -1276,7 +1307,8 @@ int gw_front_new(gw_front **out, struct event_base *base, const char *host, int 
         if (metrics_setup(f) != 0 || ks_hmap_init(&f->by_ip, slots) != 0 ||
             (f->ips = calloc(slots, sizeof(*f->ips))) == NULL ||
             (f->free_ips = malloc(slots * sizeof(*f->free_ips))) == NULL ||
-            (f->resume_ev = evtimer_new(base, on_resume, f)) == NULL) {
+            (f->resume_ev = evtimer_new(base, on_resume, f)) == NULL ||
+            (f->reply = evbuffer_new()) == NULL) {
                 gw_front_free(f);
                 return -1;
         }
@@ -1337,6 +1369,9 @@ void gw_front_free(gw_front *f)
         }
         if (f->resume_ev != NULL) {
                 event_free(f->resume_ev);
+        }
+        if (f->reply != NULL) {
+                evbuffer_free(f->reply);
         }
         ks_hmap_fini(&f->by_ip);
         free(f->ips);

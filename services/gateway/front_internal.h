@@ -106,6 +106,7 @@ struct gw_front {
         ks_counter *errors[STATUS_KINDS];
         char refused_reply[256]; /* the 503 written to a connection over a cap */
         size_t refused_reply_len;
+        struct evbuffer *reply; /* a reply composed before it is written (write_reply) */
 };
 
 /*
