@@ -30,6 +30,7 @@
 #define FRAME_IPC    9 /* ... the type, then the length */
 #define FRAME_MAX    FRAME_IPC
 #define SUN_PATH_MAX sizeof(((struct sockaddr_un *)0)->sun_path)
+#define READ_BYTES   16384 /* a read's room, as libevent's bufferevent reads */
 #define SLOT_BITS    16
 #define SLOT_MASK    ((1u << SLOT_BITS) - 1)
 #define GEN_MASK     0x7fffu /* ids keep the high bit clear: req/rep backtraces need it so */
@@ -47,7 +48,9 @@ typedef struct endpoint {
 struct ks_sp_pipe {
         ks_sp *sp;
         endpoint *ep;
-        struct bufferevent *bev;
+        struct bufferevent *bev; /* connects and writes; the pipe reads itself (on_readable) */
+        struct event *rev;       /* readable, and the handshake's deadline */
+        struct evbuffer *in;     /* read, not yet a whole message */
         ks_sp_pipe *prev, *next; /* the listener's added pipes; next: the dead ones once closed */
         uint32_t id;
         uint32_t slot;
@@ -127,13 +130,22 @@ static void peer_of(const struct sockaddr *sa, char *host, size_t host_len, char
                     size_t peer_len);
 static void redial_later(ks_sp_dialer *d);
 
+static void pipe_free(ks_sp_pipe *p)
+{
+        if (p->rev != NULL) {
+                event_free(p->rev);
+        }
+        evbuffer_free(p->in);
+        bufferevent_free(p->bev);
+        free(p);
+}
+
 static void free_dead(ks_sp *sp)
 {
         while (sp->dead != NULL) {
                 ks_sp_pipe *p = sp->dead;
                 sp->dead = p->next;
-                bufferevent_free(p->bev);
-                free(p);
+                pipe_free(p);
         }
 }
 
@@ -154,6 +166,9 @@ static void pipe_detach(ks_sp_pipe *p, bool quiet)
         }
         p->closing = true;
         bufferevent_disable(p->bev, EV_READ | EV_WRITE);
+        if (p->rev != NULL) {
+                event_del(p->rev);
+        }
         if (p->added) {
                 if (p->prev != NULL) {
                         p->prev->next = p->next;
@@ -203,7 +218,10 @@ static void handshake(ks_sp_pipe *p, struct evbuffer *in)
                 ks_sp_close(p);
                 return;
         }
-        bufferevent_set_timeouts(p->bev, NULL, NULL);
+        if (event_del(p->rev) != 0 || event_add(p->rev, NULL) != 0) { /* no deadline now */
+                ks_sp_close(p);
+                return;
+        }
         p->added = true;
         p->prev = l->last;
         if (l->last != NULL) {
@@ -220,10 +238,9 @@ static void handshake(ks_sp_pipe *p, struct evbuffer *in)
         }
 }
 
-static void on_read(struct bufferevent *bev, void *arg)
+/* The handshake, then every whole message in; what is left waits for more bytes. */
+static void consume(ks_sp_pipe *p, struct evbuffer *in)
 {
-        ks_sp_pipe *p = arg;
-        struct evbuffer *in = bufferevent_get_input(bev);
         if (!p->added) {
                 if (evbuffer_get_length(in) < KS_SP_HEADER_BYTES) {
                         return;
@@ -269,15 +286,54 @@ static void on_read(struct bufferevent *bev, void *arg)
         }
 }
 
-/* Our 8 bytes, and the handshake's deadline: at once on an accepted connection, on a
- * dialled one once it is connected. */
+/*
+ * The socket is readable (or the handshake's deadline passed): one read
+ * into the input. Read here, not by the bufferevent, whose every read asks
+ * the kernel first how much there is (ioctl FIONREAD): a system call per
+ * message on every hop.
+ */
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+        ks_sp_pipe *p = arg;
+        if ((what & EV_TIMEOUT) != 0) {
+                ks_sp_close(p); /* no handshake in time */
+                return;
+        }
+        struct evbuffer *in = p->in;
+        struct evbuffer_iovec v;
+        if (evbuffer_reserve_space(in, READ_BYTES, &v, 1) < 1) {
+                ks_sp_close(p);
+                return;
+        }
+        ssize_t n = read(fd, v.iov_base, v.iov_len);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+                return; /* the space reserved is not committed */
+        }
+        if (n <= 0) {
+                ks_sp_close(p); /* the peer closed, or an error */
+                return;
+        }
+        v.iov_len = (size_t)n;
+        if (evbuffer_commit_space(in, &v, 1) != 0) {
+                ks_sp_close(p);
+                return;
+        }
+        consume(p, in);
+}
+
+/* Our 8 bytes, then reading with the handshake's deadline: at once on an accepted
+ * connection, on a dialled one once it is connected. */
 static void hello(ks_sp_pipe *p)
 {
         uint8_t h[KS_SP_HEADER_BYTES];
         header_of(h, p->ep->self);
         bufferevent_write(p->bev, h, sizeof(h));
         struct timeval tv = {KS_SP_HANDSHAKE_MS / 1000, (KS_SP_HANDSHAKE_MS % 1000) * 1000};
-        bufferevent_set_timeouts(p->bev, &tv, NULL);
+        p->rev =
+            event_new(p->sp->base, bufferevent_getfd(p->bev), EV_READ | EV_PERSIST, on_readable, p);
+        if (p->rev == NULL || event_add(p->rev, &tv) != 0) {
+                ks_sp_close(p);
+        }
 }
 
 static void on_event(struct bufferevent *bev, short what, void *arg)
@@ -347,12 +403,17 @@ static ks_sp_pipe *pipe_new(endpoint *ep, evutil_socket_t fd)
         ks_sp *sp = ep->sp;
         uint32_t slot = sp->n_pipes < KS_SP_PIPES_MAX ? slot_take(sp) : 0;
         ks_sp_pipe *p = slot != 0 ? calloc(1, sizeof(*p)) : NULL;
+        struct evbuffer *in = p != NULL ? evbuffer_new() : NULL;
         struct bufferevent *bev =
-            p != NULL ? bufferevent_socket_new(sp->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
+            in != NULL ? bufferevent_socket_new(sp->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
         if (bev == NULL) {
+                if (in != NULL) {
+                        evbuffer_free(in);
+                }
                 free(p);
                 return NULL;
         }
+        p->in = in;
         p->sp = sp;
         p->ep = ep;
         p->bev = bev;
@@ -361,7 +422,7 @@ static ks_sp_pipe *pipe_new(endpoint *ep, evutil_socket_t fd)
         p->id = (uint32_t)sp->gens[slot] << SLOT_BITS | slot;
         sp->slots[slot] = p;
         sp->n_pipes++;
-        bufferevent_setcb(bev, on_read, NULL, on_event, p);
+        bufferevent_setcb(bev, NULL, NULL, on_event, p);
         return p;
 }
 
@@ -387,8 +448,8 @@ static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sock
                 setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
                 peer_of(sa, p->host, sizeof(p->host), p->peer, sizeof(p->peer));
         }
+        bufferevent_enable(p->bev, EV_WRITE);
         hello(p);
-        bufferevent_enable(p->bev, EV_READ | EV_WRITE);
 }
 
 ks_sp_pipe *ks_sp_pipe_find(const ks_sp *sp, uint32_t id)
@@ -693,7 +754,7 @@ static void dial_connect(ks_sp_pipe *p, evutil_socket_t fd, const struct sockadd
                 ks_sp_close(p);
                 return;
         }
-        bufferevent_enable(p->bev, EV_READ | EV_WRITE);
+        bufferevent_enable(p->bev, EV_WRITE); /* reads start once connected (hello) */
         if (bufferevent_socket_connect(p->bev, sa, (int)sa_len) != 0) {
                 ks_sp_close(p);
         }
@@ -836,8 +897,7 @@ void ks_sp_free(ks_sp *sp)
                 ks_sp_pipe *p = sp->slots[s];
                 if (p != NULL) {
                         pipe_detach(p, true);
-                        bufferevent_free(p->bev);
-                        free(p);
+                        pipe_free(p);
                 }
         }
         while (sp->dialers != NULL) {
