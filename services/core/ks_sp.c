@@ -16,7 +16,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -51,6 +50,9 @@ struct ks_sp_pipe {
         struct bufferevent *bev; /* connects and writes; the pipe reads itself (on_readable) */
         struct event *rev;       /* readable, and the handshake's deadline */
         struct evbuffer *in;     /* read, not yet a whole message */
+        struct evbuffer *out;    /* sent in this turn of the loop, for on_flush to write */
+        ks_sp_pipe *flush_prev, *flush_next; /* in sp's flush list while out holds bytes */
+        bool flush_queued;
         ks_sp_pipe *prev, *next; /* the listener's added pipes; next: the dead ones once closed */
         uint32_t id;
         uint32_t slot;
@@ -108,8 +110,10 @@ struct ks_sp {
         ks_sp_dialer *dialers;
         struct evdns_base *dns; /* a dialer's host names; NULL: getaddrinfo */
         bool freeing;
-        ks_sp_pipe *dead;   /* closed, to be freed by reap */
-        struct event *reap; /* frees the dead on the loop, after the callback that closed them */
+        ks_sp_pipe *dead;    /* closed, to be freed by reap */
+        struct event *reap;  /* frees the dead on the loop, after the callback that closed them */
+        struct event *flush; /* writes the pipes of the flush list, after this turn's work */
+        ks_sp_pipe *flush_first; /* pipes whose out holds bytes */
 };
 
 static void header_of(uint8_t out[KS_SP_HEADER_BYTES], uint16_t proto)
@@ -136,8 +140,69 @@ static void pipe_free(ks_sp_pipe *p)
                 event_free(p->rev);
         }
         evbuffer_free(p->in);
+        evbuffer_free(p->out);
         bufferevent_free(p->bev);
         free(p);
+}
+
+/*
+ * Writing. What a turn of the loop sends to a pipe gathers in the pipe's
+ * out; once the turn's callbacks have run, on_flush writes each pipe's
+ * with one writev, and hands the bufferevent only what the socket did not
+ * take (it writes that when the socket can take it). A message thus costs
+ * no epoll_ctl to arm and disarm a write event, and the messages of one
+ * turn (a broker forwarding a read's worth) share one system call.
+ */
+static void flush_unqueue(ks_sp_pipe *p)
+{
+        if (!p->flush_queued) {
+                return;
+        }
+        if (p->flush_prev != NULL) {
+                p->flush_prev->flush_next = p->flush_next;
+        } else {
+                p->sp->flush_first = p->flush_next;
+        }
+        if (p->flush_next != NULL) {
+                p->flush_next->flush_prev = p->flush_prev;
+        }
+        p->flush_prev = p->flush_next = NULL;
+        p->flush_queued = false;
+}
+
+static void flush_queue(ks_sp_pipe *p)
+{
+        ks_sp *sp = p->sp;
+        if (p->flush_queued) {
+                return;
+        }
+        if (sp->flush_first == NULL) {
+                event_active(sp->flush, EV_TIMEOUT, 0); /* runs after the callbacks now ready */
+        } else {
+                sp->flush_first->flush_prev = p;
+        }
+        p->flush_next = sp->flush_first;
+        p->flush_prev = NULL;
+        sp->flush_first = p;
+        p->flush_queued = true;
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+        (void)fd;
+        (void)what;
+        ks_sp *sp = arg;
+        ks_sp_pipe *p;
+        while ((p = sp->flush_first) != NULL) {
+                flush_unqueue(p);
+                struct evbuffer *waiting = bufferevent_get_output(p->bev);
+                if (evbuffer_get_length(waiting) == 0) {
+                        /* An error leaves the bytes to the bufferevent, whose own write meets
+                         * it and closes the pipe as for any other. */
+                        (void)evbuffer_write(p->out, bufferevent_getfd(p->bev));
+                }
+                evbuffer_add_buffer(waiting, p->out); /* the rest, if any */
+        }
 }
 
 static void free_dead(ks_sp *sp)
@@ -165,6 +230,7 @@ static void pipe_detach(ks_sp_pipe *p, bool quiet)
                 return;
         }
         p->closing = true;
+        flush_unqueue(p);
         bufferevent_disable(p->bev, EV_READ | EV_WRITE);
         if (p->rev != NULL) {
                 event_del(p->rev);
@@ -404,16 +470,21 @@ static ks_sp_pipe *pipe_new(endpoint *ep, evutil_socket_t fd)
         uint32_t slot = sp->n_pipes < KS_SP_PIPES_MAX ? slot_take(sp) : 0;
         ks_sp_pipe *p = slot != 0 ? calloc(1, sizeof(*p)) : NULL;
         struct evbuffer *in = p != NULL ? evbuffer_new() : NULL;
+        struct evbuffer *out = in != NULL ? evbuffer_new() : NULL;
         struct bufferevent *bev =
-            in != NULL ? bufferevent_socket_new(sp->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
+            out != NULL ? bufferevent_socket_new(sp->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
         if (bev == NULL) {
                 if (in != NULL) {
                         evbuffer_free(in);
+                }
+                if (out != NULL) {
+                        evbuffer_free(out);
                 }
                 free(p);
                 return NULL;
         }
         p->in = in;
+        p->out = out;
         p->sp = sp;
         p->ep = ep;
         p->bev = bev;
@@ -499,25 +570,7 @@ ks_sp_pipe *ks_sp_pipe_next(const ks_sp_pipe *p)
 
 size_t ks_sp_pending(const ks_sp_pipe *p)
 {
-        return evbuffer_get_length(bufferevent_get_output(p->bev));
-}
-
-/*
- * Writes what the socket takes of iov now, when nothing waits before it: a
- * message then costs one sendmsg, where the bufferevent would arm the
- * socket's write event, wake on it, write and disarm it (two epoll_ctl and
- * a turn of the loop). The bytes written: 0 when something waits, the
- * socket takes nothing now, or fails (the bufferevent's own write meets the
- * error then, and closes the pipe as for any other).
- */
-static size_t write_now(ks_sp_pipe *p, struct iovec *iov, int n)
-{
-        if (!p->added || ks_sp_pending(p) > 0) {
-                return 0;
-        }
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t w = sendmsg(bufferevent_getfd(p->bev), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-        return w > 0 ? (size_t)w : 0;
+        return evbuffer_get_length(p->out) + evbuffer_get_length(bufferevent_get_output(p->bev));
 }
 
 int ks_sp_send(ks_sp_pipe *p, const void *head, size_t head_len, const void *body, size_t body_len)
@@ -533,21 +586,13 @@ int ks_sp_send(ks_sp_pipe *p, const void *head, size_t head_len, const void *bod
                 frame[i - 1] = (uint8_t)len;
                 len >>= 8;
         }
-        struct iovec iov[3] = {{frame, frame_len},
-                               {(void *)(uintptr_t)head, head_len},
-                               {(void *)(uintptr_t)body, body_len}};
-        size_t written = write_now(p, iov, 3);
-        struct evbuffer *out = bufferevent_get_output(p->bev);
-        for (int i = 0; i < 3; i++) { /* the rest, after what was written */
-                size_t skip = written < iov[i].iov_len ? written : iov[i].iov_len;
-                written -= skip;
-                if (iov[i].iov_len > skip &&
-                    evbuffer_add(out, (const uint8_t *)iov[i].iov_base + skip,
-                                 iov[i].iov_len - skip) != 0) {
-                        ks_sp_close(p); /* a partial frame would desynchronise the peer */
-                        return -1;
-                }
+        if (evbuffer_add(p->out, frame, frame_len) != 0 ||
+            (head_len > 0 && evbuffer_add(p->out, head, head_len) != 0) ||
+            (body_len > 0 && evbuffer_add(p->out, body, body_len) != 0)) {
+                ks_sp_close(p); /* a partial frame would desynchronise the peer */
+                return -1;
         }
+        flush_queue(p);
         return 0;
 }
 
@@ -875,7 +920,8 @@ int ks_sp_new(ks_sp **out, struct event_base *base, size_t recv_max, size_t send
                 return KS_INTERNAL;
         }
         sp->base = base;
-        if ((sp->reap = event_new(base, -1, 0, on_reap, sp)) == NULL) {
+        if ((sp->reap = event_new(base, -1, 0, on_reap, sp)) == NULL ||
+            (sp->flush = event_new(base, -1, 0, on_flush, sp)) == NULL) {
                 ks_sp_free(sp);
                 return KS_INTERNAL;
         }
@@ -920,6 +966,9 @@ void ks_sp_free(ks_sp *sp)
         free_dead(sp);
         if (sp->reap != NULL) {
                 event_free(sp->reap);
+        }
+        if (sp->flush != NULL) {
+                event_free(sp->flush);
         }
         free(sp->slots);
         free(sp->gens);
