@@ -201,7 +201,11 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
                          * it and closes the pipe as for any other. */
                         (void)evbuffer_write(p->out, bufferevent_getfd(p->bev));
                 }
-                evbuffer_add_buffer(waiting, p->out); /* the rest, if any */
+                /* The rest, if any; when it cannot be kept, a cut frame would desynchronise
+                 * the peer. */
+                if (evbuffer_get_length(p->out) > 0 && evbuffer_add_buffer(waiting, p->out) != 0) {
+                        ks_sp_close(p);
+                }
         }
 }
 

@@ -930,16 +930,22 @@ static struct evbuffer *reply_buffer(conn *c)
  * through the bufferevent, every reply armed the socket's write event, woke
  * on it and disarmed it: two epoll_ctl and a turn of the loop. A failed
  * write leaves the reply to the bufferevent, which meets the error and ends
- * the connection as for any other.
+ * the connection as for any other. False when the rest could not be kept
+ * (out of memory): the reply is cut, and the connection must close.
  */
-static void write_reply(conn *c, struct evbuffer *composed)
+static bool write_reply(conn *c, struct evbuffer *composed)
 {
         struct evbuffer *out = bufferevent_get_output(c->bev);
         if (composed == out) {
-                return;
+                return true;
         }
         (void)evbuffer_write(composed, bufferevent_getfd(c->bev));
-        evbuffer_add_buffer(out, composed); /* what is left, if any; composed is then empty */
+        if (evbuffer_get_length(composed) > 0 && evbuffer_add_buffer(out, composed) != 0) {
+                /* The front's buffer is every reply's: nothing of this one may stay in it. */
+                evbuffer_drain(composed, evbuffer_get_length(composed));
+                return false;
+        }
+        return true;
 }
 
 void gw_req_reply(gw_req *r, int status, const char *content_type, const void *body, size_t len)
@@ -953,8 +959,8 @@ void gw_req_reply(gw_req *r, int status, const char *content_type, const void *b
         if (!r->is_head && status != 304 && len > 0) {
                 evbuffer_add(out, body, len);
         }
-        write_reply(r->c, out);
-        h1_done(r, close);
+        bool written = write_reply(r->c, out);
+        h1_done(r, close || !written);
 }
 
 /*
