@@ -357,6 +357,7 @@ static ks_sp_dialer *dialer;
 static atomic_int d_added, d_removed, d_messages;
 static char d_reply[64];
 static size_t d_reply_len;
+static uint8_t d_ids[8]; /* the last byte of each reply's request id, in the order they came */
 
 static void d_on_added(ks_sp_pipe *p, void *arg)
 {
@@ -378,6 +379,10 @@ static void d_on_message(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *ar
         (void)arg;
         d_reply_len = len < sizeof(d_reply) ? len : sizeof(d_reply);
         memcpy(d_reply, msg, d_reply_len);
+        int n = atomic_load(&d_messages);
+        if (n < (int)sizeof(d_ids) && len >= 4) {
+                d_ids[n] = msg[3];
+        }
         atomic_fetch_add(&d_messages, 1);
 }
 
@@ -486,6 +491,83 @@ static void test_dialer_ipc(void **state)
         nng_close(rep);
 }
 
+#define BIG_BYTES (768 * 1024) /* over a unix socket's send buffer, under the send bound */
+
+/* On the loop, in one turn: a small request, a big one, a small one (ids 1, 2, 3). */
+static void send_three(evutil_socket_t fd, short what, void *arg)
+{
+        (void)fd;
+        (void)what;
+        (void)arg;
+        static uint8_t big[BIG_BYTES];
+        for (size_t i = 0; i < sizeof(big); i++) {
+                big[i] = (uint8_t)(i * 31 + 7);
+        }
+        ks_sp_pipe *p = ks_sp_dialer_pipe(dialer);
+        static const uint8_t id1[4] = {0x80, 0, 0, 1}, id2[4] = {0x80, 0, 0, 2},
+                             id3[4] = {0x80, 0, 0, 3};
+        assert_int_equal(ks_sp_send(p, id1, 4, "one", 3), 0);
+        assert_int_equal(ks_sp_send(p, id2, 4, big, sizeof(big)), 0);
+        assert_int_equal(ks_sp_send(p, id3, 4, "three", 5), 0);
+}
+
+/* On the loop, a turn later, while the big one's rest likely still waits: id 4. */
+static void send_fourth(evutil_socket_t fd, short what, void *arg)
+{
+        (void)fd;
+        (void)what;
+        (void)arg;
+        static const uint8_t id4[4] = {0x80, 0, 0, 4};
+        assert_int_equal(ks_sp_send(ks_sp_dialer_pipe(dialer), id4, 4, "four", 4), 0);
+}
+
+/*
+ * Messages sent in one turn of the loop are written together after it; what
+ * the socket does not take at once (the big one's rest, and the one after)
+ * follows through the bufferevent, in order and whole, and so does what a
+ * later turn sends while that rest waits.
+ */
+static void test_dialer_turn_written_in_order(void **state)
+{
+        (void)state;
+        static const ks_sp_callbacks cb = {d_on_added, d_on_message, d_on_removed};
+        char url[128];
+        snprintf(url, sizeof(url), "ipc://%s/nng-rep", dir);
+        atomic_store(&d_added, 0);
+        atomic_store(&d_messages, 0);
+        nng_socket rep = rep_listen(url);
+        assert_int_equal(nng_socket_set_size(rep, NNG_OPT_RECVMAXSZ, 2 * BIG_BYTES), 0);
+        event_base_once(base, -1, EV_TIMEOUT, stop_cb, NULL, NULL);
+        pthread_join(thread, NULL);
+        assert_int_equal(ks_sp_dial(sp, url, KS_SP_REQ0, KS_SP_REP0, &cb, NULL, &dialer), KS_OK);
+        assert_int_equal(pthread_create(&thread, NULL, loop_main, NULL), 0);
+        assert_true(wait_for(&d_added, 1));
+        event_base_once(base, -1, EV_TIMEOUT, send_three, NULL, NULL);
+        event_base_once(base, -1, EV_TIMEOUT, send_fourth, NULL, NULL);
+        static const char *const want[4] = {"one", NULL, "three", "four"};
+        for (int i = 0; i < 4; i++) {
+                uint8_t *got = NULL;
+                size_t len = 0;
+                assert_int_equal(nng_recv(rep, &got, &len, NNG_FLAG_ALLOC), 0);
+                if (want[i] != NULL) {
+                        assert_int_equal(len, strlen(want[i]));
+                        assert_memory_equal(got, want[i], len);
+                } else {
+                        assert_int_equal(len, BIG_BYTES);
+                        for (size_t k = 0; k < len; k++) {
+                                assert_int_equal(got[k], (uint8_t)(k * 31 + 7));
+                        }
+                }
+                nng_free(got, len);
+                assert_int_equal(nng_send(rep, "ok", 2, 0), 0);
+        }
+        assert_true(wait_for(&d_messages, 4));
+        for (int i = 0; i < 4; i++) {
+                assert_int_equal(d_ids[i], i + 1);
+        }
+        nng_close(rep);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -498,6 +580,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_ipc_framing, setup, teardown),
             cmocka_unit_test_setup_teardown(test_ipc_socket_file, setup, teardown),
             cmocka_unit_test_setup_teardown(test_dialer_ipc, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_dialer_turn_written_in_order, setup, teardown),
         };
         int failed = cmocka_run_group_tests(tests, NULL, NULL);
         nng_fini(); /* nng frees closed sockets on its own threads: let it finish before leak checks
