@@ -472,21 +472,29 @@ static void test_dialer_round_trip_and_redial(void **state)
         nng_close(rep);
 }
 
-/* ks_sp's dialer over ipc, to nng's rep listening on a unix socket. */
-static void test_dialer_ipc(void **state)
+/* nng's rep on a unix socket (messages up to recv_max), and ks_sp's dialer's pipe to it. */
+static nng_socket rep_dialled_over_ipc(size_t recv_max)
 {
-        (void)state;
         static const ks_sp_callbacks cb = {d_on_added, d_on_message, d_on_removed};
         char url[128];
         snprintf(url, sizeof(url), "ipc://%s/nng-rep", dir);
         atomic_store(&d_added, 0);
         atomic_store(&d_messages, 0);
         nng_socket rep = rep_listen(url);
+        assert_int_equal(nng_socket_set_size(rep, NNG_OPT_RECVMAXSZ, recv_max), 0);
         event_base_once(base, -1, EV_TIMEOUT, stop_cb, NULL, NULL);
         pthread_join(thread, NULL);
         assert_int_equal(ks_sp_dial(sp, url, KS_SP_REQ0, KS_SP_REP0, &cb, NULL, &dialer), KS_OK);
         assert_int_equal(pthread_create(&thread, NULL, loop_main, NULL), 0);
         assert_true(wait_for(&d_added, 1));
+        return rep;
+}
+
+/* ks_sp's dialer over ipc, to nng's rep listening on a unix socket. */
+static void test_dialer_ipc(void **state)
+{
+        (void)state;
+        nng_socket rep = rep_dialled_over_ipc(1024);
         ping_pong(rep, 1);
         nng_close(rep);
 }
@@ -530,18 +538,7 @@ static void send_fourth(evutil_socket_t fd, short what, void *arg)
 static void test_dialer_turn_written_in_order(void **state)
 {
         (void)state;
-        static const ks_sp_callbacks cb = {d_on_added, d_on_message, d_on_removed};
-        char url[128];
-        snprintf(url, sizeof(url), "ipc://%s/nng-rep", dir);
-        atomic_store(&d_added, 0);
-        atomic_store(&d_messages, 0);
-        nng_socket rep = rep_listen(url);
-        assert_int_equal(nng_socket_set_size(rep, NNG_OPT_RECVMAXSZ, 2 * BIG_BYTES), 0);
-        event_base_once(base, -1, EV_TIMEOUT, stop_cb, NULL, NULL);
-        pthread_join(thread, NULL);
-        assert_int_equal(ks_sp_dial(sp, url, KS_SP_REQ0, KS_SP_REP0, &cb, NULL, &dialer), KS_OK);
-        assert_int_equal(pthread_create(&thread, NULL, loop_main, NULL), 0);
-        assert_true(wait_for(&d_added, 1));
+        nng_socket rep = rep_dialled_over_ipc(2 * BIG_BYTES);
         event_base_once(base, -1, EV_TIMEOUT, send_three, NULL, NULL);
         event_base_once(base, -1, EV_TIMEOUT, send_fourth, NULL, NULL);
         static const char *const want[4] = {"one", NULL, "three", "four"};
