@@ -646,18 +646,26 @@ start_redis() {
 
 # The folder of the brokers' unix sockets, or nothing with --tcp or when its
 # path is too long for one: an ipc base may have 92 bytes (ks_topology.h),
-# and "/broker-8" takes 9 of them.
+# and the longest name, "/broker-4" (BROKER_REPLICAS_MAX), takes 9 of them.
 ipc_dir() {
         local d=$DIR/sock
         [ $TCP_ONLY = 1 ] || [ ${#d} -gt 83 ] || echo "$d"
 }
 
+# Broker I's TCP base, and its ipc base in DIR (the folder ipc_dir gives).
+broker_tcp() { echo "tcp://127.0.0.1:${BROKER_BASES[$1]}"; }
+broker_ipc() { echo "ipc://$2/$(broker_name "$1")"; }
+
 # What broker I listens on: its TCP base, and its ipc base when there is a
 # folder for one (both lead to the same devices).
 broker_listen_url() {
-        local tcp="tcp://127.0.0.1:${BROKER_BASES[$1]}" dir
+        local dir
         dir=$(ipc_dir)
-        if [ -n "$dir" ]; then echo "$tcp,ipc://$dir/$(broker_name "$1")"; else echo "$tcp"; fi
+        if [ -n "$dir" ]; then
+                echo "$(broker_tcp "$1"),$(broker_ipc "$1" "$dir")"
+        else
+                broker_tcp "$1"
+        fi
 }
 
 # Every broker's base, comma-separated: what services and gateways dial.
@@ -668,9 +676,9 @@ broker_url() {
         dir=$(ipc_dir)
         for ((i = 0; i < BROKER_REPLICAS; i++)); do
                 if [ -n "$dir" ]; then
-                        urls+=("ipc://$dir/$(broker_name $i)")
+                        urls+=("$(broker_ipc $i "$dir")")
                 else
-                        urls+=("tcp://127.0.0.1:${BROKER_BASES[$i]}")
+                        urls+=("$(broker_tcp $i)")
                 fi
         done
         join_by_comma "${urls[@]}"
@@ -708,9 +716,10 @@ local_dsn() {
 super_dsn() { tcp_dsn postgres; }
 
 start_services() {
-        local i
+        local i sock
         # Each broker listens on its own bases alone; everyone else dials them all.
-        [ -z "$(ipc_dir)" ] || mkdir -p -m 0700 "$(ipc_dir)"
+        sock=$(ipc_dir)
+        [ -z "$sock" ] || { mkdir -p "$sock" && chmod 0700 "$sock"; }
         for ((i = 0; i < BROKER_REPLICAS; i++)); do
                 spawn "$(broker_name $i)" env KEELSON_BROKER_URL="$(broker_listen_url $i)" \
                         KEELSON_BROKER_HTTP_HOST=127.0.0.1 \
@@ -846,7 +855,7 @@ write_env() {
         local pids=() billing_pids=() ledger_pids=() summary_pids=() webhook_pids=() gw_urls=() \
                 gw_pids=() broker_urls=() broker_pids=() i
         for ((i = 0; i < BROKER_REPLICAS; i++)); do
-                broker_urls+=("tcp://127.0.0.1:${BROKER_BASES[$i]}")
+                broker_urls+=("$(broker_tcp $i)")
                 broker_pids+=("$(cat "$DIR/pids/$(broker_name $i).pid")")
         done
         for ((i = 0; i < AUTH_REPLICAS; i++)); do

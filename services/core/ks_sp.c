@@ -308,6 +308,12 @@ static void handshake(ks_sp_pipe *p, struct evbuffer *in)
         }
 }
 
+/* The bytes before each message: FRAME_TCP, or over ipc FRAME_IPC. */
+static size_t frame_bytes(const ks_sp_pipe *p)
+{
+        return p->ipc ? FRAME_IPC : FRAME_TCP;
+}
+
 /* The handshake, then every whole message in; what is left waits for more bytes. */
 static void consume(ks_sp_pipe *p, struct evbuffer *in)
 {
@@ -317,7 +323,7 @@ static void consume(ks_sp_pipe *p, struct evbuffer *in)
                 }
                 handshake(p, in);
         }
-        size_t head = p->ipc ? FRAME_IPC : FRAME_TCP;
+        size_t head = frame_bytes(p);
         while (!p->closing) {
                 uint8_t frame[FRAME_MAX];
                 size_t have = evbuffer_get_length(in);
@@ -414,12 +420,12 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
                 socklen_t len = sizeof(ss);
                 evutil_socket_t fd = bufferevent_getfd(bev);
                 int one = 1;
-                if (!p->ipc) {
+                if (!p->ipc) { /* an ipc pipe's names are the path's (dial_now) */
                         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-                }
-                if (!p->ipc && getpeername(fd, (struct sockaddr *)&ss, &len) == 0) {
-                        peer_of((struct sockaddr *)&ss, p->host, sizeof(p->host), p->peer,
-                                sizeof(p->peer));
+                        if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0) {
+                                peer_of((struct sockaddr *)&ss, p->host, sizeof(p->host), p->peer,
+                                        sizeof(p->peer));
+                        }
                 }
                 hello(p);
                 return;
@@ -584,7 +590,7 @@ int ks_sp_send(ks_sp_pipe *p, const void *head, size_t head_len, const void *bod
         }
         uint64_t len = (uint64_t)head_len + body_len;
         uint8_t frame[FRAME_MAX];
-        size_t frame_len = p->ipc ? FRAME_IPC : FRAME_TCP;
+        size_t frame_len = frame_bytes(p);
         frame[0] = IPC_MESSAGE; /* ipc's type; tcp's length overwrites it */
         for (size_t i = frame_len; i > frame_len - 8; i--) {
                 frame[i - 1] = (uint8_t)len;

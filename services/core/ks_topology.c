@@ -124,7 +124,7 @@ static int parse_ipc(const char *base, size_t len, base_url *out)
                 return -1;
         }
         for (size_t i = 0; i < n; i++) {
-                if (path[i] == ',' || path[i] == ' ' || path[i] == '\t' || path[i] == '\0') {
+                if (path[i] == ',' || path[i] == ' ' || path[i] == '\t') {
                         return -1;
                 }
         }
