@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -59,6 +60,9 @@ static void test_customers(void **state)
 
         /* Paged newest first, filtered by address whatever its case; archived ones on request. */
         for (int i = 0; i < 3; i++) {
+                /* Newest is by created_ms (ties by id): a millisecond apart, or two creations
+                 * of one millisecond come in the order of their random ids. */
+                usleep(2000);
                 json_decref(bit_ok(t.owner.token, "CreateCustomer",
                                    "{\"email\":\"c%d@example.com\",\"currency\":\"USD\"}", i));
         }
