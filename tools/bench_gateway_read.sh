@@ -59,6 +59,7 @@ http {
     default_type application/json;
     server {
         listen 127.0.0.1:$NGINX_PORT;
+        location = /list.json { root $WORK; }
         location / { return 200 '$BODY'; }
     }
 }
@@ -79,10 +80,10 @@ to_ms() {
                 printf "%.2f", n }'
 }
 
-# run URL CONNECTIONS [plain]: prints "req/s p50_ms p99_ms non2xx"; "plain" sends
-# wrk's default GET instead of the WhoAmI POST.
+# run URL CONNECTIONS [plain | LUA]: prints "req/s p50_ms p99_ms non2xx"; "plain" sends
+# wrk's default GET instead of the WhoAmI POST, LUA another request's script.
 run() {
-        local out rps p50 p99 bad script=(-s "$WORK/whoami.lua")
+        local out rps p50 p99 bad script=(-s "${3:-$WORK/whoami.lua}")
         [ "${3:-}" != plain ] || script=()
         out=$(wrk -t2 -c"$2" -d"${DURATION}s" --latency "${script[@]}" "$1")
         rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
@@ -106,6 +107,41 @@ for c in "${CONNECTIONS[@]}"; do
         printf '%-6s %12s %9s %9s %8s | %12s %9s %9s | %7s\n' "$c" "$g_rps" "$g_p50" "$g_p99" \
                 "$g_bad" "$n_rps" "$n_p50" "$n_p99" "$ratio"
 done
+# ---- ListCustomers, 50 a page, against nginx serving the same page ------------------------
+
+# The session's tenant gets 60 customers; nginx serves the first page's JSON as
+# a static file (sendfile), the gateway reads it from billing and PostgreSQL.
+BILLING="$GW/keelson.billing.v1.BillingService"
+for i in $(seq 1 60); do
+        curl -sS -o /dev/null -w '%{http_code}\n' "$BILLING/CreateCustomer" \
+                -H 'Content-Type: application/json' -H "Authorization: Bearer $TOKEN" \
+                -d "{\"email\":\"c$i@example.test\",\"name\":\"Customer $i\",\"currency\":\"USD\",\"taxRateBp\":2000}" |
+                grep -qx 200 || die "CreateCustomer failed"
+done
+curl -sS -o "$WORK/list.json" "$BILLING/ListCustomers" -H 'Content-Type: application/json' \
+        -H "Authorization: Bearer $TOKEN" -d '{"pageSize":50}'
+grep -q '"nextPageToken"' "$WORK/list.json" || die "ListCustomers failed: $(head -c 300 "$WORK/list.json")"
+# nginx's workers may run as another user (nobody, under root): the folder only passable.
+chmod 0711 "$WORK"
+chmod 0644 "$WORK/list.json"
+cmp -s "$WORK/list.json" <(curl -sS "http://127.0.0.1:$NGINX_PORT/list.json") ||
+        die "nginx does not serve the page: $(curl -sS "http://127.0.0.1:$NGINX_PORT/list.json" | head -c 300)"
+cat >"$WORK/list.lua" <<EOF
+wrk.method = "POST"
+wrk.body = '{"pageSize":50}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer $TOKEN"
+EOF
+wrk -t2 -c10 -d2s -s "$WORK/list.lua" "$BILLING/ListCustomers" >/dev/null # warm-up
+read -r g_rps g_p50 g_p99 g_bad <<<"$(run "$BILLING/ListCustomers" 50 "$WORK/list.lua")"
+read -r n_rps n_p50 n_p99 _ <<<"$(run "http://127.0.0.1:$NGINX_PORT/list.json" 50 plain)"
+echo "ListCustomers (50 a page, $(stat -c %s "$WORK/list.json") bytes of JSON; billing x1 behind the broker)"
+echo "vs nginx serving the same page as a static file; wrk -t2, ${DURATION}s per row"
+printf '%-6s %12s %9s %9s %8s | %12s %9s %9s | %7s\n' conns "gateway r/s" "p50 ms" "p99 ms" \
+        non-2xx "nginx r/s" "p50 ms" "p99 ms" ratio
+printf '%-6s %12s %9s %9s %8s | %12s %9s %9s | %7s\n' 50 "$g_rps" "$g_p50" "$g_p99" "$g_bad" \
+        "$n_rps" "$n_p50" "$n_p99" "$(awk -v a="$g_rps" -v b="$n_rps" 'BEGIN { printf "%.3f", a / b }')"
+
 # ---- where a request's CPU goes ------------------------------------------------------
 
 # ticks PID...: the user and system clock ticks of these processes, summed: "user system".
