@@ -13,8 +13,11 @@
 # (nginx-light) runs on a free loopback port with a config in a temporary
 # folder and answers every request with the WhoAmI body the gateway gave.
 # Both are driven by wrk at 10 and 50 connections; the script prints
-# requests/s, p50 and p99 and the gateway/nginx ratios, then the CPU each
-# process of the stack spent per request in one more run at 10 connections.
+# requests/s, p50 and p99 and the gateway/nginx ratios. Then the tenant gets
+# 60 customers and billing's ListCustomers (50 a page) is driven at 50
+# connections against nginx serving that page's JSON as a static file. Then
+# the CPU each process of the stack spent per WhoAmI in one more run at 10
+# connections.
 # Needs wrk, nginx, curl.
 set -euo pipefail
 
