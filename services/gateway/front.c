@@ -53,7 +53,6 @@
 #include <event2/listener.h>
 #include <jansson.h>
 #include <netinet/in.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,9 +252,7 @@ void front_req_free(gw_req *r)
         if (r->trailers != NULL) {
                 evbuffer_free(r->trailers);
         }
-        if (r->head != r->inline_head) {
-                free(r->head); /* HTTP/2's, allocated apart */
-        }
+        free(r->head);
         free(r);
 }
 
@@ -286,23 +283,16 @@ const char *front_target_path(char *target)
  */
 static gw_req *req_new(conn *c, const gw_h1_head *h, int *status)
 {
-        size_t fields = offsetof(gw_h1_head, fields) + h->nfields * sizeof(gw_h1_field);
-        size_t size = offsetof(gw_req, h) + fields;
-
         *status = 500;
-        gw_req *r = malloc(size + h->head_bytes + 1);
-        if (r == NULL) {
-                return NULL;
-        }
-        memset(r, 0, offsetof(gw_req, h));
-        memcpy(&r->h, h, fields);
-        r->head = r->inline_head = (char *)r + size;
-        if ((r->body = evbuffer_new()) == NULL || (r->out = evbuffer_new()) == NULL) {
+        gw_req *r = calloc(1, sizeof(*r));
+        if (r == NULL || (r->head = malloc(h->head_bytes + 1)) == NULL ||
+            (r->body = evbuffer_new()) == NULL || (r->out = evbuffer_new()) == NULL) {
                 front_req_free(r);
                 return NULL;
         }
         memcpy(r->head, c->hb, h->head_bytes);
         r->head[h->head_bytes] = '\0';
+        r->h = *h;
         ptrdiff_t shift = r->head - c->hb;
         r->h.method += shift;
         r->h.target += shift;
@@ -629,12 +619,18 @@ static void body_begin(conn *c)
 static void head_end(conn *c)
 {
         gw_front *f = c->f;
-        gw_h1_head *h = &f->head; /* the front's: its loop parses one head at a time */
+        gw_h1_head *h = malloc(sizeof(*h));
+        if (h == NULL) {
+                conn_fail(c, 503, "out of memory");
+                return;
+        }
         int rv = gw_h1_parse_head(c->hb, c->hb_len, f->lim.head_max, f->lim.body_max, h);
         if (rv == GW_H1_INCOMPLETE) {
-                return; /* only empty lines so far */
+                free(h); /* only empty lines so far */
+                return;
         }
         if (rv != GW_H1_DONE) {
+                free(h);
                 conn_fail(c, rv, framing_message(rv));
                 return;
         }
@@ -645,6 +641,7 @@ static void head_end(conn *c)
         if (c->req != NULL && rest > 0) { /* bytes after the head go back to the input */
                 evbuffer_prepend(bufferevent_get_input(c->bev), c->hb + h->head_bytes, rest);
         }
+        free(h);
         c->hb_len = 0;
         c->scanned = 0;
         if (c->req == NULL) {
@@ -670,13 +667,10 @@ static void read_head(conn *c, struct evbuffer *in)
         evbuffer_remove(in, c->hb + c->hb_len, n);
         c->hb_len += n;
         while (c->scanned < c->hb_len) {
-                const char *nl = memchr(c->hb + c->scanned, '\n', c->hb_len - c->scanned);
-                if (nl == NULL) {
-                        c->scanned = c->hb_len;
-                        break;
+                size_t i = c->scanned++;
+                if (c->hb[i] != '\n') {
+                        continue;
                 }
-                size_t i = (size_t)(nl - c->hb);
-                c->scanned = i + 1;
                 bool bare = i == 0 || c->hb[i - 1] != '\r';
                 bool empty = i == 1 || (i >= 3 && memcmp(c->hb + i - 3, "\r\n\r\n", 4) == 0);
                 if (bare || empty) {

@@ -36,16 +36,11 @@ typedef enum conn_state {
 
 typedef struct conn conn;
 
-/*
- * A request. On HTTP/1.1 it is one allocation: the struct, whose head h
- * holds its nfields fields only (h is last, the slots past nfields are
- * neither allocated nor read), then the copy of the head bytes.
- */
 struct gw_req {
         conn *c;
         int32_t stream_id; /* HTTP/2: the request's stream; 0 on HTTP/1.1 */
-        char *head;        /* a copy of the head; every string of h points into it */
-        char *inline_head; /* HTTP/1.1: where the copy lives in this allocation; NULL on HTTP/2 */
+        char *head;        /* a copy of the head; every string below points into it */
+        gw_h1_head h;
         const char *path;
         bool is_head; /* HEAD: the reply has no body */
         struct evbuffer *body;
@@ -56,7 +51,6 @@ struct gw_req {
         gw_h2_stream *h2; /* HTTP/2: what h2.c keeps of the stream; NULL on HTTP/1.1 */
         bool h1_open;     /* HTTP/1.1: a streamed reply's head is written (chunks follow) */
         bool h1_close;    /* HTTP/1.1: the connection closes after the streamed reply */
-        gw_h1_head h;     /* last: see above */
 };
 
 struct conn {
@@ -113,7 +107,6 @@ struct gw_front {
         char refused_reply[256]; /* the 503 written to a connection over a cap */
         size_t refused_reply_len;
         struct evbuffer *reply; /* a reply composed before it is written (write_reply) */
-        gw_h1_head head;        /* the head being parsed (head_end), copied into its request */
 };
 
 /*
