@@ -324,6 +324,23 @@ bool ks_mask_parse(char *const *names, size_t n, const char *const *allowed, uns
         return true;
 }
 
+bool ks_mask_parse_some(char *const *names, size_t n, const char *const *allowed, unsigned *mask,
+                        char *err, size_t err_len)
+{
+        if (!ks_mask_parse(names, n, allowed, mask, err, err_len)) {
+                return false;
+        }
+        if (*mask != 0) {
+                return true;
+        }
+        size_t used = (size_t)snprintf(err, err_len, "update_mask: name at least one of");
+        for (unsigned j = 0; allowed[j] != NULL && used < err_len; j++) {
+                used += (size_t)snprintf(err + used, err_len - used, "%s %s", j == 0 ? "" : ",",
+                                         allowed[j]);
+        }
+        return false;
+}
+
 size_t ks_json_escape(char *out, const char *s, size_t n)
 {
         static const char hex[] = "0123456789abcdef";

@@ -108,4 +108,12 @@ int ks_name_normalize(const char *field, const char *in, int chars_max, char *ou
 bool ks_mask_parse(char *const *names, size_t n, const char *const *allowed, unsigned *mask,
                    char *err, size_t err_len);
 
+/*
+ * The same for a method whose mask must name something: an empty mask is
+ * refused with "update_mask: name at least one of a, b, c", the names of
+ * allowed in their order.
+ */
+bool ks_mask_parse_some(char *const *names, size_t n, const char *const *allowed, unsigned *mask,
+                        char *err, size_t err_len);
+
 #endif

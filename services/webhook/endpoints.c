@@ -316,14 +316,9 @@ int wh_update_intake_endpoint(ks_call *call)
         if ((rc = endpoint_id_of(call, a.in->id)) != KS_OK) {
                 return rc;
         }
-        if (!ks_mask_parse(a.in->update_mask, a.in->n_update_mask, update_fields, &a.mask, err,
-                           sizeof(err))) {
+        if (!ks_mask_parse_some(a.in->update_mask, a.in->n_update_mask, update_fields, &a.mask, err,
+                                sizeof(err))) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
-        }
-        if (a.mask == 0) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT,
-                                    "update_mask: name at least one of description, tolerance_s,"
-                                    " enabled");
         }
         if ((a.mask & MASK_DESCRIPTION) != 0 &&
             (rc = wh_description_of(call, a.in->description, a.description,

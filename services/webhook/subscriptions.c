@@ -450,14 +450,9 @@ int wh_update_subscription(ks_call *call)
         if ((rc = subscription_id_of(call, a.in->id)) != KS_OK) {
                 return rc;
         }
-        if (!ks_mask_parse(a.in->update_mask, a.in->n_update_mask, update_fields, &a.mask, err,
-                           sizeof(err))) {
+        if (!ks_mask_parse_some(a.in->update_mask, a.in->n_update_mask, update_fields, &a.mask, err,
+                                sizeof(err))) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
-        }
-        if (a.mask == 0) {
-                return ks_call_fail(call, KS_INVALID_ARGUMENT,
-                                    "update_mask: name at least one of url, topics, description,"
-                                    " enabled");
         }
         if ((rc = update_check(call, &a)) == KS_OK) {
                 rc = wh_tx_run(call, update_tx, &a);

@@ -633,6 +633,94 @@ static void test_gone_disables(void **state)
         wsink_request_free(&r);
 }
 
+/* The subscription's update, as UpdateWebhookSubscription's reply and the deliveries show it. */
+static json_t *update_subscription(const char *token, const char *body)
+{
+        json_t *j = wit_call_ok(token, "UpdateWebhookSubscription", body);
+        json_t *s = json_incref(json_object_get(j, "subscription"));
+        json_decref(j);
+        assert_non_null(s);
+        return s;
+}
+
+/* Enables or disables subscription id by hand: disabled, its reason is "manual"; enabled, none. */
+static void set_enabled(const char *token, const char *id, bool enabled)
+{
+        char body[160];
+
+        snprintf(body, sizeof(body), "{\"id\":\"%s\",\"updateMask\":[\"enabled\"],\"enabled\":%s}",
+                 id, enabled ? "true" : "false");
+        json_t *u = update_subscription(token, body);
+        assert_int_equal(json_is_true(json_object_get(u, "enabled")), enabled);
+        assert_string_equal(wit_str(u, "disabledReason", NULL), enabled ? "" : "manual");
+        json_decref(u);
+}
+
+static void test_update_subscription(void **state)
+{
+        (void)state;
+        bit_tenant t;
+        char cust[BIT_ID_MAX], inv[BIT_ID_MAX], inv2[BIT_ID_MAX], url[128], body[512];
+        sub s, c;
+        wsink *a = new_sink(200, 0), *b = new_sink(200, 0), *ctl = new_sink(200, 0);
+
+        bit_tenant_new("wh-dlv-update", &t);
+        sink_subscribe(&t, a, "\"" PAID "\"", &s);
+        sink_subscribe(&t, ctl, "\"" PAID "\"", &c);
+        bit_customer(&t, "USD", 0, "pm_card_visa", "", cust);
+
+        /* A new address and description; the topics stay. */
+        wsink_url(b, "127.0.0.1", url, sizeof(url));
+        snprintf(body, sizeof(body),
+                 "{\"id\":\"%s\",\"updateMask\":[\"url\",\"description\"],\"url\":\"%s\","
+                 "\"description\":\"moved\",\"topics\":[\"" FINALIZED "\"]}",
+                 s.id, url);
+        json_t *u = update_subscription(t.owner.token, body);
+        assert_string_equal(wit_str(u, "url", NULL), url);
+        assert_string_equal(wit_str(u, "description", NULL), "moved");
+        json_t *topics = json_object_get(u, "topics");
+        assert_int_equal(json_array_size(topics), 1);
+        assert_string_equal(json_string_value(json_array_get(topics, 0)), PAID);
+        assert_true(json_is_true(json_object_get(u, "enabled")));
+        json_decref(u);
+
+        /* Disabled by hand: an event fanned out meanwhile makes no delivery for it. */
+        set_enabled(t.owner.token, s.id, false);
+        paid_invoice(&t, cust, inv);
+        assert_int_equal(wsink_wait(ctl, NULL, inv, 1, WAIT_MS), 1); /* the event was fanned out */
+
+        /* Enabled again: the next event goes to the new address, the old one hears nothing. */
+        set_enabled(t.owner.token, s.id, true);
+        paid_invoice(&t, cust, inv2);
+        assert_int_equal(wsink_wait(b, NULL, inv2, 1, WAIT_MS), 1);
+        assert_int_equal(n_deliveries(t.owner.token, s.id, NULL), 1);
+        assert_int_equal(wsink_count(b, NULL, inv), 0);
+        assert_int_equal(wsink_count(a, NULL, NULL), 0);
+
+        /* Refused, and nothing changed. */
+        static const char *const refused[] = {
+            "\"updateMask\":[]",
+            "\"updateMask\":[\"secret\"]",
+            "\"updateMask\":[\"enabled\",\"enabled\"],\"enabled\":false",
+            "\"updateMask\":[\"url\"],\"url\":\"ftp://example.test/hook\"",
+            "\"updateMask\":[\"topics\"],\"topics\":[\"no.such_topic\"]",
+        };
+        for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+                snprintf(body, sizeof(body), "{\"id\":\"%s\",%s}", s.id, refused[i]);
+                wit_call_fails(t.owner.token, "UpdateWebhookSubscription", body,
+                               "invalid_argument");
+        }
+        wit_call_fails(t.owner.token, "UpdateWebhookSubscription",
+                       "{\"id\":\"6b0f4c59-6f7e-4b7a-9f55-1c3f1d1f0c11\","
+                       "\"updateMask\":[\"description\"],\"description\":\"x\"}",
+                       "not_found");
+        u = get_subscription(t.owner.token, s.id);
+        assert_string_equal(wit_str(u, "url", NULL), url);
+        assert_string_equal(wit_str(u, "description", NULL), "moved");
+        assert_true(json_is_true(json_object_get(u, "enabled")));
+        json_decref(u);
+}
+
 static void test_addresses(void **state)
 {
         (void)state;
@@ -966,6 +1054,7 @@ int main(void)
             cmocka_unit_test(test_retries_then_delivered),
             cmocka_unit_test(test_schedule_runs_out_then_redeliver),
             cmocka_unit_test(test_gone_disables),
+            cmocka_unit_test(test_update_subscription),
             cmocka_unit_test(test_addresses),
             cmocka_unit_test_teardown(test_refused_at_connect, teardown_replicas),
             cmocka_unit_test(test_slow_sink_holds_up_no_other),

@@ -424,6 +424,36 @@ static void test_fmt_decimal(void **state)
         }
 }
 
+/* Update masks: names to bits in the allowed list's order, and what is refused. */
+static void test_mask_parse(void **state)
+{
+        (void)state;
+        static const char *const allowed[] = {"url", "topics", "description", NULL};
+        char *both[] = {"description", "url"}, *twice[] = {"url", "url"}, *unknown[] = {"x"};
+        char err[128];
+        unsigned mask = 99;
+
+        assert_true(ks_mask_parse(both, 2, allowed, &mask, err, sizeof(err)));
+        assert_int_equal(mask, 5u);
+        assert_true(ks_mask_parse(NULL, 0, allowed, &mask, err, sizeof(err)));
+        assert_int_equal(mask, 0u);
+        assert_false(ks_mask_parse(twice, 2, allowed, &mask, err, sizeof(err)));
+        assert_string_equal(err, "update_mask: \"url\" named twice");
+        assert_false(ks_mask_parse(unknown, 1, allowed, &mask, err, sizeof(err)));
+        assert_string_equal(err, "update_mask: unknown field \"x\"");
+
+        assert_true(ks_mask_parse_some(both, 2, allowed, &mask, err, sizeof(err)));
+        assert_int_equal(mask, 5u);
+        assert_false(ks_mask_parse_some(unknown, 1, allowed, &mask, err, sizeof(err)));
+        assert_string_equal(err, "update_mask: unknown field \"x\"");
+        assert_false(ks_mask_parse_some(NULL, 0, allowed, &mask, err, sizeof(err)));
+        assert_string_equal(err, "update_mask: name at least one of url, topics, description");
+        /* A short buffer is cut at its size (39 characters here), never overrun. */
+        char small[40];
+        assert_false(ks_mask_parse_some(NULL, 0, allowed, &mask, small, sizeof(small)));
+        assert_string_equal(small, "update_mask: name at least one of url, ");
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -443,6 +473,7 @@ int main(void)
             cmocka_unit_test(test_json_escape),
             cmocka_unit_test(test_word_paths_agree_with_bytes),
             cmocka_unit_test(test_fmt_decimal),
+            cmocka_unit_test(test_mask_parse),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
