@@ -70,21 +70,42 @@ json_t *bit_ok(const char *token, const char *method, const char *fmt, ...)
         return j;
 }
 
-void bit_fails(const char *token, const char *method, const char *code, const char *fmt, ...)
+/* A refusal with code and, unless message is NULL, that message. */
+static void vrefused(const char *token, const char *method, const char *code, const char *message,
+                     const char *fmt, va_list ap)
 {
         it_http_response r;
-        va_list ap;
         json_t *j;
 
-        va_start(ap, fmt);
         vcall(token, NULL, method, &r, fmt, ap);
-        va_end(ap);
         j = ait_json(&r);
-        if (r.status == 200 || strcmp(ait_str_or(j, "code"), code) != 0) {
-                fail_msg("%s: expected %s, got HTTP %ld: %.400s", method, code, r.status, r.body);
+        if (r.status == 200 || strcmp(ait_str_or(j, "code"), code) != 0 ||
+            (message != NULL && strcmp(ait_str_or(j, "message"), message) != 0)) {
+                fail_msg("%s: expected %s%s%s, got HTTP %ld: %.400s", method, code,
+                         message != NULL ? " " : "", message != NULL ? message : "", r.status,
+                         r.body);
         }
         json_decref(j);
         it_http_response_free(&r);
+}
+
+void bit_fails(const char *token, const char *method, const char *code, const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        vrefused(token, method, code, NULL, fmt, ap);
+        va_end(ap);
+}
+
+void bit_refused(const char *token, const char *method, const char *code, const char *message,
+                 const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        vrefused(token, method, code, message, fmt, ap);
+        va_end(ap);
 }
 
 json_t *bit_at(json_t *j, const char *path)
