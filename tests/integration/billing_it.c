@@ -98,8 +98,8 @@ void bit_fails(const char *token, const char *method, const char *code, const ch
         va_end(ap);
 }
 
-void bit_refused(const char *token, const char *method, const char *code, const char *message,
-                 const char *fmt, ...)
+void bit_fails_with(const char *token, const char *method, const char *code, const char *message,
+                    const char *fmt, ...)
 {
         va_list ap;
 

@@ -45,8 +45,8 @@ json_t *bit_ok(const char *token, const char *method, const char *fmt, ...)
 void bit_fails(const char *token, const char *method, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* The same, and the error's message must be message, as docs/api.md gives it. */
-void bit_refused(const char *token, const char *method, const char *code, const char *message,
-                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void bit_fails_with(const char *token, const char *method, const char *code, const char *message,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* A field of a reply, by a dotted path ("invoice.amountDue"); NULL when absent. */
 json_t *bit_at(json_t *j, const char *path);

@@ -104,8 +104,9 @@ static void test_customers(void **state)
         assert_int_equal(rows_of("customers", t.owner.tenant_id), before);
         /* An archived customer takes no new subscription. */
         bit_plan(&t, "p", "BHD", "FLAT", 1000, "MONTH", 1, 0);
-        bit_refused(t.owner.token, "CreateSubscription", "failed_precondition",
-                    "the customer is archived", "{\"customerId\":\"%s\",\"planCode\":\"p\"}", id);
+        bit_fails_with(t.owner.token, "CreateSubscription", "failed_precondition",
+                       "the customer is archived", "{\"customerId\":\"%s\",\"planCode\":\"p\"}",
+                       id);
 }
 
 static void test_plans_have_versions(void **state)
@@ -180,8 +181,9 @@ static void test_plans_have_versions(void **state)
                   "\"PRICE_MODEL_FLAT\"}}");
         /* Archived: listed only on request, no new subscription. */
         json_decref(bit_ok(t.owner.token, "ArchivePlan", "{\"code\":\"pro\"}"));
-        bit_refused(t.owner.token, "CreateSubscription", "failed_precondition",
-                    "the plan is archived", "{\"customerId\":\"%s\",\"planCode\":\"pro\"}", cust);
+        bit_fails_with(t.owner.token, "CreateSubscription", "failed_precondition",
+                       "the plan is archived", "{\"customerId\":\"%s\",\"planCode\":\"pro\"}",
+                       cust);
         j = bit_ok(t.owner.token, "ListPlans", "{}");
         assert_null(bit_at(j, "plans"));
         json_decref(j);

@@ -164,9 +164,9 @@ static void test_creation_and_renewal_are_announced(void **state)
 
         /* A call refused in its transaction (the plan is in another currency) sends nothing. */
         bit_plan(&t, "eur", "EUR", "FLAT", 1000, "MONTH", 1, 0); /* plans send no event */
-        bit_refused(t.owner.token, "CreateSubscription", "failed_precondition",
-                    "the plan is in EUR and the customer in USD",
-                    "{\"customerId\":\"%s\",\"planCode\":\"eur\"}", cust);
+        bit_fails_with(t.owner.token, "CreateSubscription", "failed_precondition",
+                       "the plan is in EUR and the customer in USD",
+                       "{\"customerId\":\"%s\",\"planCode\":\"eur\"}", cust);
         collect_for(sub, t.owner.tenant_id, 1, QUIET_MS, &s);
         assert_int_equal(s.changed + s.finalized + s.paid + s.summary + s.noted, 0);
         ks_subscriber_free(sub);

@@ -59,12 +59,13 @@ static void test_one_off_invoice_paid_by_hand(void **state)
         assert_string_equal(bit_str(j, "invoice.number"), "INV-000001");
         assert_int_equal(bit_int(j, "invoice.amountRemaining"), 4040);
         json_decref(j);
-        bit_refused(t.owner.token, "AddInvoiceLines", "failed_precondition",
-                    "lines can be added to a one-off draft only",
-                    "{\"id\":\"%s\",\"lines\":[{\"description\":\"x\",\"unitAmount\":\"1\"}]}", id);
-        bit_refused(t.owner.token, "RecordPayment", "failed_precondition",
-                    "amount: more than the 4040 that remains to pay",
-                    "{\"id\":\"%s\",\"amount\":\"4041\"}", id);
+        bit_fails_with(t.owner.token, "AddInvoiceLines", "failed_precondition",
+                       "lines can be added to a one-off draft only",
+                       "{\"id\":\"%s\",\"lines\":[{\"description\":\"x\",\"unitAmount\":\"1\"}]}",
+                       id);
+        bit_fails_with(t.owner.token, "RecordPayment", "failed_precondition",
+                       "amount: more than the 4040 that remains to pay",
+                       "{\"id\":\"%s\",\"amount\":\"4041\"}", id);
         j = bit_ok(t.owner.token, "RecordPayment",
                    "{\"id\":\"%s\",\"amount\":\"1040\",\"reference\":\"wire 1\"}", id);
         assert_string_equal(bit_str(j, "invoice.state"), "open");
@@ -72,10 +73,10 @@ static void test_one_off_invoice_paid_by_hand(void **state)
         assert_string_equal(bit_str(j, "payment.method"), "out_of_band");
         json_decref(j);
         /* Part paid: a void would undo a payment. */
-        bit_refused(t.owner.token, "VoidInvoice", "failed_precondition",
-                    "an invoice with payments or credit notes cannot be voided; issue a credit "
-                    "note for the rest",
-                    "{\"id\":\"%s\"}", id);
+        bit_fails_with(t.owner.token, "VoidInvoice", "failed_precondition",
+                       "an invoice with payments or credit notes cannot be voided; issue a credit "
+                       "note for the rest",
+                       "{\"id\":\"%s\"}", id);
         j = bit_ok(t.owner.token, "RecordPayment", "{\"id\":\"%s\",\"amount\":\"3000\"}", id);
         assert_string_equal(bit_str(j, "invoice.state"), "paid");
         assert_int_equal(json_array_size(bit_at(j, "invoice.payments")), 2);
@@ -123,8 +124,8 @@ static void test_cards_voids_and_write_offs(void **state)
         j = bit_ok(t.owner.token, "VoidInvoice", "{\"id\":\"%s\"}", b);
         assert_string_equal(bit_str(j, "invoice.state"), "void");
         json_decref(j);
-        bit_refused(t.owner.token, "RecordPayment", "failed_precondition",
-                    "cannot pay an invoice that is void", "{\"id\":\"%s\",\"amount\":\"1\"}", b);
+        bit_fails_with(t.owner.token, "RecordPayment", "failed_precondition",
+                       "cannot pay an invoice that is void", "{\"id\":\"%s\",\"amount\":\"1\"}", b);
         /* Written off, then paid after all. */
         j = bit_ok(t.owner.token, "MarkUncollectible", "{\"id\":\"%s\"}", c);
         assert_string_equal(bit_str(j, "invoice.state"), "uncollectible");
@@ -198,9 +199,9 @@ static void test_rules_around_them(void **state)
                            "{\"customerId\":\"%s\",\"planCode\":\"pro\"}", ccust);
         snprintf(sub, sizeof(sub), "%s", bit_str(j, "subscription.id"));
         json_decref(j);
-        bit_refused(t.owner.token, "CancelSubscription", "failed_precondition",
-                    "no cancellation at period end to withdraw",
-                    "{\"id\":\"%s\",\"withdraw\":true}", sub);
+        bit_fails_with(t.owner.token, "CancelSubscription", "failed_precondition",
+                       "no cancellation at period end to withdraw",
+                       "{\"id\":\"%s\",\"withdraw\":true}", sub);
         j = bit_ok(t.owner.token, "CancelSubscription", "{\"id\":\"%s\",\"atPeriodEnd\":true}",
                    sub);
         assert_true(bit_bool(j, "subscription.cancelAtPeriodEnd"));

@@ -315,9 +315,9 @@ static void test_interval_change_starts_a_new_cycle(void **state)
         json_decref(j);
 
         /* Another currency is refused, whatever the interval. */
-        bit_refused(t.owner.token, "ChangeSubscription", "failed_precondition",
-                    "the new plan must have the subscription's currency",
-                    "{\"id\":\"%s\",\"planCode\":\"yearly-eur\"}", sub);
+        bit_fails_with(t.owner.token, "ChangeSubscription", "failed_precondition",
+                       "the new plan must have the subscription's currency",
+                       "{\"id\":\"%s\",\"planCode\":\"yearly-eur\"}", sub);
 
         /* January 16, to yearly: a new cycle from now, 16 of 31 days of monthly-plus unused. */
         assert_int_equal(bit_advance(&t, clock, jan16), 0);
@@ -450,9 +450,9 @@ static void test_credit_notes(void **state)
         assert_int_equal(bit_int(j, "customer.creditBalance"), 600);
         json_decref(j);
         /* More than what is left to credit is refused; the rest may be credited. */
-        bit_refused(t.owner.token, "CreateCreditNote", "failed_precondition",
-                    "amount: at most 1800 can be credited",
-                    "{\"invoiceId\":\"%s\",\"amount\":\"1801\"}", inv);
+        bit_fails_with(t.owner.token, "CreateCreditNote", "failed_precondition",
+                       "amount: at most 1800 can be credited",
+                       "{\"invoiceId\":\"%s\",\"amount\":\"1801\"}", inv);
         j = bit_ok(t.owner.token, "CreateCreditNote", "{\"invoiceId\":\"%s\"}", inv);
         assert_string_equal(bit_str(j, "creditNote.number"), "CN-000002");
         assert_int_equal(bit_int(j, "creditNote.amount"), 1800);
@@ -522,9 +522,9 @@ static void test_refunds(void **state)
             bit_int(json_array_get(bit_at(j, "invoice.payments"), 0), "amountRefunded"), 600);
         json_decref(j);
         /* Past what is left to credit: refused; the rest: refunded. Then nothing is left. */
-        bit_refused(t.owner.token, "CreateCreditNote", "failed_precondition",
-                    "amount: at most 1800 can be credited",
-                    "{\"invoiceId\":\"%s\",\"amount\":\"1801\",\"refund\":true}", inv);
+        bit_fails_with(t.owner.token, "CreateCreditNote", "failed_precondition",
+                       "amount: at most 1800 can be credited",
+                       "{\"invoiceId\":\"%s\",\"amount\":\"1801\",\"refund\":true}", inv);
         j = bit_ok(t.owner.token, "CreateCreditNote", "{\"invoiceId\":\"%s\",\"refund\":true}",
                    inv);
         assert_string_equal(bit_str(j, "creditNote.number"), "CN-000002");
@@ -532,22 +532,23 @@ static void test_refunds(void **state)
         assert_int_equal(
             bit_int(json_array_get(bit_at(j, "invoice.payments"), 0), "amountRefunded"), 2400);
         json_decref(j);
-        bit_refused(t.owner.token, "CreateCreditNote", "failed_precondition",
-                    "nothing is left to credit", "{\"invoiceId\":\"%s\",\"refund\":true}", inv);
+        bit_fails_with(t.owner.token, "CreateCreditNote", "failed_precondition",
+                       "nothing is left to credit", "{\"invoiceId\":\"%s\",\"refund\":true}", inv);
         j = bit_ok(t.owner.token, "GetCustomer", "{\"id\":\"%s\"}", cust);
         assert_int_equal(bit_int(j, "customer.creditBalance"), 0);
         json_decref(j);
 
         /* No card: open, then paid out of band; neither can be refunded, a credit can. */
         first_invoice(&t, clock, "", cust2, inv2, 2400);
-        bit_refused(t.owner.token, "CreateCreditNote", "failed_precondition",
-                    "a refund needs a paid invoice; this one is open",
-                    "{\"invoiceId\":\"%s\",\"refund\":true}", inv2);
+        bit_fails_with(t.owner.token, "CreateCreditNote", "failed_precondition",
+                       "a refund needs a paid invoice; this one is open",
+                       "{\"invoiceId\":\"%s\",\"refund\":true}", inv2);
         json_decref(bit_ok(t.owner.token, "RecordPayment",
                            "{\"id\":\"%s\",\"amount\":\"2400\",\"reference\":\"wire 7\"}", inv2));
-        bit_refused(t.owner.token, "CreateCreditNote", "failed_precondition",
-                    "nothing paid by card is left to refund: credit the customer's balance instead",
-                    "{\"invoiceId\":\"%s\",\"amount\":\"100\",\"refund\":true}", inv2);
+        bit_fails_with(
+            t.owner.token, "CreateCreditNote", "failed_precondition",
+            "nothing paid by card is left to refund: credit the customer's balance instead",
+            "{\"invoiceId\":\"%s\",\"amount\":\"100\",\"refund\":true}", inv2);
 
         /* The provider declines: nothing is written, and the next note takes the next number. */
         first_invoice(&t, clock, "pm_card_refundFail", cust3, inv3, 2400);
@@ -633,7 +634,7 @@ static void test_metered_usage(void **state)
         bit_plan(&t, "flat", "USD", "FLAT", 100, "MONTH", 1, 0);
         j = bit_ok(t.owner.token, "CreateSubscription",
                    "{\"customerId\":\"%s\",\"planCode\":\"flat\"}", cust);
-        bit_refused(
+        bit_fails_with(
             t.owner.token, "RecordUsage", "failed_precondition",
             "the subscription's plan is not metered",
             "{\"subscriptionId\":\"%s\",\"events\":[{\"eventId\":\"x\",\"quantity\":\"1\"}]}",
@@ -673,8 +674,8 @@ static void test_cancel_now_and_pause(void **state)
         j = bit_ok(t.owner.token, "GetCustomer", "{\"id\":\"%s\"}", cust);
         assert_int_equal(bit_int(j, "customer.creditBalance"), 2000);
         json_decref(j);
-        bit_refused(t.owner.token, "PauseSubscription", "failed_precondition",
-                    "cannot pause a subscription that is canceled", "{\"id\":\"%s\"}", a);
+        bit_fails_with(t.owner.token, "PauseSubscription", "failed_precondition",
+                       "cannot pause a subscription that is canceled", "{\"id\":\"%s\"}", a);
 
         /* b is paused through its renewal date, then resumed: a new period from then. */
         j = bit_ok(t.owner.token, "PauseSubscription", "{\"id\":\"%s\"}", b);
