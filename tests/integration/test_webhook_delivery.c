@@ -697,18 +697,22 @@ static void test_update_subscription(void **state)
         assert_int_equal(wsink_count(b, NULL, inv), 0);
         assert_int_equal(wsink_count(a, NULL, NULL), 0);
 
-        /* Refused, and nothing changed. */
-        static const char *const refused[] = {
-            "\"updateMask\":[]",
-            "\"updateMask\":[\"secret\"]",
-            "\"updateMask\":[\"enabled\",\"enabled\"],\"enabled\":false",
-            "\"updateMask\":[\"url\"],\"url\":\"ftp://example.test/hook\"",
-            "\"updateMask\":[\"topics\"],\"topics\":[\"no.such_topic\"]",
+        /* Refused, with docs/api.md's messages, and nothing changed. */
+        static const char *const refused[][2] = {
+            {"\"updateMask\":[]",
+             "update_mask: name at least one of url, topics, description, enabled"},
+            {"\"updateMask\":[\"secret\"]", "update_mask: unknown field \"secret\""},
+            {"\"updateMask\":[\"enabled\",\"enabled\"],\"enabled\":false",
+             "update_mask: \"enabled\" named twice"},
+            {"\"updateMask\":[\"url\"],\"url\":\"ftp://example.test/hook\"",
+             "url: the scheme is not http or https"},
+            {"\"updateMask\":[\"topics\"],\"topics\":[\"no.such_topic\"]",
+             "topics: unknown topic 'no.such_topic'"},
         };
         for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
-                snprintf(body, sizeof(body), "{\"id\":\"%s\",%s}", s.id, refused[i]);
-                wit_call_fails(t.owner.token, "UpdateWebhookSubscription", body,
-                               "invalid_argument");
+                snprintf(body, sizeof(body), "{\"id\":\"%s\",%s}", s.id, refused[i][0]);
+                wit_call_fails_with(t.owner.token, "UpdateWebhookSubscription", body,
+                                    "invalid_argument", refused[i][1]);
         }
         wit_call_fails(t.owner.token, "UpdateWebhookSubscription",
                        "{\"id\":\"6b0f4c59-6f7e-4b7a-9f55-1c3f1d1f0c11\","

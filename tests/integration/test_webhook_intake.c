@@ -351,9 +351,10 @@ static void test_bad_endpoint_requests(void **state)
             owner, "UpdateIntakeEndpoint",
             "{\"id\":\"6b0f4c59-6f7e-4b7a-9f55-1c3f1d1f0c11\",\"updateMask\":[\"nope\"]}",
             "invalid_argument");
-        wit_call_fails(owner, "UpdateIntakeEndpoint",
-                       "{\"id\":\"6b0f4c59-6f7e-4b7a-9f55-1c3f1d1f0c11\",\"updateMask\":[]}",
-                       "invalid_argument");
+        wit_call_fails_with(owner, "UpdateIntakeEndpoint",
+                            "{\"id\":\"6b0f4c59-6f7e-4b7a-9f55-1c3f1d1f0c11\",\"updateMask\":[]}",
+                            "invalid_argument",
+                            "update_mask: name at least one of description, tolerance_s, enabled");
         wit_call_fails(owner, "GetIntakeEndpoint",
                        "{\"id\":\"6b0f4c59-6f7e-4b7a-9f55-1c3f1d1f0c11\"}", "not_found");
         json_t *j = wit_call_ok(owner, "ListIntakeEndpoints", "{}");

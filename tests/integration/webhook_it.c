@@ -46,17 +46,30 @@ json_t *wit_call_ok(const char *token, const char *method, const char *json)
         return j;
 }
 
-void wit_call_fails(const char *token, const char *method, const char *json, const char *code)
+void wit_call_fails_with(const char *token, const char *method, const char *json, const char *code,
+                         const char *message)
 {
         it_http_response r;
         char path[128];
 
         snprintf(path, sizeof(path), WIT_PATH "%s", method);
         it_post_json(st.gateway_url, path, json, token, &r);
-        if (strstr(r.body, code) == NULL) {
-                fail_msg("%s: wanted %s, got HTTP %ld %s", method, code, r.status, r.body);
+        json_t *j = json_loads(r.body, 0, NULL);
+        const char *got_code = json_string_value(json_object_get(j, "code"));
+        const char *got_message = json_string_value(json_object_get(j, "message"));
+        if (r.status == 200 || got_code == NULL || strcmp(got_code, code) != 0 ||
+            (message != NULL && (got_message == NULL || strcmp(got_message, message) != 0))) {
+                fail_msg("%s: wanted %s%s%s, got HTTP %ld %s", method, code,
+                         message != NULL ? " " : "", message != NULL ? message : "", r.status,
+                         r.body);
         }
+        json_decref(j);
         it_http_response_free(&r);
+}
+
+void wit_call_fails(const char *token, const char *method, const char *json, const char *code)
+{
+        wit_call_fails_with(token, method, json, code, NULL);
 }
 
 const char *wit_str(json_t *j, const char *a, const char *b)
