@@ -88,18 +88,24 @@ static void test_customers(void **state)
         assert_int_equal(json_array_size(bit_at(j, "customers")), 4);
         json_decref(j);
 
-        /* Bad input: a clear invalid_argument, and no row. */
+        /* Bad input: a clear invalid_argument, with docs/api.md's message, and no row. */
         long before = rows_of("customers", t.owner.tenant_id);
-        const char *bad[] = {
-            "{\"email\":\"nope\",\"currency\":\"USD\"}",
-            "{\"email\":\"a@b.co\",\"currency\":\"usd\"}",
-            "{\"email\":\"a@b.co\",\"currency\":\"XTS\"}",
-            "{\"email\":\"a@b.co\",\"currency\":\"USD\",\"taxRateBp\":10001}",
-            "{\"email\":\"a@b.co\",\"currency\":\"USD\",\"metadata\":{\"\":\"x\"}}",
-            "{\"email\":\"a@b.co\",\"currency\":\"USD\",\"testClockId\":\"not-a-uuid\"}",
+        static const char *const bad[][2] = {
+            {"{\"email\":\"nope\",\"currency\":\"USD\"}", "email: must contain exactly one '@'"},
+            {"{\"email\":\"a@b.co\",\"currency\":\"usd\"}",
+             "currency: an ISO 4217 code in upper case (\"USD\")"},
+            {"{\"email\":\"a@b.co\",\"currency\":\"XTS\"}",
+             "currency: an ISO 4217 code in upper case (\"USD\")"},
+            {"{\"email\":\"a@b.co\",\"currency\":\"USD\",\"taxRateBp\":10001}",
+             "tax_rate_bp: 0 to 10000 basis points"},
+            {"{\"email\":\"a@b.co\",\"currency\":\"USD\",\"metadata\":{\"\":\"x\"}}",
+             "metadata: keys of 1 to 40 bytes"},
+            {"{\"email\":\"a@b.co\",\"currency\":\"USD\",\"testClockId\":\"not-a-uuid\"}",
+             "test_clock_id: must be a uuid"},
         };
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-                bit_fails(t.owner.token, "CreateCustomer", "invalid_argument", "%s", bad[i]);
+                bit_fails_with(t.owner.token, "CreateCustomer", "invalid_argument", bad[i][1], "%s",
+                               bad[i][0]);
         }
         assert_int_equal(rows_of("customers", t.owner.tenant_id), before);
         /* An archived customer takes no new subscription. */
@@ -117,9 +123,10 @@ static void test_plans_have_versions(void **state)
 
         bit_tenant_new("bl-plan", &t);
         bit_plan(&t, "pro", "USD", "FLAT", 1000, "MONTH", 1, 7);
-        bit_fails(t.owner.token, "CreatePlan", "already_exists",
-                  "{\"code\":\"pro\",\"currency\":\"USD\",\"intervalUnit\":\"INTERVAL_UNIT_MONTH\","
-                  "\"price\":{\"model\":\"PRICE_MODEL_FLAT\",\"amount\":\"5\"}}");
+        bit_fails_with(
+            t.owner.token, "CreatePlan", "already_exists", "a plan with this code exists",
+            "{\"code\":\"pro\",\"currency\":\"USD\",\"intervalUnit\":\"INTERVAL_UNIT_MONTH\","
+            "\"price\":{\"model\":\"PRICE_MODEL_FLAT\",\"amount\":\"5\"}}");
         json_t *j = bit_ok(t.owner.token, "GetPlan", "{\"code\":\"pro\"}");
         snprintf(v1, sizeof(v1), "%s", bit_str(j, "plan.id"));
         assert_int_equal(bit_int(j, "plan.version"), 1);
@@ -157,28 +164,35 @@ static void test_plans_have_versions(void **state)
         assert_int_equal(bit_int(j, "plan.version"), 2);
         json_decref(j);
 
-        /* Price rules, each a clear message. */
-        const char *bad[] = {
-            "\"price\":{\"model\":\"PRICE_MODEL_FLAT\",\"amount\":\"-1\"}",
-            "\"price\":{\"model\":\"PRICE_MODEL_UNSPECIFIED\"}",
-            "\"price\":{\"model\":\"PRICE_MODEL_GRADUATED\",\"tiers\":[{\"upTo\":\"10\","
-            "\"unitAmount\":\"1\"}]}",
-            "\"price\":{\"model\":\"PRICE_MODEL_GRADUATED\",\"tiers\":[{\"upTo\":\"10\"},"
-            "{\"upTo\":\"5\"},{}]}",
+        /* Price rules, each a clear message (docs/api.md's). */
+        static const char *const bad[][2] = {
+            {"\"price\":{\"model\":\"PRICE_MODEL_FLAT\",\"amount\":\"-1\"}",
+             "price.amount must not be negative"},
+            {"\"price\":{\"model\":\"PRICE_MODEL_UNSPECIFIED\"}",
+             "price.model must be PRICE_MODEL_FLAT, PRICE_MODEL_PER_UNIT or PRICE_MODEL_GRADUATED"},
+            {"\"price\":{\"model\":\"PRICE_MODEL_GRADUATED\",\"tiers\":[{\"upTo\":\"10\","
+             "\"unitAmount\":\"1\"}]}",
+             "price.tiers[0].up_to must be 0 on the last tier (no upper bound)"},
+            {"\"price\":{\"model\":\"PRICE_MODEL_GRADUATED\",\"tiers\":[{\"upTo\":\"10\"},"
+             "{\"upTo\":\"5\"},{}]}",
+             "price.tiers[1].up_to must be above tiers[0].up_to"},
         };
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-                bit_fails(t.owner.token, "CreatePlan", "invalid_argument",
-                          "{\"code\":\"x%zu\",\"currency\":\"USD\","
-                          "\"intervalUnit\":\"INTERVAL_UNIT_MONTH\",%s}",
-                          i, bad[i]);
+                bit_fails_with(t.owner.token, "CreatePlan", "invalid_argument", bad[i][1],
+                               "{\"code\":\"x%zu\",\"currency\":\"USD\","
+                               "\"intervalUnit\":\"INTERVAL_UNIT_MONTH\",%s}",
+                               i, bad[i][0]);
         }
-        bit_fails(t.owner.token, "CreatePlan", "invalid_argument",
-                  "{\"code\":\"x\",\"currency\":\"USD\",\"intervalUnit\":\"INTERVAL_UNIT_MONTH\","
-                  "\"intervalCount\":37,\"price\":{\"model\":\"PRICE_MODEL_FLAT\"}}");
-        bit_fails(t.owner.token, "CreatePlan", "invalid_argument",
-                  "{\"code\":\"has space\",\"currency\":\"USD\","
-                  "\"intervalUnit\":\"INTERVAL_UNIT_MONTH\",\"price\":{\"model\":"
-                  "\"PRICE_MODEL_FLAT\"}}");
+        bit_fails_with(
+            t.owner.token, "CreatePlan", "invalid_argument",
+            "interval: a unit (day, week, month, year) and a count of at most three years",
+            "{\"code\":\"x\",\"currency\":\"USD\",\"intervalUnit\":\"INTERVAL_UNIT_MONTH\","
+            "\"intervalCount\":37,\"price\":{\"model\":\"PRICE_MODEL_FLAT\"}}");
+        bit_fails_with(t.owner.token, "CreatePlan", "invalid_argument",
+                       "code: 1 to 64 characters of [A-Za-z0-9._-]",
+                       "{\"code\":\"has space\",\"currency\":\"USD\","
+                       "\"intervalUnit\":\"INTERVAL_UNIT_MONTH\",\"price\":{\"model\":"
+                       "\"PRICE_MODEL_FLAT\"}}");
         /* Archived: listed only on request, no new subscription. */
         json_decref(bit_ok(t.owner.token, "ArchivePlan", "{\"code\":\"pro\"}"));
         bit_fails_with(t.owner.token, "CreateSubscription", "failed_precondition",
@@ -281,9 +295,10 @@ static void test_permissions(void **state)
             bit_ok(key, "CreateCustomer", "{\"email\":\"k@example.com\",\"currency\":\"EUR\"}"));
         ait_create_key(owner.token, "reader", "admin", key, key_id);
         json_decref(bit_ok(key, "ListCustomers", "{}"));
-        bit_fails(key, "CreatePlan", "permission_denied",
-                  "{\"code\":\"k\",\"currency\":\"USD\",\"intervalUnit\":\"INTERVAL_UNIT_MONTH\","
-                  "\"price\":{\"model\":\"PRICE_MODEL_FLAT\"}}");
+        bit_fails_with(
+            key, "CreatePlan", "permission_denied", "your role (admin) lacks billing.manage",
+            "{\"code\":\"k\",\"currency\":\"USD\",\"intervalUnit\":\"INTERVAL_UNIT_MONTH\","
+            "\"price\":{\"model\":\"PRICE_MODEL_FLAT\"}}");
         /* No token at all. */
         bit_fails(NULL, "ListCustomers", "unauthenticated", "{}");
         /* The internal summary method is not routed. */
