@@ -206,7 +206,10 @@ static void test_plans_have_versions(void **state)
         json_decref(j);
 }
 
-/* Every method that takes an id: another tenant's is not_found, as a made-up one. */
+/*
+ * Every method that takes an id: another tenant's is not_found, with the message a made-up one
+ * gets ("invoice not found"): nothing tells that the id exists elsewhere.
+ */
 static void test_other_tenants_ids_are_not_found(void **state)
 {
         (void)state;
@@ -227,40 +230,56 @@ static void test_other_tenants_ids_are_not_found(void **state)
         snprintf(plan, sizeof(plan), "%s", bit_str(j, "subscription.planId"));
         json_decref(j);
         const char *tok = b.owner.token;
-        bit_fails(tok, "GetCustomer", "not_found", "{\"id\":\"%s\"}", cust);
-        bit_fails(tok, "UpdateCustomer", "not_found", "{\"id\":\"%s\",\"updateMask\":[\"name\"]}",
-                  cust);
-        bit_fails(tok, "ArchiveCustomer", "not_found", "{\"id\":\"%s\"}", cust);
-        bit_fails(tok, "GetPlan", "not_found", "{\"id\":\"%s\"}", plan);
-        bit_fails(tok, "CreateSubscription", "not_found",
-                  "{\"customerId\":\"%s\",\"planCode\":\"pro\"}", cust);
-        bit_fails(tok, "GetSubscription", "not_found", "{\"id\":\"%s\"}", sub);
-        bit_fails(tok, "CancelSubscription", "not_found", "{\"id\":\"%s\"}", sub);
-        bit_fails(tok, "PauseSubscription", "not_found", "{\"id\":\"%s\"}", sub);
-        bit_fails(tok, "ResumeSubscription", "not_found", "{\"id\":\"%s\"}", sub);
-        bit_fails(tok, "ChangeSubscription", "not_found", "{\"id\":\"%s\",\"quantity\":\"2\"}",
-                  sub);
-        bit_fails(tok, "PreviewChange", "not_found", "{\"id\":\"%s\",\"quantity\":\"2\"}", sub);
-        bit_fails(tok, "ListSubscriptionHistory", "not_found", "{\"id\":\"%s\"}", sub);
-        bit_fails(tok, "RecordUsage", "not_found",
-                  "{\"subscriptionId\":\"%s\",\"events\":[{\"eventId\":\"e\"}]}", sub);
-        bit_fails(tok, "GetInvoice", "not_found", "{\"id\":\"%s\"}", inv);
-        bit_fails(tok, "FinalizeInvoice", "not_found", "{\"id\":\"%s\"}", inv);
-        bit_fails(tok, "AddInvoiceLines", "not_found",
-                  "{\"id\":\"%s\",\"lines\":[{\"description\":\"x\",\"unitAmount\":\"1\"}]}", inv);
-        bit_fails(tok, "PayInvoice", "not_found", "{\"id\":\"%s\"}", inv);
-        bit_fails(tok, "RecordPayment", "not_found", "{\"id\":\"%s\",\"amount\":\"1\"}", inv);
-        bit_fails(tok, "VoidInvoice", "not_found", "{\"id\":\"%s\"}", inv);
-        bit_fails(tok, "MarkUncollectible", "not_found", "{\"id\":\"%s\"}", inv);
-        bit_fails(tok, "CreateCreditNote", "not_found", "{\"invoiceId\":\"%s\"}", inv);
-        bit_fails(tok, "CreateInvoice", "not_found", "{\"customerId\":\"%s\"}", cust);
-        bit_fails(tok, "GetTestClock", "not_found", "{\"id\":\"%s\"}", clock);
-        bit_fails(tok, "AdvanceTestClock", "not_found",
-                  "{\"id\":\"%s\",\"frozenTimeUnixMs\":\"%lld\"}", clock,
-                  (long long)bit_utc(2027, 1, 2, 0, 0, 0));
-        bit_fails(tok, "CreateCustomer", "not_found",
-                  "{\"email\":\"x@example.com\",\"currency\":\"USD\",\"testClockId\":\"%s\"}",
-                  clock);
+        bit_fails_with(tok, "GetCustomer", "not_found", "customer not found", "{\"id\":\"%s\"}",
+                       cust);
+        bit_fails_with(tok, "UpdateCustomer", "not_found", "customer not found",
+                       "{\"id\":\"%s\",\"updateMask\":[\"name\"]}", cust);
+        bit_fails_with(tok, "ArchiveCustomer", "not_found", "customer not found", "{\"id\":\"%s\"}",
+                       cust);
+        bit_fails_with(tok, "GetPlan", "not_found", "plan not found", "{\"id\":\"%s\"}", plan);
+        bit_fails_with(tok, "CreateSubscription", "not_found", "customer not found",
+                       "{\"customerId\":\"%s\",\"planCode\":\"pro\"}", cust);
+        bit_fails_with(tok, "GetSubscription", "not_found", "subscription not found",
+                       "{\"id\":\"%s\"}", sub);
+        bit_fails_with(tok, "CancelSubscription", "not_found", "subscription not found",
+                       "{\"id\":\"%s\"}", sub);
+        bit_fails_with(tok, "PauseSubscription", "not_found", "subscription not found",
+                       "{\"id\":\"%s\"}", sub);
+        bit_fails_with(tok, "ResumeSubscription", "not_found", "subscription not found",
+                       "{\"id\":\"%s\"}", sub);
+        bit_fails_with(tok, "ChangeSubscription", "not_found", "subscription not found",
+                       "{\"id\":\"%s\",\"quantity\":\"2\"}", sub);
+        bit_fails_with(tok, "PreviewChange", "not_found", "subscription not found",
+                       "{\"id\":\"%s\",\"quantity\":\"2\"}", sub);
+        bit_fails_with(tok, "ListSubscriptionHistory", "not_found", "subscription not found",
+                       "{\"id\":\"%s\"}", sub);
+        bit_fails_with(tok, "RecordUsage", "not_found", "subscription not found",
+                       "{\"subscriptionId\":\"%s\",\"events\":[{\"eventId\":\"e\"}]}", sub);
+        bit_fails_with(tok, "GetInvoice", "not_found", "invoice not found", "{\"id\":\"%s\"}", inv);
+        bit_fails_with(tok, "FinalizeInvoice", "not_found", "invoice not found", "{\"id\":\"%s\"}",
+                       inv);
+        bit_fails_with(tok, "AddInvoiceLines", "not_found", "invoice not found",
+                       "{\"id\":\"%s\",\"lines\":[{\"description\":\"x\",\"unitAmount\":\"1\"}]}",
+                       inv);
+        bit_fails_with(tok, "PayInvoice", "not_found", "invoice not found", "{\"id\":\"%s\"}", inv);
+        bit_fails_with(tok, "RecordPayment", "not_found", "invoice not found",
+                       "{\"id\":\"%s\",\"amount\":\"1\"}", inv);
+        bit_fails_with(tok, "VoidInvoice", "not_found", "invoice not found", "{\"id\":\"%s\"}",
+                       inv);
+        bit_fails_with(tok, "MarkUncollectible", "not_found", "invoice not found",
+                       "{\"id\":\"%s\"}", inv);
+        bit_fails_with(tok, "CreateCreditNote", "not_found", "invoice not found",
+                       "{\"invoiceId\":\"%s\"}", inv);
+        bit_fails_with(tok, "CreateInvoice", "not_found", "customer not found",
+                       "{\"customerId\":\"%s\"}", cust);
+        bit_fails_with(tok, "GetTestClock", "not_found", "test clock not found", "{\"id\":\"%s\"}",
+                       clock);
+        bit_fails_with(tok, "AdvanceTestClock", "not_found", "test clock not found",
+                       "{\"id\":\"%s\",\"frozenTimeUnixMs\":\"%lld\"}", clock,
+                       (long long)bit_utc(2027, 1, 2, 0, 0, 0));
+        bit_fails_with(tok, "CreateCustomer", "not_found", "test clock not found",
+                       "{\"email\":\"x@example.com\",\"currency\":\"USD\",\"testClockId\":\"%s\"}",
+                       clock);
         /* And lists filtered by another tenant's ids show nothing. */
         j = bit_ok(tok, "ListInvoices", "{\"customerId\":\"%s\"}", cust);
         assert_null(bit_at(j, "invoices"));
