@@ -213,6 +213,23 @@ static bool environ_has(int pid, const char *needle)
 
 /* A worker per thread, in a session of its own, at the pool's nice value, with none of our
  * environment (a secret stays in auth). */
+/*
+ * Worker i's pid once it has set itself up (its last step: nice at want), or what it has after
+ * about ten seconds. Both jobs above may have gone to one worker while a loaded machine had not
+ * yet run the other's start, which its own thread does.
+ */
+static int worker_set_up(auth_hash_pool *p, int i, int want)
+{
+        struct timespec pause = {0, 1000000};
+        int pid = auth_hash_pool_worker_pid(p, i);
+
+        for (int n = 0; n < 10000 && (pid <= 0 || stat_field(pid, 19) != want); n++) {
+                nanosleep(&pause, NULL);
+                pid = auth_hash_pool_worker_pid(p, i);
+        }
+        return pid;
+}
+
 static void test_workers_run_apart(void **state)
 {
         auth_hash_pool *p = NULL;
@@ -226,7 +243,7 @@ static void test_workers_run_apart(void **state)
         assert_int_equal(auth_hash_password(p, "a", &fast, out, 0), KS_OK);
         assert_int_equal(auth_hash_password(p, "b", &fast, out, 0), KS_OK);
         for (int i = 0; i < 2; i++) {
-                int pid = auth_hash_pool_worker_pid(p, i);
+                int pid = worker_set_up(p, i, 7);
                 assert_true(pid > 0);
                 assert_int_not_equal(pid, getpid());
                 assert_int_equal(stat_field(pid, 6), pid); /* session id: its own */
