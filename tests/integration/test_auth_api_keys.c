@@ -85,8 +85,10 @@ static void test_create_use_list(void **state)
                             owner.user_id);
         json_decref(j);
         /* User methods need a user. */
-        ait_fails("WhoAmI", "{}", key, "permission_denied");
-        ait_fails("ChangePassword", "{}", key, "permission_denied");
+        ait_fails_with("WhoAmI", "{}", key, "permission_denied",
+                       "this method needs a user session");
+        ait_fails_with("ChangePassword", "{}", key, "permission_denied",
+                       "this method needs a user session");
 
         ait_call("ListApiKeys", "{}", owner.token, &r);
         assert_int_equal(r.status, 200);
@@ -117,13 +119,15 @@ static void test_roles_bound_keys(void **state)
 
         mark = ait_outbox_mark();
         /* No key above its creator. */
-        ait_fails("CreateApiKey", "{\"name\":\"k\",\"role\":\"owner\"}", admin.token,
-                  "permission_denied");
-        ait_fails("CreateApiKey", "{\"name\":\"k\",\"role\":\"admin\"}", viewer_key.key,
-                  "permission_denied");
+        ait_fails_with("CreateApiKey", "{\"name\":\"k\",\"role\":\"owner\"}", admin.token,
+                       "permission_denied",
+                       "cannot create a key with a role above your own (admin)");
+        ait_fails_with("CreateApiKey", "{\"name\":\"k\",\"role\":\"admin\"}", viewer_key.key,
+                       "permission_denied", "your role (viewer) lacks api_keys.manage");
         /* A viewer key does what a viewer does. */
-        ait_fails("Invite", "{\"emails\":[\"z@example.test\"],\"role\":\"viewer\"}", viewer_key.key,
-                  "permission_denied");
+        ait_fails_with("Invite", "{\"emails\":[\"z@example.test\"],\"role\":\"viewer\"}",
+                       viewer_key.key, "permission_denied",
+                       "your role (viewer) lacks members.invite");
         assert_int_equal(ait_events(mark, "users.admin_summary", owner.tenant_id), 0);
         /* A key may make a key within its own role; it is recorded as the creator. */
         j = ait_ok("CreateApiKey", "{\"name\":\"child\",\"role\":\"member\"}", admin_key.key);
@@ -137,14 +141,15 @@ static void test_roles_bound_keys(void **state)
         char body[256];
         create_key(&owner, "owner key", "owner", &owner_key);
         AIT_BODY(body, "{s:s}", "apiKeyId", owner_key.id);
-        ait_fails("RevokeApiKey", body, admin.token, "permission_denied");
+        ait_fails_with("RevokeApiKey", body, admin.token, "permission_denied",
+                       "this key's role is above yours (admin)");
         assert_int_equal(list_members_status(owner_key.key), 200);
         /* Names are required; expiries lie ahead. */
-        ait_fails("CreateApiKey", "{\"name\":\"\",\"role\":\"viewer\"}", owner.token,
-                  "invalid_argument");
-        ait_fails("CreateApiKey",
-                  "{\"name\":\"old\",\"role\":\"viewer\",\"expiresAtUnixMs\":\"1000\"}",
-                  owner.token, "invalid_argument");
+        ait_fails_with("CreateApiKey", "{\"name\":\"\",\"role\":\"viewer\"}", owner.token,
+                       "invalid_argument", "name: required");
+        ait_fails_with(
+            "CreateApiKey", "{\"name\":\"old\",\"role\":\"viewer\",\"expiresAtUnixMs\":\"1000\"}",
+            owner.token, "invalid_argument", "expires_at_unix_ms: in the future, within ten years");
 }
 
 static void test_revoke(void **state)

@@ -191,13 +191,16 @@ static void test_batch_is_all_or_nothing(void **state)
                          0);
 
         /* Bounds: 1..100 distinct, valid addresses. */
-        ait_fails("Invite", "{\"emails\":[],\"role\":\"viewer\"}", owner.token, "invalid_argument");
+        ait_fails_with("Invite", "{\"emails\":[],\"role\":\"viewer\"}", owner.token,
+                       "invalid_argument", "emails: 1..100 addresses");
         AIT_BODY(body, "{s:[s,s], s:s}", "emails", fresh, fresh, "role", "viewer");
-        ait_fails("Invite", body, owner.token, "invalid_argument");
-        ait_fails("Invite", "{\"emails\":[\"not-an-address\"],\"role\":\"viewer\"}", owner.token,
-                  "invalid_argument");
-        ait_fails("Invite", "{\"emails\":[\"a@example.test\"],\"role\":\"emperor\"}", owner.token,
-                  "invalid_argument");
+        ait_fails_with("Invite", body, owner.token, "invalid_argument",
+                       "emails[1]: the same address as emails[0]");
+        ait_fails_with("Invite", "{\"emails\":[\"not-an-address\"],\"role\":\"viewer\"}",
+                       owner.token, "invalid_argument", "emails[0]: not a valid email address");
+        ait_fails_with("Invite", "{\"emails\":[\"a@example.test\"],\"role\":\"emperor\"}",
+                       owner.token, "invalid_argument",
+                       "role: one of owner, admin, member, viewer");
         arr = json_array();
         for (int i = 0; i < 101; i++) {
                 char addr[64];
@@ -206,7 +209,7 @@ static void test_batch_is_all_or_nothing(void **state)
         }
         j = json_pack("{s:o, s:s}", "emails", arr, "role", "viewer");
         char *big = json_dumps(j, JSON_COMPACT);
-        ait_fails("Invite", big, owner.token, "invalid_argument");
+        ait_fails_with("Invite", big, owner.token, "invalid_argument", "emails: 1..100 addresses");
         free(big);
         json_decref(j);
 }
@@ -338,7 +341,8 @@ static void test_existing_account_proves_its_password(void **state)
 
         mark = ait_outbox_mark();
         AIT_BODY(body, "{s:s, s:s}", "token", token, "password", "not the password");
-        ait_fails("AcceptInvitation", body, NULL, "unauthenticated");
+        ait_fails_with("AcceptInvitation", body, NULL, "unauthenticated",
+                       "invalid email or password");
         assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);
 
         /* The invitation is still open: the right password joins the tenant. */
@@ -362,7 +366,8 @@ static void test_new_account_password_rules(void **state)
         it_unique_email("it-inv-rules-x", email, sizeof(email));
         ait_invite(&owner, email, "member", token);
         AIT_BODY(body, "{s:s, s:s}", "token", token, "password", "short");
-        ait_fails("AcceptInvitation", body, NULL, "invalid_argument");
+        ait_fails_with("AcceptInvitation", body, NULL, "invalid_argument",
+                       "password: at least 8 characters");
         /* Still open afterwards. */
         json_decref(ait_accept(token, AIT_PASSWORD));
 }

@@ -251,9 +251,9 @@ static void test_foreign_ids_are_not_found(void **state)
                 const char *t = bearers[i];
 
                 AIT_BODY(body, "{s:s, s:s}", "userId", g_a.member.user_id, "role", "viewer");
-                ait_fails("SetRole", body, t, "not_found");
+                ait_fails_with("SetRole", body, t, "not_found", "no such member");
                 AIT_BODY(body, "{s:s, s:s}", "userId", g_a.owner.user_id, "role", "viewer");
-                ait_fails("SetRole", body, t, "not_found");
+                ait_fails_with("SetRole", body, t, "not_found", "no such member");
                 id_call("RemoveMember", "userId", g_a.member.user_id, t, "not_found");
                 id_call("RevokeInvitation", "invitationId", g_a.invitation_id, t, "not_found");
                 id_call("RevokeApiKey", "apiKeyId", g_a.api_key_id, t, "not_found");
@@ -262,7 +262,7 @@ static void test_foreign_ids_are_not_found(void **state)
         /* Login into a tenant the user is no member of: the generic refusal. */
         AIT_BODY(body, "{s:s, s:s, s:s}", "email", g_b.owner.email, "password", AIT_PASSWORD,
                  "tenantId", g_a.owner.tenant_id);
-        ait_fails("Login", body, NULL, "unauthenticated");
+        ait_fails_with("Login", body, NULL, "unauthenticated", "invalid email or password");
 
         /* Nothing changed in A, nothing was published for A. */
         assert_int_equal(ait_events(mark, "users.admin_summary", g_a.owner.tenant_id), 0);

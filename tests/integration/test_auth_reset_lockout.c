@@ -183,14 +183,16 @@ static void test_reset_token_expires_and_checks_the_password(void **state)
 
         /* A bad new password is refused before the token is spent. */
         AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", "short");
-        ait_fails("ResetPassword", body, NULL, "invalid_argument");
+        ait_fails_with("ResetPassword", body, NULL, "invalid_argument",
+                       "new_password: at least 8 characters");
 
         params[0] = u.user_id;
         ait_exec("UPDATE auth.password_resets SET created_at = now() - interval '2 hours',"
                  " expires_at = now() - interval '1 hour' WHERE user_id = $1::uuid",
                  1, params);
         AIT_BODY(body, "{s:s, s:s}", "token", token, "newPassword", NEW_PASSWORD);
-        ait_fails("ResetPassword", body, NULL, "not_found");
+        ait_fails_with("ResetPassword", body, NULL, "not_found",
+                       "this reset token is invalid, expired or already used");
         json_decref(ait_ok("WhoAmI", "{}", u.token));
 }
 
@@ -229,9 +231,11 @@ static void test_change_password(void **state)
         ait_login(&u, NULL, other);
         AIT_BODY(body, "{s:s, s:s}", "currentPassword", "wrong wrong wrong", "newPassword",
                  NEW_PASSWORD);
-        ait_fails("ChangePassword", body, u.token, "permission_denied");
+        ait_fails_with("ChangePassword", body, u.token, "permission_denied",
+                       "current_password: wrong password");
         AIT_BODY(body, "{s:s, s:s}", "currentPassword", AIT_PASSWORD, "newPassword", "short");
-        ait_fails("ChangePassword", body, u.token, "invalid_argument");
+        ait_fails_with("ChangePassword", body, u.token, "invalid_argument",
+                       "new_password: at least 8 characters");
 
         mark = ait_outbox_mark();
         AIT_BODY(body, "{s:s, s:s}", "currentPassword", AIT_PASSWORD, "newPassword", NEW_PASSWORD);
@@ -330,10 +334,12 @@ static void test_change_password_counts_failures(void **state)
                  NEW_PASSWORD);
         long mark = ait_outbox_mark();
         for (int i = 0; i < MAX_FAILURES; i++) {
-                ait_fails("ChangePassword", body, u.token, "permission_denied");
+                ait_fails_with("ChangePassword", body, u.token, "permission_denied",
+                               "current_password: wrong password");
         }
         AIT_BODY(body, "{s:s, s:s}", "currentPassword", AIT_PASSWORD, "newPassword", NEW_PASSWORD);
-        ait_fails("ChangePassword", body, u.token, "permission_denied");
+        ait_fails_with("ChangePassword", body, u.token, "permission_denied",
+                       "current_password: wrong password");
         /* Failed checks and the lock they caused: written, never published. */
         assert_int_equal(ait_published_after(mark), 0);
 }

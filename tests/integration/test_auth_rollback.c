@@ -152,7 +152,7 @@ static void test_invite_failing_at_its_end_leaves_nothing(void **state)
         audit = ait_audit_mark();
         AIT_BODY(body, "{s:[s,s,s], s:s}", "emails", e[0], e[1], e[2], "role", "member");
         /* Every invitation, mail and audit row was written before the failing statement. */
-        ait_fails("Invite", body, owner.token, "internal");
+        ait_fails_with("Invite", body, owner.token, "internal", "internal error");
         drop_fault();
 
         for (int i = 0; i < 3; i++) {

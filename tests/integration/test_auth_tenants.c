@@ -89,16 +89,22 @@ static void test_member_permissions(void **state)
 
         mark = ait_outbox_mark();
         AIT_BODY(body, "{s:s, s:s}", "userId", viewer.user_id, "role", "member");
-        ait_fails("SetRole", body, member.token, "permission_denied");
+        ait_fails_with("SetRole", body, member.token, "permission_denied",
+                       "your role (member) lacks members.set_role");
         AIT_BODY(body, "{s:s}", "userId", viewer.user_id);
-        ait_fails("RemoveMember", body, member.token, "permission_denied");
-        ait_fails("Invite", "{\"emails\":[\"x@example.test\"],\"role\":\"viewer\"}", member.token,
-                  "permission_denied");
-        ait_fails("ListInvitations", "{}", viewer.token, "permission_denied");
-        ait_fails("ListAudit", "{}", member.token, "permission_denied");
-        ait_fails("CreateApiKey", "{\"name\":\"k\",\"role\":\"viewer\"}", member.token,
-                  "permission_denied");
-        ait_fails("ListApiKeys", "{}", viewer.token, "permission_denied");
+        ait_fails_with("RemoveMember", body, member.token, "permission_denied",
+                       "your role (member) lacks members.remove");
+        ait_fails_with("Invite", "{\"emails\":[\"x@example.test\"],\"role\":\"viewer\"}",
+                       member.token, "permission_denied",
+                       "your role (member) lacks members.invite");
+        ait_fails_with("ListInvitations", "{}", viewer.token, "permission_denied",
+                       "your role (viewer) lacks members.invite");
+        ait_fails_with("ListAudit", "{}", member.token, "permission_denied",
+                       "your role (member) lacks audit.read");
+        ait_fails_with("CreateApiKey", "{\"name\":\"k\",\"role\":\"viewer\"}", member.token,
+                       "permission_denied", "your role (member) lacks api_keys.manage");
+        ait_fails_with("ListApiKeys", "{}", viewer.token, "permission_denied",
+                       "your role (viewer) lacks api_keys.manage");
         /* Refused writes publish nothing. */
         assert_int_equal(ait_events(mark, "users.admin_summary", owner.tenant_id), 0);
 }
@@ -163,8 +169,9 @@ static void test_rank_rules(void **state)
         assert_code(&r, 403, "permission_denied");
         set_role(&admin, owner.user_id, "member", &r);
         assert_code(&r, 403, "permission_denied");
-        ait_fails("Invite", "{\"emails\":[\"y@example.test\"],\"role\":\"owner\"}", admin.token,
-                  "permission_denied");
+        ait_fails_with("Invite", "{\"emails\":[\"y@example.test\"],\"role\":\"owner\"}",
+                       admin.token, "permission_denied",
+                       "cannot invite with a role above your own (admin)");
         assert_int_equal(ait_events(mark, "users.admin_summary", owner.tenant_id), 0);
         /* Within their rank they may. */
         set_role(&admin, admin2.user_id, "viewer", &r);
@@ -192,7 +199,8 @@ static void test_last_owner_is_kept(void **state)
         set_role(&other, other.user_id, "member", &r);
         assert_code(&r, 400, "failed_precondition");
         AIT_BODY(body, "{s:s}", "userId", other.user_id);
-        ait_fails("RemoveMember", body, other.token, "failed_precondition");
+        ait_fails_with("RemoveMember", body, other.token, "failed_precondition",
+                       "the last owner of a tenant can be neither demoted nor removed");
         assert_int_equal(ait_events(before, "users.admin_summary", owner.tenant_id), 0);
         assert_int_equal(ait_events(before, "auth.context_revoked", owner.tenant_id), 0);
         assert_int_equal(ait_events(mark, "users.admin_summary", owner.tenant_id), 1);
@@ -219,7 +227,7 @@ static void test_remove_member(void **state)
         assert_string_equal(reason, "member_removed");
         assert_int_equal(ait_memberships(owner.tenant_id, m.user_id, ""), 0);
         /* Gone is gone: a second removal is not_found. */
-        ait_fails("RemoveMember", body, owner.token, "not_found");
+        ait_fails_with("RemoveMember", body, owner.token, "not_found", "no such member");
         j = ait_ok("ListMembers", "{}", owner.token);
         assert_int_equal(json_array_size(json_object_get(j, "members")), 1);
         json_decref(j);
@@ -290,7 +298,8 @@ static void test_list_members_pages(void **state)
         assert_string_equal(seen[0], owner.user_id);
         assert_string_equal(seen[1], a.user_id);
         assert_string_equal(seen[2], b.user_id);
-        ait_fails("ListMembers", "{\"pageToken\":\"nonsense\"}", owner.token, "invalid_argument");
+        ait_fails_with("ListMembers", "{\"pageToken\":\"nonsense\"}", owner.token,
+                       "invalid_argument", "page_token: not from this list");
 }
 
 /* Pages through a list with pageSize 2; returns the ids seen (in order) and the page count. */
@@ -431,9 +440,9 @@ static void test_switch_tenant(void **state)
 
         /* A tenant the user is no member of: not_found, like one that does not exist. */
         AIT_BODY(body, "{s:s}", "tenantId", "00000000-0000-4000-8000-000000000000");
-        ait_fails("SwitchTenant", body, b.token, "not_found");
+        ait_fails_with("SwitchTenant", body, b.token, "not_found", "no such tenant");
         AIT_BODY(body, "{s:s}", "tenantId", a.tenant_id);
-        ait_fails("SwitchTenant", body, b.token, "not_found");
+        ait_fails_with("SwitchTenant", body, b.token, "not_found", "no such tenant");
 }
 
 static void test_logout_and_revoke_all_sessions(void **state)
@@ -783,7 +792,11 @@ static void test_audit_filter_refusals(void **state)
                        "action: not an audited action (one of tenant.created, invitation.created,"
                        " invitation.accepted, invitation.revoked, member.role_set, member.removed,"
                        " api_key.created, api_key.revoked)");
-        ait_fails("ListAudit", "{\"action\":\"API_KEY.CREATED\"}", owner.token, "invalid_argument");
+        ait_fails_with("ListAudit", "{\"action\":\"API_KEY.CREATED\"}", owner.token,
+                       "invalid_argument",
+                       "action: not an audited action (one of tenant.created, invitation.created, "
+                       "invitation.accepted, invitation.revoked, member.role_set, member.removed, "
+                       "api_key.created, api_key.revoked)");
         ait_fails_with("ListAudit", "{\"actorUserId\":\"not-a-uuid\"}", owner.token,
                        "invalid_argument", "actor_user_id: not a valid uuid");
         ait_fails_with("ListAudit", "{\"sinceUnixMs\":\"2000\",\"untilUnixMs\":\"1000\"}",
@@ -827,7 +840,7 @@ static void test_rolled_back_write_publishes_nothing(void **state)
         ait_exec("REVOKE INSERT ON auth.audit_log FROM keelson_auth_rt", 0, NULL);
         mark = ait_outbox_mark();
         AIT_BODY(body, "{s:s}", "userId", m.user_id);
-        ait_fails("RemoveMember", body, owner.token, "internal");
+        ait_fails_with("RemoveMember", body, owner.token, "internal", "internal error");
         restore_audit_grant(NULL);
 
         assert_int_equal(ait_events(mark, "users.admin_summary", NULL), 0);

@@ -482,12 +482,14 @@ static void test_login_lockout_and_refused_writes_leave_the_cache(void **state)
         }
         /* Locked now: the right password is refused too (the stack's lock lasts 2 s). */
         AIT_BODY(body, "{s:s, s:s}", "email", m.email, "password", AIT_PASSWORD);
-        ait_fails("Login", body, NULL, "unauthenticated");
+        ait_fails_with("Login", body, NULL, "unauthenticated", "invalid email or password");
         /* Refused, so rolled back: a member may not invite, nobody invites as "emperor". */
         AIT_BODY(body, "{s:[s], s:s}", "emails", "nobody@example.test", "role", "viewer");
-        ait_fails("Invite", body, m.token, "permission_denied");
+        ait_fails_with("Invite", body, m.token, "permission_denied",
+                       "your role (member) lacks members.invite");
         AIT_BODY(body, "{s:[s], s:s}", "emails", "nobody@example.test", "role", "emperor");
-        ait_fails("Invite", body, owner.token, "invalid_argument");
+        ait_fails_with("Invite", body, owner.token, "invalid_argument",
+                       "role: one of owner, admin, member, viewer");
 
         assert_int_equal(ait_events(mark, "users.admin_summary", owner.tenant_id), 0);
         assert_int_equal(generation(owner.tenant_id), gen0);
@@ -605,7 +607,8 @@ static void test_rolled_back_writes_leave_the_cache(void **state)
         ids0 = outbox_ids_used();
         refuse_commits(owner.tenant_id);
         AIT_BODY(body, "{s:[s], s:s}", "emails", fresh, "role", "viewer");
-        ait_fails("Invite", body, owner.token, "aborted");
+        ait_fails_with("Invite", body, owner.token, "aborted",
+                       "conflicting concurrent update, retry");
         allow_commits(NULL);
         assert_true(outbox_ids_used() >= ids0 + 2); /* the mail and the admin_summary were queued */
         assert_int_equal(open_invitations(owner.token), 0);
