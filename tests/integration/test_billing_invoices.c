@@ -82,12 +82,14 @@ static void test_one_off_invoice_paid_by_hand(void **state)
         assert_int_equal(json_array_size(bit_at(j, "invoice.payments")), 2);
         json_decref(j);
         /* Bad drafts. */
-        bit_fails(t.owner.token, "CreateInvoice", "invalid_argument",
-                  "{\"customerId\":\"%s\",\"lines\":[{\"unitAmount\":\"1\"}]}", cust);
-        bit_fails(t.owner.token, "CreateInvoice", "invalid_argument",
-                  "{\"customerId\":\"%s\",\"lines\":[{\"description\":\"x\",\"quantity\":"
-                  "\"1000001\"}]}",
-                  cust);
+        bit_fails_with(t.owner.token, "CreateInvoice", "invalid_argument",
+                       "lines[0].description: required",
+                       "{\"customerId\":\"%s\",\"lines\":[{\"unitAmount\":\"1\"}]}", cust);
+        bit_fails_with(t.owner.token, "CreateInvoice", "invalid_argument",
+                       "lines[0].quantity: 1 to 1000000",
+                       "{\"customerId\":\"%s\",\"lines\":[{\"description\":\"x\",\"quantity\":"
+                       "\"1000001\"}]}",
+                       cust);
         json_decref(bit_reconcile_clean(&t));
 }
 
@@ -118,8 +120,9 @@ static void test_cards_voids_and_write_offs(void **state)
         assert_string_equal(bit_str(j, "invoice.state"), "paid");
         assert_string_equal(bit_str(j, "payment.status"), "succeeded");
         json_decref(j);
-        bit_fails(t.owner.token, "PayInvoice", "invalid_argument",
-                  "{\"id\":\"%s\",\"paymentMethod\":\"has space\"}", b);
+        bit_fails_with(t.owner.token, "PayInvoice", "invalid_argument",
+                       "payment_method: printable ASCII without spaces",
+                       "{\"id\":\"%s\",\"paymentMethod\":\"has space\"}", b);
         /* Voided: nothing owed, nothing in the ledger but the reversal. */
         j = bit_ok(t.owner.token, "VoidInvoice", "{\"id\":\"%s\"}", b);
         assert_string_equal(bit_str(j, "invoice.state"), "void");
@@ -187,7 +190,8 @@ static void test_rules_around_them(void **state)
                 if (round == 0) {
                         json_decref(bit_ok(t.owner.token, "UpdateCustomer", "%s", body));
                 } else {
-                        bit_fails(t.owner.token, "UpdateCustomer", "invalid_argument", "%s", body);
+                        bit_fails_with(t.owner.token, "UpdateCustomer", "invalid_argument",
+                                       "metadata: at most 50 keys once merged", "%s", body);
                 }
         }
         /* A cancellation at period end, taken back: the subscription renews. */
@@ -257,9 +261,11 @@ static void test_role_before_input(void **state)
         ait_user owner, viewer;
 
         ait_tenant_of_two("bl-role", "bl-role", "viewer", &owner, &viewer);
-        bit_fails(viewer.token, "CreateCustomer", "permission_denied",
-                  "{\"email\":\"not an address\",\"currency\":\"nope\"}");
-        bit_fails(viewer.token, "GetInvoice", "permission_denied", "{\"id\":\"not-a-uuid\"}");
+        bit_fails_with(viewer.token, "CreateCustomer", "permission_denied",
+                       "your role (viewer) lacks billing.manage",
+                       "{\"email\":\"not an address\",\"currency\":\"nope\"}");
+        bit_fails_with(viewer.token, "GetInvoice", "permission_denied",
+                       "your role (viewer) lacks billing.read", "{\"id\":\"not-a-uuid\"}");
 }
 
 int main(void)
