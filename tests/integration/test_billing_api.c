@@ -231,56 +231,53 @@ static void test_other_tenants_ids_are_not_found(void **state)
         snprintf(plan, sizeof(plan), "%s", bit_str(j, "subscription.planId"));
         json_decref(j);
         const char *tok = b.owner.token;
-        bit_fails_with(tok, "GetCustomer", "not_found", "customer not found", "{\"id\":\"%s\"}",
-                       cust);
-        bit_fails_with(tok, "UpdateCustomer", "not_found", "customer not found",
-                       "{\"id\":\"%s\",\"updateMask\":[\"name\"]}", cust);
-        bit_fails_with(tok, "ArchiveCustomer", "not_found", "customer not found", "{\"id\":\"%s\"}",
-                       cust);
-        bit_fails_with(tok, "GetPlan", "not_found", "plan not found", "{\"id\":\"%s\"}", plan);
-        bit_fails_with(tok, "CreateSubscription", "not_found", "customer not found",
-                       "{\"customerId\":\"%s\",\"planCode\":\"pro\"}", cust);
-        bit_fails_with(tok, "GetSubscription", "not_found", "subscription not found",
-                       "{\"id\":\"%s\"}", sub);
-        bit_fails_with(tok, "CancelSubscription", "not_found", "subscription not found",
-                       "{\"id\":\"%s\"}", sub);
-        bit_fails_with(tok, "PauseSubscription", "not_found", "subscription not found",
-                       "{\"id\":\"%s\"}", sub);
-        bit_fails_with(tok, "ResumeSubscription", "not_found", "subscription not found",
-                       "{\"id\":\"%s\"}", sub);
-        bit_fails_with(tok, "ChangeSubscription", "not_found", "subscription not found",
-                       "{\"id\":\"%s\",\"quantity\":\"2\"}", sub);
-        bit_fails_with(tok, "PreviewChange", "not_found", "subscription not found",
-                       "{\"id\":\"%s\",\"quantity\":\"2\"}", sub);
-        bit_fails_with(tok, "ListSubscriptionHistory", "not_found", "subscription not found",
-                       "{\"id\":\"%s\"}", sub);
-        bit_fails_with(tok, "RecordUsage", "not_found", "subscription not found",
-                       "{\"subscriptionId\":\"%s\",\"events\":[{\"eventId\":\"e\"}]}", sub);
-        bit_fails_with(tok, "GetInvoice", "not_found", "invoice not found", "{\"id\":\"%s\"}", inv);
-        bit_fails_with(tok, "FinalizeInvoice", "not_found", "invoice not found", "{\"id\":\"%s\"}",
-                       inv);
-        bit_fails_with(tok, "AddInvoiceLines", "not_found", "invoice not found",
-                       "{\"id\":\"%s\",\"lines\":[{\"description\":\"x\",\"unitAmount\":\"1\"}]}",
-                       inv);
-        bit_fails_with(tok, "PayInvoice", "not_found", "invoice not found", "{\"id\":\"%s\"}", inv);
-        bit_fails_with(tok, "RecordPayment", "not_found", "invoice not found",
-                       "{\"id\":\"%s\",\"amount\":\"1\"}", inv);
-        bit_fails_with(tok, "VoidInvoice", "not_found", "invoice not found", "{\"id\":\"%s\"}",
-                       inv);
-        bit_fails_with(tok, "MarkUncollectible", "not_found", "invoice not found",
-                       "{\"id\":\"%s\"}", inv);
-        bit_fails_with(tok, "CreateCreditNote", "not_found", "invoice not found",
-                       "{\"invoiceId\":\"%s\"}", inv);
-        bit_fails_with(tok, "CreateInvoice", "not_found", "customer not found",
-                       "{\"customerId\":\"%s\"}", cust);
-        bit_fails_with(tok, "GetTestClock", "not_found", "test clock not found", "{\"id\":\"%s\"}",
-                       clock);
-        bit_fails_with(tok, "AdvanceTestClock", "not_found", "test clock not found",
-                       "{\"id\":\"%s\",\"frozenTimeUnixMs\":\"%lld\"}", clock,
-                       (long long)bit_utc(2027, 1, 2, 0, 0, 0));
-        bit_fails_with(tok, "CreateCustomer", "not_found", "test clock not found",
-                       "{\"email\":\"x@example.com\",\"currency\":\"USD\",\"testClockId\":\"%s\"}",
-                       clock);
+        /* Each method, what it refers to, and its request around that id. */
+        static const struct {
+                const char *method, *what, *pre, *post;
+        } calls[] = {
+            {"GetCustomer", "customer", "{\"id\":\"", "\"}"},
+            {"UpdateCustomer", "customer", "{\"id\":\"", "\",\"updateMask\":[\"name\"]}"},
+            {"ArchiveCustomer", "customer", "{\"id\":\"", "\"}"},
+            {"GetPlan", "plan", "{\"id\":\"", "\"}"},
+            {"CreateSubscription", "customer", "{\"customerId\":\"", "\",\"planCode\":\"pro\"}"},
+            {"GetSubscription", "subscription", "{\"id\":\"", "\"}"},
+            {"CancelSubscription", "subscription", "{\"id\":\"", "\"}"},
+            {"PauseSubscription", "subscription", "{\"id\":\"", "\"}"},
+            {"ResumeSubscription", "subscription", "{\"id\":\"", "\"}"},
+            {"ChangeSubscription", "subscription", "{\"id\":\"", "\",\"quantity\":\"2\"}"},
+            {"PreviewChange", "subscription", "{\"id\":\"", "\",\"quantity\":\"2\"}"},
+            {"ListSubscriptionHistory", "subscription", "{\"id\":\"", "\"}"},
+            {"RecordUsage", "subscription", "{\"subscriptionId\":\"",
+             "\",\"events\":[{\"eventId\":\"e\"}]}"},
+            {"GetInvoice", "invoice", "{\"id\":\"", "\"}"},
+            {"FinalizeInvoice", "invoice", "{\"id\":\"", "\"}"},
+            {"AddInvoiceLines", "invoice", "{\"id\":\"",
+             "\",\"lines\":[{\"description\":\"x\",\"unitAmount\":\"1\"}]}"},
+            {"PayInvoice", "invoice", "{\"id\":\"", "\"}"},
+            {"RecordPayment", "invoice", "{\"id\":\"", "\",\"amount\":\"1\"}"},
+            {"VoidInvoice", "invoice", "{\"id\":\"", "\"}"},
+            {"MarkUncollectible", "invoice", "{\"id\":\"", "\"}"},
+            {"CreateCreditNote", "invoice", "{\"invoiceId\":\"", "\"}"},
+            {"CreateInvoice", "customer", "{\"customerId\":\"", "\"}"},
+            {"GetTestClock", "test clock", "{\"id\":\"", "\"}"},
+            /* a day after the clock's start */
+            {"AdvanceTestClock", "test clock", "{\"id\":\"",
+             "\",\"frozenTimeUnixMs\":\"1798848000000\"}"},
+            {"CreateCustomer", "test clock",
+             "{\"email\":\"x@example.com\",\"currency\":\"USD\",\"testClockId\":\"", "\"}"},
+        };
+        for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
+                const char *w = calls[i].what;
+                const char *id = strcmp(w, "customer") == 0       ? cust
+                                 : strcmp(w, "plan") == 0         ? plan
+                                 : strcmp(w, "subscription") == 0 ? sub
+                                 : strcmp(w, "invoice") == 0      ? inv
+                                                                  : clock;
+                char message[64];
+                snprintf(message, sizeof(message), "%s not found", w);
+                bit_fails_with(tok, calls[i].method, "not_found", message, "%s%s%s", calls[i].pre,
+                               id, calls[i].post);
+        }
         /* And lists filtered by another tenant's ids show nothing. */
         j = bit_ok(tok, "ListInvoices", "{\"customerId\":\"%s\"}", cust);
         assert_null(bit_at(j, "invoices"));
