@@ -42,12 +42,17 @@ export KEELSON_GATEWAY_RATE_AUTH=1000:1000/1s
 export KEELSON_GATEWAY_REUSE_PORT=true
 whoami_session
 
-cat >"$WORK/whoami.lua" <<EOF
+# post_script FILE BODY: a wrk script that POSTs the JSON BODY with the session's token.
+post_script() {
+        cat >"$1" <<EOF
 wrk.method = "POST"
-wrk.body = "{}"
+wrk.body = '$2'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer $TOKEN"
 EOF
+}
+
+post_script "$WORK/whoami.lua" '{}'
 
 # ---- nginx, same body ------------------------------------------------------------
 
@@ -129,12 +134,7 @@ chmod 0711 "$WORK"
 chmod 0644 "$WORK/list.json"
 cmp -s "$WORK/list.json" <(curl -sS "http://127.0.0.1:$NGINX_PORT/list.json") ||
         die "nginx does not serve the page: $(curl -sS "http://127.0.0.1:$NGINX_PORT/list.json" | head -c 300)"
-cat >"$WORK/list.lua" <<EOF
-wrk.method = "POST"
-wrk.body = '{"pageSize":50}'
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer $TOKEN"
-EOF
+post_script "$WORK/list.lua" '{"pageSize":50}'
 wrk -t2 -c10 -d2s -s "$WORK/list.lua" "$BILLING/ListCustomers" >/dev/null # warm-up
 read -r g_rps g_p50 g_p99 g_bad <<<"$(run "$BILLING/ListCustomers" 50 "$WORK/list.lua")"
 read -r n_rps n_p50 n_p99 _ <<<"$(run "http://127.0.0.1:$NGINX_PORT/list.json" 50 plain)"
