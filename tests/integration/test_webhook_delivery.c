@@ -532,7 +532,8 @@ static void test_retries_then_delivered(void **state)
         assert_int_equal(n_deliveries(other.owner.token, NULL, NULL), 0);
         assert_int_equal(wsink_count(sink2, NULL, NULL), 0);
         snprintf(body, sizeof(body), "{\"id\":\"%s\"}", did);
-        wit_call_fails(other.owner.token, "GetDelivery", body, "not_found");
+        wit_call_fails_with(other.owner.token, "GetDelivery", body, "not_found",
+                            "delivery not found");
 
         assert_grew("keelson_webhook_deliveries_total", "\"delivered\"", delivered0, 1);
         assert_grew(ATTEMPTS_METRIC, "\"http_error\"", errors0, 2);
@@ -714,10 +715,10 @@ static void test_update_subscription(void **state)
                 wit_call_fails_with(t.owner.token, "UpdateWebhookSubscription", body,
                                     "invalid_argument", refused[i][1]);
         }
-        wit_call_fails(t.owner.token, "UpdateWebhookSubscription",
-                       "{\"id\":\"6b0f4c59-6f7e-4b7a-9f55-1c3f1d1f0c11\","
-                       "\"updateMask\":[\"description\"],\"description\":\"x\"}",
-                       "not_found");
+        wit_call_fails_with(t.owner.token, "UpdateWebhookSubscription",
+                            "{\"id\":\"6b0f4c59-6f7e-4b7a-9f55-1c3f1d1f0c11\","
+                            "\"updateMask\":[\"description\"],\"description\":\"x\"}",
+                            "not_found", "webhook subscription not found");
         u = get_subscription(t.owner.token, s.id);
         assert_string_equal(wit_str(u, "url", NULL), url);
         assert_string_equal(wit_str(u, "description", NULL), "moved");
@@ -739,11 +740,18 @@ static void test_addresses(void **state)
         snprintf(refused[2], sizeof(refused[2]), "http://127.0.0.2:%d/hook", wsink_port(sink));
         snprintf(refused[3], sizeof(refused[3]), "http://[::1]:%d/hook", wsink_port(sink));
         bit_tenant_new("wh-dlv-addr", &t);
+        /* each refused with the address and the reason (docs/api.md) */
+        static const char *const address[4] = {"10.0.0.1", "169.254.169.254", "127.0.0.2", "::1"};
+        static const char *const reason[4] = {"private", "link_local", "loopback", "loopback"};
         for (int i = 0; i < 4; i++) {
+                char message[128];
                 snprintf(body, sizeof(body), "{\"url\":\"%s\",\"topics\":[\"" PAID "\"]}",
                          refused[i]);
-                wit_call_fails(t.owner.token, "CreateWebhookSubscription", body,
-                               "invalid_argument");
+                snprintf(message, sizeof(message),
+                         "url: %s is a %s address; deliveries may not reach it", address[i],
+                         reason[i]);
+                wit_call_fails_with(t.owner.token, "CreateWebhookSubscription", body,
+                                    "invalid_argument", message);
         }
         json_t *j = wit_call_ok(t.owner.token, "ListWebhookSubscriptions", "{}");
         assert_int_equal(json_array_size(json_object_get(j, "subscriptions")), 0);

@@ -229,7 +229,8 @@ static void test_rotation(void **state)
         json_decref(j);
         /* A secret Stripe's rules refuse is refused when given. */
         snprintf(req, sizeof(req), "{\"id\":\"%s\",\"secret\":\"has space\"}", id);
-        wit_call_fails(owner, "RotateIntakeSecret", req, "invalid_argument");
+        wit_call_fails_with(owner, "RotateIntakeSecret", req, "invalid_argument",
+                            "secret: only printable ASCII without spaces (a stray newline?)");
 }
 
 static void test_standard_webhooks(void **state)
@@ -320,43 +321,51 @@ static void test_operators_read_events(void **state)
         json_decref(j);
 
         /* another tenant: not found, and an empty list */
-        wit_call_fails(other, "GetReceivedEvent", req, "not_found");
+        wit_call_fails_with(other, "GetReceivedEvent", req, "not_found",
+                            "received event not found");
         snprintf(req, sizeof(req), "{\"id\":\"%s\"}", id);
-        wit_call_fails(other, "GetIntakeEndpoint", req, "not_found");
+        wit_call_fails_with(other, "GetIntakeEndpoint", req, "not_found",
+                            "intake endpoint not found");
         snprintf(req, sizeof(req), "{\"endpointId\":\"%s\"}", id);
         j = wit_call_ok(other, "ListReceivedEvents", req);
         assert_int_equal(json_array_size(json_object_get(j, "events")), 0);
         json_decref(j);
         /* no token: 401 */
-        wit_call_fails(NULL, "ListIntakeEndpoints", "{}", "unauthenticated");
+        wit_call_fails_with(NULL, "ListIntakeEndpoints", "{}", "unauthenticated",
+                            "missing bearer token");
         /* the intake is not a Connect method */
-        wit_call_fails(owner, "ReceiveWebhook", "{}", "unimplemented");
+        wit_call_fails_with(owner, "ReceiveWebhook", "{}", "unimplemented", "unknown method");
 }
 
 static void test_bad_endpoint_requests(void **state)
 {
         (void)state;
-        wit_call_fails(owner, "CreateIntakeEndpoint",
-                       "{\"provider\":\"PROVIDER_STRIPE\",\"secret\":\"\"}", "invalid_argument");
-        wit_call_fails(owner, "CreateIntakeEndpoint",
-                       "{\"provider\":\"PROVIDER_STANDARD\",\"secret\":\"whsec_notbase64!!\"}",
-                       "invalid_argument");
-        wit_call_fails(owner, "CreateIntakeEndpoint", "{\"secret\":\"whsec_abcdefghijklmnop\"}",
-                       "invalid_argument");
-        wit_call_fails(owner, "CreateIntakeEndpoint",
-                       "{\"provider\":\"PROVIDER_STRIPE\",\"secret\":\"whsec_abcdefghijklmnop\","
-                       "\"toleranceS\":3601}",
-                       "invalid_argument");
-        wit_call_fails(
+        wit_call_fails_with(owner, "CreateIntakeEndpoint",
+                            "{\"provider\":\"PROVIDER_STRIPE\",\"secret\":\"\"}",
+                            "invalid_argument", "secret: empty");
+        wit_call_fails_with(owner, "CreateIntakeEndpoint",
+                            "{\"provider\":\"PROVIDER_STANDARD\",\"secret\":\"whsec_notbase64!!\"}",
+                            "invalid_argument",
+                            "secret: not standard padded base64 after \"whsec_\"");
+        wit_call_fails_with(owner, "CreateIntakeEndpoint",
+                            "{\"secret\":\"whsec_abcdefghijklmnop\"}", "invalid_argument",
+                            "provider: PROVIDER_STRIPE or PROVIDER_STANDARD");
+        wit_call_fails_with(
+            owner, "CreateIntakeEndpoint",
+            "{\"provider\":\"PROVIDER_STRIPE\",\"secret\":\"whsec_abcdefghijklmnop\","
+            "\"toleranceS\":3601}",
+            "invalid_argument", "tolerance_s: 1..3600 seconds (0: 300)");
+        wit_call_fails_with(
             owner, "UpdateIntakeEndpoint",
             "{\"id\":\"6b0f4c59-6f7e-4b7a-9f55-1c3f1d1f0c11\",\"updateMask\":[\"nope\"]}",
-            "invalid_argument");
+            "invalid_argument", "update_mask: unknown field \"nope\"");
         wit_call_fails_with(owner, "UpdateIntakeEndpoint",
                             "{\"id\":\"6b0f4c59-6f7e-4b7a-9f55-1c3f1d1f0c11\",\"updateMask\":[]}",
                             "invalid_argument",
                             "update_mask: name at least one of description, tolerance_s, enabled");
-        wit_call_fails(owner, "GetIntakeEndpoint",
-                       "{\"id\":\"6b0f4c59-6f7e-4b7a-9f55-1c3f1d1f0c11\"}", "not_found");
+        wit_call_fails_with(owner, "GetIntakeEndpoint",
+                            "{\"id\":\"6b0f4c59-6f7e-4b7a-9f55-1c3f1d1f0c11\"}", "not_found",
+                            "intake endpoint not found");
         json_t *j = wit_call_ok(owner, "ListIntakeEndpoints", "{}");
         assert_true(json_array_size(json_object_get(j, "endpoints")) >= 1);
         json_decref(j);

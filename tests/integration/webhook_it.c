@@ -67,11 +67,6 @@ void wit_call_fails_with(const char *token, const char *method, const char *json
         it_http_response_free(&r);
 }
 
-void wit_call_fails(const char *token, const char *method, const char *json, const char *code)
-{
-        wit_call_fails_with(token, method, json, code, NULL);
-}
-
 const char *wit_str(json_t *j, const char *a, const char *b)
 {
         json_t *v = json_object_get(j, a);
