@@ -27,9 +27,7 @@ const it_stack *wit_stack(void);
 
 /* A call that must answer 200: its reply, parsed (json_decref it). */
 json_t *wit_call_ok(const char *token, const char *method, const char *json);
-/* A call that must fail with the Connect error code ("not_found", ...). */
-void wit_call_fails(const char *token, const char *method, const char *json, const char *code);
-/* The same, and the error's message must be message (NULL: any). */
+/* A call that must fail with the Connect error code ("not_found", ...) and message (NULL: any). */
 void wit_call_fails_with(const char *token, const char *method, const char *json, const char *code,
                          const char *message);
 /* A string at a (and b, when not NULL) of j; "" when absent. */
