@@ -109,16 +109,9 @@ void ait_fails_with(const char *method, const char *json, const char *token, con
                     const char *message)
 {
         it_http_response r;
-        json_t *j;
 
         ait_call(method, json, token, &r);
-        j = ait_json(&r);
-        if (r.status == 200 || strcmp(ait_str_or(j, "code"), code) != 0 ||
-            (message != NULL && strcmp(ait_str_or(j, "message"), message) != 0)) {
-                fail_msg("%s %.200s: expected %s '%s', got HTTP %ld: %.300s", method, json, code,
-                         message != NULL ? message : "", r.status, r.body);
-        }
-        json_decref(j);
+        it_assert_refused(&r, method, code, message);
         it_http_response_free(&r);
 }
 

@@ -75,17 +75,9 @@ static void vrefused(const char *token, const char *method, const char *code, co
                      const char *fmt, va_list ap)
 {
         it_http_response r;
-        json_t *j;
 
         vcall(token, NULL, method, &r, fmt, ap);
-        j = ait_json(&r);
-        if (r.status == 200 || strcmp(ait_str_or(j, "code"), code) != 0 ||
-            (message != NULL && strcmp(ait_str_or(j, "message"), message) != 0)) {
-                fail_msg("%s: expected %s%s%s, got HTTP %ld: %.400s", method, code,
-                         message != NULL ? " " : "", message != NULL ? message : "", r.status,
-                         r.body);
-        }
-        json_decref(j);
+        it_assert_refused(&r, method, code, message);
         it_http_response_free(&r);
 }
 

@@ -783,6 +783,22 @@ void it_post_json(const char *base_url, const char *path, const char *json, cons
         }
 }
 
+void it_assert_refused(const it_http_response *r, const char *what, const char *code,
+                       const char *message)
+{
+        json_t *j = json_loadb(r->body, r->body_len, 0, NULL);
+        const char *got_code = json_string_value(json_object_get(j, "code"));
+        const char *got_message = json_string_value(json_object_get(j, "message"));
+
+        if (r->status == 200 || got_code == NULL || strcmp(got_code, code) != 0 ||
+            (message != NULL && (got_message == NULL || strcmp(got_message, message) != 0))) {
+                fail_msg("%s: expected %s%s%s, got HTTP %ld: %.400s", what, code,
+                         message != NULL ? " " : "", message != NULL ? message : "", r->status,
+                         r->body);
+        }
+        json_decref(j);
+}
+
 long it_post_json_status(const char *base_url, const char *path, const char *json,
                          const char *token)
 {

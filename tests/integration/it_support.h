@@ -101,7 +101,14 @@ int it_connect(const char *base_url, const char *path, const void *body, size_t 
 void it_post_json(const char *base_url, const char *path, const char *json, const char *token,
                   it_http_response *out);
 
-/* The same, for the status only. */
+/*
+ * Fails the test unless r is a Connect error (not a 200) with code and, when
+ * message is not NULL, that message; what names the call in the failure.
+ */
+void it_assert_refused(const it_http_response *r, const char *what, const char *code,
+                       const char *message);
+
+/* it_post_json for the status only. */
 long it_post_json_status(const char *base_url, const char *path, const char *json,
                          const char *token);
 

@@ -54,16 +54,7 @@ void wit_call_fails_with(const char *token, const char *method, const char *json
 
         snprintf(path, sizeof(path), WIT_PATH "%s", method);
         it_post_json(st.gateway_url, path, json, token, &r);
-        json_t *j = json_loads(r.body, 0, NULL);
-        const char *got_code = json_string_value(json_object_get(j, "code"));
-        const char *got_message = json_string_value(json_object_get(j, "message"));
-        if (r.status == 200 || got_code == NULL || strcmp(got_code, code) != 0 ||
-            (message != NULL && (got_message == NULL || strcmp(got_message, message) != 0))) {
-                fail_msg("%s: wanted %s%s%s, got HTTP %ld %s", method, code,
-                         message != NULL ? " " : "", message != NULL ? message : "", r.status,
-                         r.body);
-        }
-        json_decref(j);
+        it_assert_refused(&r, method, code, message);
         it_http_response_free(&r);
 }
 
