@@ -104,16 +104,26 @@ run() {
 WHOAMI="$GW/keelson.auth.v1.AuthService/WhoAmI"
 wrk -t2 -c10 -d2s -s "$WORK/whoami.lua" "$WHOAMI" >/dev/null # warm-up
 
+# The table of a read against nginx: its header, then one row per line of
+# "CONNS GATEWAY_RUN NGINX_RUN" (each run's four figures), with the ratio.
+table_header() {
+        printf '%-6s %12s %9s %9s %8s | %12s %9s %9s | %7s\n' conns "gateway r/s" "p50 ms" \
+                "p99 ms" non-2xx "nginx r/s" "p50 ms" "p99 ms" ratio
+}
+table_row() {
+        local g_rps g_p50 g_p99 g_bad n_rps n_p50 n_p99
+        read -r g_rps g_p50 g_p99 g_bad <<<"$2"
+        read -r n_rps n_p50 n_p99 _ <<<"$3"
+        printf '%-6s %12s %9s %9s %8s | %12s %9s %9s | %7s\n' "$1" "$g_rps" "$g_p50" "$g_p99" \
+                "$g_bad" "$n_rps" "$n_p50" "$n_p99" \
+                "$(awk -v a="$g_rps" -v b="$n_rps" 'BEGIN { printf "%.3f", a / b }')"
+}
+
 echo "WhoAmI through the gateway (cached context, rate limit decided in Redis, auth x2 behind the broker)"
 echo "vs nginx ($NGINX_WORKERS workers) returning the same ${#BODY}-byte body; wrk -t2, ${DURATION}s per row; $(nproc) cores"
-printf '%-6s %12s %9s %9s %8s | %12s %9s %9s | %7s\n' conns "gateway r/s" "p50 ms" "p99 ms" \
-        non-2xx "nginx r/s" "p50 ms" "p99 ms" ratio
+table_header
 for c in "${CONNECTIONS[@]}"; do
-        read -r g_rps g_p50 g_p99 g_bad <<<"$(run "$WHOAMI" "$c")"
-        read -r n_rps n_p50 n_p99 _ <<<"$(run "http://127.0.0.1:$NGINX_PORT/" "$c")"
-        ratio=$(awk -v a="$g_rps" -v b="$n_rps" 'BEGIN { printf "%.3f", a / b }')
-        printf '%-6s %12s %9s %9s %8s | %12s %9s %9s | %7s\n' "$c" "$g_rps" "$g_p50" "$g_p99" \
-                "$g_bad" "$n_rps" "$n_p50" "$n_p99" "$ratio"
+        table_row "$c" "$(run "$WHOAMI" "$c")" "$(run "http://127.0.0.1:$NGINX_PORT/" "$c")"
 done
 # ---- ListCustomers, 50 a page, against nginx serving the same page ------------------------
 
@@ -136,14 +146,12 @@ cmp -s "$WORK/list.json" <(curl -sS "http://127.0.0.1:$NGINX_PORT/list.json") ||
         die "nginx does not serve the page: $(curl -sS "http://127.0.0.1:$NGINX_PORT/list.json" | head -c 300)"
 post_script "$WORK/list.lua" '{"pageSize":50}'
 wrk -t2 -c10 -d2s -s "$WORK/list.lua" "$BILLING/ListCustomers" >/dev/null # warm-up
-read -r g_rps g_p50 g_p99 g_bad <<<"$(run "$BILLING/ListCustomers" 50 "$WORK/list.lua")"
-read -r n_rps n_p50 n_p99 _ <<<"$(run "http://127.0.0.1:$NGINX_PORT/list.json" 50 plain)"
+g_run=$(run "$BILLING/ListCustomers" 50 "$WORK/list.lua")
+n_run=$(run "http://127.0.0.1:$NGINX_PORT/list.json" 50 plain)
 echo "ListCustomers (50 a page, $(stat -c %s "$WORK/list.json") bytes of JSON; billing x1 behind the broker)"
 echo "vs nginx serving the same page as a static file; wrk -t2, ${DURATION}s per row"
-printf '%-6s %12s %9s %9s %8s | %12s %9s %9s | %7s\n' conns "gateway r/s" "p50 ms" "p99 ms" \
-        non-2xx "nginx r/s" "p50 ms" "p99 ms" ratio
-printf '%-6s %12s %9s %9s %8s | %12s %9s %9s | %7s\n' 50 "$g_rps" "$g_p50" "$g_p99" "$g_bad" \
-        "$n_rps" "$n_p50" "$n_p99" "$(awk -v a="$g_rps" -v b="$n_rps" 'BEGIN { printf "%.3f", a / b }')"
+table_header
+table_row 50 "$g_run" "$n_run"
 
 # ---- where a request's CPU goes ------------------------------------------------------
 

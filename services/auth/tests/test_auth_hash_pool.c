@@ -211,12 +211,10 @@ static bool environ_has(int pid, const char *needle)
         return memmem(buf, len, needle, strlen(needle)) != NULL;
 }
 
-/* A worker per thread, in a session of its own, at the pool's nice value, with none of our
- * environment (a secret stays in auth). */
 /*
  * Worker i's pid once it has set itself up (its last step: nice at want), or what it has after
- * about ten seconds. Both jobs above may have gone to one worker while a loaded machine had not
- * yet run the other's start, which its own thread does.
+ * about ten seconds. A test's jobs may all have gone to another worker while a loaded machine had
+ * not yet run this one's start, which its own thread does.
  */
 static int worker_set_up(auth_hash_pool *p, int i, int want)
 {
@@ -230,6 +228,8 @@ static int worker_set_up(auth_hash_pool *p, int i, int want)
         return pid;
 }
 
+/* A worker per thread, in a session of its own, at the pool's nice value, with none of our
+ * environment (a secret stays in auth). */
 static void test_workers_run_apart(void **state)
 {
         auth_hash_pool *p = NULL;
