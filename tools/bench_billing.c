@@ -28,7 +28,9 @@
  *      events) as a naive transaction of plain INSERTs and UPDATEs, and the
  *      select of a 50-customer page. The ratios are keelson over PostgreSQL
  *      alone doing the same rows without HTTP, auth, idempotency, events or
- *      the ledger.
+ *      the ledger. And the same rows for the clients' creations written
+ *      ten at a time, a statement per table and one transaction for the
+ *      ten: the ceiling of a creation path that grouped its writes.
  *
  * It also prints the CPU each request cost each process group of the stack
  * (gateways, broker, billing replicas, ledger replicas, PostgreSQL and all
@@ -57,6 +59,7 @@
 #include "bench_support.h"
 
 #define CLIENTS_MAX   256
+#define GROUP_MAX     10 /* creations a grouped baseline transaction writes */
 #define LATENCIES_MAX (1u << 21)
 #define BODY_MAX      (1u << 20)
 #define PATH_AUTH     "/keelson.auth.v1.AuthService/"
@@ -445,6 +448,38 @@ static const char naive_create[] =
     "UPDATE bench_billing_naive.counters SET last = last + 1 WHERE id = 1;\n"
     "END;\n";
 
+/*
+ * The same rows for g creations in one transaction, a statement per table
+ * (the counter moved once by g): what PostgreSQL gives when creations in
+ * flight together are written together (group commit), the ceiling of a
+ * creation path that grouped its writes. Written with g as the group size.
+ */
+static void naive_grouped(char *out, size_t cap, int g)
+{
+        snprintf(out, cap,
+                 "\\set c random(1, %d)\n"
+                 "BEGIN;\n"
+                 "SELECT id FROM bench_billing_naive.customers WHERE id BETWEEN :c AND :c + %d"
+                 " ORDER BY id FOR UPDATE;\n"
+                 "INSERT INTO bench_billing_naive.subscriptions SELECT gen_random_uuid(), g, 1, 1,"
+                 " 0, 1, 0 FROM generate_series(:c, :c + %d) g;\n"
+                 "INSERT INTO bench_billing_naive.history SELECT gen_random_uuid(), 1, 'create', 0"
+                 " FROM generate_series(1, %d);\n"
+                 "INSERT INTO bench_billing_naive.invoices SELECT gen_random_uuid(), NULL, NULL,"
+                 " 1999, 200, 2199, 0, 0, 0 FROM generate_series(1, %d);\n"
+                 "INSERT INTO bench_billing_naive.lines SELECT gen_random_uuid(), 1, 1999, 200"
+                 " FROM generate_series(1, %d);\n"
+                 "INSERT INTO bench_billing_naive.payments SELECT gen_random_uuid(), NULL, 2199"
+                 " FROM generate_series(1, %d);\n"
+                 "INSERT INTO bench_billing_naive.postings (source, transfers) SELECT"
+                 " gen_random_uuid(), '\\x00' FROM generate_series(1, %d);\n"
+                 "INSERT INTO bench_billing_naive.outbox (topic, payload) SELECT 'a', '\\x00'"
+                 " FROM generate_series(1, %d);\n"
+                 "UPDATE bench_billing_naive.counters SET last = last + %d WHERE id = 1;\n"
+                 "END;\n",
+                 1001 - g, g - 1, g - 1, g, g, g, g, 2 * g, 3 * g, g);
+}
+
 static const char naive_list[] =
     "SELECT id, email, name, created FROM bench_billing_naive.customers"
     " ORDER BY created DESC LIMIT 51;\n";
@@ -657,9 +692,17 @@ int main(int argc, char **argv)
                by_wrk == 0 ? "wrk (2 threads)" : "this tool's threads (one a connection)");
         PQclear(PQexec(pg, naive_schema));
         double base_create = run_pgbench(naive_create, g_opt.clients, g_opt.seconds);
+        /* The clients' creations in flight, written g at a time (g at most 10). */
+        char grouped[2048];
+        int g = g_opt.clients < GROUP_MAX ? g_opt.clients : GROUP_MAX;
+        naive_grouped(grouped, sizeof(grouped), g);
+        double base_grouped = g * run_pgbench(grouped, (g_opt.clients + g - 1) / g, g_opt.seconds);
         double base_list = run_pgbench(naive_list, g_opt.list_clients, g_opt.list_seconds);
         PQclear(PQexec(pg, "DROP SCHEMA IF EXISTS bench_billing_naive CASCADE"));
         print_phase("CreateSubscription", &create, base_create, "pgbench same rows");
+        printf("pgbench same rows, %d creations a transaction (group commit's ceiling):"
+               " %.0f/s; CreateSubscription over it %.2f\n",
+               g, base_grouped, base_grouped > 0 ? create.per_s / base_grouped : 0);
         print_phase("ListCustomers (50)", &list, base_list, "pgbench page select");
         print_cpu("CreateSubscription", c0, c1, create.done);
         print_cpu("ListCustomers", l0, l1, list.done);
