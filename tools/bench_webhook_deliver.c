@@ -449,10 +449,9 @@ typedef struct result {
 /* Inserts the round's events, TX_ROWS a transaction; 0 or -1. */
 static int insert_events(PGconn *pg, const uint8_t *payload, size_t len)
 {
-        static const char sql[] =
-            "INSERT INTO billing.outbox (event_id, topic, tenant_id, payload, published_at)"
-            " SELECT gen_random_uuid(), '" TOPIC "', $1::uuid, $2::bytea, now()"
-            " FROM generate_series(1, $3::int4)";
+        static const char sql[] = "INSERT INTO billing.outbox (event_id, topic, tenant_id, payload)"
+                                  " SELECT gen_random_uuid(), '" TOPIC "', $1::uuid, $2::bytea"
+                                  " FROM generate_series(1, $3::int4)";
 
         for (long done = 0; done < g_opt.n && !g_stop;) {
                 long k = g_opt.n - done < TX_ROWS ? g_opt.n - done : TX_ROWS;

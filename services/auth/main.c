@@ -41,8 +41,8 @@ int main(int argc, char **argv)
                          .pg_pool_size = "8",
                          .pg_acquire_timeout_ms = "2000",
                          .pg_statement_timeout_ms = "5000",
-                         .outbox_retention_help = "published events (they may hold mail tokens)"
-                                                  " are deleted after this many seconds"},
+                         .outbox_retention_help = "events (they may hold mail tokens) are deleted"
+                                                  " once published and this many seconds old"},
             .schema = "auth",
             .migrations = ks_service_migrations,
             .n_migrations = ks_service_migrations_n,

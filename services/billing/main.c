@@ -43,8 +43,9 @@ int main(int argc, char **argv)
                           * day of events waits for it */
                          .outbox_retention_s = "86400",
                          .outbox_retention_help =
-                             "published events are deleted after this many seconds; the webhook"
-                             " service delivers from the outbox, so it must not be down longer"},
+                             "events are deleted once published and this many seconds old; the"
+                             " webhook service delivers from the outbox, so it must not be down"
+                             " longer"},
             .schema = "billing",
             .migrations = ks_service_migrations,
             .n_migrations = ks_service_migrations_n,

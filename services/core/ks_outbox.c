@@ -11,7 +11,12 @@
  *
  * There is deliberately no "last published id" cursor: ids are taken at
  * insert, not at commit, so a transaction that commits after a later one
- * would be skipped for ever. Every claim looks for rows not yet published.
+ * would be skipped for ever. Every claim looks for rows not yet published:
+ * the ids in <schema>.outbox_queue, written with the events in their
+ * transaction. Publishing deletes an id from the queue, which writes no
+ * new version of the event's row and no index entry; marking the row
+ * itself (a published_at leaving a partial index) cost 2.5 times as much
+ * per batch (docs/performance.md, "The outbox's queue").
  *
  * Failures are states, logged when entered, not at every retry: the database
  * cannot be reached, statements fail on a live connection, or the publisher
@@ -54,7 +59,7 @@
 #define BACKLOG_EVERY_MS     1000
 #define BACKLOG_COUNT_MAX    100000 /* the gauge saturates here: counting stays cheap */
 #define ID_DIGITS_MAX        20     /* a bigint in text, and a comma */
-#define SQL_MAX              640
+#define SQL_MAX              1024
 #define ERROR_MAX            256
 
 /* ---- validation ------------------------------------------------------------ */
@@ -113,10 +118,12 @@ int ks_outbox_event_make(ks_outbox_event *ev, const char *schema, const char *to
         snprintf(ev->channel, sizeof(ev->channel), "%s_outbox", schema);
         /* One statement: the NOTIFY rides on the insert, and is sent only if it commits. */
         snprintf(ev->sql, sizeof(ev->sql),
-                 "WITH ins AS (INSERT INTO %s.outbox (event_id, topic, tenant_id, payload) "
-                 "VALUES ($1, $2, $3, $4::bytea) RETURNING 1) "
-                 "SELECT pg_notify($5, '') FROM ins",
-                 schema);
+                 "WITH v AS (SELECT nextval('%s.outbox_id_seq') AS id), "
+                 "ins AS (INSERT INTO %s.outbox (id, event_id, topic, tenant_id, payload) "
+                 "SELECT id, $1::uuid, $2::text, $3::uuid, $4::bytea FROM v), "
+                 "q AS (INSERT INTO %s.outbox_queue (id) SELECT id FROM v) "
+                 "SELECT pg_notify($5, '') FROM v",
+                 schema, schema, schema);
         ev->params[0] = ev->event_id;
         ev->params[1] = topic;
         ev->params[2] = tenant_id;
@@ -241,6 +248,8 @@ int ks_outbox_batch_add(ks_outbox_batch *b, const char *topic, const char *tenan
 
 int ks_outbox_batch_finish(ks_outbox_batch *b)
 {
+        char rows[KS_OUTBOX_SQL_MAX / 2]; /* the rest of sql is at most 150 bytes and a schema */
+
         for (int k = 0; k < 4; k++) {
                 batch_put(b, k, b->n_events == 0 ? "{}" : "}", b->n_events == 0 ? 2 : 1);
                 if (b->oom) {
@@ -250,20 +259,30 @@ int ks_outbox_batch_finish(ks_outbox_batch *b)
                 b->params[k] = b->arrays[k];
         }
         snprintf(b->channel, sizeof(b->channel), "%s_outbox", b->schema);
+        /*
+         * The ids are taken from the sequence here rather than returned by the
+         * insert: RETURNING would need SELECT on the outbox, which the writers'
+         * roles do not have (they may only append). nextval runs row by row, in
+         * the events' order.
+         */
+        snprintf(rows, sizeof(rows),
+                 "WITH v AS (SELECT nextval('%s.outbox_id_seq') AS id, e.* FROM"
+                 " unnest($1::uuid[], $2::text[], $3::uuid[], $4::bytea[])"
+                 " AS e(event_id, topic, tenant_id, payload)),"
+                 " ins AS (INSERT INTO %s.outbox (id, event_id, topic, tenant_id, payload)"
+                 " SELECT * FROM v)",
+                 b->schema, b->schema);
         if (!b->notify) {
                 snprintf(b->sql, sizeof(b->sql),
-                         "INSERT INTO %s.outbox (event_id, topic, tenant_id, payload)"
-                         " SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::bytea[])",
-                         b->schema);
+                         "%s INSERT INTO %s.outbox_queue (id) SELECT id FROM v", rows, b->schema);
                 b->n_params = 4;
                 return KS_OK;
         }
         /* One NOTIFY for the lot: it is sent only if the transaction commits. */
         snprintf(b->sql, sizeof(b->sql),
-                 "WITH ins AS (INSERT INTO %s.outbox (event_id, topic, tenant_id, payload)"
-                 " SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::bytea[])"
-                 " RETURNING 1) SELECT pg_notify($5, '') FROM (SELECT 1 FROM ins LIMIT 1) AS one",
-                 b->schema);
+                 "%s, q AS (INSERT INTO %s.outbox_queue (id) SELECT id FROM v)"
+                 " SELECT pg_notify($5, '') FROM (SELECT 1 FROM v LIMIT 1) AS one",
+                 rows, b->schema);
         b->params[4] = b->channel;
         b->n_params = 5;
         return KS_OK;
@@ -440,8 +459,10 @@ static int publish_row(ks_outbox_relay *r, PGresult *res, int i)
  * A row the publisher can never take (too big, a bad topic: only a row not
  * written by ks_outbox_add can be one) stays unpublished, so nothing is
  * dropped silently, and the rest of the batch goes out. Logged once per row;
- * the backlog gauge shows it until an operator deletes it. (A whole batch of
- * such rows would stall the relay, which then only polls: it never spins.)
+ * the backlog gauge shows it until an operator deletes its id from the queue
+ * (or the row itself: its id then leaves the queue at the next claim). (A
+ * whole batch of such rows would stall the relay, which then only polls: it
+ * never spins.)
  */
 static void reject_row(ks_outbox_relay *r, PGresult *res, int i, int code)
 {
@@ -457,14 +478,20 @@ static void reject_row(ks_outbox_relay *r, PGresult *res, int i, int code)
                      "code", ks_code_name(code));
 }
 
-/* Publishes the claimed rows in id order; lists the published ones in r->ids. */
-static int publish_rows(ks_outbox_relay *r, PGresult *res, int *n_sent)
+/*
+ * Publishes the claimed rows in id order; lists in r->ids (*n_done) the ids
+ * to take off the queue: the published ones, and any whose event row is
+ * gone (deleted by hand), which leave the queue without a publish.
+ */
+static int publish_rows(ks_outbox_relay *r, PGresult *res, int *n_sent, int *n_done)
 {
         size_t len = 1;
         r->ids[0] = '{';
         *n_sent = 0;
+        *n_done = 0;
         for (int i = 0; i < PQntuples(res); i++) {
-                int rv = publish_row(r, res, i);
+                bool gone = PQgetisnull(res, i, COL_EVENT_ID);
+                int rv = gone ? KS_OK : publish_row(r, res, i);
                 if (rv == KS_INVALID_ARGUMENT || rv == KS_RESOURCE_EXHAUSTED) {
                         reject_row(r, res, i, rv);
                         continue;
@@ -472,12 +499,13 @@ static int publish_rows(ks_outbox_relay *r, PGresult *res, int *n_sent)
                 if (rv != KS_OK) {
                         return rv;
                 }
-                int n = snprintf(r->ids + len, r->ids_cap - len, "%s%s", *n_sent > 0 ? "," : "",
+                int n = snprintf(r->ids + len, r->ids_cap - len, "%s%s", *n_done > 0 ? "," : "",
                                  PQgetvalue(res, i, COL_ID));
                 /* ids_cap fits batch_max bigints, and the claim took at most batch_max rows. */
                 KS_ASSERT(n > 0 && (size_t)n < r->ids_cap - len - 1);
                 len += (size_t)n;
-                (*n_sent)++;
+                (*n_done)++;
+                *n_sent += !gone;
         }
         r->ids[len] = '}';
         r->ids[len + 1] = '\0';
@@ -508,9 +536,9 @@ static step_result relay_batch(ks_outbox_relay *r)
         if (res == NULL) {
                 return db_failure(r);
         }
-        int claimed = PQntuples(res), sent = 0;
+        int claimed = PQntuples(res), sent = 0, done = 0;
         KS_ASSERT(claimed <= r->batch_max); /* LIMIT $1: r->ids is sized for no more */
-        int rv = publish_rows(r, res, &sent);
+        int rv = publish_rows(r, res, &sent, &done);
         PQclear(res);
         if (rv != KS_OK) {
                 ks_pg_rollback(r->conn);
@@ -519,7 +547,7 @@ static step_result relay_batch(ks_outbox_relay *r)
                 return STEP_PUBLISH_FAILED;
         }
         const char *mark_params[] = {r->ids};
-        if ((sent > 0 && !relay_ok(r, r->sql_mark, 1, mark_params)) ||
+        if ((done > 0 && !relay_ok(r, r->sql_mark, 1, mark_params)) ||
             !relay_ok(r, "COMMIT", 0, NULL)) {
                 return db_failure(r);
         }
@@ -527,7 +555,7 @@ static step_result relay_batch(ks_outbox_relay *r)
         ks_counter_add(r->published_total, (uint64_t)sent);
         atomic_fetch_add(&r->published, (uint64_t)sent);
         /* Only progress earns an immediate next round: a batch of rejected rows would spin. */
-        return claimed == r->batch_max && sent > 0 ? STEP_MORE : STEP_IDLE;
+        return claimed == r->batch_max && done > 0 ? STEP_MORE : STEP_IDLE;
 }
 
 /* Deletes at most RETENTION_ROWS published rows past retention; more waits for the next step. */
@@ -745,23 +773,26 @@ static bool valid_options(const ks_outbox_relay_options *o)
 static void format_sql(ks_outbox_relay *r)
 {
         const char *s = r->schema;
+        /* Each event is found by its id (OFFSET 0 keeps the join a lookup per queued id). */
         snprintf(r->sql_claim, sizeof(r->sql_claim),
-                 "SELECT id, event_id, topic, coalesce(tenant_id::text, ''), payload, "
-                 "floor(extract(epoch FROM created_at) * 1000)::int8, "
-                 "extract(epoch FROM clock_timestamp() - created_at)::float8 "
-                 "FROM %s.outbox WHERE published_at IS NULL ORDER BY id LIMIT $1::int "
-                 "FOR UPDATE SKIP LOCKED",
-                 s);
+                 "SELECT q.id, o.event_id, o.topic, coalesce(o.tenant_id::text, ''), o.payload, "
+                 "floor(extract(epoch FROM o.created_at) * 1000)::int8, "
+                 "extract(epoch FROM clock_timestamp() - o.created_at)::float8 "
+                 "FROM (SELECT id FROM %s.outbox_queue ORDER BY id LIMIT $1::int "
+                 "FOR UPDATE SKIP LOCKED) q "
+                 "LEFT JOIN LATERAL (SELECT * FROM %s.outbox WHERE id = q.id OFFSET 0) o ON true "
+                 "ORDER BY q.id",
+                 s, s);
         snprintf(r->sql_mark, sizeof(r->sql_mark),
-                 "UPDATE %s.outbox SET published_at = now() WHERE id = ANY($1::int8[])", s);
+                 "DELETE FROM %s.outbox_queue WHERE id = ANY($1::int8[])", s);
         snprintf(r->sql_retention, sizeof(r->sql_retention),
-                 "DELETE FROM %s.outbox WHERE ctid = ANY(ARRAY(SELECT ctid FROM %s.outbox "
-                 "WHERE published_at < now() - $1::int8 * interval '1 second' LIMIT %d))",
-                 s, s, RETENTION_ROWS);
+                 "DELETE FROM %s.outbox WHERE ctid = ANY(ARRAY(SELECT ctid FROM %s.outbox o "
+                 "WHERE created_at < now() - $1::int8 * interval '1 second' AND NOT EXISTS "
+                 "(SELECT 1 FROM %s.outbox_queue q WHERE q.id = o.id) LIMIT %d))",
+                 s, s, s, RETENTION_ROWS);
         snprintf(r->sql_backlog, sizeof(r->sql_backlog),
-                 "SELECT count(*) FROM (SELECT 1 FROM %s.outbox WHERE published_at IS NULL "
-                 "LIMIT %d) AS b",
-                 s, BACKLOG_COUNT_MAX);
+                 "SELECT count(*) FROM (SELECT 1 FROM %s.outbox_queue LIMIT %d) AS b", s,
+                 BACKLOG_COUNT_MAX);
         snprintf(r->sql_listen, sizeof(r->sql_listen), "LISTEN %s_outbox", s);
 }
 

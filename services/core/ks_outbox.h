@@ -7,11 +7,15 @@
  * commits or rolls back with the write, and a NOTIFY (delivered only on
  * commit) wakes the relays. The table, not the notification, is the record.
  *
- * The relay runs on its own thread in every replica: it claims unpublished
- * rows with FOR UPDATE SKIP LOCKED (so replicas share the work and never
- * publish a row twice while it is claimed), publishes them on the broker's
- * event bus in id order within a batch, marks them published in the same
- * transaction, and deletes published rows after a retention period. It wakes
+ * Each event's id also goes into <schema>.outbox_queue, in the same
+ * statement: the queue is the set of events not yet published. The relay
+ * runs on its own thread in every replica: it claims queued ids with FOR
+ * UPDATE SKIP LOCKED (so replicas share the work and never publish a row
+ * twice while it is claimed), publishes their events on the broker's event
+ * bus in id order within a batch, deletes the ids from the queue in the same
+ * transaction, and deletes events older than a retention period that are no
+ * longer queued. An event row deleted by hand leaves the queue at its next
+ * claim, unpublished; a queued id deleted by hand counts as published. It wakes
  * on NOTIFY and also polls (a notification can be lost with a connection).
  * Delivery is at least once: a relay that dies after publishing and before
  * committing leaves the rows to be published again; consumers deduplicate by
@@ -23,10 +27,13 @@
  *       topic        text NOT NULL,
  *       tenant_id    uuid,
  *       payload      bytea NOT NULL,
- *       created_at   timestamptz NOT NULL DEFAULT now(),
- *       published_at timestamptz
+ *       created_at   timestamptz NOT NULL DEFAULT now()
  *   );
- *   CREATE INDEX ON <schema>.outbox (id) WHERE published_at IS NULL;
+ *   CREATE TABLE <schema>.outbox_queue (id int8 PRIMARY KEY);
+ *
+ * A role that writes events needs INSERT on both tables and USAGE on
+ * <schema>.outbox_id_seq, nothing more: the ids are taken with nextval, not
+ * read back, so a writer cannot read any event, its own included.
  */
 #ifndef KS_OUTBOX_H
 #define KS_OUTBOX_H
@@ -70,7 +77,7 @@ int ks_outbox_add(PGconn *conn, const char *request_id, const char *schema, cons
  * KS_RESOURCE_EXHAUSTED), but not the transaction's: sending it inside the
  * write's transaction is the caller's to ensure.
  */
-#define KS_OUTBOX_SQL_MAX 640
+#define KS_OUTBOX_SQL_MAX 1024
 typedef struct ks_outbox_event {
         char event_id[37];
         char channel[72];
@@ -124,7 +131,7 @@ typedef struct ks_outbox_relay_options {
         ks_publisher *publisher; /* borrowed; outlives the relay */
         int batch_max;           /* rows per claim, e.g. 100 */
         int poll_ms;             /* also look without a notification, e.g. 1000 */
-        int retention_s;         /* delete published rows older than this, e.g. 86400 */
+        int retention_s;         /* delete published events created longer ago, e.g. 86400 */
 } ks_outbox_relay_options;
 
 /*
@@ -136,8 +143,8 @@ typedef struct ks_outbox_relay_options {
  * each change of state once.
  *
  * Metrics (ks_metrics_default, label schema): keelson_outbox_published_total,
- * keelson_outbox_publish_failures_total, keelson_outbox_backlog (unpublished
- * rows, sampled at most once a second while draining and at every idle poll,
+ * keelson_outbox_publish_failures_total, keelson_outbox_backlog (queued ids,
+ * sampled at most once a second while draining and at every idle poll,
  * capped at 100000) and keelson_outbox_lag_seconds (from created_at to the
  * publish, both read from the database clock).
  *

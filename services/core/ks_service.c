@@ -158,7 +158,7 @@ static int add_outbox(table *t, const ks_service_defaults *d)
                         d->outbox_retention_s != NULL ? d->outbox_retention_s : "3600", 0, 31536000,
                         d->outbox_retention_help != NULL
                             ? d->outbox_retention_help
-                            : "published events are deleted after this many seconds"));
+                            : "events are deleted once published and this many seconds old"));
         rc |= add(t, "_OUTBOX_RELAY", relay);
         return rc;
 }

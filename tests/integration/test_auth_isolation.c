@@ -206,6 +206,7 @@ static void test_writes_stay_in_the_tenant(void **state)
 
         /* What the role may never read, whatever the tenant. */
         expect_sqlstate(pg, "SELECT * FROM auth.outbox", 0, NULL, "42501");
+        expect_sqlstate(pg, "SELECT * FROM auth.outbox_queue", 0, NULL, "42501");
         expect_sqlstate(pg, "SELECT * FROM auth.password_resets", 0, NULL, "42501");
         expect_sqlstate(pg, "DELETE FROM auth.audit_log", 0, NULL, "42501");
         PQfinish(pg);
@@ -219,11 +220,11 @@ static void test_schema_shape(void **state)
                                       " AND tableowner = 'keelson_auth_rt'",
                                       0, NULL),
                          0);
-        /* Enabled and forced on every table but the outbox and the migration record. */
+        /* Enabled and forced on every table but the outbox, its queue and the migration record. */
         assert_int_equal(ait_sql_long("SELECT count(*) FROM pg_class c"
                                       " WHERE c.relnamespace = 'auth'::regnamespace"
                                       " AND c.relkind = 'r' AND c.relname NOT IN"
-                                      " ('outbox', 'schema_migrations')"
+                                      " ('outbox', 'outbox_queue', 'schema_migrations')"
                                       " AND NOT (c.relrowsecurity AND c.relforcerowsecurity)",
                                       0, NULL),
                          0);

@@ -947,15 +947,17 @@ static void test_relay_publishes_rows_left_behind(void **state)
         assert_int_equal(ks_uuid_v4(event_id), 0);
         assert_int_equal(ks_uuid_v4(tenant_id), 0);
         PQclear(it_sql(pg,
-                       "INSERT INTO auth.outbox (event_id, topic, tenant_id, payload)"
-                       " VALUES ($1::uuid, 'users.admin_summary', $2::uuid, '\\x')",
+                       "WITH ins AS (INSERT INTO auth.outbox (event_id, topic, tenant_id, payload)"
+                       " VALUES ($1::uuid, 'users.admin_summary', $2::uuid, '\\x') RETURNING id)"
+                       " INSERT INTO auth.outbox_queue (id) SELECT id FROM ins",
                        2, params));
         PQfinish(pg);
         expect_event(sub, "users.admin_summary", tenant_id, event_id);
         ks_subscriber_free(sub);
         for (int i = 0; i < 100; i++) {
-                if (ait_sql_long("SELECT count(*) FROM auth.outbox WHERE event_id = $1::uuid"
-                                 " AND published_at IS NOT NULL",
+                if (ait_sql_long("SELECT count(*) FROM auth.outbox o WHERE event_id = $1::uuid"
+                                 " AND NOT EXISTS (SELECT 1 FROM auth.outbox_queue q"
+                                 " WHERE q.id = o.id)",
                                  1, params) == 1) {
                         return;
                 }
