@@ -144,7 +144,7 @@ typedef struct ks_outbox_relay_options {
  *
  * Metrics (ks_metrics_default, label schema): keelson_outbox_published_total,
  * keelson_outbox_publish_failures_total, keelson_outbox_backlog (queued ids,
- * sampled at most once a second while draining and at every idle poll,
+ * sampled at most once a second, and at every idle poll while it is not 0,
  * capped at 100000) and keelson_outbox_lag_seconds (from created_at to the
  * publish, both read from the database clock).
  *
