@@ -391,17 +391,30 @@ static void set_state(ks_outbox_relay *r, relay_state s)
 /* ---- the relay: statements ------------------------------------------------------ */
 
 /*
- * Runs one statement on the relay's connection. Returns the result, or NULL
- * with the failure kept for the state change log. Not ks_pg_exec: that one
- * logs every failure, and a relay retrying against a broken table would
- * write the same line every few seconds.
+ * Runs one statement on the relay's connection, prepared the first time the
+ * connection runs its text (ks_pg_prepared.c, as the pools do: planning the
+ * claim cost the server more than running it, 0.8 ms against 1 ms for 100
+ * events). Returns the result, or NULL with the failure kept for the state
+ * change log. Not ks_pg_exec: that one logs every failure, and a relay
+ * retrying against a broken table would write the same line every few
+ * seconds.
  */
 static PGresult *relay_exec(ks_outbox_relay *r, const char *sql, int n, const char *const *params)
 {
-        PGresult *res = PQexecParams(r->conn, sql, n, NULL, params, NULL, NULL, 0);
+        PGresult *res = NULL;
+        const char *name = ks_pg_prepared(r->conn, sql, n, NULL, &res);
+        if (name != NULL) {
+                res = PQexecPrepared(r->conn, name, n, params, NULL, NULL, 0);
+        } else if (res == NULL) {
+                res = PQexecParams(r->conn, sql, n, NULL, params, NULL, NULL, 0);
+        }
         ExecStatusType st = PQresultStatus(res);
         if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
                 return res;
+        }
+        if (res != NULL) {
+                /* A plan the schema changed under: the cache starts again, the retry replans. */
+                (void)ks_pg_prepared_failed(r->conn, res);
         }
         const char *primary = res != NULL ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
         set_error(r, res != NULL ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL,
@@ -672,9 +685,18 @@ static bool relay_connect(ks_outbox_relay *r)
                 return false;
         }
         PQsetNoticeReceiver(c, on_notice, NULL);
+        if (ks_pg_prepared_attach(c) != 0) {
+                ks_log_warn(NULL, "outbox relay statements will run unprepared", "{s:s}", "schema",
+                            r->schema);
+        }
         r->conn = c;
-        char sql[64];
-        snprintf(sql, sizeof(sql), "SET statement_timeout = %d", STATEMENT_TIMEOUT_MS);
+        /* One plan for every execution of a statement, as the pools' connections have (ks_pg.c). */
+        char sql[160];
+        snprintf(sql, sizeof(sql),
+                 "SELECT set_config('statement_timeout', '%d', false),"
+                 " set_config('plan_cache_mode', 'force_generic_plan', false),"
+                 " set_config('jit', 'off', false)",
+                 STATEMENT_TIMEOUT_MS);
         if (!relay_ok(r, sql, 0, NULL) || !relay_ok(r, r->sql_listen, 0, NULL)) {
                 PQfinish(r->conn);
                 r->conn = NULL;
