@@ -690,13 +690,9 @@ static bool relay_connect(ks_outbox_relay *r)
                             r->schema);
         }
         r->conn = c;
-        /* One plan for every execution of a statement, as the pools' connections have (ks_pg.c). */
-        char sql[160];
-        snprintf(sql, sizeof(sql),
-                 "SELECT set_config('statement_timeout', '%d', false),"
-                 " set_config('plan_cache_mode', 'force_generic_plan', false),"
-                 " set_config('jit', 'off', false)",
-                 STATEMENT_TIMEOUT_MS);
+        /* The pools' session settings: generic plans for the prepared statements, no JIT. */
+        char sql[KS_PG_SESSION_SQL_MAX];
+        ks_pg_session_sql(sql, STATEMENT_TIMEOUT_MS);
         if (!relay_ok(r, sql, 0, NULL) || !relay_ok(r, r->sql_listen, 0, NULL)) {
                 PQfinish(r->conn);
                 r->conn = NULL;

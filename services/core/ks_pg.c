@@ -192,8 +192,9 @@ static bool idle_socket_readable(const PGconn *conn)
 }
 
 /*
- * Session settings, applied after every connect or reset, in one round
- * trip, unprepared (it runs once per session).
+ * Session settings, applied after every connect or reset of a pool's
+ * connection, in one round trip, unprepared (it runs once per session), and
+ * by the outbox relays to their own connections (ks_pg.h).
  *
  * JIT compilation is off: our statements are short OLTP work whose cost
  * estimates still cross jit_above_cost when a batch carries thousands of
@@ -211,18 +212,23 @@ static bool idle_socket_readable(const PGconn *conn)
  * A SET rather than a startup option, so that it holds whatever options the
  * dsn carries (a pool's runtime role is one: ks_pg_login.h).
  */
-static int conn_setup(const ks_pg_pool *pool, PGconn *conn)
+void ks_pg_session_sql(char out[KS_PG_SESSION_SQL_MAX], int statement_timeout_ms)
 {
-        char sql[192];
-        int n = snprintf(sql, sizeof(sql),
+        int n = snprintf(out, KS_PG_SESSION_SQL_MAX,
                          "SELECT set_config('jit', 'off', false),"
                          " set_config('plan_cache_mode', 'force_generic_plan', false)");
 
-        if (pool->statement_timeout_ms != 0) {
-                snprintf(sql + n, sizeof(sql) - (size_t)n,
-                         ", set_config('statement_timeout', '%d', false)",
-                         pool->statement_timeout_ms);
+        if (statement_timeout_ms != 0) {
+                snprintf(out + n, KS_PG_SESSION_SQL_MAX - (size_t)n,
+                         ", set_config('statement_timeout', '%d', false)", statement_timeout_ms);
         }
+}
+
+static int conn_setup(const ks_pg_pool *pool, PGconn *conn)
+{
+        char sql[KS_PG_SESSION_SQL_MAX];
+
+        ks_pg_session_sql(sql, pool->statement_timeout_ms);
         PGresult *res = PQexec(conn, sql);
         bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
         if (!ok) {

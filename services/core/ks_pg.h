@@ -86,6 +86,15 @@ int ks_pg_exec(PGconn *conn, const char *request_id, const char *sql, int n_para
  */
 #define KS_PG_PREPARED_MAX 128
 
+/*
+ * The session settings a connection that runs prepared statements needs
+ * (ks_pg.c says why): JIT off, generic plans from the first execution, and
+ * statement_timeout_ms (0: the server's default). The pools send it after
+ * every connect; a connection of its own (an outbox relay's) sends it too.
+ */
+#define KS_PG_SESSION_SQL_MAX 192
+void ks_pg_session_sql(char out[KS_PG_SESSION_SQL_MAX], int statement_timeout_ms);
+
 int ks_pg_prepared_attach(PGconn *conn) KS_MUST_CHECK;
 const char *ks_pg_prepared(PGconn *conn, const char *sql, int n_params, const Oid *types,
                            PGresult **failed);
