@@ -696,7 +696,8 @@ int main(int argc, char **argv)
         char grouped[2048];
         int g = g_opt.clients < GROUP_MAX ? g_opt.clients : GROUP_MAX;
         naive_grouped(grouped, sizeof(grouped), g);
-        double base_grouped = g * run_pgbench(grouped, (g_opt.clients + g - 1) / g, g_opt.seconds);
+        double grouped_tps = run_pgbench(grouped, (g_opt.clients + g - 1) / g, g_opt.seconds);
+        double base_grouped = grouped_tps > 0 ? g * grouped_tps : grouped_tps; /* -1: failed */
         double base_list = run_pgbench(naive_list, g_opt.list_clients, g_opt.list_seconds);
         PQclear(PQexec(pg, "DROP SCHEMA IF EXISTS bench_billing_naive CASCADE"));
         print_phase("CreateSubscription", &create, base_create, "pgbench same rows");

@@ -147,6 +147,17 @@ static bool wait_count(PGconn *c, long long expect, const char *query)
         return v == expect;
 }
 
+/* Waits until expect rows of schema's outbox are published: their ids are off the queue. */
+static bool wait_published_rows(PGconn *c, const char *schema, long long expect)
+{
+        char q[256];
+        snprintf(q, sizeof(q),
+                 "SELECT count(*) FROM %s.outbox o WHERE NOT EXISTS"
+                 " (SELECT 1 FROM %s.outbox_queue q WHERE q.id = o.id)",
+                 schema, schema);
+        return wait_count(c, expect, q);
+}
+
 /* The relay counts a batch after its COMMIT, so a reader that saw the rows marked waits for it. */
 static bool wait_published(const ks_outbox_relay *r, uint64_t expect)
 {
@@ -374,9 +385,7 @@ static void test_committed_event_is_published(void **state)
                                  id));
         keelson__events__v1__event__free_unpacked(ev, NULL);
 
-        assert_true(wait_count(c, 1,
-                               "SELECT count(*) FROM ob_commit.outbox o WHERE NOT EXISTS"
-                               " (SELECT 1 FROM ob_commit.outbox_queue q WHERE q.id = o.id)"));
+        assert_true(wait_published_rows(c, "ob_commit", 1));
         assert_true(wait_published(r, 1));
         ks_outbox_relay_stop(r);
         assert_int_equal(counter("keelson_outbox_published_total", "ob_commit"), 1);
@@ -666,9 +675,7 @@ static void test_rejected_row_does_not_block_others(void **state)
         assert_true(wait_count(c, 1,
                                "SELECT count(*) FROM ob_reject.outbox o JOIN ob_reject.outbox_queue"
                                " q USING (id) WHERE length(topic) > 128"));
-        assert_true(wait_count(c, 1,
-                               "SELECT count(*) FROM ob_reject.outbox o WHERE NOT EXISTS"
-                               " (SELECT 1 FROM ob_reject.outbox_queue q WHERE q.id = o.id)"));
+        assert_true(wait_published_rows(c, "ob_reject", 1));
         ks_outbox_relay_stop(r);
         assert_true(counter("keelson_outbox_publish_failures_total", "ob_reject") >= 1);
         assert_int_equal(backlog("ob_reject"), 1);
@@ -781,9 +788,7 @@ static void test_no_broker_leaves_rows_unpublished(void **state)
 
         /* A broker comes up where the publisher dials: the row goes out and is marked. */
         assert_int_equal(ks_broker_start(&late, base), KS_OK);
-        assert_true(wait_count(c, 1,
-                               "SELECT count(*) FROM ob_nobroker.outbox o WHERE NOT EXISTS"
-                               " (SELECT 1 FROM ob_nobroker.outbox_queue q WHERE q.id = o.id)"));
+        assert_true(wait_published_rows(c, "ob_nobroker", 1));
         assert_true(ks_publisher_connected(lonely) > 0);
         assert_true(wait_published(r, 1));
         assert_int_equal(counter("keelson_outbox_published_total", "ob_nobroker"), 1);
