@@ -12,8 +12,8 @@
  * There is deliberately no "last published id" cursor: ids are taken at
  * insert, not at commit, so a transaction that commits after a later one
  * would be skipped for ever. Every claim looks for rows not yet published:
- * the ids in <schema>.outbox_queue, written with the events in their
- * transaction. Publishing deletes an id from the queue, which writes no
+ * the ids in <schema>.outbox_queue, put there by the outbox's trigger in
+ * the events' transaction. Publishing deletes an id from the queue, which writes no
  * new version of the event's row and no index entry; marking the row
  * itself (a published_at leaving a partial index) cost 2.5 times as much
  * per batch (docs/performance.md, "The outbox's queue").
@@ -116,14 +116,14 @@ int ks_outbox_event_make(ks_outbox_event *ev, const char *schema, const char *to
                 return KS_RESOURCE_EXHAUSTED;
         }
         snprintf(ev->channel, sizeof(ev->channel), "%s_outbox", schema);
-        /* One statement: the NOTIFY rides on the insert, and is sent only if it commits. */
+        /*
+         * One statement: the NOTIFY rides on the insert, and is sent only if it
+         * commits. The outbox's trigger queues the event (ks_outbox.h).
+         */
         snprintf(ev->sql, sizeof(ev->sql),
-                 "WITH v AS (SELECT nextval('%s.outbox_id_seq') AS id), "
-                 "ins AS (INSERT INTO %s.outbox (id, event_id, topic, tenant_id, payload) "
-                 "SELECT id, $1::uuid, $2::text, $3::uuid, $4::bytea FROM v), "
-                 "q AS (INSERT INTO %s.outbox_queue (id) SELECT id FROM v) "
-                 "SELECT pg_notify($5, '') FROM v",
-                 schema, schema, schema);
+                 "WITH ins AS (INSERT INTO %s.outbox (event_id, topic, tenant_id, payload) "
+                 "VALUES ($1::uuid, $2::text, $3::uuid, $4::bytea)) SELECT pg_notify($5, '')",
+                 schema);
         ev->params[0] = ev->event_id;
         ev->params[1] = topic;
         ev->params[2] = tenant_id;
@@ -259,30 +259,22 @@ int ks_outbox_batch_finish(ks_outbox_batch *b)
                 b->params[k] = b->arrays[k];
         }
         snprintf(b->channel, sizeof(b->channel), "%s_outbox", b->schema);
-        /*
-         * The ids are taken from the sequence here rather than returned by the
-         * insert: RETURNING would need SELECT on the outbox, which the writers'
-         * roles do not have (they may only append). nextval runs row by row, in
-         * the events' order.
-         */
+        /* The ids follow the events' order; the outbox's trigger queues them (ks_outbox.h). */
         snprintf(rows, sizeof(rows),
-                 "WITH v AS (SELECT nextval('%s.outbox_id_seq') AS id, e.* FROM"
-                 " unnest($1::uuid[], $2::text[], $3::uuid[], $4::bytea[])"
-                 " AS e(event_id, topic, tenant_id, payload)),"
-                 " ins AS (INSERT INTO %s.outbox (id, event_id, topic, tenant_id, payload)"
-                 " SELECT * FROM v)",
-                 b->schema, b->schema);
+                 "INSERT INTO %s.outbox (event_id, topic, tenant_id, payload)"
+                 " SELECT e.event_id, e.topic, e.tenant_id, e.payload FROM"
+                 " unnest($1::uuid[], $2::text[], $3::uuid[], $4::bytea[]) WITH ORDINALITY"
+                 " AS e(event_id, topic, tenant_id, payload, o) ORDER BY e.o",
+                 b->schema);
         if (!b->notify) {
-                snprintf(b->sql, sizeof(b->sql),
-                         "%s INSERT INTO %s.outbox_queue (id) SELECT id FROM v", rows, b->schema);
+                snprintf(b->sql, sizeof(b->sql), "%s", rows);
                 b->n_params = 4;
                 return KS_OK;
         }
         /* One NOTIFY for the lot: it is sent only if the transaction commits. */
         snprintf(b->sql, sizeof(b->sql),
-                 "%s, q AS (INSERT INTO %s.outbox_queue (id) SELECT id FROM v)"
-                 " SELECT pg_notify($5, '') FROM (SELECT 1 FROM v LIMIT 1) AS one",
-                 rows, b->schema);
+                 "WITH ins AS (%s) SELECT pg_notify($5, '') WHERE cardinality($1::uuid[]) > 0",
+                 rows);
         b->params[4] = b->channel;
         b->n_params = 5;
         return KS_OK;

@@ -7,8 +7,9 @@
  * commits or rolls back with the write, and a NOTIFY (delivered only on
  * commit) wakes the relays. The table, not the notification, is the record.
  *
- * Each event's id also goes into <schema>.outbox_queue, in the same
- * statement: the queue is the set of events not yet published. The relay
+ * Each event's id also goes into <schema>.outbox_queue, put there by a
+ * statement trigger on the outbox (below), whoever inserts the event: the
+ * queue is the set of events not yet published. The relay
  * runs on its own thread in every replica: it claims queued ids with FOR
  * UPDATE SKIP LOCKED (so replicas share the work and never publish a row
  * twice while it is claimed), publishes their events on the broker's event
@@ -30,10 +31,22 @@
  *       created_at   timestamptz NOT NULL DEFAULT now()
  *   );
  *   CREATE TABLE <schema>.outbox_queue (id int8 PRIMARY KEY);
+ *   CREATE FUNCTION <schema>.outbox_queue_add() RETURNS trigger LANGUAGE plpgsql AS $$
+ *   BEGIN
+ *       INSERT INTO <schema>.outbox_queue (id) SELECT id FROM new_events
+ *           ON CONFLICT DO NOTHING;
+ *       RETURN NULL;
+ *   END $$;
+ *   CREATE TRIGGER outbox_queued AFTER INSERT ON <schema>.outbox
+ *       REFERENCING NEW TABLE AS new_events
+ *       FOR EACH STATEMENT EXECUTE FUNCTION <schema>.outbox_queue_add();
  *
- * A role that writes events needs INSERT on both tables and USAGE on
- * <schema>.outbox_id_seq, nothing more: the ids are taken with nextval, not
- * read back, so a writer cannot read any event, its own included.
+ * The trigger, not the writer, queues: a writer of an older release still
+ * running beside a newer one (a rolling upgrade) inserts events only, and
+ * they are published all the same. A role that writes events needs INSERT
+ * on both tables and USAGE on <schema>.outbox_id_seq, nothing more: the
+ * ids come from the column's default and are not read back, so a writer
+ * cannot read any event, its own included.
  */
 #ifndef KS_OUTBOX_H
 #define KS_OUTBOX_H

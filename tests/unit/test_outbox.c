@@ -177,8 +177,14 @@ static void create_outbox(const char *schema)
             "CREATE TABLE %s.outbox (id bigserial PRIMARY KEY, event_id uuid NOT NULL UNIQUE,"
             " topic text NOT NULL, tenant_id uuid, payload bytea NOT NULL,"
             " created_at timestamptz NOT NULL DEFAULT now());"
-            "CREATE TABLE %s.outbox_queue (id int8 PRIMARY KEY);",
-            schema, schema, schema);
+            "CREATE TABLE %s.outbox_queue (id int8 PRIMARY KEY);"
+            "CREATE FUNCTION %s.outbox_queue_add() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN INSERT INTO %s.outbox_queue (id) SELECT id FROM new_events"
+            " ON CONFLICT DO NOTHING; RETURN NULL; END $$;"
+            "CREATE TRIGGER outbox_queued AFTER INSERT ON %s.outbox"
+            " REFERENCING NEW TABLE AS new_events"
+            " FOR EACH STATEMENT EXECUTE FUNCTION %s.outbox_queue_add();",
+            schema, schema, schema, schema, schema, schema, schema);
         PQfinish(c);
 }
 
@@ -560,6 +566,45 @@ static void test_deleted_event_leaves_queue(void **state)
         ks_subscriber_free(s);
 }
 
+/*
+ * Whoever inserts an event, the outbox's trigger queues it: a writer that
+ * only inserts the row (as the release before the queue did, still running
+ * beside a newer one in a rolling upgrade) and a writer that queues its own
+ * id as well (ON CONFLICT: once). Both go out, in order, after
+ * ks_outbox_add's.
+ */
+static void test_any_insert_is_queued(void **state)
+{
+        (void)state;
+        char ids[3 * 37];
+        create_outbox("ob_any");
+        ks_subscriber *s = subscribe("ob_any");
+        PGconn *c = db();
+
+        add_events(c, "ob_any", 0, 1, true, ids);
+        PGresult *r = PQexec(c, "INSERT INTO ob_any.outbox (event_id, topic, payload)"
+                                " VALUES (gen_random_uuid(), 'ob_any.created', 'payload-1')"
+                                " RETURNING event_id");
+        assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+        snprintf(ids + 37, 37, "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+        r = PQexec(c, "WITH ins AS (INSERT INTO ob_any.outbox (event_id, topic, payload)"
+                      " VALUES (gen_random_uuid(), 'ob_any.created', 'payload-2')"
+                      " RETURNING id, event_id), q AS (INSERT INTO ob_any.outbox_queue (id)"
+                      " SELECT id FROM ins) SELECT event_id FROM ins");
+        assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+        snprintf(ids + 74, 37, "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+        assert_int_equal(sql_int(c, "SELECT count(*) FROM ob_any.outbox_queue"), 3);
+        ks_outbox_relay *rl = relay_start("ob_any", 100, 30000, 86400);
+        expect_in_order(s, ids, 0, 3);
+        assert_true(wait_published_rows(c, "ob_any", 3));
+        ks_outbox_relay_stop(rl);
+        PQfinish(c);
+        ks_subscriber_free(s);
+}
+
+
 static void test_notify_wakes_relay(void **state)
 {
         (void)state;
@@ -660,9 +705,8 @@ static void test_rejected_row_does_not_block_others(void **state)
         ks_subscriber *s = subscribe("ob_reject");
         PGconn *c = db();
         /* Written around ks_outbox_add: a topic the bus refuses (longer than 128 bytes). */
-        sql(c, "WITH ins AS (INSERT INTO ob_reject.outbox (event_id, topic, payload) "
-               "VALUES (gen_random_uuid(), 'ob_reject.' || repeat('x', 200), '') RETURNING id) "
-               "INSERT INTO ob_reject.outbox_queue (id) SELECT id FROM ins");
+        sql(c, "INSERT INTO ob_reject.outbox (event_id, topic, payload) "
+               "VALUES (gen_random_uuid(), 'ob_reject.' || repeat('x', 200), '')");
         char id[37];
         add_events(c, "ob_reject", 0, 1, true, id);
         ks_outbox_relay *r = relay_start("ob_reject", 100, 100, 86400);
@@ -843,6 +887,7 @@ int main(void)
             cmocka_unit_test(test_batch_without_notify_is_polled),
             cmocka_unit_test(test_relay_started_later_publishes_backlog),
             cmocka_unit_test(test_deleted_event_leaves_queue),
+            cmocka_unit_test(test_any_insert_is_queued),
             cmocka_unit_test(test_notify_wakes_relay),
             cmocka_unit_test(test_two_relays_publish_each_event_once),
             cmocka_unit_test(test_rejected_row_does_not_block_others),
