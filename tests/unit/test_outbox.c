@@ -604,7 +604,6 @@ static void test_any_insert_is_queued(void **state)
         ks_subscriber_free(s);
 }
 
-
 static void test_notify_wakes_relay(void **state)
 {
         (void)state;
