@@ -56,9 +56,19 @@ typedef Keelson__Ledger__V1__CreateTransfersRequest transfers_req;
 
 /* ---- the statements ----------------------------------------------------------------- */
 
+/*
+ * A posting's columns in the facts' lateral lookups, with its state: 1
+ * posted, 2 queued (its id in billing.postings_queue, which a posting
+ * leaves once the ledger holds it or it failed), 3 failed; a fact without a
+ * posting has none (0).
+ */
+#define POSTING_COLS                                                                               \
+        "id, last_error, transfers, CASE WHEN failed THEN 3 WHEN EXISTS (SELECT 1 FROM"            \
+        " billing.postings_queue pq WHERE pq.id = postings.id) THEN 2 ELSE 1 END AS state"
+
 /* The tenant's postings: read first, and again once the ledger has answered (step 4). */
 static const char sql_count[] = "SELECT count(*), COALESCE(max(id), 0),"
-                                " count(*) FILTER (WHERE posted_ms IS NULL AND NOT failed)"
+                                " (SELECT count(*) FROM billing.postings_queue)"
                                 " FROM billing.postings WHERE tenant_id = billing.ctx_tenant()";
 
 /*
@@ -74,22 +84,19 @@ static const char sql_count[] = "SELECT count(*), COALESCE(max(id), 0),"
 static const char sql_invoices[] =
     "SELECT i.id, i.customer_id, i.currency, i.subtotal, i.tax, i.total, i.balance_applied,"
     " i.voided_ms, i.uncollectible_ms,"
-    " CASE WHEN p1.id IS NULL THEN 0 WHEN p1.posted_ms IS NOT NULL THEN 1"
-    " WHEN p1.failed THEN 3 ELSE 2 END, COALESCE(p1.last_error, ''),"
-    " CASE WHEN p4.id IS NULL THEN 0 WHEN p4.posted_ms IS NOT NULL THEN 1"
-    " WHEN p4.failed THEN 3 ELSE 2 END, COALESCE(p4.last_error, ''),"
-    " CASE WHEN p5.id IS NULL THEN 0 WHEN p5.posted_ms IS NOT NULL THEN 1"
-    " WHEN p5.failed THEN 3 ELSE 2 END, COALESCE(p5.last_error, ''), p5.transfers,"
+    " COALESCE(p1.state, 0), COALESCE(p1.last_error, ''),"
+    " COALESCE(p4.state, 0), COALESCE(p4.last_error, ''),"
+    " COALESCE(p5.state, 0), COALESCE(p5.last_error, ''), p5.transfers,"
     " CASE WHEN i.uncollectible_ms > 0 THEN i.amount_due - i.amount_paid - i.amount_credited"
     " + COALESCE((SELECT sum(q.amount) FROM billing.payments q WHERE q.tenant_id = i.tenant_id"
     " AND q.invoice_id = i.id AND q.status = 1 AND q.created_ms > i.uncollectible_ms), 0)"
     " ELSE 0 END"
     " FROM billing.invoices i"
-    " LEFT JOIN LATERAL (SELECT id, posted_ms, failed, last_error, transfers FROM billing.postings"
+    " LEFT JOIN LATERAL (SELECT " POSTING_COLS " FROM billing.postings"
     " WHERE tenant_id = i.tenant_id AND source_type = 1 AND source_id = i.id LIMIT 1) p1 ON true"
-    " LEFT JOIN LATERAL (SELECT id, posted_ms, failed, last_error, transfers FROM billing.postings"
+    " LEFT JOIN LATERAL (SELECT " POSTING_COLS " FROM billing.postings"
     " WHERE tenant_id = i.tenant_id AND source_type = 4 AND source_id = i.id LIMIT 1) p4 ON true"
-    " LEFT JOIN LATERAL (SELECT id, posted_ms, failed, last_error, transfers FROM billing.postings"
+    " LEFT JOIN LATERAL (SELECT " POSTING_COLS " FROM billing.postings"
     " WHERE tenant_id = i.tenant_id AND source_type = 5 AND source_id = i.id LIMIT 1) p5 ON true"
     " WHERE i.tenant_id = billing.ctx_tenant() AND i.state <> 0"
     " AND ($1::int8 = 0 OR i.finalized_ms >= $1::int8)"
@@ -104,14 +111,13 @@ static const char sql_payments[] =
     "SELECT p.id, p.customer_id, i.currency, p.amount,"
     " CASE WHEN pp.id IS NOT NULL AND pu.id IS NOT NULL THEN pp.id > pu.id"
     " ELSE i.uncollectible_ms > 0 AND i.uncollectible_ms <= p.created_ms END,"
-    " CASE WHEN pp.id IS NULL THEN 0 WHEN pp.posted_ms IS NOT NULL THEN 1"
-    " WHEN pp.failed THEN 3 ELSE 2 END, COALESCE(pp.last_error, '')"
+    " COALESCE(pp.state, 0), COALESCE(pp.last_error, '')"
     " FROM billing.payments p"
     " JOIN LATERAL (SELECT currency, uncollectible_ms FROM billing.invoices"
     " WHERE tenant_id = p.tenant_id AND id = p.invoice_id LIMIT 1) i ON true"
-    " LEFT JOIN LATERAL (SELECT id, posted_ms, failed, last_error, transfers FROM billing.postings"
+    " LEFT JOIN LATERAL (SELECT " POSTING_COLS " FROM billing.postings"
     " WHERE tenant_id = p.tenant_id AND source_type = 2 AND source_id = p.id LIMIT 1) pp ON true"
-    " LEFT JOIN LATERAL (SELECT id, posted_ms, failed, last_error, transfers FROM billing.postings"
+    " LEFT JOIN LATERAL (SELECT " POSTING_COLS " FROM billing.postings"
     " WHERE tenant_id = p.tenant_id AND source_type = 5 AND source_id = p.invoice_id LIMIT 1) pu "
     "ON true"
     " WHERE p.tenant_id = billing.ctx_tenant() AND p.status = 1"
@@ -122,11 +128,10 @@ static const char sql_payments[] =
 static const char sql_credit_notes[] =
     "SELECT c.id, c.customer_id, c.currency, c.amount, c.subtotal, c.tax,"
     " c.credited_to IN ('customer_balance', 'refund'),"
-    " CASE WHEN pc.id IS NULL THEN 0 WHEN pc.posted_ms IS NOT NULL THEN 1"
-    " WHEN pc.failed THEN 3 ELSE 2 END, COALESCE(pc.last_error, ''),"
+    " COALESCE(pc.state, 0), COALESCE(pc.last_error, ''),"
     " CASE WHEN c.credited_to = 'refund' THEN c.amount ELSE 0 END"
     " FROM billing.credit_notes c"
-    " LEFT JOIN LATERAL (SELECT id, posted_ms, failed, last_error, transfers FROM billing.postings"
+    " LEFT JOIN LATERAL (SELECT " POSTING_COLS " FROM billing.postings"
     " WHERE tenant_id = c.tenant_id AND source_type = 3 AND source_id = c.id LIMIT 1) pc ON true"
     " WHERE c.tenant_id = billing.ctx_tenant()"
     " AND ($1::int8 = 0 OR c.created_ms >= $1::int8)"

@@ -3,9 +3,13 @@
  * sends the chains queued in billing.postings (postings.c) to
  * keelson.ledger.v1.LedgerService until the ledger holds them.
  *
- * A round, in one transaction on a pool connection, as
+ * The queue is billing.postings_queue: a posting's id, put there by a
+ * trigger on billing.postings in the transaction that queued the posting,
+ * and deleted once the ledger holds its chain or it failed for good
+ * (migration 007: marking the posting row itself wrote a new version of it
+ * into every index). A round, in one transaction on a pool connection, as
  * keelson_billing_worker (which may read and mark postings of every tenant
- * and nothing else): claim up to relay_batch_max queued rows in id order
+ * and nothing else): claim up to relay_batch_max queued ids in id order
  * with FOR UPDATE SKIP LOCKED (replicas share the queue and never send one
  * row twice at once); per tenant, acting for it as its admin:
  *   1. CreateAccounts of the distinct accounts of its rows (ok and exists
@@ -19,10 +23,11 @@
  * died between the ledger's commit and its own (exists is not ok, and
  * breaks the chain). Any other answer refuses the row: attempts + 1,
  * last_error the results, and failed once attempts reach
- * relay_attempts_max (reconciliation reports it; nothing sends it again).
- * Posted rows get posted_ms, then COMMIT. The ledger applies a chain once
- * whatever happens around it, so a row sent again (a crash before COMMIT, a
- * rollback) is only an exists.
+ * relay_attempts_max (reconciliation reports it; it leaves the queue and
+ * nothing sends it again). Posted rows leave the queue, then COMMIT. The
+ * ledger applies a chain once whatever happens around it, so a row sent
+ * again (a crash before COMMIT, a rollback) is only an exists. A queued id
+ * whose posting was deleted by hand leaves the queue unsent, logged.
  *
  * A call that fails as a whole (the ledger unreachable or too slow, or
  * refusing the request itself, which is a matter of configuration such as a
@@ -69,19 +74,24 @@ typedef Keelson__Ledger__V1__Account account_pb;
 
 static const char sql_open[] = "BEGIN; SET LOCAL ROLE keelson_billing_worker";
 
+/* Queued ids, each posting found by its key (OFFSET 0 keeps the join a lookup per id). */
 static const char sql_claim[] =
-    "SELECT id, tenant_id, n_transfers, transfers, accounts FROM billing.postings"
-    " WHERE posted_ms IS NULL AND NOT failed ORDER BY id LIMIT $1::int8"
-    " FOR UPDATE SKIP LOCKED";
+    "SELECT q.id, p.tenant_id, p.n_transfers, p.transfers, p.accounts"
+    " FROM (SELECT id FROM billing.postings_queue ORDER BY id LIMIT $1::int8"
+    " FOR UPDATE SKIP LOCKED) q"
+    " LEFT JOIN LATERAL (SELECT tenant_id, n_transfers, transfers, accounts"
+    " FROM billing.postings WHERE id = q.id OFFSET 0) p ON true ORDER BY q.id";
 
-static const char sql_posted[] = "UPDATE billing.postings SET posted_ms = billing.now_ms()"
-                                 " WHERE id = ANY($1::int8[])";
+static const char sql_posted[] = "DELETE FROM billing.postings_queue WHERE id = ANY($1::int8[])";
 
+/* A posting failed for good leaves the queue: nothing sends it again. */
 static const char sql_refused[] =
-    "UPDATE billing.postings p SET attempts = p.attempts + 1, last_error = u.err,"
+    "WITH u AS (UPDATE billing.postings p SET attempts = p.attempts + 1, last_error = u.err,"
     " failed = p.attempts + 1 >= $3::int4"
     " FROM unnest($1::int8[], $2::text[]) AS u(id, err)"
-    " WHERE p.id = ANY($1::int8[]) AND p.id = u.id RETURNING p.id, p.attempts, p.failed";
+    " WHERE p.id = ANY($1::int8[]) AND p.id = u.id RETURNING p.id, p.attempts, p.failed),"
+    " d AS (DELETE FROM billing.postings_queue q USING u WHERE q.id = u.id AND u.failed)"
+    " SELECT id, attempts, failed FROM u";
 
 /* ---- state ----------------------------------------------------------------------- */
 
@@ -89,6 +99,7 @@ typedef enum row_state {
         ROW_OPEN,    /* claimed, not judged yet */
         ROW_POSTED,  /* the ledger holds its chain */
         ROW_REFUSED, /* the ledger refused it: attempts + 1 */
+        ROW_GONE,    /* queued, its posting deleted by hand: off the queue, unsent */
 } row_state;
 
 typedef struct row {
@@ -293,6 +304,10 @@ static void row_read(row *w, const PGresult *res, int i)
 {
         memset(w, 0, sizeof(*w));
         w->id = strtoll(PQgetvalue(res, i, COL_ID), NULL, 10);
+        if (PQgetisnull(res, i, COL_TENANT)) {
+                w->state = ROW_GONE;
+                return;
+        }
         snprintf(w->tenant, sizeof(w->tenant), "%s", PQgetvalue(res, i, COL_TENANT));
         w->transfers = (transfers_req *)unpack_bytea(
             PQgetvalue(res, i, COL_TRANSFERS),
@@ -534,8 +549,13 @@ static int create_transfers(bl_relay *r, row *rows, size_t n)
 
 /* ---- marking ---------------------------------------------------------------------- */
 
-/* "{1,2}" of the rows in state s (malloc'ed), and for REFUSED their errors as "{"a","b"}". */
-static int id_arrays(const row *rows, size_t n, row_state s, char **ids, char **errs, size_t *count)
+/*
+ * "{1,2}" of the rows in a state of the set (malloc'ed; STATES(ROW_POSTED,
+ * ROW_GONE)), and for REFUSED their errors as "{"a","b"}".
+ */
+#define STATES(a, b) ((1u << (a)) | (1u << (b)))
+static int id_arrays(const row *rows, size_t n, unsigned states, char **ids, char **errs,
+                     size_t *count)
 {
         size_t ids_cap = n * INT8_TEXT_MAX + 3, errs_cap = n * (2 * ROW_ERROR_MAX + 3) + 3;
         size_t il = 1, el = 1;
@@ -553,7 +573,7 @@ static int id_arrays(const row *rows, size_t n, row_state s, char **ids, char **
                 (*errs)[0] = '{';
         }
         for (size_t i = 0; i < n; i++) {
-                if (rows[i].state != s) {
+                if (!(states & (1u << rows[i].state))) {
                         continue;
                 }
                 il += (size_t)snprintf(*ids + il, ids_cap - il, "%s%lld", *count > 0 ? "," : "",
@@ -618,27 +638,34 @@ static void read_refused(row *rows, size_t n, const PGresult *res)
         }
 }
 
-/* Marks the posted rows posted and the refused ones refused; *n_posted. */
+/*
+ * Takes the posted rows and the gone ones off the queue, and marks the
+ * refused ones refused; *n_posted.
+ */
 static bool mark_rows(bl_relay *r, PGconn *conn, row *rows, size_t n, size_t *n_posted)
 {
         char *ids = NULL, *errs = NULL;
-        size_t n_refused = 0;
+        size_t n_done = 0, n_refused = 0;
         ks_pg_num max = ks_pg_num_of(r->svc->cfg->relay_attempts_max);
         PGresult *res = NULL;
         bool ok = false;
 
-        if (id_arrays(rows, n, ROW_POSTED, &ids, NULL, n_posted) != KS_OK) {
+        *n_posted = 0;
+        for (size_t i = 0; i < n; i++) {
+                *n_posted += rows[i].state == ROW_POSTED;
+        }
+        if (id_arrays(rows, n, STATES(ROW_POSTED, ROW_GONE), &ids, NULL, &n_done) != KS_OK) {
                 set_error(r, "out of memory");
                 goto done;
         }
-        if (*n_posted > 0 &&
-            (res = db_exec(r, conn, sql_posted, 1, (const char *[]){ids})) == NULL) {
+        if (n_done > 0 && (res = db_exec(r, conn, sql_posted, 1, (const char *[]){ids})) == NULL) {
                 goto done;
         }
         PQclear(res);
         free(ids);
         ids = NULL;
-        if (id_arrays(rows, n, ROW_REFUSED, &ids, &errs, &n_refused) != KS_OK) {
+        if (id_arrays(rows, n, STATES(ROW_REFUSED, ROW_REFUSED), &ids, &errs, &n_refused) !=
+            KS_OK) {
                 set_error(r, "out of memory");
                 goto done;
         }
@@ -690,6 +717,10 @@ static void report(bl_relay *r, size_t n, size_t n_posted)
         ks_counter_add(r->posted_total, (uint64_t)n_posted);
         for (size_t i = 0; i < n; i++) {
                 const row *w = &r->rows[i];
+                if (w->state == ROW_GONE) {
+                        ks_log_warn(NULL, "a queued billing posting is gone; taken off the queue",
+                                    "{s:I}", "posting_id", (long long)w->id);
+                }
                 if (w->state != ROW_REFUSED) {
                         continue;
                 }

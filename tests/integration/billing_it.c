@@ -197,9 +197,8 @@ long bit_postings_pending(const char *tenant_id)
 {
         const char *p[1] = {tenant_id};
 
-        return ait_sql_long("SELECT count(*) FROM billing.postings WHERE tenant_id = $1::uuid"
-                            " AND posted_ms IS NULL AND NOT failed",
-                            1, p);
+        return ait_sql_long(
+            "SELECT count(*) FROM billing.postings_queue WHERE tenant_id = $1::uuid", 1, p);
 }
 
 void bit_wait_posted(const char *tenant_id, long timeout_ms)
