@@ -800,6 +800,77 @@ static void test_queue_round_trip(void **state)
         PQclear(r);
 }
 
+/* The value of a one-row, one-column query on conn, as a long; fails the test. */
+static long conn_long(PGconn *conn, const char *sql)
+{
+        PGresult *r = PQexec(conn, sql);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+                fail_msg("%s: %s", sql, PQerrorMessage(conn));
+        }
+        long v = strtol(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+        return v;
+}
+
+/*
+ * Migration 007 on a schema with postings in every state, as a release
+ * before it left them: the one not yet sent (posted_ms NULL) is queued, the
+ * posted and the failed are not, and a posting inserted afterwards the way
+ * that release inserts it is queued by the trigger.
+ */
+static void test_upgrade_queues_pending_postings(void **state)
+{
+        char dsn[sizeof(g_pg.dsn) + 64], su_dsn[sizeof(g_pg.dsn) + 32], err[512];
+        size_t before = 0;
+
+        (void)state;
+        /* Migrated as the services migrate: as the schema's owner, not a superuser. */
+        exec_ok("CREATE ROLE billing_upgrade_owner LOGIN CREATEROLE");
+        exec_ok("CREATE DATABASE billing_upgrade OWNER billing_upgrade_owner");
+        snprintf(dsn, sizeof(dsn), "%s dbname=billing_upgrade user=billing_upgrade_owner",
+                 g_pg.dsn);
+        while (before < ks_service_migrations_n &&
+               strcmp(ks_service_migrations[before].name, "007_postings_queue.sql") != 0) {
+                before++;
+        }
+        assert_true(before < ks_service_migrations_n);
+        assert_int_equal(
+            ks_pg_migrate(dsn, "billing", ks_service_migrations, before, err, sizeof(err)), 0);
+        /* The rows as the superuser: the tables' row-level security is forced on their owner. */
+        snprintf(su_dsn, sizeof(su_dsn), "%s dbname=billing_upgrade", g_pg.dsn);
+        PGconn *c = PQconnectdb(su_dsn);
+        assert_int_equal(PQstatus(c), CONNECTION_OK);
+        const char *insert = "INSERT INTO billing.postings (tenant_id, source_type, source_id,"
+                             " currency, n_transfers, transfers, accounts, posted_ms, failed)"
+                             " VALUES ('" TENANT "', 1, gen_random_uuid(), 'USD', 1, '\\x00',"
+                             " '\\x00', %s, %s) RETURNING id";
+        char sql[512];
+        long ids[3];
+        const char *states[3][2] = {{"NULL", "false"}, {"1", "false"}, {"NULL", "true"}};
+        for (int i = 0; i < 3; i++) {
+                snprintf(sql, sizeof(sql), insert, states[i][0], states[i][1]);
+                ids[i] = conn_long(c, sql);
+        }
+        assert_int_equal(ks_pg_migrate(dsn, "billing", ks_service_migrations,
+                                       ks_service_migrations_n, err, sizeof(err)),
+                         0);
+        snprintf(sql, sizeof(sql), "SELECT count(*) FROM billing.postings_queue WHERE id = %ld",
+                 ids[0]);
+        assert_int_equal(conn_long(c, sql), 1);
+        assert_int_equal(conn_long(c, "SELECT count(*) FROM billing.postings_queue"), 1);
+        snprintf(sql, sizeof(sql), insert, "NULL", "false");
+        long later = conn_long(c, sql);
+        snprintf(
+            sql, sizeof(sql),
+            "SELECT count(*) FROM billing.postings_queue WHERE id = %ld AND tenant_id = '" TENANT
+            "'",
+            later);
+        assert_int_equal(conn_long(c, sql), 1);
+        assert_int_equal(
+            conn_long(c, "SELECT count(*) FROM pg_indexes WHERE indexname = 'postings_queued'"), 0);
+        PQfinish(c);
+}
+
 int main(void)
 {
         const struct CMUnitTest pure[] = {
@@ -823,6 +894,7 @@ int main(void)
         };
         const struct CMUnitTest db[] = {
             cmocka_unit_test(test_queue_round_trip),
+            cmocka_unit_test(test_upgrade_queues_pending_postings),
         };
         int failed = cmocka_run_group_tests_name("billing_postings", pure, NULL, NULL);
 
