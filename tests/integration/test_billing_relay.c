@@ -46,23 +46,32 @@ static bool wait_for(const char *sql, const char *id, long want)
         return false;
 }
 
-static void test_refused_posting_fails_and_leaves_queue(void **state)
+/* Inserts a posting as a writer of any release would, for a new tenant and source; *id. */
+static void insert_posting(PGconn *pg, char id[24])
 {
-        char tenant[37], source[37], id[24];
+        char tenant[37], source[37];
         const char *p[2] = {tenant, source};
-        PGconn *pg = ait_pg();
 
-        (void)state;
         assert_int_equal(ks_uuid_v4(tenant), 0);
         assert_int_equal(ks_uuid_v4(source), 0);
+        /* Its packed chain cannot be read: the relay refuses it at every round. */
         PGresult *r = it_sql(pg,
                              "INSERT INTO billing.postings (tenant_id, source_type, source_id,"
                              " currency, n_transfers, transfers, accounts)"
                              " VALUES ($1::uuid, 1, $2::uuid, 'USD', 1, '\\x00ff', '\\x00ff')"
                              " RETURNING id",
                              2, p);
-        snprintf(id, sizeof(id), "%s", PQgetvalue(r, 0, 0));
+        snprintf(id, 24, "%s", PQgetvalue(r, 0, 0));
         PQclear(r);
+}
+
+static void test_refused_posting_fails_and_leaves_queue(void **state)
+{
+        char id[24];
+        PGconn *pg = ait_pg();
+
+        (void)state;
+        insert_posting(pg, id);
         PQfinish(pg);
         assert_true(wait_for("SELECT count(*) FROM billing.postings WHERE id = $1::int8 AND failed",
                              id, 1));
@@ -85,23 +94,13 @@ static void test_refused_posting_fails_and_leaves_queue(void **state)
 
 static void test_gone_posting_leaves_queue(void **state)
 {
-        char tenant[37], source[37], id[24];
-        const char *p[2] = {tenant, source};
+        char id[24];
         PGconn *pg = ait_pg();
 
         (void)state;
-        assert_int_equal(ks_uuid_v4(tenant), 0);
-        assert_int_equal(ks_uuid_v4(source), 0);
         /* Inserted and deleted in one transaction: the trigger queued its id. */
         PQclear(it_sql(pg, "BEGIN", 0, NULL));
-        PGresult *r = it_sql(pg,
-                             "INSERT INTO billing.postings (tenant_id, source_type, source_id,"
-                             " currency, n_transfers, transfers, accounts)"
-                             " VALUES ($1::uuid, 1, $2::uuid, 'USD', 1, '\\x00ff', '\\x00ff')"
-                             " RETURNING id",
-                             2, p);
-        snprintf(id, sizeof(id), "%s", PQgetvalue(r, 0, 0));
-        PQclear(r);
+        insert_posting(pg, id);
         const char *ip[1] = {id};
         assert_int_equal(
             it_sql_long(pg, "SELECT count(*) FROM billing.postings_queue WHERE id = $1::int8", 1,
