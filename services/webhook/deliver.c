@@ -77,6 +77,18 @@ static const char sql_claim_fmt[] =
     " AND (x.expires_ms IS NULL OR x.expires_ms > webhook.now_ms()))";
 
 /*
+ * Whether any delivery is due: the pending one due first, from
+ * deliveries_next_due in its order, prepared (one probe; "due now" cannot be
+ * the index's condition, webhook.now_ms() is volatile). No row: none pending.
+ * The claim runs only when it is due, so an idle replica does not plan the
+ * claim at every step. A due delivery the claim then leaves (its
+ * subscription disabled or busy) keeps it true, and the claim runs as it
+ * did before the check.
+ */
+static const char sql_due[] = "SELECT next_attempt_ms <= webhook.now_ms() FROM webhook.deliveries"
+                              " WHERE status = 1 ORDER BY next_attempt_ms LIMIT 1";
+
+/*
  * $1 tenant, $2 delivery, $3 status, $4 wait ms, $5 outcome, $6 http status, $7 latency ms,
  * $8 excerpt, $9 detail, $10 last error, $11 PENDING ("1"). Only a delivery still pending (a
  * lease that ran out may have let another replica finish it). "Pending" is a parameter, not
@@ -542,12 +554,18 @@ static int claim(wh_deliverer *d, PGconn *conn, int *n_claimed)
         /* Long enough for the attempt to wait its turn behind others to its host, and run. */
         ks_pg_num lease = ks_pg_num_of(c->delivery_timeout_ms * 4 + LEASE_SLACK_MS);
         const char *p[3] = {busy_ids, batch.s, lease.s};
-        PGresult *res = NULL;
-        const ks_pg_stmt s[3] = {
-            {.sql = "BEGIN"},
-            {.sql = "SET LOCAL ROLE keelson_webhook_worker"},
+        PGresult *due = NULL, *res = NULL;
+        const ks_pg_stmt s[3] = {{.sql = "BEGIN"},
+                                 {.sql = "SET LOCAL ROLE keelson_webhook_worker"},
+                                 {.sql = sql_due, .out = &due}};
+        const ks_pg_stmt claim_stmt[1] = {
             {.sql = d->claim_sql, .n_params = 3, .params = p, .out = &res, .unprepared = true}};
         int rc = ks_pg_pipeline(conn, "deliver", s, 3);
+        bool any = rc == KS_OK && PQntuples(due) == 1 && PQgetvalue(due, 0, 0)[0] == 't';
+        PQclear(due);
+        if (any) {
+                rc = ks_pg_pipeline(conn, "deliver", claim_stmt, 1);
+        }
         if (rc == KS_OK) {
                 rc = ks_pg_commit(conn, "deliver");
         }
@@ -556,7 +574,7 @@ static int claim(wh_deliverer *d, PGconn *conn, int *n_claimed)
                 PQclear(res);
                 return rc;
         }
-        *n_claimed = PQntuples(res);
+        *n_claimed = res != NULL ? PQntuples(res) : 0;
         for (int r = 0; r < *n_claimed; r++) {
                 submit(d, res, r);
         }
