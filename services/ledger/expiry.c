@@ -36,6 +36,23 @@ typedef struct tenant_list {
         int n, max;
 } tenant_list;
 
+/*
+ * "Now" is a subquery, evaluated once, so that it bounds the index scan.
+ * clock_timestamp() written into the condition is volatile: a filter that
+ * read every pending transfer with a timeout at each pass (50 ms at 100,000
+ * of them, none due; 0.2 ms now). The limits are written into the text,
+ * which is prepared (ks_pg_pipeline) and planned once.
+ */
+void lg_expiry_due_tenants_sql(char *out, size_t len, int tenants_max)
+{
+        snprintf(out, len,
+                 "SELECT tenant_id FROM (SELECT tenant_id FROM ledger.pending_transfers"
+                 " WHERE status = 1 AND expires_at_ns > 0 AND expires_at_ns <="
+                 " (SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)::int8)"
+                 " ORDER BY expires_at_ns LIMIT %d) s GROUP BY tenant_id LIMIT %d",
+                 DUE_SCAN_MAX, tenants_max);
+}
+
 static int due_tenants(lg_service *svc, tenant_list *tl)
 {
         char sql[512];
@@ -44,19 +61,7 @@ static int due_tenants(lg_service *svc, tenant_list *tl)
         int rc;
 
         tl->n = 0;
-        /*
-         * "Now" is a subquery, evaluated once, so that it bounds the index scan.
-         * clock_timestamp() written into the condition is volatile: a filter
-         * that read every pending transfer with a timeout at each pass (50 ms
-         * at 100,000 of them, none due; 0.2 ms now). The limits are written
-         * into the text, which is prepared (ks_pg_pipeline) and planned once.
-         */
-        snprintf(sql, sizeof(sql),
-                 "SELECT tenant_id FROM (SELECT tenant_id FROM ledger.pending_transfers"
-                 " WHERE status = 1 AND expires_at_ns > 0 AND expires_at_ns <="
-                 " (SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)::int8)"
-                 " ORDER BY expires_at_ns LIMIT %d) s GROUP BY tenant_id LIMIT %d",
-                 DUE_SCAN_MAX, tl->max);
+        lg_expiry_due_tenants_sql(sql, sizeof(sql), tl->max);
         const ks_pg_stmt s[3] = {{.sql = "BEGIN READ ONLY"},
                                  {.sql = "SET LOCAL ROLE keelson_ledger_sweeper"},
                                  {.sql = sql, .out = &res}};

@@ -678,5 +678,11 @@ int lg_sweeper_start(lg_service *svc);
 void lg_sweeper_stop(lg_service *svc);
 /* One pass over the tenants with due pending transfers. Returns how many expired, or -1. */
 int lg_sweep_once(lg_service *svc);
+/*
+ * The pass's first statement, as keelson_ledger_sweeper: up to tenants_max
+ * tenants with due pending transfers, found by an index scan bounded by
+ * "now" (services/ledger/tests/test_ledger_expiry.c checks the bound).
+ */
+void lg_expiry_due_tenants_sql(char *out, size_t len, int tenants_max);
 
 #endif

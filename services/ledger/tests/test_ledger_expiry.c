@@ -1,0 +1,124 @@
+/*
+ * The sweeper's scan for tenants with due pending transfers
+ * (services/ledger/expiry.c, lg_expiry_due_tenants_sql), against a throwaway
+ * PostgreSQL with the ledger's migrations, as the sweeper runs it: prepared,
+ * with a generic plan, as keelson_ledger_sweeper. It finds the tenant whose
+ * pending transfer is due and no other; and with many pending transfers not
+ * yet due it reads a handful of pages, not every one of them (a "now" the
+ * index cannot be bounded by read all 100,000 at each pass, 50 ms).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ledger.h"
+#include "pg_cluster.h"
+
+#define NOT_DUE   20000
+#define PAGES_MAX 20 /* the scan's shared buffers; reading every entry took 287 */
+#define DUE       "00000000-0000-4000-8000-00000000d0e0"
+
+static pg_cluster g_pg;
+static PGconn *g_conn;
+
+static void exec_ok(const char *sql)
+{
+        PGresult *r = PQexec(g_conn, sql);
+        ExecStatusType st = PQresultStatus(r);
+        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+                fail_msg("%s: %s", sql, PQerrorMessage(g_conn));
+        }
+        PQclear(r);
+}
+
+static int setup(void **state)
+{
+        char err[512];
+
+        (void)state;
+        if (pg_cluster_start(&g_pg) != 0) {
+                return -1;
+        }
+        if (ks_pg_migrate(g_pg.dsn, "ledger", ks_service_migrations, ks_service_migrations_n, err,
+                          sizeof(err)) != 0) {
+                fprintf(stderr, "migrations: %s\n", err);
+                return -1;
+        }
+        g_conn = PQconnectdb(g_pg.dsn);
+        return PQstatus(g_conn) == CONNECTION_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+        (void)state;
+        PQfinish(g_conn);
+        pg_cluster_stop(&g_pg);
+        return 0;
+}
+
+/* Total shared buffers (hit and read) of an EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON). */
+static long buffers_of(const char *json)
+{
+        json_t *j = json_loads(json, 0, NULL);
+        json_t *plan = json_object_get(json_array_get(j, 0), "Plan");
+        long n = (long)json_integer_value(json_object_get(plan, "Shared Hit Blocks")) +
+                 (long)json_integer_value(json_object_get(plan, "Shared Read Blocks"));
+        assert_non_null(plan);
+        json_decref(j);
+        return n;
+}
+
+static void test_due_scan_is_bounded(void **state)
+{
+        char sql[1024], prep[1100];
+
+        (void)state;
+        /* Pending transfers due in an hour, of many tenants; one of DUE's, a second ago. */
+        exec_ok("INSERT INTO ledger.pending_transfers (tenant_id, id, status, expires_at_ns)"
+                " SELECT gen_random_uuid(), gen_random_uuid(), 1,"
+                " (extract(epoch FROM clock_timestamp()) * 1e9)::int8 + 3600000000000 + g"
+                " FROM generate_series(1, 20000) g");
+        exec_ok("INSERT INTO ledger.pending_transfers (tenant_id, id, status, expires_at_ns)"
+                " VALUES ('" DUE "', gen_random_uuid(), 1,"
+                " (extract(epoch FROM clock_timestamp()) * 1e9)::int8 - 1000000000)");
+        /* The service's session: generic plans, prepared once (ks_pg_prepared.c). */
+        exec_ok("SET plan_cache_mode = force_generic_plan");
+        exec_ok("BEGIN READ ONLY");
+        exec_ok("SET LOCAL ROLE keelson_ledger_sweeper");
+        lg_expiry_due_tenants_sql(sql, sizeof(sql), 64);
+        snprintf(prep, sizeof(prep), "PREPARE due AS %s", sql);
+        exec_ok(prep);
+
+        PGresult *r = PQexec(g_conn, "EXECUTE due");
+        assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+        assert_int_equal(PQntuples(r), 1);
+        assert_string_equal(PQgetvalue(r, 0, 0), DUE);
+        PQclear(r);
+
+        r = PQexec(g_conn, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE due");
+        assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+        long pages = buffers_of(PQgetvalue(r, 0, 0));
+        PQclear(r);
+        if (pages > PAGES_MAX) {
+                fail_msg("the due scan read %ld pages beside %d pending transfers not due", pages,
+                         NOT_DUE);
+        }
+        exec_ok("COMMIT");
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_due_scan_is_bounded),
+        };
+        return cmocka_run_group_tests_name("ledger_expiry", tests, setup, teardown);
+}
