@@ -47,9 +47,15 @@ struct wh_applier {
         ks_rpc_client *billing;
 };
 
+/*
+ * "Now" as a subquery, evaluated once, bounds the scan of received_pending:
+ * webhook.now_ms() is volatile, and written bare it is a filter that reads
+ * every pending event when none is due (services/ledger/expiry.c, the same).
+ */
 static const char sql_claim[] =
     "SELECT tenant_id, id, provider, provider_event_id, type, body, attempts"
-    " FROM webhook.received_events WHERE status = 1 AND next_attempt_ms <= webhook.now_ms()"
+    " FROM webhook.received_events WHERE status = 1"
+    " AND next_attempt_ms <= (SELECT webhook.now_ms())"
     " ORDER BY next_attempt_ms LIMIT $1::int4 FOR UPDATE SKIP LOCKED";
 
 static const char sql_mark[] =

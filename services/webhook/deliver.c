@@ -57,7 +57,10 @@
  * is guessed at thousands of rows, which hash-joins the whole of deliveries;
  * a constant one keeps the plan on the primary key however large it grows.
  * And it is planned at each claim (unprepared): a plan prepared while the
- * table was empty would scan it whole until the next ANALYZE.
+ * table was empty would scan it whole until the next ANALYZE. "Now" stays a
+ * filter on each subscription's pending deliveries: as a subquery (a bound)
+ * it drew the plan of an empty table to deliveries_next_due, every
+ * subscription then filtering every due delivery of all of them.
  */
 static const char sql_claim_fmt[] =
     "WITH c AS (SELECT d.tenant_id, d.id FROM webhook.subscriptions s CROSS JOIN LATERAL"
