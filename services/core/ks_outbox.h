@@ -172,4 +172,11 @@ void ks_outbox_relay_stop(ks_outbox_relay *r);
 /* Events published and marked by this relay since start (for tests and metrics). */
 uint64_t ks_outbox_relay_published(const ks_outbox_relay *r);
 
+/*
+ * The relay's retention statement for schema (validated by the caller; $1 the
+ * retention in seconds): at most 1,000 published events past retention, found
+ * among the 2,000 oldest, so that a pass reads a bounded part of the outbox.
+ */
+void ks_outbox_retention_sql(char *out, size_t len, const char *schema);
+
 #endif

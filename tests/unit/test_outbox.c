@@ -18,6 +18,8 @@
 
 #include <cmocka.h>
 
+#include <jansson.h>
+
 #include "broker.h"
 
 #include <pthread.h>
@@ -790,6 +792,57 @@ static void test_retention_deletes_old_published_rows(void **state)
 }
 
 /*
+ * The retention statement (ks_outbox_retention_sql), prepared with a generic
+ * plan as the relay runs it, beside 20,000 published events none of which is
+ * past retention: it reads a bounded part of the outbox (the condition on
+ * created_at over the whole table read all of it at every pass). Then, with
+ * the oldest three past retention and one of them still queued, it deletes
+ * the two published ones.
+ */
+static void test_retention_pass_is_bounded(void **state)
+{
+        (void)state;
+        enum { N = 20000, PAGES_MAX = 200 };
+        char stmt[1024];
+        create_outbox("ob_bound");
+        PGconn *c = db();
+
+        sql(c,
+            "INSERT INTO ob_bound.outbox (event_id, topic, payload) SELECT gen_random_uuid(),"
+            " 'ob_bound.created', decode(repeat('ab', 300), 'hex') FROM generate_series(1, %d)",
+            N);
+        sql(c, "DELETE FROM ob_bound.outbox_queue");
+        sql(c, "SET plan_cache_mode = force_generic_plan");
+        ks_outbox_retention_sql(stmt, sizeof(stmt), "ob_bound");
+        sql(c, "PREPARE retention(int8) AS %s", stmt);
+
+        sql(c, "BEGIN");
+        PGresult *r = PQexec(c, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE retention(3600)");
+        assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+        json_t *j = json_loads(PQgetvalue(r, 0, 0), 0, NULL);
+        json_t *plan = json_object_get(json_array_get(j, 0), "Plan");
+        assert_non_null(plan);
+        long long pages = json_integer_value(json_object_get(plan, "Shared Hit Blocks")) +
+                          json_integer_value(json_object_get(plan, "Shared Read Blocks"));
+        json_decref(j);
+        PQclear(r);
+        sql(c, "ROLLBACK");
+        if (pages > PAGES_MAX) {
+                fail_msg("a retention pass read %lld pages of %d young events", pages, N);
+        }
+
+        sql(c, "UPDATE ob_bound.outbox SET created_at = now() - interval '2 hours'"
+               " WHERE id IN (SELECT id FROM ob_bound.outbox ORDER BY id LIMIT 3)");
+        sql(c, "INSERT INTO ob_bound.outbox_queue (id) SELECT min(id) FROM ob_bound.outbox");
+        r = PQexec(c, "EXECUTE retention(3600)");
+        assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+        assert_string_equal(PQcmdTuples(r), "2");
+        PQclear(r);
+        assert_int_equal(sql_int(c, "SELECT count(*) FROM ob_bound.outbox"), N - 2);
+        PQfinish(c);
+}
+
+/*
  * pub/sub takes an event with no broker connected and drops it, so a relay
  * whose publisher has no broker must not publish (nor mark) anything: the
  * row waits, unpublished. Once a broker is up on the publisher's address,
@@ -893,6 +946,7 @@ int main(void)
             cmocka_unit_test(test_relay_options_rejected),
             cmocka_unit_test(test_no_broker_leaves_rows_unpublished),
             cmocka_unit_test(test_retention_deletes_old_published_rows),
+            cmocka_unit_test(test_retention_pass_is_bounded),
             cmocka_unit_test(test_database_restart),
         };
         return cmocka_run_group_tests(tests, group_setup, group_teardown);
