@@ -134,20 +134,24 @@ static const char sql_health[] =
     " THEN failing_since_ms IS NOT NULL ELSE failing_since_ms IS NULL OR $4::bool"
     " OR failing_since_ms <= webhook.now_ms() - $5::int8 * 1000 END";
 
-/* $1 retention s. A batch of what is done and old, attempts first (their foreign key). */
+/*
+ * $1 retention s. A batch of what is done and old, attempts first (their foreign key). "Now" is a
+ * subquery, evaluated once, so that it bounds the scan of deliveries_done_by_age (bare, the
+ * volatile webhook.now_ms() was a filter over every delivery done, at each sweep).
+ */
 static const char sql_sweep[] =
     "WITH old AS (SELECT tenant_id, id FROM webhook.deliveries WHERE status <> 1"
-    " AND created_ms < webhook.now_ms() - $1::int8 * 1000 ORDER BY created_ms LIMIT 1000"
+    " AND created_ms < (SELECT webhook.now_ms()) - $1::int8 * 1000 ORDER BY created_ms LIMIT 1000"
     " FOR UPDATE SKIP LOCKED),"
     " a AS (DELETE FROM webhook.delivery_attempts t USING old"
     " WHERE t.tenant_id = old.tenant_id AND t.delivery_id = old.id)"
     " DELETE FROM webhook.deliveries t USING old WHERE t.tenant_id = old.tenant_id"
     " AND t.id = old.id";
 
-/* $1 retention s. Events no delivery refers to any more. */
+/* $1 retention s. Events no delivery refers to any more; "now" as in sql_sweep. */
 static const char sql_sweep_events[] =
     "DELETE FROM webhook.events e WHERE (e.tenant_id, e.id) IN (SELECT x.tenant_id, x.id"
-    " FROM webhook.events x WHERE x.created_ms < webhook.now_ms() - $1::int8 * 1000"
+    " FROM webhook.events x WHERE x.created_ms < (SELECT webhook.now_ms()) - $1::int8 * 1000"
     " AND NOT EXISTS (SELECT 1 FROM webhook.deliveries d WHERE d.tenant_id = x.tenant_id"
     " AND d.event_id = x.id) ORDER BY x.created_ms LIMIT 1000)";
 
