@@ -40,11 +40,12 @@
 #include "ks_log.h"
 #include "ks_sp.h"
 
-#define RECV_MAX   4096
-#define SEND_MAX   65536
-#define MSGS_MAX   4096
-#define LOOPS_MAX  64
-#define QUIET_RUNS 3
+#define RECV_MAX      4096
+#define SEND_MAX      65536
+#define MSGS_MAX      4096
+#define LOOPS_MAX     64
+#define QUIET_RUNS    3
+#define CONNECT_TRIES 100 /* 10 ms apart */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -168,6 +169,35 @@ static void settle(int client)
         }
 }
 
+/*
+ * A connection to the listener. A connect that fails is tried again, the loop
+ * run in between, for up to a second: the machine (a CI run's, with other
+ * work on it) may refuse one for a moment, which is not what is fuzzed here.
+ * A listener that stays unreachable is a failure, with the reason.
+ */
+static int connect_to_listener(bool ipc)
+{
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g.port)};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int err = 0;
+        for (int attempt = 0; attempt < CONNECT_TRIES; attempt++) {
+                int fd = socket(ipc ? AF_UNIX : AF_INET, SOCK_STREAM, 0);
+                if (fd >= 0 && (ipc ? connect(fd, (struct sockaddr *)&g.ipc, sizeof(g.ipc))
+                                    : connect(fd, (struct sockaddr *)&sa, sizeof(sa))) == 0) {
+                        return fd;
+                }
+                err = errno;
+                if (fd >= 0) {
+                        close(fd);
+                }
+                settle(-1);
+                struct timespec ts = {0, 10 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+        }
+        fprintf(stderr, "fuzz_sp: connect: %s\n", strerror(err));
+        die("connect");
+}
+
 /* What the bytes frame: the messages a correct reader hands over. */
 static void expect(const uint8_t *p, size_t n, bool ipc, size_t *n_out, size_t *lens,
                    uint64_t *sums)
@@ -229,13 +259,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         g.n_msgs = 0;
         g.events = 0;
 
-        int fd = socket(ipc ? AF_UNIX : AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g.port)};
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (fd < 0 || (ipc ? connect(fd, (struct sockaddr *)&g.ipc, sizeof(g.ipc))
-                           : connect(fd, (struct sockaddr *)&sa, sizeof(sa))) != 0) {
-                die("connect");
-        }
+        int fd = connect_to_listener(ipc);
         settle(fd);
         for (int k = 0; k < pieces; k++) {
                 size_t from = n * (size_t)k / (size_t)pieces,
