@@ -285,9 +285,20 @@ static const char sql_backdate[] =
     "  WHERE tenant_id = $1::uuid AND subscription_id IN (SELECT id FROM s) RETURNING 1)"
     " SELECT count(*) FROM s"; /* the others run whole whether read or not */
 
-/* A subscription to the daily plan, made now, then moved DOWN_MS into the past; its start. */
-static int64_t subscribe_then_go_down(const bit_tenant *t, const char *customer, int trial_days,
-                                      char id[BIT_ID_MAX])
+#define PERIODS                                                                                    \
+        4 /* a subscription's periods by the end of its downtime, the current one included */
+
+/* What one subscription must show once caught up: its start and, per period, its history. */
+typedef struct caught_up {
+        const char *id;
+        int64_t start;
+        bool trial; /* its first period a day's trial: a zero invoice, then trial_end */
+        int64_t number[PERIODS]; /* out: its invoices' numbers, by period */
+} caught_up;
+
+/* A subscription to the daily plan, made now; its start. */
+static int64_t subscribe_daily(const bit_tenant *t, const char *customer, int trial_days,
+                               char id[BIT_ID_MAX])
 {
         json_t *j = bit_ok(t->owner.token, "CreateSubscription",
                            "{\"customerId\":\"%s\",\"planCode\":\"daily\",\"trialDays\":%d}",
@@ -295,12 +306,29 @@ static int64_t subscribe_then_go_down(const bit_tenant *t, const char *customer,
         snprintf(id, BIT_ID_MAX, "%s", bit_str(j, "subscription.id"));
         int64_t start = bit_int(j, "subscription.currentPeriodStartUnixMs");
         json_decref(j);
+        return start;
+}
 
+/*
+ * Both subscriptions moved DOWN_MS into the past in one transaction, after
+ * both were made: the schedulers, which never stop, see neither due before
+ * both first invoices have their numbers. Moved one by one, the first could
+ * be caught up (three renewals numbered) before the second was made.
+ */
+static void go_down(const bit_tenant *t, caught_up *c, int n)
+{
+        PGconn *pg = ait_pg();
         ks_pg_num down = ks_pg_num_of(DOWN_MS), now = ks_pg_num_of(ks_now_ms());
-        const char *p[4] = {t->owner.tenant_id, id, down.s, now.s};
-        /* Not due yet (nothing ran for it), and moved whole, in one transaction. */
-        assert_int_equal(ait_sql_long(sql_backdate, 4, p), 1);
-        return start - DOWN_MS;
+
+        PQclear(it_sql(pg, "BEGIN", 0, NULL));
+        for (int i = 0; i < n; i++) {
+                const char *p[4] = {t->owner.tenant_id, c[i].id, down.s, now.s};
+                /* Not due yet (nothing ran for it), and moved whole. */
+                assert_int_equal(it_sql_long(pg, sql_backdate, 4, p), 1);
+                c[i].start -= DOWN_MS;
+        }
+        PQclear(it_sql(pg, "COMMIT", 0, NULL));
+        PQfinish(pg);
 }
 
 /* Waits (bounded) until neither subscription has anything due before now. */
@@ -325,17 +353,6 @@ static void wait_caught_up(const bit_tenant *t, const char *a, const char *b)
         fail_msg("%ld subscriptions still behind %d ms after their downtime", behind,
                  CATCH_UP_WAIT_MS);
 }
-
-#define PERIODS                                                                                    \
-        4 /* a subscription's periods by the end of its downtime, the current one included */
-
-/* What one subscription must show once caught up: its start and, per period, its history. */
-typedef struct caught_up {
-        const char *id;
-        int64_t start;
-        bool trial; /* its first period a day's trial: a zero invoice, then trial_end */
-        int64_t number[PERIODS]; /* out: its invoices' numbers, by period */
-} caught_up;
 
 /* "INV-000042" as 42; -1 for anything else. */
 static int64_t number_of(const char *s)
@@ -424,9 +441,10 @@ static void test_catch_up_after_downtime(void **state)
         bit_plan(&t, "daily", "USD", "FLAT", DAILY_PRICE, "DAY", 1, 0);
         bit_customer(&t, "USD", 825, "pm_card_visa", "", customer);
         caught_up c[2] = {
-            {.id = plain, .start = subscribe_then_go_down(&t, customer, -1, plain)},
-            {.id = trial, .start = subscribe_then_go_down(&t, customer, 1, trial), .trial = true},
+            {.id = plain, .start = subscribe_daily(&t, customer, -1, plain)},
+            {.id = trial, .start = subscribe_daily(&t, customer, 1, trial), .trial = true},
         };
+        go_down(&t, c, 2);
         wait_caught_up(&t, plain, trial);
         for (int s = 0; s < 2; s++) {
                 expect_caught_up(&t, &c[s]);
