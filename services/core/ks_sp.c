@@ -19,6 +19,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "ks_assert.h"
 #include "ks_log.h"
 
 #define TCP_PREFIX   "tcp://"
@@ -48,7 +49,8 @@ struct ks_sp_pipe {
         ks_sp *sp;
         endpoint *ep;
         struct bufferevent *bev; /* connects and writes; the pipe reads itself (on_readable) */
-        struct event *rev;       /* readable, and the handshake's deadline */
+        struct event *rev;       /* readable: persistent, never with a timeout */
+        struct event *deadline;  /* the handshake's, until its 8 bytes are in */
         struct evbuffer *in;     /* read, not yet a whole message */
         struct evbuffer *out;    /* sent in this turn of the loop, for on_flush to write */
         ks_sp_pipe *flush_prev, *flush_next; /* in sp's flush list while out holds bytes */
@@ -102,6 +104,7 @@ struct ks_sp_dialer {
 struct ks_sp {
         struct event_base *base;
         size_t recv_max, send_max;
+        int handshake_ms;
         ks_sp_pipe **slots; /* KS_SP_PIPES_MAX + 1; slot 0 unused (an id is never 0) */
         uint16_t *gens;
         uint32_t next_slot;
@@ -138,6 +141,9 @@ static void pipe_free(ks_sp_pipe *p)
 {
         if (p->rev != NULL) {
                 event_free(p->rev);
+        }
+        if (p->deadline != NULL) {
+                event_free(p->deadline);
         }
         evbuffer_free(p->in);
         evbuffer_free(p->out);
@@ -239,6 +245,9 @@ static void pipe_detach(ks_sp_pipe *p, bool quiet)
         if (p->rev != NULL) {
                 event_del(p->rev);
         }
+        if (p->deadline != NULL) {
+                event_del(p->deadline);
+        }
         if (p->added) {
                 if (p->prev != NULL) {
                         p->prev->next = p->next;
@@ -288,10 +297,7 @@ static void handshake(ks_sp_pipe *p, struct evbuffer *in)
                 ks_sp_close(p);
                 return;
         }
-        if (event_del(p->rev) != 0 || event_add(p->rev, NULL) != 0) { /* no deadline now */
-                ks_sp_close(p);
-                return;
-        }
+        event_del(p->deadline);
         p->added = true;
         p->prev = l->last;
         if (l->last != NULL) {
@@ -370,11 +376,8 @@ static void consume(ks_sp_pipe *p, struct evbuffer *in)
  */
 static void on_readable(evutil_socket_t fd, short what, void *arg)
 {
+        (void)what;
         ks_sp_pipe *p = arg;
-        if ((what & EV_TIMEOUT) != 0) {
-                ks_sp_close(p); /* no handshake in time */
-                return;
-        }
         struct evbuffer *in = p->in;
         struct evbuffer_iovec v;
         if (evbuffer_reserve_space(in, READ_BYTES, &v, 1) < 1) {
@@ -397,17 +400,33 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         consume(p, in);
 }
 
-/* Our 8 bytes, then reading with the handshake's deadline: at once on an accepted
- * connection, on a dialled one once it is connected. */
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+        (void)fd;
+        (void)what;
+        ks_sp_close(arg); /* no handshake in time */
+}
+
+/*
+ * Our 8 bytes, then reading, and the handshake's deadline: at once on an
+ * accepted connection, on a dialled one once it is connected. The deadline
+ * is a timer of its own, deleted at the handshake. (Not a timeout on the
+ * read event: libevent keeps a persistent event's timeout through
+ * event_del and an event_add without one, and re-arms it at every read, so
+ * a pipe would be closed after any pause as long as the deadline.)
+ */
 static void hello(ks_sp_pipe *p)
 {
         uint8_t h[KS_SP_HEADER_BYTES];
         header_of(h, p->ep->self);
         bufferevent_write(p->bev, h, sizeof(h));
-        struct timeval tv = {KS_SP_HANDSHAKE_MS / 1000, (KS_SP_HANDSHAKE_MS % 1000) * 1000};
+        int ms = p->sp->handshake_ms;
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
         p->rev =
             event_new(p->sp->base, bufferevent_getfd(p->bev), EV_READ | EV_PERSIST, on_readable, p);
-        if (p->rev == NULL || event_add(p->rev, &tv) != 0) {
+        p->deadline = evtimer_new(p->sp->base, on_deadline, p);
+        if (p->rev == NULL || p->deadline == NULL || event_add(p->rev, NULL) != 0 ||
+            event_add(p->deadline, &tv) != 0) {
                 ks_sp_close(p);
         }
 }
@@ -937,10 +956,17 @@ int ks_sp_new(ks_sp **out, struct event_base *base, size_t recv_max, size_t send
         }
         sp->recv_max = recv_max;
         sp->send_max = send_max;
+        sp->handshake_ms = KS_SP_HANDSHAKE_MS;
         sp->next_slot = 1;
         sp->dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS); /* NULL: getaddrinfo */
         *out = sp;
         return KS_OK;
+}
+
+void ks_sp_set_handshake_ms(ks_sp *sp, int ms)
+{
+        KS_ASSERT(ms > 0);
+        sp->handshake_ms = ms;
 }
 
 void ks_sp_free(ks_sp *sp)

@@ -72,6 +72,9 @@ typedef struct ks_sp_callbacks {
  * output at most send_max. KS_OK, KS_INTERNAL.
  */
 int ks_sp_new(ks_sp **out, struct event_base *base, size_t recv_max, size_t send_max) KS_MUST_CHECK;
+/* The handshake's deadline of the connections made from now on, in ms (> 0):
+ * KS_SP_HANDSHAKE_MS unless set (tests shorten it). */
+void ks_sp_set_handshake_ms(ks_sp *sp, int ms);
 /* Closes every listener and pipe (no callback runs) and frees. Accepts NULL. */
 void ks_sp_free(ks_sp *sp);
 

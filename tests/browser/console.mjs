@@ -97,8 +97,30 @@ async function rpc(method, body, headers = {}) {
   return {status: res.status, body: await res.json()};
 }
 
+// Every reply of 500 or more fails the test, named with its time, address
+// and body, so that a failure can be matched with the services' logs.
+function watchServerErrors(p, who) {
+  p.on('response', async (res) => {
+    if (res.status() < 500) return;
+    let body = '';
+    try {
+      body = (await res.text()).slice(0, 300);
+    } catch (err) {
+      body = `(body unreadable: ${err.message})`;
+    }
+    const line = `server error (${who}) at ${new Date().toISOString()}: ${res.request().method()} ${res.url()} ${res.status()} ${body}`;
+    console.log(`# ${line}`);
+    problems.push(line);
+  });
+}
+
 async function waitPage(page, name) {
-  await page.waitForSelector(`.page[data-page="${name}"]`, {timeout: WAIT_MS});
+  try {
+    await page.waitForSelector(`.page[data-page="${name}"]`, {timeout: WAIT_MS});
+  } catch (err) {
+    const shown = await page.$eval('main', (m) => m.innerText).catch(() => '(no main)');
+    throw new Error(`the ${name} page did not show; ${page.url()} shows: ${shown.slice(0, 300)}`, {cause: err});
+  }
 }
 
 async function checkPage(page, name) {
@@ -322,6 +344,7 @@ async function run(browser) {
     problems.push(`console error: ${m.text()}`);
   });
   page.on('pageerror', (e) => problems.push(`uncaught: ${e.message}`));
+  watchServerErrors(page, 'owner');
   page.on('dialog', async (d) => {
     dialogs.push(d.message());
     await d.dismiss();
@@ -785,6 +808,7 @@ async function run(browser) {
       problems.push(`console error (${role}): ${m.text()}`);
     });
     p.on('pageerror', (e) => problems.push(`uncaught (${role}): ${e.message}`));
+    watchServerErrors(p, role);
     p.on('dialog', async (d) => {
       dialogs.push(d.message());
       await d.dismiss();

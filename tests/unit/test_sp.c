@@ -9,6 +9,8 @@
  * nng's req dials it, ks_sp's dialer reaches nng's rep; a frame of another
  * type closes the pipe; a socket file left by a process that is gone is
  * replaced, one in use is not, and the file goes when the listener does.
+ * A peer silent past the handshake's deadline is closed; a pipe quiet for
+ * longer than that after its handshake is not, on either side.
  */
 #include <event2/event.h>
 #include <event2/thread.h>
@@ -565,6 +567,82 @@ static void test_dialer_turn_written_in_order(void **state)
         nng_close(rep);
 }
 
+/* ---- the handshake's deadline ---- */
+
+#define DEADLINE_MS 500
+
+/* Stops the loop, shortens the handshake's deadline of new connections, runs the loop again. */
+static void shorten_handshake(void)
+{
+        event_base_once(base, -1, EV_TIMEOUT, stop_cb, NULL, NULL);
+        pthread_join(thread, NULL);
+        ks_sp_set_handshake_ms(sp, DEADLINE_MS);
+        assert_int_equal(pthread_create(&thread, NULL, loop_main, NULL), 0);
+}
+
+/* A peer that connects and never sends its 8 bytes is closed at the deadline. */
+static void test_no_handshake_closed(void **state)
+{
+        (void)state;
+        shorten_handshake();
+        struct sockaddr_un sun = {.sun_family = AF_UNIX};
+        memcpy(sun.sun_path, ipc_url + strlen("ipc://"), strlen(ipc_url) - strlen("ipc://") + 1);
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        assert_true(fd >= 0);
+        assert_int_equal(connect(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+        struct timeval tv = {WAIT_MS / 1000, 0};
+        assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+        uint8_t got[16];
+        int64_t start = ks_mono_ms();
+        assert_int_equal(read(fd, got, sizeof(got)), 8); /* the listener's own 8 bytes */
+        assert_int_equal(read(fd, got, sizeof(got)), 0); /* then EOF: closed, not timed out */
+        assert_true(ks_mono_ms() - start >= DEADLINE_MS - 20);
+        assert_int_equal(atomic_load(&added), 0);
+        close(fd);
+}
+
+/*
+ * A pipe past its handshake stays however long it is quiet, on both sides:
+ * the deadline is the handshake's alone. (It once stayed armed: a listener
+ * closed a pipe, and a dialer its own, at the first pause as long as the
+ * deadline after a message came in.)
+ */
+static void test_quiet_pipe_stays(void **state)
+{
+        (void)state;
+        shorten_handshake();
+        nng_socket req;
+        assert_int_equal(nng_req0_open(&req), 0);
+        assert_int_equal(nng_socket_set_ms(req, NNG_OPT_RECVTIMEO, WAIT_MS), 0);
+        char url[64];
+        url_of(url, sizeof(url));
+        assert_int_equal(nng_dial(req, url, NULL, 0), 0);
+        assert_true(wait_for(&added, 1));
+        for (int i = 0; i < 2; i++) {
+                char *got = NULL;
+                size_t len = 0;
+                assert_int_equal(nng_send(req, "ping", 4, 0), 0);
+                assert_int_equal(nng_recv(req, &got, &len, NNG_FLAG_ALLOC), 0);
+                assert_int_equal(len, 7);
+                assert_memory_equal(got, "re:ping", 7);
+                nng_free(got, len);
+                usleep(DEADLINE_MS * 3 * 1000);
+                assert_int_equal(atomic_load(&removed), 0);
+                assert_int_equal(atomic_load(&added), 1);
+        }
+        nng_close(req);
+
+        /* The dialer's side: nng's rep answers, the dialer's pipe is quiet, then used again. */
+        atomic_store(&d_removed, 0);
+        nng_socket rep = rep_dialled_over_ipc(1024);
+        ping_pong(rep, 1);
+        usleep(DEADLINE_MS * 3 * 1000);
+        assert_int_equal(atomic_load(&d_removed), 0);
+        ping_pong(rep, 2);
+        assert_int_equal(atomic_load(&d_added), 1);
+        nng_close(rep);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -578,6 +656,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_ipc_socket_file, setup, teardown),
             cmocka_unit_test_setup_teardown(test_dialer_ipc, setup, teardown),
             cmocka_unit_test_setup_teardown(test_dialer_turn_written_in_order, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_no_handshake_closed, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_quiet_pipe_stays, setup, teardown),
         };
         int failed = cmocka_run_group_tests(tests, NULL, NULL);
         nng_fini(); /* nng frees closed sockets on its own threads: let it finish before leak checks
