@@ -17,56 +17,23 @@
 #include <string.h>
 
 #include "auth.h"
-#include "pg_cluster.h"
+#include "pg_db.h"
 
 #define LIVE 20000
 
 static pg_cluster g_pg;
 static PGconn *g_conn;
 
-static void exec_ok(const char *sql)
-{
-        PGresult *r = PQexec(g_conn, sql);
-        ExecStatusType st = PQresultStatus(r);
-        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-                fail_msg("%s: %s", sql, PQerrorMessage(g_conn));
-        }
-        PQclear(r);
-}
-
-static long long value(const char *sql)
-{
-        PGresult *r = PQexec(g_conn, sql);
-        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
-                fail_msg("%s: %s", sql, PQerrorMessage(g_conn));
-        }
-        long long v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-        PQclear(r);
-        return v;
-}
-
 static int setup(void **state)
 {
-        char err[512];
-
         (void)state;
-        if (pg_cluster_start(&g_pg) != 0) {
-                return -1;
-        }
-        if (ks_pg_migrate(g_pg.dsn, "auth", ks_service_migrations, ks_service_migrations_n, err,
-                          sizeof(err)) != 0) {
-                fprintf(stderr, "migrations: %s\n", err);
-                return -1;
-        }
-        g_conn = PQconnectdb(g_pg.dsn);
-        return PQstatus(g_conn) == CONNECTION_OK ? 0 : -1;
+        return pg_db_start(&g_pg, "auth", ks_service_migrations, ks_service_migrations_n, &g_conn);
 }
 
 static int teardown(void **state)
 {
         (void)state;
-        PQfinish(g_conn);
-        pg_cluster_stop(&g_pg);
+        pg_db_stop(&g_pg, g_conn);
         return 0;
 }
 
@@ -75,10 +42,10 @@ static void test_stale_sessions_found_by_index(void **state)
         char sql[512];
 
         (void)state;
-        exec_ok("INSERT INTO auth.tenants (id, name) VALUES"
-                " ('00000000-0000-4000-8000-0000000000a1', 'T')");
-        exec_ok("INSERT INTO auth.users (id, email, password_hash) VALUES"
-                " ('00000000-0000-4000-8000-0000000000b1', 'u@example.test', 'x')");
+        pg_db_exec_ok(g_conn, "INSERT INTO auth.tenants (id, name) VALUES"
+                              " ('00000000-0000-4000-8000-0000000000a1', 'T')");
+        pg_db_exec_ok(g_conn, "INSERT INTO auth.users (id, email, password_hash) VALUES"
+                              " ('00000000-0000-4000-8000-0000000000b1', 'u@example.test', 'x')");
         /* Live sessions, then one expired and one revoked two days ago, one revoked now. */
         snprintf(sql, sizeof(sql),
                  "INSERT INTO auth.sessions (token_sha256, user_id, tenant_id, created_at,"
@@ -87,30 +54,33 @@ static void test_stale_sessions_found_by_index(void **state)
                  " now() - interval '1 hour', now() + interval '7 days', NULL"
                  " FROM generate_series(1, %d) g",
                  LIVE);
-        exec_ok(sql);
-        exec_ok("INSERT INTO auth.sessions (token_sha256, user_id, tenant_id, created_at,"
-                " expires_at, revoked_at) VALUES"
-                " (sha256('expired'), '00000000-0000-4000-8000-0000000000b1',"
-                " '00000000-0000-4000-8000-0000000000a1', now() - interval '9 days',"
-                " now() - interval '2 days', NULL),"
-                " (sha256('revoked'), '00000000-0000-4000-8000-0000000000b1',"
-                " '00000000-0000-4000-8000-0000000000a1', now() - interval '3 days',"
-                " now() + interval '4 days', now() - interval '2 days'),"
-                " (sha256('revoked now'), '00000000-0000-4000-8000-0000000000b1',"
-                " '00000000-0000-4000-8000-0000000000a1', now() - interval '1 hour',"
-                " now() + interval '7 days', now())");
-        exec_ok("ANALYZE auth.sessions");
+        pg_db_exec_ok(g_conn, sql);
+        pg_db_exec_ok(g_conn,
+                      "INSERT INTO auth.sessions (token_sha256, user_id, tenant_id, created_at,"
+                      " expires_at, revoked_at) VALUES"
+                      " (sha256('expired'), '00000000-0000-4000-8000-0000000000b1',"
+                      " '00000000-0000-4000-8000-0000000000a1', now() - interval '9 days',"
+                      " now() - interval '2 days', NULL),"
+                      " (sha256('revoked'), '00000000-0000-4000-8000-0000000000b1',"
+                      " '00000000-0000-4000-8000-0000000000a1', now() - interval '3 days',"
+                      " now() + interval '4 days', now() - interval '2 days'),"
+                      " (sha256('revoked now'), '00000000-0000-4000-8000-0000000000b1',"
+                      " '00000000-0000-4000-8000-0000000000a1', now() - interval '1 hour',"
+                      " now() + interval '7 days', now())");
+        pg_db_exec_ok(g_conn, "ANALYZE auth.sessions");
 
         /* A day kept; the counts of this transaction's scans are its own. */
-        exec_ok("BEGIN");
-        assert_int_equal(value("SELECT auth.housekeeping(86400, 86400, 1000)"), 2);
-        assert_int_equal(value("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = "
-                               "'auth.sessions'::regclass"),
+        pg_db_exec_ok(g_conn, "BEGIN");
+        assert_int_equal(pg_db_value(g_conn, "SELECT auth.housekeeping(86400, 86400, 1000)"), 2);
+        assert_int_equal(pg_db_value(g_conn,
+                                     "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = "
+                                     "'auth.sessions'::regclass"),
                          0);
-        exec_ok("COMMIT");
-        assert_int_equal(value("SELECT count(*) FROM auth.sessions"), LIVE + 1);
-        assert_int_equal(value("SELECT count(*) FROM auth.sessions WHERE token_sha256 IN"
-                               " (sha256('expired'), sha256('revoked'))"),
+        pg_db_exec_ok(g_conn, "COMMIT");
+        assert_int_equal(pg_db_value(g_conn, "SELECT count(*) FROM auth.sessions"), LIVE + 1);
+        assert_int_equal(pg_db_value(g_conn,
+                                     "SELECT count(*) FROM auth.sessions WHERE token_sha256 IN"
+                                     " (sha256('expired'), sha256('revoked'))"),
                          0);
 }
 

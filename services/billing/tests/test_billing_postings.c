@@ -24,7 +24,7 @@
 #include "billing.h"
 #include "ks_crypto.h"
 #include "ks_u128.h"
-#include "pg_cluster.h"
+#include "pg_db.h"
 
 #define PROP_CASES 4000
 #define AMOUNT_MAX 1000000000000LL /* 10^10 units of a 2-digit currency */
@@ -652,39 +652,18 @@ static void test_u128_text(void **state)
 static pg_cluster g_pg;
 static PGconn *g_conn;
 
-static void exec_ok(const char *sql)
-{
-        PGresult *r = PQexec(g_conn, sql);
-        ExecStatusType st = PQresultStatus(r);
-        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-                fail_msg("%s: %s", sql, PQerrorMessage(g_conn));
-        }
-        PQclear(r);
-}
-
 static int db_setup(void **state)
 {
-        char err[512];
-
         (void)state;
-        if (pg_cluster_start(&g_pg) != 0) {
-                return -1;
-        }
         /* The schema as the service makes it: every migration, in order. */
-        if (ks_pg_migrate(g_pg.dsn, "billing", ks_service_migrations, ks_service_migrations_n, err,
-                          sizeof(err)) != 0) {
-                fprintf(stderr, "migrations: %s\n", err);
-                return -1;
-        }
-        g_conn = PQconnectdb(g_pg.dsn);
-        return PQstatus(g_conn) == CONNECTION_OK ? 0 : -1;
+        return pg_db_start(&g_pg, "billing", ks_service_migrations, ks_service_migrations_n,
+                           &g_conn);
 }
 
 static int db_teardown(void **state)
 {
         (void)state;
-        PQfinish(g_conn);
-        pg_cluster_stop(&g_pg);
+        pg_db_stop(&g_pg, g_conn);
         return 0;
 }
 
@@ -692,9 +671,9 @@ static int db_teardown(void **state)
 static bl_tx tenant_tx(void)
 {
         bl_tx tx = {.conn = g_conn, .tenant_id = TENANT, .request_id = "test-postings"};
-        exec_ok("BEGIN");
-        exec_ok("SET LOCAL ROLE keelson_billing_rt");
-        exec_ok("SELECT set_config('keelson.tenant_id', '" TENANT "', true)");
+        pg_db_exec_ok(g_conn, "BEGIN");
+        pg_db_exec_ok(g_conn, "SET LOCAL ROLE keelson_billing_rt");
+        pg_db_exec_ok(g_conn, "SELECT set_config('keelson.tenant_id', '" TENANT "', true)");
         return tx;
 }
 
@@ -731,7 +710,7 @@ static void test_queue_round_trip(void **state)
         assert_int_equal(bl_postings_flush(&tx), KS_OK);
         assert_int_equal(bl_flush(&tx), KS_OK);
         bl_tx_free(&tx);
-        exec_ok("COMMIT");
+        pg_db_exec_ok(g_conn, "COMMIT");
         r = PQexec(g_conn, "SELECT tenant_id, source_type, source_id, currency, n_transfers,"
                            " transfers, accounts, EXISTS (SELECT 1 FROM billing.postings_queue q"
                            " WHERE q.id = p.id AND q.tenant_id = p.tenant_id), attempts, failed"
@@ -780,7 +759,7 @@ static void test_queue_round_trip(void **state)
         assert_int_equal(bl_postings_flush(&tx), KS_OK);
         assert_int_not_equal(bl_flush(&tx), KS_OK);
         bl_tx_free(&tx);
-        exec_ok("ROLLBACK");
+        pg_db_exec_ok(g_conn, "ROLLBACK");
         /* A fact that moves nothing queues nothing; another source queues its own row. */
         tx = tenant_tx();
         f = fact_of(BL_SRC_PAYMENT);
@@ -792,7 +771,7 @@ static void test_queue_round_trip(void **state)
         assert_int_equal(bl_postings_flush(&tx), KS_OK);
         assert_int_equal(bl_flush(&tx), KS_OK);
         bl_tx_free(&tx);
-        exec_ok("COMMIT");
+        pg_db_exec_ok(g_conn, "COMMIT");
         r = PQexec(g_conn, "SELECT count(*), count(*) FILTER (WHERE source_type = 2)"
                            " FROM billing.postings");
         assert_string_equal(PQgetvalue(r, 0, 0), "2");
@@ -825,8 +804,8 @@ static void test_upgrade_queues_pending_postings(void **state)
 
         (void)state;
         /* Migrated as the services migrate: as the schema's owner, not a superuser. */
-        exec_ok("CREATE ROLE billing_upgrade_owner LOGIN CREATEROLE");
-        exec_ok("CREATE DATABASE billing_upgrade OWNER billing_upgrade_owner");
+        pg_db_exec_ok(g_conn, "CREATE ROLE billing_upgrade_owner LOGIN CREATEROLE");
+        pg_db_exec_ok(g_conn, "CREATE DATABASE billing_upgrade OWNER billing_upgrade_owner");
         snprintf(dsn, sizeof(dsn), "%s dbname=billing_upgrade user=billing_upgrade_owner",
                  g_pg.dsn);
         while (before < ks_service_migrations_n &&

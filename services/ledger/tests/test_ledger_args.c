@@ -18,7 +18,7 @@
 #include <stdio.h>
 
 #include "ledger.h"
-#include "pg_cluster.h"
+#include "pg_db.h"
 
 static pg_cluster g_pg;
 static PGconn *g_conn;
@@ -26,18 +26,13 @@ static PGconn *g_conn;
 static int setup(void **state)
 {
         (void)state;
-        if (pg_cluster_start(&g_pg) != 0) {
-                return -1;
-        }
-        g_conn = PQconnectdb(g_pg.dsn);
-        return PQstatus(g_conn) == CONNECTION_OK ? 0 : -1;
+        return pg_db_start(&g_pg, "ledger", NULL, 0, &g_conn);
 }
 
 static int teardown(void **state)
 {
         (void)state;
-        PQfinish(g_conn);
-        pg_cluster_stop(&g_pg);
+        pg_db_stop(&g_pg, g_conn);
         return 0;
 }
 

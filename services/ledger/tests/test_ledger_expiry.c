@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "ledger.h"
-#include "pg_cluster.h"
+#include "pg_db.h"
 
 #define NOT_DUE   20000
 #define PAGES_MAX 20 /* the scan's shared buffers; reading every entry took 287 */
@@ -30,38 +30,17 @@
 static pg_cluster g_pg;
 static PGconn *g_conn;
 
-static void exec_ok(const char *sql)
-{
-        PGresult *r = PQexec(g_conn, sql);
-        ExecStatusType st = PQresultStatus(r);
-        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-                fail_msg("%s: %s", sql, PQerrorMessage(g_conn));
-        }
-        PQclear(r);
-}
-
 static int setup(void **state)
 {
-        char err[512];
-
         (void)state;
-        if (pg_cluster_start(&g_pg) != 0) {
-                return -1;
-        }
-        if (ks_pg_migrate(g_pg.dsn, "ledger", ks_service_migrations, ks_service_migrations_n, err,
-                          sizeof(err)) != 0) {
-                fprintf(stderr, "migrations: %s\n", err);
-                return -1;
-        }
-        g_conn = PQconnectdb(g_pg.dsn);
-        return PQstatus(g_conn) == CONNECTION_OK ? 0 : -1;
+        return pg_db_start(&g_pg, "ledger", ks_service_migrations, ks_service_migrations_n,
+                           &g_conn);
 }
 
 static int teardown(void **state)
 {
         (void)state;
-        PQfinish(g_conn);
-        pg_cluster_stop(&g_pg);
+        pg_db_stop(&g_pg, g_conn);
         return 0;
 }
 
@@ -83,20 +62,22 @@ static void test_due_scan_is_bounded(void **state)
 
         (void)state;
         /* Pending transfers due in an hour, of many tenants; one of DUE's, a second ago. */
-        exec_ok("INSERT INTO ledger.pending_transfers (tenant_id, id, status, expires_at_ns)"
-                " SELECT gen_random_uuid(), gen_random_uuid(), 1,"
-                " (extract(epoch FROM clock_timestamp()) * 1e9)::int8 + 3600000000000 + g"
-                " FROM generate_series(1, 20000) g");
-        exec_ok("INSERT INTO ledger.pending_transfers (tenant_id, id, status, expires_at_ns)"
-                " VALUES ('" DUE "', gen_random_uuid(), 1,"
-                " (extract(epoch FROM clock_timestamp()) * 1e9)::int8 - 1000000000)");
+        pg_db_exec_ok(g_conn,
+                      "INSERT INTO ledger.pending_transfers (tenant_id, id, status, expires_at_ns)"
+                      " SELECT gen_random_uuid(), gen_random_uuid(), 1,"
+                      " (extract(epoch FROM clock_timestamp()) * 1e9)::int8 + 3600000000000 + g"
+                      " FROM generate_series(1, 20000) g");
+        pg_db_exec_ok(g_conn,
+                      "INSERT INTO ledger.pending_transfers (tenant_id, id, status, expires_at_ns)"
+                      " VALUES ('" DUE "', gen_random_uuid(), 1,"
+                      " (extract(epoch FROM clock_timestamp()) * 1e9)::int8 - 1000000000)");
         /* The service's session: generic plans, prepared once (ks_pg_prepared.c). */
-        exec_ok("SET plan_cache_mode = force_generic_plan");
-        exec_ok("BEGIN READ ONLY");
-        exec_ok("SET LOCAL ROLE keelson_ledger_sweeper");
+        pg_db_exec_ok(g_conn, "SET plan_cache_mode = force_generic_plan");
+        pg_db_exec_ok(g_conn, "BEGIN READ ONLY");
+        pg_db_exec_ok(g_conn, "SET LOCAL ROLE keelson_ledger_sweeper");
         lg_expiry_due_tenants_sql(sql, sizeof(sql), 64);
         snprintf(prep, sizeof(prep), "PREPARE due AS %s", sql);
-        exec_ok(prep);
+        pg_db_exec_ok(g_conn, prep);
 
         PGresult *r = PQexec(g_conn, "EXECUTE due");
         assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
@@ -112,7 +93,7 @@ static void test_due_scan_is_bounded(void **state)
                 fail_msg("the due scan read %ld pages beside %d pending transfers not due", pages,
                          NOT_DUE);
         }
-        exec_ok("COMMIT");
+        pg_db_exec_ok(g_conn, "COMMIT");
 }
 
 int main(void)
