@@ -550,10 +550,10 @@ static int create_transfers(bl_relay *r, row *rows, size_t n)
 /* ---- marking ---------------------------------------------------------------------- */
 
 /*
- * "{1,2}" of the rows in a state of the set (malloc'ed; STATES(ROW_POSTED,
- * ROW_GONE)), and for REFUSED their errors as "{"a","b"}".
+ * "{1,2}" of the rows in a state of the set (malloc'ed; STATE(ROW_POSTED) |
+ * STATE(ROW_GONE)), and for REFUSED their errors as "{"a","b"}".
  */
-#define STATES(a, b) ((1u << (a)) | (1u << (b)))
+#define STATE(s) (1u << (s))
 static int id_arrays(const row *rows, size_t n, unsigned states, char **ids, char **errs,
                      size_t *count)
 {
@@ -654,7 +654,7 @@ static bool mark_rows(bl_relay *r, PGconn *conn, row *rows, size_t n, size_t *n_
         for (size_t i = 0; i < n; i++) {
                 *n_posted += rows[i].state == ROW_POSTED;
         }
-        if (id_arrays(rows, n, STATES(ROW_POSTED, ROW_GONE), &ids, NULL, &n_done) != KS_OK) {
+        if (id_arrays(rows, n, STATE(ROW_POSTED) | STATE(ROW_GONE), &ids, NULL, &n_done) != KS_OK) {
                 set_error(r, "out of memory");
                 goto done;
         }
@@ -664,8 +664,7 @@ static bool mark_rows(bl_relay *r, PGconn *conn, row *rows, size_t n, size_t *n_
         PQclear(res);
         free(ids);
         ids = NULL;
-        if (id_arrays(rows, n, STATES(ROW_REFUSED, ROW_REFUSED), &ids, &errs, &n_refused) !=
-            KS_OK) {
+        if (id_arrays(rows, n, STATE(ROW_REFUSED), &ids, &errs, &n_refused) != KS_OK) {
                 set_error(r, "out of memory");
                 goto done;
         }
