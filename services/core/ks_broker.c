@@ -46,7 +46,11 @@
 #include "ks_sp.h"
 #include "ks_topology.h"
 
-#define RECV_MAX_BYTES ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
+#define RECV_MAX_BYTES   ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
+#define CONNECTIONS_NAME "keelson_broker_connections_total"
+#define CONNECTIONS_HELP                                                                           \
+        "Peers that connected (handshake done): rising while keelson_broker_pipes stays level, "   \
+        "peers reconnect."
 #define SEND_MAX_BYTES ((size_t)16 << 20) /* a peer's unread output; over it, messages drop */
 #define QUEUE_MAX      1024               /* requests waiting for a first replica */
 #define WORD           4
@@ -74,6 +78,7 @@ typedef struct service {
         size_t n_queued;
         ks_counter *requests, *replies, *dropped, *drains;
         ks_gauge *pipes;
+        ks_counter *connections;
         /* the watch */
         ks_outlier *outlier;
         ks_counter *ejections, *readmissions, *held;
@@ -84,6 +89,7 @@ typedef struct events_device {
         ks_sp_listener *in, *out;
         ks_counter *forwarded, *dropped;
         ks_gauge *pipes;
+        ks_counter *connections;
 } events_device;
 
 struct ks_broker {
@@ -308,6 +314,7 @@ static void on_client_added(ks_sp_pipe *p, void *arg)
 {
         service *s = arg;
         ks_gauge_add(s->pipes, 1);
+        ks_counter_inc(s->connections);
         if (atomic_load(&s->b->draining)) {
                 tell_client(s->b, p);
         }
@@ -332,6 +339,7 @@ static void on_replica_added(ks_sp_pipe *p, void *arg)
         }
         ks_sp_pipe_set_user(p, r);
         ks_gauge_add(s->pipes, 1);
+        ks_counter_inc(s->connections);
         queue_flush(s);
 }
 
@@ -366,6 +374,7 @@ static void on_events_pipe_added(ks_sp_pipe *p, void *arg)
 {
         (void)p;
         ks_gauge_add(((events_device *)arg)->pipes, 1);
+        ks_counter_inc(((events_device *)arg)->connections);
 }
 
 static void on_events_pipe_removed(ks_sp_pipe *p, void *arg)
@@ -573,6 +582,7 @@ static int open_service(ks_broker *b, int id)
         s->pipes =
             ks_gauge_get(reg, "keelson_broker_pipes",
                          "Connected peers (clients, replicas, publishers, subscribers).", labels);
+        s->connections = ks_counter_get(reg, CONNECTIONS_NAME, CONNECTIONS_HELP, labels);
         s->ejections = ks_counter_get(reg, "keelson_broker_ejections_total",
                                       "Replicas taken out of the rotation: they held calls and "
                                       "answered none for KEELSON_BROKER_EJECT_AFTER_MS.",
@@ -614,6 +624,8 @@ static int open_events(ks_broker *b)
         e->pipes = ks_gauge_get(reg, "keelson_broker_pipes",
                                 "Connected peers (clients, replicas, publishers, subscribers).",
                                 "device=\"events\"");
+        e->connections =
+            ks_counter_get(reg, CONNECTIONS_NAME, CONNECTIONS_HELP, "device=\"events\"");
         if (listen_side(b, 0, KS_SIDE_EVENTS_IN, KS_SP_SUB0, KS_SP_PUB0, &in, e, &e->in) != 0 ||
             listen_side(b, 0, KS_SIDE_EVENTS_OUT, KS_SP_PUB0, KS_SP_SUB0, &out, e, &e->out) != 0) {
                 return -1;
