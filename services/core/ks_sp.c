@@ -431,6 +431,29 @@ static void hello(ks_sp_pipe *p)
         }
 }
 
+/*
+ * A TCP pipe's options: no Nagle delay (a message is a whole request or
+ * reply), and a peer that vanished without closing (its host gone, a
+ * partition) found within seconds, not the kernel's two hours of idle or
+ * quarter hour of retransmissions: keepalive probes after
+ * KS_SP_KEEPALIVE_IDLE_S of quiet, and written bytes unacknowledged for
+ * KS_SP_USER_TIMEOUT_MS, close the pipe as an error would (its calls are
+ * sent again on another broker). Best effort: a refused option leaves the
+ * kernel's default.
+ */
+static void tcp_tune(evutil_socket_t fd)
+{
+        int one = 1, idle = KS_SP_KEEPALIVE_IDLE_S, intvl = KS_SP_KEEPALIVE_INTERVAL_S,
+            cnt = KS_SP_KEEPALIVE_PROBES;
+        unsigned user_timeout = KS_SP_USER_TIMEOUT_MS;
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+}
+
 static void on_event(struct bufferevent *bev, short what, void *arg)
 {
         ks_sp_pipe *p = arg;
@@ -438,9 +461,8 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
                 struct sockaddr_storage ss;
                 socklen_t len = sizeof(ss);
                 evutil_socket_t fd = bufferevent_getfd(bev);
-                int one = 1;
                 if (!p->ipc) { /* an ipc pipe's names are the path's (dial_now) */
-                        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                        tcp_tune(fd);
                         if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0) {
                                 peer_of((struct sockaddr *)&ss, p->host, sizeof(p->host), p->peer,
                                         sizeof(p->peer));
@@ -449,7 +471,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
                 hello(p);
                 return;
         }
-        ks_sp_close(p); /* EOF, an error, a failed connect, or the handshake's timeout */
+        ks_sp_close(p); /* EOF, an error (a dead peer's timeout included), a failed connect */
 }
 
 static void peer_of(const struct sockaddr *sa, char *host, size_t host_len, char *peer,
@@ -544,8 +566,7 @@ static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sock
         if (b->ipc) { /* a unix socket's peer has no address: the listener's path names it */
                 ipc_names(p, b->path);
         } else {
-                int one = 1;
-                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                tcp_tune(fd);
                 peer_of(sa, p->host, sizeof(p->host), p->peer, sizeof(p->peer));
         }
         bufferevent_enable(p->bev, EV_WRITE);

@@ -10,7 +10,8 @@
  * type closes the pipe; a socket file left by a process that is gone is
  * replaced, one in use is not, and the file goes when the listener does.
  * A peer silent past the handshake's deadline is closed; a pipe quiet for
- * longer than that after its handshake is not, on either side.
+ * longer than that after its handshake is not, on either side. A TCP pipe,
+ * accepted or dialled, probes its peer (keepalive, a user timeout).
  */
 #include <event2/event.h>
 #include <event2/thread.h>
@@ -23,6 +24,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdbool.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -567,6 +572,86 @@ static void test_dialer_turn_written_in_order(void **state)
         nng_close(rep);
 }
 
+/* ---- TCP options ---- */
+
+/*
+ * The connected TCP socket of this process whose local port (local) or
+ * peer's port (!local) is port; -1 when none. Both ends of a loopback
+ * connection are in the test's process: nng's and ks_sp's.
+ */
+static int tcp_socket_at(int port, bool local)
+{
+        for (int fd = 3; fd < 4096; fd++) {
+                struct sockaddr_in me, peer;
+                socklen_t me_len = sizeof(me), peer_len = sizeof(peer);
+                if (getsockname(fd, (struct sockaddr *)&me, &me_len) != 0 ||
+                    me.sin_family != AF_INET ||
+                    getpeername(fd, (struct sockaddr *)&peer, &peer_len) != 0) {
+                        continue;
+                }
+                if (ntohs(local ? me.sin_port : peer.sin_port) == port) {
+                        return fd;
+                }
+        }
+        return -1;
+}
+
+static int tcp_option(int fd, int level, int name)
+{
+        int v = -1;
+        socklen_t len = sizeof(v);
+        assert_int_equal(getsockopt(fd, level, name, &v, &len), 0);
+        return v;
+}
+
+/* ks_sp's end: no Nagle delay, keepalive probes, and a bound on unacknowledged bytes. */
+static void assert_tuned(int fd)
+{
+        assert_true(fd >= 0);
+        assert_int_equal(tcp_option(fd, IPPROTO_TCP, TCP_NODELAY), 1);
+        assert_int_equal(tcp_option(fd, SOL_SOCKET, SO_KEEPALIVE), 1);
+        assert_int_equal(tcp_option(fd, IPPROTO_TCP, TCP_KEEPIDLE), KS_SP_KEEPALIVE_IDLE_S);
+        assert_int_equal(tcp_option(fd, IPPROTO_TCP, TCP_KEEPINTVL), KS_SP_KEEPALIVE_INTERVAL_S);
+        assert_int_equal(tcp_option(fd, IPPROTO_TCP, TCP_KEEPCNT), KS_SP_KEEPALIVE_PROBES);
+        assert_int_equal(tcp_option(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), KS_SP_USER_TIMEOUT_MS);
+}
+
+/*
+ * A peer that vanishes without closing is found by the kernel within
+ * seconds: every TCP pipe ks_sp accepts or dials has keepalive probes and
+ * a user timeout set (nng's own end, for contrast, has no keepalive).
+ */
+static void test_tcp_pipes_probe_their_peer(void **state)
+{
+        (void)state;
+        char url[64];
+        url_of(url, sizeof(url));
+        nng_socket req;
+        assert_int_equal(nng_req0_open(&req), 0);
+        assert_int_equal(nng_dial(req, url, NULL, 0), 0);
+        assert_true(wait_for(&added, 1));
+        int port = ks_sp_listener_port(listener);
+        assert_tuned(tcp_socket_at(port, true));
+        int nng_end = tcp_socket_at(port, false);
+        assert_true(nng_end >= 0);
+        assert_int_equal(tcp_option(nng_end, SOL_SOCKET, SO_KEEPALIVE), 0);
+        nng_close(req);
+
+        static const ks_sp_callbacks cb = {d_on_added, d_on_message, d_on_removed};
+        int rep_port = free_port();
+        assert_true(rep_port > 0);
+        snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", rep_port);
+        atomic_store(&d_added, 0);
+        nng_socket rep = rep_listen(url);
+        event_base_once(base, -1, EV_TIMEOUT, stop_cb, NULL, NULL);
+        pthread_join(thread, NULL);
+        assert_int_equal(ks_sp_dial(sp, url, KS_SP_REQ0, KS_SP_REP0, &cb, NULL, &dialer), KS_OK);
+        assert_int_equal(pthread_create(&thread, NULL, loop_main, NULL), 0);
+        assert_true(wait_for(&d_added, 1));
+        assert_tuned(tcp_socket_at(rep_port, false));
+        nng_close(rep);
+}
+
 /* ---- the handshake's deadline ---- */
 
 #define DEADLINE_MS 500
@@ -658,6 +743,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_dialer_turn_written_in_order, setup, teardown),
             cmocka_unit_test_setup_teardown(test_no_handshake_closed, setup, teardown),
             cmocka_unit_test_setup_teardown(test_quiet_pipe_stays, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_tcp_pipes_probe_their_peer, setup, teardown),
         };
         int failed = cmocka_run_group_tests(tests, NULL, NULL);
         nng_fini(); /* nng frees closed sockets on its own threads: let it finish before leak checks
