@@ -100,6 +100,18 @@ static void stop_cb(evutil_socket_t fd, short what, void *arg)
         event_base_loopbreak(base);
 }
 
+/* Stops the loop thread, so that the test's thread may use sp, until loop_resume. */
+static void loop_pause(void)
+{
+        event_base_once(base, -1, EV_TIMEOUT, stop_cb, NULL, NULL);
+        pthread_join(thread, NULL);
+}
+
+static void loop_resume(void)
+{
+        assert_int_equal(pthread_create(&thread, NULL, loop_main, NULL), 0);
+}
+
 static int setup(void **state)
 {
         (void)state;
@@ -126,8 +138,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
         (void)state;
-        event_base_once(base, -1, EV_TIMEOUT, stop_cb, NULL, NULL);
-        pthread_join(thread, NULL);
+        loop_pause();
         ks_sp_free(sp);
         event_base_free(base);
         char path[160];
@@ -307,8 +318,7 @@ static void test_ipc_socket_file(void **state)
                          KS_INVALID_ARGUMENT);
 
         /* Freed: the files go (teardown frees; checked here by freeing now). */
-        event_base_once(base, -1, EV_TIMEOUT, stop_cb, NULL, NULL);
-        pthread_join(thread, NULL);
+        loop_pause();
         ks_sp_free(sp);
         assert_int_not_equal(stat(path, &st), 0);
         snprintf(path, sizeof(path), "%s/rep", dir);
@@ -326,7 +336,7 @@ static void test_ipc_socket_file(void **state)
         close(fd);
         unlink(path);
         assert_int_equal(ks_sp_new(&sp, base, RECV_MAX, 1 << 20), KS_OK);
-        assert_int_equal(pthread_create(&thread, NULL, loop_main, NULL), 0);
+        loop_resume();
 }
 
 static void test_other_protocol_refused(void **state)
@@ -459,10 +469,9 @@ static void test_dialer_round_trip_and_redial(void **state)
         /* Nobody listens yet: the dialer keeps trying. Dialled before the loop runs. */
         assert_int_equal(teardown(NULL), 0);
         assert_int_equal(setup(NULL), 0);
-        event_base_once(base, -1, EV_TIMEOUT, stop_cb, NULL, NULL);
-        pthread_join(thread, NULL);
+        loop_pause();
         assert_int_equal(ks_sp_dial(sp, url, KS_SP_REQ0, KS_SP_REP0, &cb, NULL, &dialer), KS_OK);
-        assert_int_equal(pthread_create(&thread, NULL, loop_main, NULL), 0);
+        loop_resume();
         usleep(300 * 1000);
         assert_int_equal(atomic_load(&d_added), 0);
 
@@ -479,22 +488,27 @@ static void test_dialer_round_trip_and_redial(void **state)
         nng_close(rep);
 }
 
-/* nng's rep on a unix socket (messages up to recv_max), and ks_sp's dialer's pipe to it. */
-static nng_socket rep_dialled_over_ipc(size_t recv_max)
+/* nng's rep listening on url (messages up to recv_max), and ks_sp's dialer's pipe to it. */
+static nng_socket rep_dialled(const char *url, size_t recv_max)
 {
         static const ks_sp_callbacks cb = {d_on_added, d_on_message, d_on_removed};
-        char url[128];
-        snprintf(url, sizeof(url), "ipc://%s/nng-rep", dir);
         atomic_store(&d_added, 0);
         atomic_store(&d_messages, 0);
         nng_socket rep = rep_listen(url);
         assert_int_equal(nng_socket_set_size(rep, NNG_OPT_RECVMAXSZ, recv_max), 0);
-        event_base_once(base, -1, EV_TIMEOUT, stop_cb, NULL, NULL);
-        pthread_join(thread, NULL);
+        loop_pause();
         assert_int_equal(ks_sp_dial(sp, url, KS_SP_REQ0, KS_SP_REP0, &cb, NULL, &dialer), KS_OK);
-        assert_int_equal(pthread_create(&thread, NULL, loop_main, NULL), 0);
+        loop_resume();
         assert_true(wait_for(&d_added, 1));
         return rep;
+}
+
+/* The same on a unix socket. */
+static nng_socket rep_dialled_over_ipc(size_t recv_max)
+{
+        char url[128];
+        snprintf(url, sizeof(url), "ipc://%s/nng-rep", dir);
+        return rep_dialled(url, recv_max);
 }
 
 /* ks_sp's dialer over ipc, to nng's rep listening on a unix socket. */
@@ -637,17 +651,10 @@ static void test_tcp_pipes_probe_their_peer(void **state)
         assert_int_equal(tcp_option(nng_end, SOL_SOCKET, SO_KEEPALIVE), 0);
         nng_close(req);
 
-        static const ks_sp_callbacks cb = {d_on_added, d_on_message, d_on_removed};
         int rep_port = free_port();
         assert_true(rep_port > 0);
         snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", rep_port);
-        atomic_store(&d_added, 0);
-        nng_socket rep = rep_listen(url);
-        event_base_once(base, -1, EV_TIMEOUT, stop_cb, NULL, NULL);
-        pthread_join(thread, NULL);
-        assert_int_equal(ks_sp_dial(sp, url, KS_SP_REQ0, KS_SP_REP0, &cb, NULL, &dialer), KS_OK);
-        assert_int_equal(pthread_create(&thread, NULL, loop_main, NULL), 0);
-        assert_true(wait_for(&d_added, 1));
+        nng_socket rep = rep_dialled(url, 1024);
         assert_tuned(tcp_socket_at(rep_port, false));
         nng_close(rep);
 }
@@ -656,13 +663,12 @@ static void test_tcp_pipes_probe_their_peer(void **state)
 
 #define DEADLINE_MS 500
 
-/* Stops the loop, shortens the handshake's deadline of new connections, runs the loop again. */
+/* Shortens the handshake's deadline of new connections. */
 static void shorten_handshake(void)
 {
-        event_base_once(base, -1, EV_TIMEOUT, stop_cb, NULL, NULL);
-        pthread_join(thread, NULL);
+        loop_pause();
         ks_sp_set_handshake_ms(sp, DEADLINE_MS);
-        assert_int_equal(pthread_create(&thread, NULL, loop_main, NULL), 0);
+        loop_resume();
 }
 
 /* A peer that connects and never sends its 8 bytes is closed at the deadline. */
