@@ -6,8 +6,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
+
+#include <jansson.h>
 
 int pg_db_start(pg_cluster *c, const char *schema, const ks_migration *migrations, size_t n,
                 PGconn **conn)
@@ -55,4 +58,26 @@ long long pg_db_value(PGconn *conn, const char *sql)
         long long v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
         PQclear(r);
         return v;
+}
+
+long long pg_db_pages(PGconn *conn, const char *stmt)
+{
+        size_t len = strlen(stmt) + 64;
+        char *sql = malloc(len);
+        assert_non_null(sql);
+        snprintf(sql, len, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) %s", stmt);
+        PGresult *r = PQexec(conn, sql);
+        free(sql);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+                PQclear(r);
+                fail_msg("EXPLAIN %s: %s", stmt, PQerrorMessage(conn));
+        }
+        json_t *j = json_loads(PQgetvalue(r, 0, 0), 0, NULL);
+        PQclear(r);
+        json_t *plan = json_object_get(json_array_get(j, 0), "Plan");
+        assert_non_null(plan);
+        long long pages = json_integer_value(json_object_get(plan, "Shared Hit Blocks")) +
+                          json_integer_value(json_object_get(plan, "Shared Read Blocks"));
+        json_decref(j);
+        return pages;
 }

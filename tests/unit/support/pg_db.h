@@ -36,5 +36,11 @@ void pg_db_stop(pg_cluster *c, PGconn *conn);
 void pg_db_exec_ok(PGconn *conn, const char *sql);
 /* The integer sql returns: the test fails unless it is one row. */
 long long pg_db_value(PGconn *conn, const char *sql);
+/*
+ * The shared buffers (hit and read) the statement touched, run under
+ * EXPLAIN (ANALYZE, BUFFERS): what a test bounds to show a scan stays
+ * small. It runs the statement: wrap a write in a transaction rolled back.
+ */
+long long pg_db_pages(PGconn *conn, const char *stmt);
 
 #endif
