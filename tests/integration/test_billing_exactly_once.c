@@ -510,21 +510,6 @@ static void start_clients(run *r, const char *prefix, int pace_ms)
         static const int taxes[CUSTOMERS] = {0, 825, 1000, 0};
 
         bit_tenant_new(prefix, &r->t);
-        /*
-         * The previous test's last restart may leave the gateway without a pipe
-         * to billing for a moment (503, "the call could not be started"): the
-         * setup's writes wait until a read goes through, at most 10 s.
-         */
-        for (int waited = 0; waited < 10000; waited += 50) {
-                it_http_response resp;
-                bit_call(r->t.owner.token, NULL, "ListPlans", &resp, "{}");
-                long status = resp.status;
-                it_http_response_free(&resp);
-                if (status == 200) {
-                        break;
-                }
-                it_sleep_ms(50);
-        }
         bit_plan(&r->t, "pro", "USD", "FLAT", 1200, "MONTH", 1, 0);
         for (int i = 0; i < CUSTOMERS; i++) {
                 bit_customer(&r->t, "USD", taxes[i], pms[i], "", r->customers[i]);
