@@ -46,11 +46,7 @@
 #include "ks_sp.h"
 #include "ks_topology.h"
 
-#define RECV_MAX_BYTES   ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
-#define CONNECTIONS_NAME "keelson_broker_connections_total"
-#define CONNECTIONS_HELP                                                                           \
-        "Peers that connected (handshake done): rising while keelson_broker_pipes stays level, "   \
-        "peers reconnect."
+#define RECV_MAX_BYTES ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
 #define SEND_MAX_BYTES ((size_t)16 << 20) /* a peer's unread output; over it, messages drop */
 #define QUEUE_MAX      1024               /* requests waiting for a first replica */
 #define WORD           4
@@ -69,6 +65,34 @@ typedef struct replica {
         bool draining; /* it asked for no new call (ks_broker_ctl.h) */
 } replica;
 
+/* A device's connected peers, and how many ever connected: the two moving apart is reconnection. */
+typedef struct peers {
+        ks_gauge *pipes;
+        ks_counter *connections;
+} peers;
+
+static void peers_init(peers *p, ks_metrics *reg, const char *labels)
+{
+        p->pipes =
+            ks_gauge_get(reg, "keelson_broker_pipes",
+                         "Connected peers (clients, replicas, publishers, subscribers).", labels);
+        p->connections = ks_counter_get(reg, "keelson_broker_connections_total",
+                                        "Peers that connected (handshake done): rising while "
+                                        "keelson_broker_pipes stays level, peers reconnect.",
+                                        labels);
+}
+
+static void peers_added(peers *p)
+{
+        ks_gauge_add(p->pipes, 1);
+        ks_counter_inc(p->connections);
+}
+
+static void peers_removed(peers *p)
+{
+        ks_gauge_add(p->pipes, -1);
+}
+
 typedef struct service {
         struct ks_broker *b;
         const char *name;
@@ -77,8 +101,7 @@ typedef struct service {
         queued *head, *tail;
         size_t n_queued;
         ks_counter *requests, *replies, *dropped, *drains;
-        ks_gauge *pipes;
-        ks_counter *connections;
+        peers peers;
         /* the watch */
         ks_outlier *outlier;
         ks_counter *ejections, *readmissions, *held;
@@ -88,8 +111,7 @@ typedef struct service {
 typedef struct events_device {
         ks_sp_listener *in, *out;
         ks_counter *forwarded, *dropped;
-        ks_gauge *pipes;
-        ks_counter *connections;
+        peers peers;
 } events_device;
 
 struct ks_broker {
@@ -313,8 +335,7 @@ static void tell_client(ks_broker *b, ks_sp_pipe *p)
 static void on_client_added(ks_sp_pipe *p, void *arg)
 {
         service *s = arg;
-        ks_gauge_add(s->pipes, 1);
-        ks_counter_inc(s->connections);
+        peers_added(&s->peers);
         if (atomic_load(&s->b->draining)) {
                 tell_client(s->b, p);
         }
@@ -323,7 +344,7 @@ static void on_client_added(ks_sp_pipe *p, void *arg)
 static void on_client_removed(ks_sp_pipe *p, void *arg)
 {
         service *s = arg;
-        ks_gauge_add(s->pipes, -1);
+        peers_removed(&s->peers);
         if (ks_sp_pipe_user(p) == &told_mark) {
                 atomic_fetch_sub(&s->b->awaiting, 1);
         }
@@ -338,8 +359,7 @@ static void on_replica_added(ks_sp_pipe *p, void *arg)
                 return;
         }
         ks_sp_pipe_set_user(p, r);
-        ks_gauge_add(s->pipes, 1);
-        ks_counter_inc(s->connections);
+        peers_added(&s->peers);
         queue_flush(s);
 }
 
@@ -351,7 +371,7 @@ static void on_replica_removed(ks_sp_pipe *p, void *arg)
         }
         free(ks_sp_pipe_user(p));
         ks_sp_pipe_set_user(p, NULL);
-        ks_gauge_add(s->pipes, -1);
+        peers_removed(&s->peers);
 }
 
 /* ---- events ------------------------------------------------------------------------- */
@@ -373,14 +393,13 @@ static void on_event(ks_sp_pipe *p, const uint8_t *msg, size_t len, void *arg)
 static void on_events_pipe_added(ks_sp_pipe *p, void *arg)
 {
         (void)p;
-        ks_gauge_add(((events_device *)arg)->pipes, 1);
-        ks_counter_inc(((events_device *)arg)->connections);
+        peers_added(&((events_device *)arg)->peers);
 }
 
 static void on_events_pipe_removed(ks_sp_pipe *p, void *arg)
 {
         (void)p;
-        ks_gauge_add(((events_device *)arg)->pipes, -1);
+        peers_removed(&((events_device *)arg)->peers);
 }
 
 /* Subscribers send nothing; what one sends is dropped. */
@@ -579,10 +598,7 @@ static int open_service(ks_broker *b, int id)
         s->drains =
             ks_counter_get(reg, "keelson_broker_drains_total",
                            "Replicas that announced their stop: no new call went to them.", labels);
-        s->pipes =
-            ks_gauge_get(reg, "keelson_broker_pipes",
-                         "Connected peers (clients, replicas, publishers, subscribers).", labels);
-        s->connections = ks_counter_get(reg, CONNECTIONS_NAME, CONNECTIONS_HELP, labels);
+        peers_init(&s->peers, reg, labels);
         s->ejections = ks_counter_get(reg, "keelson_broker_ejections_total",
                                       "Replicas taken out of the rotation: they held calls and "
                                       "answered none for KEELSON_BROKER_EJECT_AFTER_MS.",
@@ -621,11 +637,7 @@ static int open_events(ks_broker *b)
                                     "Messages not forwarded: malformed, a peer gone or not "
                                     "reading, no replica connected with the queue full.",
                                     "device=\"events\"");
-        e->pipes = ks_gauge_get(reg, "keelson_broker_pipes",
-                                "Connected peers (clients, replicas, publishers, subscribers).",
-                                "device=\"events\"");
-        e->connections =
-            ks_counter_get(reg, CONNECTIONS_NAME, CONNECTIONS_HELP, "device=\"events\"");
+        peers_init(&e->peers, reg, "device=\"events\"");
         if (listen_side(b, 0, KS_SIDE_EVENTS_IN, KS_SP_SUB0, KS_SP_PUB0, &in, e, &e->in) != 0 ||
             listen_side(b, 0, KS_SIDE_EVENTS_OUT, KS_SP_PUB0, KS_SP_SUB0, &out, e, &e->out) != 0) {
                 return -1;
