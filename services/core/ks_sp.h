@@ -42,9 +42,17 @@
 #define KS_SP_REQ0 0x30
 #define KS_SP_REP0 0x31
 
-#define KS_SP_PIPES_MAX    65535 /* connections at once, over every listener of a ks_sp */
-#define KS_SP_HANDSHAKE_MS 10000 /* a peer that has not sent its 8 bytes by then is closed */
-#define KS_SP_HEADER_BYTES 8
+#define KS_SP_PIPES_MAX     65535 /* connections at once, over every listener of a ks_sp */
+#define KS_SP_HANDSHAKE_MS  10000 /* a peer that has not sent its 8 bytes by then is closed */
+#define KS_SP_HEADER_BYTES  8
+#define KS_SP_ADDRS_MAX     2 /* addresses one listener accepts on (a tcp:// and an ipc://) */
+#define KS_SP_HOST_MAX      64
+#define KS_SP_PEER_MAX      (KS_SP_HOST_MAX + 8)
+#define KS_SP_REDIAL_MIN_MS 100  /* a dialer's first wait after a lost or failed pipe */
+#define KS_SP_REDIAL_MAX_MS 5000 /* ... doubling up to this */
+#define KS_SP_HOPS_MAX      8    /* req/rep: backtrace words a message may carry (nng's TTL) */
+#define KS_SP_ID_BIT        0x80000000u /* req/rep: marks the request id, the backtrace's end */
+
 /* A TCP pipe whose peer vanished without closing: probed after this much quiet, every
  * interval, and closed after this many probes unanswered (16 s in all); closed as well when
  * bytes it wrote stay unacknowledged for KS_SP_USER_TIMEOUT_MS. */
@@ -52,13 +60,6 @@
 #define KS_SP_KEEPALIVE_INTERVAL_S 2
 #define KS_SP_KEEPALIVE_PROBES     3
 #define KS_SP_USER_TIMEOUT_MS      20000
-#define KS_SP_ADDRS_MAX            2 /* addresses one listener accepts on (a tcp:// and an ipc://) */
-#define KS_SP_HOST_MAX             64
-#define KS_SP_PEER_MAX             (KS_SP_HOST_MAX + 8)
-#define KS_SP_REDIAL_MIN_MS        100  /* a dialer's first wait after a lost or failed pipe */
-#define KS_SP_REDIAL_MAX_MS        5000 /* ... doubling up to this */
-#define KS_SP_HOPS_MAX             8 /* req/rep: backtrace words a message may carry (nng's TTL) */
-#define KS_SP_ID_BIT               0x80000000u /* req/rep: marks the request id, the backtrace's end */
 
 typedef struct ks_sp ks_sp;
 typedef struct ks_sp_listener ks_sp_listener;
