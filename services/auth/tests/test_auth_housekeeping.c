@@ -19,7 +19,9 @@
 #include "auth.h"
 #include "pg_db.h"
 
-#define LIVE 20000
+#define LIVE   20000
+#define TENANT "'00000000-0000-4000-8000-0000000000a1'"
+#define USER   "'00000000-0000-4000-8000-0000000000b1'"
 
 static pg_cluster g_pg;
 static PGconn *g_conn;
@@ -43,14 +45,14 @@ static void test_stale_sessions_found_by_index(void **state)
 
         (void)state;
         pg_db_exec_ok(g_conn, "INSERT INTO auth.tenants (id, name) VALUES"
-                              " ('00000000-0000-4000-8000-0000000000a1', 'T')");
+                              " (" TENANT ", 'T')");
         pg_db_exec_ok(g_conn, "INSERT INTO auth.users (id, email, password_hash) VALUES"
-                              " ('00000000-0000-4000-8000-0000000000b1', 'u@example.test', 'x')");
+                              " (" USER ", 'u@example.test', 'x')");
         /* Live sessions, then one expired and one revoked two days ago, one revoked now. */
         snprintf(sql, sizeof(sql),
                  "INSERT INTO auth.sessions (token_sha256, user_id, tenant_id, created_at,"
                  " expires_at, revoked_at) SELECT sha256(g::text::bytea),"
-                 " '00000000-0000-4000-8000-0000000000b1', '00000000-0000-4000-8000-0000000000a1',"
+                 " " USER ", " TENANT ","
                  " now() - interval '1 hour', now() + interval '7 days', NULL"
                  " FROM generate_series(1, %d) g",
                  LIVE);
@@ -58,14 +60,14 @@ static void test_stale_sessions_found_by_index(void **state)
         pg_db_exec_ok(g_conn,
                       "INSERT INTO auth.sessions (token_sha256, user_id, tenant_id, created_at,"
                       " expires_at, revoked_at) VALUES"
-                      " (sha256('expired'), '00000000-0000-4000-8000-0000000000b1',"
-                      " '00000000-0000-4000-8000-0000000000a1', now() - interval '9 days',"
+                      " (sha256('expired'), " USER ","
+                      " " TENANT ", now() - interval '9 days',"
                       " now() - interval '2 days', NULL),"
-                      " (sha256('revoked'), '00000000-0000-4000-8000-0000000000b1',"
-                      " '00000000-0000-4000-8000-0000000000a1', now() - interval '3 days',"
+                      " (sha256('revoked'), " USER ","
+                      " " TENANT ", now() - interval '3 days',"
                       " now() + interval '4 days', now() - interval '2 days'),"
-                      " (sha256('revoked now'), '00000000-0000-4000-8000-0000000000b1',"
-                      " '00000000-0000-4000-8000-0000000000a1', now() - interval '1 hour',"
+                      " (sha256('revoked now'), " USER ","
+                      " " TENANT ", now() - interval '1 hour',"
                       " now() + interval '7 days', now())");
         pg_db_exec_ok(g_conn, "ANALYZE auth.sessions");
 
