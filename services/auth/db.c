@@ -27,6 +27,9 @@ int auth_db_fail(ks_call *call, int code)
 {
         const char *msg = AUTH_INTERNAL_MSG;
 
+        if (code == KS_PG_DEFERRED) {
+                return code; /* a read recorded for the loop's batch: no failure */
+        }
         if (code == KS_OK) {
                 code = KS_INTERNAL;
         }

@@ -57,6 +57,9 @@ int bl_db_fail(bl_tx *tx, int code)
 {
         const char *msg = BL_INTERNAL_MSG;
 
+        if (code == KS_PG_DEFERRED) {
+                return code; /* a read recorded for the loop's batch: no failure */
+        }
         ks_log_warn(tx->request_id, "billing database call failed", "{s:s, s:s}", "method",
                     tx->call != NULL && tx->call->method ? tx->call->method->name : "", "code",
                     ks_code_name(code));

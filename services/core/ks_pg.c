@@ -255,7 +255,8 @@ static int slot_ready(ks_pg_pool *pool, slot *s)
                 slot_set_conn(pool, s, connect_db(pool->dsn, pool->application_name));
                 fresh = true;
         } else if (s->needs_reset || PQstatus(s->conn) != CONNECTION_OK ||
-                   PQtransactionStatus(s->conn) != PQTRANS_IDLE || idle_socket_readable(s->conn)) {
+                   PQtransactionStatus(s->conn) != PQTRANS_IDLE ||
+                   (!ks_pg_batch_planning() && idle_socket_readable(s->conn))) {
                 PQreset(s->conn);
                 fresh = true;
         }

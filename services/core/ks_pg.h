@@ -168,6 +168,36 @@ int ks_pg_read(PGconn *conn, const char *request_id, const ks_pg_stmt *first, in
 int ks_pg_pipeline(PGconn *conn, const char *request_id, const ks_pg_stmt *stmts,
                    int n) KS_MUST_CHECK;
 
+/*
+ * Batched reads (ks_pg_batch.c): the ks_pg_read of several calls in one
+ * round trip on one connection, each still its own transaction (its own
+ * Sync) with its own settings. A loop running the calls one pass of it
+ * read: ks_pg_batch_plan(b, i) before call i's handler, whose ks_pg_read
+ * then records its statements (text parameters only; anything else runs
+ * at once) and returns KS_PG_DEFERRED, which the handler returns as it is;
+ * ks_pg_batch_run sends every recorded read; ks_pg_batch_replay(b, i)
+ * before the handler runs again, whose ks_pg_read then gets the run's
+ * results and code if it asks for the same statements with the same
+ * parameters, and runs at once otherwise. ks_pg_batch_off ends either step.
+ * The steps are the calling thread's.
+ */
+#define KS_PG_DEFERRED 1000 /* not a ks_code: the read waits for ks_pg_batch_run */
+typedef struct ks_pg_batch ks_pg_batch;
+int ks_pg_batch_new(ks_pg_batch **out, int n_calls) KS_MUST_CHECK;
+void ks_pg_batch_free(ks_pg_batch *b);
+void ks_pg_batch_plan(ks_pg_batch *b, int call);
+void ks_pg_batch_replay(ks_pg_batch *b, int call);
+void ks_pg_batch_off(void);
+/* A step is set on this thread (the pool then spares an idle connection its check). */
+bool ks_pg_batch_planning(void);
+/* Calls whose read was recorded. */
+int ks_pg_batch_reads(const ks_pg_batch *b);
+/* The recorded reads in one pipeline: KS_OK, or why the batch as a whole failed. */
+int ks_pg_batch_run(PGconn *conn, const char *request_id, ks_pg_batch *b) KS_MUST_CHECK;
+/* For ks_pg_read: whether the step took this read (*code: KS_PG_DEFERRED, or the run's). */
+bool ks_pg_batch_take(const ks_pg_stmt *first, int n_first, const ks_pg_stmt *reads, int n_reads,
+                      int *code);
+
 /* BEGIN / COMMIT / ROLLBACK. ks_pg_rollback is safe outside a transaction. */
 int ks_pg_begin(PGconn *conn, const char *request_id) KS_MUST_CHECK;
 int ks_pg_commit(PGconn *conn, const char *request_id) KS_MUST_CHECK;

@@ -13,6 +13,7 @@
 #include "ks_pg.h"
 
 #include "ks_code.h"
+#include "ks_pg_pipeline.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,7 +28,7 @@ static void stmt_types(const ks_pg_stmt *s, Oid *types)
 }
 
 /* The name s runs under (NULL: unprepared), or the failure of preparing it. */
-static int prepare(PGconn *c, const char *request_id, const ks_pg_stmt *s, const char **name)
+static int prepare_named(PGconn *c, const char *request_id, const ks_pg_stmt *s, const char **name)
 {
         Oid types[PARAMS_MAX];
         PGresult *failed = NULL;
@@ -72,6 +73,17 @@ static int send(PGconn *c, const ks_pg_stmt *s, const char *name)
         return PQsendQueryParams(c, s->sql, s->n_params, types, values, lengths, formats, 0);
 }
 
+int ks_pg_pipeline_prepare(PGconn *c, const char *request_id, const ks_pg_stmt *s,
+                           const char **name)
+{
+        return prepare_named(c, request_id, s, name);
+}
+
+int ks_pg_pipeline_send(PGconn *c, const ks_pg_stmt *s, const char *name)
+{
+        return send(c, s, name);
+}
+
 /* One statement's result: the first, then up to the NULL that ends it. */
 static int take(PGconn *c, const char *request_id, const ks_pg_stmt *s, int code)
 {
@@ -95,6 +107,24 @@ static int take(PGconn *c, const char *request_id, const ks_pg_stmt *s, int code
         }
         PQclear(r);
         return code;
+}
+
+int ks_pg_pipeline_take(PGconn *c, const char *request_id, const ks_pg_stmt *s, int code)
+{
+        return take(c, request_id, s, code);
+}
+
+/* The Sync's result, which ends the pipeline's segment. */
+void ks_pg_pipeline_sync(PGconn *c)
+{
+        for (int i = 0; i < 4; i++) {
+                PGresult *r = PQgetResult(c);
+                bool sync = r != NULL && PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+                PQclear(r);
+                if (sync) {
+                        break;
+                }
+        }
 }
 
 static void clear_outs(const ks_pg_stmt *s, int n)
@@ -125,7 +155,7 @@ int ks_pg_pipeline(PGconn *c, const char *request_id, const ks_pg_stmt *s, int n
                 }
         }
         for (int i = 0; i < n; i++) {
-                if ((code = prepare(c, request_id, &s[i], &names[i])) != KS_OK) {
+                if ((code = prepare_named(c, request_id, &s[i], &names[i])) != KS_OK) {
                         return code;
                 }
         }
@@ -142,14 +172,7 @@ int ks_pg_pipeline(PGconn *c, const char *request_id, const ks_pg_stmt *s, int n
         for (int i = 0; i < sent; i++) {
                 code = take(c, request_id, &s[i], code);
         }
-        for (int i = 0; i < 4; i++) { /* the Sync's result ends the pipeline */
-                PGresult *r = PQgetResult(c);
-                bool sync = r != NULL && PQresultStatus(r) == PGRES_PIPELINE_SYNC;
-                PQclear(r);
-                if (sync) {
-                        break;
-                }
-        }
+        ks_pg_pipeline_sync(c); /* the Sync's result ends the pipeline */
         if (PQexitPipelineMode(c) != 1 && code == KS_OK) {
                 code = KS_UNAVAILABLE; /* the pool resets the connection */
         }
@@ -170,6 +193,10 @@ int ks_pg_read(PGconn *conn, const char *request_id, const ks_pg_stmt *first, in
         }
         for (int i = 0; i < n_first; i++) {
                 s[i] = first[i];
+        }
+        int code;
+        if (ks_pg_batch_take(first, n_first, reads, n_reads, &code)) {
+                return code; /* recorded for a batch, or answered from one */
         }
         for (int i = 0; i < n_reads; i++) {
                 s[n_first + i] = reads[i];

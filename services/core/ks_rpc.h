@@ -33,6 +33,8 @@
 #include "ks_method.h"
 #include "ks_metrics.h"
 
+typedef struct ks_pg_batch ks_pg_batch; /* ks_pg.h */
+
 #define KS_MESSAGE_MAX     512       /* reply message bytes */
 #define KS_RPC_PAYLOAD_MAX (4 << 20) /* payload bytes, either way */
 /*
@@ -113,6 +115,13 @@ typedef struct ks_rpc_server_options {
          */
         bool (*inline_ready)(void *arg);
         void *inline_ready_arg;
+        /*
+         * Optional: the reads of the calls one pass of the loop runs, sent
+         * together (ks_pg.h, "Batched reads"): runs what they recorded, on a
+         * connection of its own choosing; KS_OK, or each then reads alone.
+         */
+        int (*batch_run)(void *arg, ks_pg_batch *batch);
+        void *batch_run_arg;
 } ks_rpc_server_options;
 
 int ks_rpc_server_start(ks_rpc_server **out, const ks_rpc_server_options *opts) KS_MUST_CHECK;

@@ -54,6 +54,7 @@
 #include "ks_log.h"
 #include "ks_loop.h"
 #include "ks_metrics.h"
+#include "ks_pg.h"
 #include "ks_sp.h"
 #include "ks_topology.h"
 
@@ -155,6 +156,7 @@ struct ks_rpc_server {
         ks_counter *rejected_full;
         ks_counter *rejected_deadline;
         ks_counter *inline_calls;
+        ks_counter *batched_reads;
         ks_gauge *queue_depth;
 };
 
@@ -538,8 +540,14 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
         atomic_fetch_add(&srv->flush_looks, 1);
 }
 
-/* Runs the handler of one job and packs its reply into it (a worker, or the loop). */
-static void run_call(ks_rpc_server *srv, job *j, void *worker_state)
+/*
+ * Runs the handler of one job and packs its reply into it (a worker, or the
+ * loop). extra_ns: time the call spent outside its handler on its behalf
+ * (its share of a batched read), counted into the handler's average. false
+ * when the handler only recorded its read for the loop's batch (ks_pg.h):
+ * nothing is packed, and the job runs again after the batch.
+ */
+static bool run_call(ks_rpc_server *srv, job *j, void *worker_state, long long extra_ns)
 {
         const ks_method *m = j->method;
         ks_call call;
@@ -571,7 +579,12 @@ static void run_call(ks_rpc_server *srv, job *j, void *worker_state)
                 call.in = in;
                 int64_t t0 = ks_mono_ns();
                 code = m->handler(&call);
-                note_handler_time(metrics_of(srv, m), (long long)(ks_mono_ns() - t0));
+                if (code == KS_PG_DEFERRED) {
+                        protobuf_c_message_free_unpacked(in, NULL);
+                        free(call.out_payload);
+                        return false;
+                }
+                note_handler_time(metrics_of(srv, m), (long long)(ks_mono_ns() - t0) + extra_ns);
         }
         if (code < 0 || code >= KS_CODE_COUNT) {
                 ks_log_error(call.request_id, "handler returned an invalid code", "{s:s,s:i}",
@@ -590,6 +603,7 @@ static void run_call(ks_rpc_server *srv, job *j, void *worker_state)
                 protobuf_c_message_free_unpacked(in, NULL);
         }
         free(call.out_payload);
+        return true;
 }
 
 /* On a worker: a finished job to the loop, which writes its reply. */
@@ -605,6 +619,97 @@ static void hand_back(ks_rpc_server *srv, job *j)
         }
 }
 
+/* On the loop: one call of here is done (answered, or handed to the workers). */
+static void left_loop(ks_rpc_server *srv)
+{
+        pthread_mutex_lock(&srv->mu);
+        srv->running--;
+        pthread_mutex_unlock(&srv->mu);
+}
+
+/* Whether the loop may run a call now (inline_ready); else it goes to the workers. */
+static bool loop_ready(ks_rpc_server *srv)
+{
+        return srv->opts.inline_ready == NULL || srv->opts.inline_ready(srv->opts.inline_ready_arg);
+}
+
+/* On the loop: the calls of here one after the other, each answered as soon as it ran. */
+static void run_each(ks_rpc_server *srv, ks_fifo *here)
+{
+        job *j;
+        while ((j = jobs_pop(here)) != NULL) {
+                if (loop_ready(srv)) {
+                        ks_counter_inc(srv->inline_calls);
+                        (void)run_call(srv, j, NULL, 0); /* no batch step set: always packed */
+                        send_reply(srv, j);
+                } else {
+                        to_workers(srv, j); /* counted there before it leaves running */
+                }
+                left_loop(srv);
+        }
+}
+
+/*
+ * On the loop: the calls of here with their reads in one round trip
+ * (ks_pg.h, "Batched reads"). Each handler runs up to its read, which is
+ * recorded (a call that reads nothing that way is answered at once); the
+ * reads go to PostgreSQL together; each handler that recorded one runs
+ * again and finds its results. Their replies leave with the pass's others,
+ * as before.
+ */
+static void run_batched(ks_rpc_server *srv, ks_fifo *here)
+{
+        int n = (int)here->n, waiting = 0;
+        job **js = calloc((size_t)n, sizeof(*js));
+        ks_pg_batch *b = NULL;
+
+        if (js == NULL || ks_pg_batch_new(&b, n) != KS_OK) {
+                free(js);
+                run_each(srv, here);
+                return;
+        }
+        for (int i = 0; i < n; i++) {
+                job *j = jobs_pop(here);
+                if (!loop_ready(srv)) {
+                        to_workers(srv, j);
+                        left_loop(srv);
+                        continue;
+                }
+                ks_counter_inc(srv->inline_calls);
+                ks_pg_batch_plan(b, i);
+                bool packed = run_call(srv, j, NULL, 0);
+                ks_pg_batch_off();
+                if (packed) {
+                        send_reply(srv, j);
+                        left_loop(srv);
+                } else {
+                        js[i] = j;
+                        waiting++;
+                }
+        }
+        if (waiting > 0) {
+                int64_t t0 = ks_mono_ns();
+                bool ran = srv->opts.batch_run(srv->opts.batch_run_arg, b) == KS_OK;
+                if (ran) {
+                        ks_counter_add(srv->batched_reads, (uint64_t)ks_pg_batch_reads(b));
+                }
+                long long share = (long long)(ks_mono_ns() - t0) / waiting;
+                for (int i = 0; i < n; i++) {
+                        if (js[i] == NULL) {
+                                continue;
+                        }
+                        if (ran) {
+                                ks_pg_batch_replay(b, i);
+                        }
+                        (void)run_call(srv, js[i], NULL, share); /* replayed or alone: packed */
+                        ks_pg_batch_off();
+                        send_reply(srv, js[i]);
+                        left_loop(srv);
+                }
+        }
+        ks_pg_batch_free(b);
+        free(js);
+}
 /*
  * On the loop, after a pass that read calls it may run: as many as their
  * handlers' averages say fit in INLINE_BUDGET_NS run here, each answered as
@@ -638,18 +743,10 @@ static void on_dispatch(evutil_socket_t fd, short what, void *arg)
         pthread_mutex_lock(&srv->mu); /* held: drain() waits for them */
         srv->running += (int)here.n;
         pthread_mutex_unlock(&srv->mu);
-        while ((j = jobs_pop(&here)) != NULL) {
-                if (srv->opts.inline_ready == NULL ||
-                    srv->opts.inline_ready(srv->opts.inline_ready_arg)) {
-                        ks_counter_inc(srv->inline_calls);
-                        run_call(srv, j, NULL);
-                        send_reply(srv, j);
-                } else {
-                        to_workers(srv, j); /* counted there before it leaves running */
-                }
-                pthread_mutex_lock(&srv->mu);
-                srv->running--;
-                pthread_mutex_unlock(&srv->mu);
+        if (here.n > 1 && srv->opts.batch_run != NULL) {
+                run_batched(srv, &here);
+        } else {
+                run_each(srv, &here);
         }
 }
 
@@ -682,7 +779,7 @@ static void *worker_main(void *arg)
                 srv->running++;
                 ks_gauge_set(srv->queue_depth, (int64_t)srv->queue.n);
                 pthread_mutex_unlock(&srv->mu);
-                run_call(srv, j, state);
+                (void)run_call(srv, j, state, 0); /* no batch on a worker: always packed */
                 hand_back(srv, j);
         }
         if (srv->opts.worker_fini != NULL) {
@@ -747,6 +844,11 @@ static void init_metrics(ks_rpc_server *srv)
         srv->inline_calls = ks_counter_get(
             reg, "keelson_rpc_inline_total",
             "Calls run on the replica's I/O loop instead of a worker (short reads).", labels);
+        srv->batched_reads = ks_counter_get(
+            reg, "keelson_rpc_batched_reads_total",
+            "Short reads whose database read went in one round trip with others of the same pass"
+            " of the loop.",
+            labels);
         for (size_t i = 0; i < srv->opts.n_methods; i++) {
                 snprintf(labels, sizeof(labels), "service=\"%s\",method=\"%s\"",
                          srv->opts.service_name,

@@ -420,6 +420,20 @@ static bool pool_has_free(void *arg)
         return *pool == NULL || ks_pg_pool_has_free(*pool);
 }
 
+/* The reads of one pass of the loop, on one connection of the pool (ks_pg.h, "Batched reads"). */
+static int pool_batch_run(void *arg, ks_pg_batch *batch)
+{
+        ks_pg_pool *pool = *(ks_pg_pool *const *)arg;
+        PGconn *conn = NULL;
+        int rc = ks_pg_acquire(pool, &conn);
+
+        if (rc == KS_OK) {
+                rc = ks_pg_batch_run(conn, NULL, batch);
+                ks_pg_release(pool, conn);
+        }
+        return rc;
+}
+
 static int start_rpc(running *r)
 {
         const ks_service_settings *c = r->set;
@@ -441,6 +455,8 @@ static int start_rpc(running *r)
             .worker_fini = r->spec->worker_fini,
             .inline_ready = r->spec->pool != NULL ? pool_has_free : NULL,
             .inline_ready_arg = r->spec->pool,
+            .batch_run = r->spec->pool != NULL ? pool_batch_run : NULL,
+            .batch_run_arg = r->spec->pool,
         };
         ks_rpc_server *s = NULL;
 
