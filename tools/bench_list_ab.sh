@@ -14,7 +14,9 @@
 # the run). Runs of one round share the machine's state; compare within a
 # round. STACK_ARGS_A and STACK_ARGS_B add options to one side's stack.sh
 # start: STACK_ARGS_A=--tcp with the same build twice compares the services'
-# unix sockets (PostgreSQL's and the brokers') with TCP. Needs wrk, curl.
+# unix sockets (PostgreSQL's and the brokers') with TCP. READ=whoami drives
+# auth's WhoAmI with the same session instead, and reports the auth
+# replicas' CPU in billing's column. Needs wrk, curl.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,6 +25,15 @@ A=$(cd "${1:?usage: bench_list_ab.sh BUILD_A BUILD_B [ROUNDS] [SECONDS]}" && pwd
 B=$(cd "${2:?usage: bench_list_ab.sh BUILD_A BUILD_B [ROUNDS] [SECONDS]}" && pwd)
 ROUNDS=${3:-6}
 SECONDS_PER_RUN=${4:-5}
+READ=${READ:-list}
+case $READ in
+list) METHOD=keelson.billing.v1.BillingService/ListCustomers BODY='{"pageSize":50}' SERVICE=BILLING ;;
+whoami) METHOD=keelson.auth.v1.AuthService/WhoAmI BODY='{}' SERVICE=AUTH ;;
+*)
+        echo "bench_list_ab: READ is list or whoami" >&2
+        exit 2
+        ;;
+esac
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/keelson-bench-list.XXXXXX")
 PASSWORD="correct horse battery staple"
 
@@ -66,7 +77,7 @@ stack() {
         done
         cat >"$dir.lua" <<EOF
 wrk.method = "POST"
-wrk.body = '{"pageSize":50}'
+wrk.body = '$BODY'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer $token"
 EOF
@@ -83,12 +94,13 @@ ticks() {
         echo "$t"
 }
 
-# cpu NAME: the CPU ticks of the stack NAME's gateway, billing replicas, broker, PostgreSQL.
+# cpu NAME: the CPU ticks of the stack NAME's gateway, the read's service's replicas, broker,
+# PostgreSQL.
 cpu() {
         local dir=$WORK/$1 pm
         local -a gwp bp pgp
         read -ra gwp <<<"$(sed -n 's/^KEELSON_IT_GATEWAY_PIDS=//p' "$dir/env" | tr , ' ')"
-        read -ra bp <<<"$(sed -n 's/^KEELSON_IT_BILLING_PIDS=//p' "$dir/env" | tr , ' ')"
+        read -ra bp <<<"$(sed -n "s/^KEELSON_IT_${SERVICE}_PIDS=//p" "$dir/env" | tr , ' ')"
         # The cluster is $dir/pg unless stack.sh had to put it where postgres can reach.
         pm=$(head -1 "$(cat "$dir/pg.path" 2>/dev/null || echo "$dir/pg")/postmaster.pid")
         mapfile -t pgp < <(pgrep -P "$pm" || true)
@@ -103,7 +115,7 @@ run() {
         hz=$(getconf CLK_TCK)
         read -r g0 b0 r0 p0 <<<"$(cpu "$1")"
         out=$(wrk -t2 -c50 -d"${SECONDS_PER_RUN}s" --latency -s "$dir.lua" \
-                "$gw/keelson.billing.v1.BillingService/ListCustomers")
+                "$gw/$METHOD")
         read -r g1 b1 r1 p1 <<<"$(cpu "$1")"
         n=$(echo "$out" | awk '/requests in/ {print $1}')
         if [ -z "$n" ] || [ "$n" -eq 0 ]; then
@@ -124,9 +136,10 @@ read -ra args_a <<<"${STACK_ARGS_A-}"
 read -ra args_b <<<"${STACK_ARGS_B-}"
 stack a "$A" "${args_a[@]+"${args_a[@]}"}"
 stack b "$B" "${args_b[@]+"${args_b[@]}"}"
-echo "ListCustomers (50 a page), wrk -t2 -c50, ${SECONDS_PER_RUN} s a run;" \
+echo "$METHOD $BODY, wrk -t2 -c50, ${SECONDS_PER_RUN} s a run;" \
         "a: $A ${STACK_ARGS_A-}, b: $B ${STACK_ARGS_B-}"
-echo "CPU µs a page:        req/s       p99   gateway   billing    broker  postgres"
+printf 'CPU µs a call:        req/s       p99   gateway %9s    broker  postgres\n' \
+        "$(echo "$SERVICE" | tr '[:upper:]' '[:lower:]')"
 for r in $(seq 1 "$ROUNDS"); do
         echo "round $r"
         run a
