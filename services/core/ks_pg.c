@@ -256,7 +256,7 @@ static int slot_ready(ks_pg_pool *pool, slot *s)
                 fresh = true;
         } else if (s->needs_reset || PQstatus(s->conn) != CONNECTION_OK ||
                    PQtransactionStatus(s->conn) != PQTRANS_IDLE ||
-                   (!ks_pg_batch_planning() && idle_socket_readable(s->conn))) {
+                   (!ks_pg_batch_active() && idle_socket_readable(s->conn))) {
                 PQreset(s->conn);
                 fresh = true;
         }

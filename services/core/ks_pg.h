@@ -189,7 +189,7 @@ void ks_pg_batch_plan(ks_pg_batch *b, int call);
 void ks_pg_batch_replay(ks_pg_batch *b, int call);
 void ks_pg_batch_off(void);
 /* A step is set on this thread (the pool then spares an idle connection its check). */
-bool ks_pg_batch_planning(void);
+bool ks_pg_batch_active(void);
 /* Calls whose read was recorded. */
 int ks_pg_batch_reads(const ks_pg_batch *b);
 /* The recorded reads in one pipeline: KS_OK, or why the batch as a whole failed. */

@@ -117,7 +117,7 @@ void ks_pg_batch_off(void)
         step(NULL, 0, STEP_OFF);
 }
 
-bool ks_pg_batch_planning(void)
+bool ks_pg_batch_active(void)
 {
         return tl.step != STEP_OFF;
 }

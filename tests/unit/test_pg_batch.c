@@ -79,12 +79,12 @@ static void plan_all(ks_pg_batch *b, call *calls, int n)
 {
         for (int i = 0; i < n; i++) {
                 ks_pg_batch_plan(b, i);
-                assert_true(ks_pg_batch_planning());
+                assert_true(ks_pg_batch_active());
                 assert_int_equal(read_as(&calls[i]), KS_PG_DEFERRED);
                 assert_null(calls[i].out);
                 ks_pg_batch_off();
         }
-        assert_false(ks_pg_batch_planning());
+        assert_false(ks_pg_batch_active());
         assert_int_equal(ks_pg_batch_reads(b), n);
 }
 
