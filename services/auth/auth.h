@@ -310,6 +310,13 @@ int auth_db_tx(auth_service *svc, const char *request_id, auth_db_tx_fn fn,
 /* Acquires a connection, runs one statement (see ks_pg_exec), releases. */
 int auth_db_exec_once(auth_service *svc, const char *request_id, const char *sql, int n_params,
                       const char *const *params, PGresult **out);
+/*
+ * The same for a statement that changes nothing, as a read (ks_pg_read, no
+ * tenant): on the loop it may go with other calls' reads (ks_pg.h,
+ * "Batched reads"), and returns KS_PG_DEFERRED while planned.
+ */
+int auth_db_read_once(auth_service *svc, const char *request_id, const char *sql, int n_params,
+                      const char *const *params, PGresult **out);
 
 /* Copies the text of one result field into out, cut to out_len - 1 bytes. */
 void auth_copy_field(const PGresult *res, int row, int col, char *out, size_t out_len);

@@ -78,6 +78,22 @@ int auth_db_exec_once(auth_service *svc, const char *request_id, const char *sql
         return rc;
 }
 
+int auth_db_read_once(auth_service *svc, const char *request_id, const char *sql, int n_params,
+                      const char *const *params, PGresult **out)
+{
+        const ks_pg_stmt read = {.sql = sql, .n_params = n_params, .params = params, .out = out};
+        PGconn *conn = NULL;
+        int rc;
+
+        *out = NULL;
+        if ((rc = ks_pg_acquire(svc->pool, &conn)) != KS_OK) {
+                return rc;
+        }
+        rc = ks_pg_read(conn, request_id, NULL, 0, &read, 1);
+        ks_pg_release(svc->pool, conn);
+        return rc;
+}
+
 void auth_copy_field(const PGresult *res, int row, int col, char *out, size_t out_len)
 {
         const char *v = PQgetvalue(res, row, col);

@@ -200,7 +200,7 @@ int auth_resolve_context(ks_call *call)
         }
         key = strncmp(req->token, AUTH_API_KEY_PREFIX, AUTH_API_KEY_PREFIX_LEN) == 0;
         auth_token_hash_param(req->token, len, hash);
-        rc = auth_db_exec_once(call->service, call->request_id,
+        rc = auth_db_read_once(call->service, call->request_id,
                                key ? sql_resolve_key : sql_resolve_session, 1, params, &res);
         if (rc != KS_OK) {
                 return auth_db_fail(call, rc);
