@@ -74,9 +74,12 @@ static void assert_rows(call *c, const char *rows)
         c->out = NULL;
 }
 
-/* Plans each call's read (deferred, no result yet) into b. */
-static void plan_all(ks_pg_batch *b, call *calls, int n)
+/* A batch of n calls, each call's read planned (deferred, no result yet). */
+static ks_pg_batch *plan_all(call *calls, int n)
 {
+        ks_pg_batch *b = NULL;
+
+        assert_int_equal(ks_pg_batch_new(&b, n), KS_OK);
         for (int i = 0; i < n; i++) {
                 ks_pg_batch_plan(b, i);
                 assert_true(ks_pg_batch_active());
@@ -86,17 +89,24 @@ static void plan_all(ks_pg_batch *b, call *calls, int n)
         }
         assert_false(ks_pg_batch_active());
         assert_int_equal(ks_pg_batch_reads(b), n);
+        return b;
+}
+
+/* The same, and the batch run: each read is now answered. */
+static ks_pg_batch *plan_and_run(call *calls, int n)
+{
+        ks_pg_batch *b = plan_all(calls, n);
+
+        assert_int_equal(ks_pg_batch_run(g_conn, "test", b), KS_OK);
+        return b;
 }
 
 static void test_each_call_its_own_tenant(void **state)
 {
         (void)state;
         call calls[3] = {{"a", "0", NULL}, {"b", "0", NULL}, {"c", "5", NULL}};
-        ks_pg_batch *b = NULL;
+        ks_pg_batch *b = plan_and_run(calls, 3);
 
-        assert_int_equal(ks_pg_batch_new(&b, 3), KS_OK);
-        plan_all(b, calls, 3);
-        assert_int_equal(ks_pg_batch_run(g_conn, "test", b), KS_OK);
         const char *want[3] = {"1,2", "3", "5,6"};
         for (int i = 2; i >= 0; i--) { /* in any order */
                 ks_pg_batch_replay(b, i);
@@ -116,11 +126,8 @@ static void test_a_failure_is_one_calls(void **state)
 {
         (void)state;
         call calls[3] = {{"a", "0", NULL}, {"b", "not a number", NULL}, {"c", "6", NULL}};
-        ks_pg_batch *b = NULL;
+        ks_pg_batch *b = plan_and_run(calls, 3);
 
-        assert_int_equal(ks_pg_batch_new(&b, 3), KS_OK);
-        plan_all(b, calls, 3);
-        assert_int_equal(ks_pg_batch_run(g_conn, "test", b), KS_OK);
         ks_pg_batch_replay(b, 1);
         int code = read_as(&calls[1]);
         ks_pg_batch_off();
@@ -147,11 +154,8 @@ static void test_replay_of_another_read_runs_alone(void **state)
 {
         (void)state;
         call planned = {"a", "0", NULL};
-        ks_pg_batch *b = NULL;
+        ks_pg_batch *b = plan_and_run(&planned, 1);
 
-        assert_int_equal(ks_pg_batch_new(&b, 1), KS_OK);
-        plan_all(b, &planned, 1);
-        assert_int_equal(ks_pg_batch_run(g_conn, "test", b), KS_OK);
         call asked = {"b", "0", NULL};
         ks_pg_batch_replay(b, 0);
         assert_int_equal(read_as(&asked), KS_OK);
@@ -191,10 +195,8 @@ static void test_no_connection_fails_the_run(void **state)
 {
         (void)state;
         call calls[2] = {{"a", "0", NULL}, {"b", "0", NULL}};
-        ks_pg_batch *b = NULL;
+        ks_pg_batch *b = plan_all(calls, 2);
 
-        assert_int_equal(ks_pg_batch_new(&b, 2), KS_OK);
-        plan_all(b, calls, 2);
         assert_int_equal(ks_pg_batch_run(NULL, "test", b), KS_UNAVAILABLE);
         ks_pg_batch_free(b);
         assert_int_equal(read_as(&calls[0]), KS_OK); /* no step set: as ever */
