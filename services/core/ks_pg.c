@@ -176,6 +176,14 @@ void ks_pg_pool_free(ks_pg_pool *pool)
         free(pool);
 }
 
+/* ks_pg_spare_idle_check: this thread's acquisitions skip idle_socket_readable. */
+static __thread bool spare_check;
+
+void ks_pg_spare_idle_check(bool on)
+{
+        spare_check = on;
+}
+
 /*
  * An idle connection has nothing to say: a readable socket means the server
  * sent something unasked (in practice a FATAL before closing, as when the
@@ -256,7 +264,7 @@ static int slot_ready(ks_pg_pool *pool, slot *s)
                 fresh = true;
         } else if (s->needs_reset || PQstatus(s->conn) != CONNECTION_OK ||
                    PQtransactionStatus(s->conn) != PQTRANS_IDLE ||
-                   (!ks_pg_batch_active() && idle_socket_readable(s->conn))) {
+                   (!spare_check && idle_socket_readable(s->conn))) {
                 PQreset(s->conn);
                 fresh = true;
         }

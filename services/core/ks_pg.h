@@ -47,6 +47,13 @@ bool ks_pg_pool_has_free(ks_pg_pool *pool);
  * database cannot be reached.
  */
 int ks_pg_acquire(ks_pg_pool *pool, PGconn **out) KS_MUST_CHECK;
+/*
+ * While on, the connections this thread acquires are not first polled for
+ * a server that spoke unasked or hung up (a system call each): for a caller
+ * that will not use them, or whose use fails as any lost connection's would
+ * (ks_pg_read's batch steps).
+ */
+void ks_pg_spare_idle_check(bool on);
 
 /*
  * Gives a connection back. A connection left inside a transaction is rolled
@@ -169,7 +176,7 @@ int ks_pg_pipeline(PGconn *conn, const char *request_id, const ks_pg_stmt *stmts
                    int n) KS_MUST_CHECK;
 
 /*
- * Batched reads (ks_pg_batch.c): the ks_pg_read of several calls in one
+ * Batched reads (ks_pg_read.c): the ks_pg_read of several calls in one
  * round trip on one connection, each still its own transaction (its own
  * Sync) with its own settings. A loop running the calls one pass of it
  * read: ks_pg_batch_plan(b, i) before call i's handler, whose ks_pg_read
@@ -188,15 +195,12 @@ void ks_pg_batch_free(ks_pg_batch *b);
 void ks_pg_batch_plan(ks_pg_batch *b, int call);
 void ks_pg_batch_replay(ks_pg_batch *b, int call);
 void ks_pg_batch_off(void);
-/* A step is set on this thread (the pool then spares an idle connection its check). */
+/* A step is set on this thread. */
 bool ks_pg_batch_active(void);
 /* Calls whose read was recorded. */
 int ks_pg_batch_reads(const ks_pg_batch *b);
 /* The recorded reads in one pipeline: KS_OK, or why the batch as a whole failed. */
 int ks_pg_batch_run(PGconn *conn, const char *request_id, ks_pg_batch *b) KS_MUST_CHECK;
-/* For ks_pg_read: whether the step took this read (*code: KS_PG_DEFERRED, or the run's). */
-bool ks_pg_batch_take(const ks_pg_stmt *first, int n_first, const ks_pg_stmt *reads, int n_reads,
-                      int *code);
 
 /* BEGIN / COMMIT / ROLLBACK. ks_pg_rollback is safe outside a transaction. */
 int ks_pg_begin(PGconn *conn, const char *request_id) KS_MUST_CHECK;

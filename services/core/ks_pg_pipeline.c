@@ -181,25 +181,3 @@ int ks_pg_pipeline(PGconn *c, const char *request_id, const ks_pg_stmt *s, int n
         }
         return code;
 }
-
-int ks_pg_read(PGconn *conn, const char *request_id, const ks_pg_stmt *first, int n_first,
-               const ks_pg_stmt *reads, int n_reads)
-{
-        ks_pg_stmt s[KS_PG_PIPELINE_MAX];
-
-        if (conn == NULL || n_first < 0 || n_reads < 1 || n_first > KS_PG_PIPELINE_MAX - n_reads ||
-            PQtransactionStatus(conn) != PQTRANS_IDLE) {
-                return KS_INTERNAL;
-        }
-        for (int i = 0; i < n_first; i++) {
-                s[i] = first[i];
-        }
-        int code;
-        if (ks_pg_batch_take(first, n_first, reads, n_reads, &code)) {
-                return code; /* recorded for a batch, or answered from one */
-        }
-        for (int i = 0; i < n_reads; i++) {
-                s[n_first + i] = reads[i];
-        }
-        return ks_pg_pipeline(conn, request_id, s, n_first + n_reads);
-}

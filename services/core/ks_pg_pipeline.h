@@ -1,6 +1,6 @@
 /*
  * The steps of a pipeline (ks_pg_pipeline.c), for another runner of
- * pipelines in core (ks_pg_batch.c): not for services.
+ * pipelines in core (ks_pg_read.c): not for services.
  */
 #ifndef KS_PG_PIPELINE_H
 #define KS_PG_PIPELINE_H

@@ -1,5 +1,6 @@
 /*
- * Reads of several calls in one round trip (ks_pg.h, "Batched reads").
+ * Reads (ks_pg_read): one alone, or several calls' in one round trip
+ * (ks_pg.h, "Batched reads").
  *
  * A loop that runs short reads itself (ks_rpc_server.c) runs the calls one
  * pass of it read in three steps: each handler up to its read, which
@@ -100,6 +101,8 @@ static void step(ks_pg_batch *b, int call, int s)
         tl.b = b;
         tl.call = call;
         tl.step = b != NULL && call >= 0 && call < b->n_calls ? s : STEP_OFF;
+        /* The handler's own connection is not used for a read the step takes. */
+        ks_pg_spare_idle_check(tl.step != STEP_OFF);
 }
 
 void ks_pg_batch_plan(ks_pg_batch *b, int call)
@@ -216,8 +219,9 @@ static bool replay(recorded *r, const ks_pg_stmt *first, int n_first, const ks_p
         return true;
 }
 
-bool ks_pg_batch_take(const ks_pg_stmt *first, int n_first, const ks_pg_stmt *reads, int n_reads,
-                      int *code)
+/* Whether the thread's step took this read (*code: KS_PG_DEFERRED, or the run's). */
+static bool batch_take(const ks_pg_stmt *first, int n_first, const ks_pg_stmt *reads, int n_reads,
+                       int *code)
 {
         if (tl.step == STEP_OFF) {
                 return false;
@@ -307,4 +311,26 @@ int ks_pg_batch_run(PGconn *c, const char *request_id, ks_pg_batch *b)
                 code = KS_UNAVAILABLE; /* the pool resets the connection */
         }
         return code;
+}
+
+int ks_pg_read(PGconn *conn, const char *request_id, const ks_pg_stmt *first, int n_first,
+               const ks_pg_stmt *reads, int n_reads)
+{
+        ks_pg_stmt s[KS_PG_PIPELINE_MAX];
+        int code;
+
+        if (conn == NULL || n_first < 0 || n_reads < 1 || n_first > KS_PG_PIPELINE_MAX - n_reads ||
+            PQtransactionStatus(conn) != PQTRANS_IDLE) {
+                return KS_INTERNAL;
+        }
+        if (batch_take(first, n_first, reads, n_reads, &code)) {
+                return code; /* recorded for a batch, or answered from one */
+        }
+        for (int i = 0; i < n_first; i++) {
+                s[i] = first[i];
+        }
+        for (int i = 0; i < n_reads; i++) {
+                s[n_first + i] = reads[i];
+        }
+        return ks_pg_pipeline(conn, request_id, s, n_first + n_reads);
 }
