@@ -31,7 +31,10 @@
  * waits about that long at most. The budget was measured: at 50
  * connections WhoAmI's p99 was 9–14 ms with 8 ms, 17–60 ms with 2 ms (more
  * calls spilt to the workers, whose replies then wait for the loop), and
- * keeping one call a pass was worse than either.
+ * keeping one call a pass was worse than either. The calls a pass runs send
+ * their reads to PostgreSQL together when the service says how
+ * (opts.batch_run; ks_pg.h, "Batched reads"): a round trip a pass instead
+ * of one a call, each a wake-up of both processes.
  *
  * A reply whose pipe is gone (its broker went away) is dropped: the client
  * resends what may be resent, or times out, as with a replica that dies.
@@ -710,6 +713,7 @@ static void run_batched(ks_rpc_server *srv, ks_fifo *here)
         ks_pg_batch_free(b);
         free(js);
 }
+
 /*
  * On the loop, after a pass that read calls it may run: as many as their
  * handlers' averages say fit in INLINE_BUDGET_NS run here, each answered as
