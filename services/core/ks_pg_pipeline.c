@@ -28,7 +28,8 @@ static void stmt_types(const ks_pg_stmt *s, Oid *types)
 }
 
 /* The name s runs under (NULL: unprepared), or the failure of preparing it. */
-static int prepare_named(PGconn *c, const char *request_id, const ks_pg_stmt *s, const char **name)
+int ks_pg_pipeline_prepare(PGconn *c, const char *request_id, const ks_pg_stmt *s,
+                           const char **name)
 {
         Oid types[PARAMS_MAX];
         PGresult *failed = NULL;
@@ -49,7 +50,7 @@ static int prepare_named(PGconn *c, const char *request_id, const ks_pg_stmt *s,
         return code;
 }
 
-static int send(PGconn *c, const ks_pg_stmt *s, const char *name)
+int ks_pg_pipeline_send(PGconn *c, const ks_pg_stmt *s, const char *name)
 {
         const char *values[PARAMS_MAX];
         int lengths[PARAMS_MAX], formats[PARAMS_MAX];
@@ -73,19 +74,8 @@ static int send(PGconn *c, const ks_pg_stmt *s, const char *name)
         return PQsendQueryParams(c, s->sql, s->n_params, types, values, lengths, formats, 0);
 }
 
-int ks_pg_pipeline_prepare(PGconn *c, const char *request_id, const ks_pg_stmt *s,
-                           const char **name)
-{
-        return prepare_named(c, request_id, s, name);
-}
-
-int ks_pg_pipeline_send(PGconn *c, const ks_pg_stmt *s, const char *name)
-{
-        return send(c, s, name);
-}
-
 /* One statement's result: the first, then up to the NULL that ends it. */
-static int take(PGconn *c, const char *request_id, const ks_pg_stmt *s, int code)
+int ks_pg_pipeline_take(PGconn *c, const char *request_id, const ks_pg_stmt *s, int code)
 {
         PGresult *r = PQgetResult(c), *extra;
         ExecStatusType st = PQresultStatus(r);
@@ -107,11 +97,6 @@ static int take(PGconn *c, const char *request_id, const ks_pg_stmt *s, int code
         }
         PQclear(r);
         return code;
-}
-
-int ks_pg_pipeline_take(PGconn *c, const char *request_id, const ks_pg_stmt *s, int code)
-{
-        return take(c, request_id, s, code);
 }
 
 /* The Sync's result, which ends the pipeline's segment. */
@@ -155,14 +140,14 @@ int ks_pg_pipeline(PGconn *c, const char *request_id, const ks_pg_stmt *s, int n
                 }
         }
         for (int i = 0; i < n; i++) {
-                if ((code = prepare_named(c, request_id, &s[i], &names[i])) != KS_OK) {
+                if ((code = ks_pg_pipeline_prepare(c, request_id, &s[i], &names[i])) != KS_OK) {
                         return code;
                 }
         }
         if (PQenterPipelineMode(c) != 1) {
                 return ks_pg_failure(c, request_id, NULL);
         }
-        while (sent < n && send(c, &s[sent], names[sent]) == 1) {
+        while (sent < n && ks_pg_pipeline_send(c, &s[sent], names[sent]) == 1) {
                 sent++;
         }
         if (sent < n || PQpipelineSync(c) != 1) {
@@ -170,7 +155,7 @@ int ks_pg_pipeline(PGconn *c, const char *request_id, const ks_pg_stmt *s, int n
                 code = KS_UNAVAILABLE; /* a send that failed: the pool resets the connection */
         }
         for (int i = 0; i < sent; i++) {
-                code = take(c, request_id, &s[i], code);
+                code = ks_pg_pipeline_take(c, request_id, &s[i], code);
         }
         ks_pg_pipeline_sync(c); /* the Sync's result ends the pipeline */
         if (PQexitPipelineMode(c) != 1 && code == KS_OK) {

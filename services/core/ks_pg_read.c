@@ -144,18 +144,16 @@ static char *dup_or_null(const char *s, bool *ok)
         return d;
 }
 
-/* first[] then reads[] into r, copied; false when out of memory (r is cleared). */
-static bool record(recorded *r, const ks_pg_stmt *first, int n_first, const ks_pg_stmt *reads,
-                   int n_reads)
+/* The n statements of a read into r, copied; false when out of memory (r is cleared). */
+static bool record(recorded *r, const ks_pg_stmt *stmts, int n)
 {
-        int n = n_first + n_reads;
         bool ok = (r->stmts = calloc((size_t)n, sizeof(*r->stmts))) != NULL &&
                   (r->results = calloc((size_t)n, sizeof(*r->results))) != NULL &&
                   (r->names = calloc((size_t)n, sizeof(*r->names))) != NULL;
 
         r->n = ok ? n : 0;
         for (int i = 0; ok && i < n; i++) {
-                const ks_pg_stmt *s = i < n_first ? &first[i] : &reads[i - n_first];
+                const ks_pg_stmt *s = &stmts[i];
                 ks_pg_stmt *d = &r->stmts[i];
                 d->n_params = s->n_params;
                 d->unprepared = s->unprepared;
@@ -196,22 +194,20 @@ static bool same_stmt(const ks_pg_stmt *rec, const ks_pg_stmt *s)
 }
 
 /* The run's results for the statements asked now, when they are the ones planned. */
-static bool replay(recorded *r, const ks_pg_stmt *first, int n_first, const ks_pg_stmt *reads,
-                   int n_reads, int *code)
+static bool replay(recorded *r, const ks_pg_stmt *stmts, int n, int *code)
 {
-        if (!r->planned || r->consumed || r->n != n_first + n_reads) {
+        if (!r->planned || r->consumed || r->n != n) {
                 return false;
         }
-        for (int i = 0; i < r->n; i++) {
-                if (!same_stmt(&r->stmts[i], i < n_first ? &first[i] : &reads[i - n_first])) {
+        for (int i = 0; i < n; i++) {
+                if (!same_stmt(&r->stmts[i], &stmts[i])) {
                         return false;
                 }
         }
         r->consumed = true;
-        for (int i = 0; i < r->n; i++) {
-                const ks_pg_stmt *s = i < n_first ? &first[i] : &reads[i - n_first];
-                if (s->out != NULL) {
-                        *s->out = r->code == KS_OK ? r->results[i] : NULL;
+        for (int i = 0; i < n; i++) {
+                if (stmts[i].out != NULL) {
+                        *stmts[i].out = r->code == KS_OK ? r->results[i] : NULL;
                         r->results[i] = r->code == KS_OK ? NULL : r->results[i];
                 }
         }
@@ -220,32 +216,30 @@ static bool replay(recorded *r, const ks_pg_stmt *first, int n_first, const ks_p
 }
 
 /* Whether the thread's step took this read (*code: KS_PG_DEFERRED, or the run's). */
-static bool batch_take(const ks_pg_stmt *first, int n_first, const ks_pg_stmt *reads, int n_reads,
-                       int *code)
+static bool batch_take(const ks_pg_stmt *stmts, int n, int *code)
 {
         if (tl.step == STEP_OFF) {
                 return false;
         }
         recorded *r = &tl.b->calls[tl.call];
         if (tl.step == STEP_REPLAY) {
-                return replay(r, first, n_first, reads, n_reads, code);
+                return replay(r, stmts, n, code);
         }
         /* Planning: the first read of the call, in text parameters, is kept for the run. */
-        if (r->planned || n_first + n_reads > KS_PG_PIPELINE_MAX) {
+        if (r->planned) {
                 return false;
         }
-        for (int i = 0; i < n_first + n_reads; i++) {
-                if ((i < n_first ? &first[i] : &reads[i - n_first])->args != NULL) {
+        for (int i = 0; i < n; i++) {
+                if (stmts[i].args != NULL) {
                         return false;
                 }
         }
-        if (!record(r, first, n_first, reads, n_reads)) {
+        if (!record(r, stmts, n)) {
                 return false; /* out of memory: the read runs now, as without a batch */
         }
-        for (int i = 0; i < n_first + n_reads; i++) {
-                const ks_pg_stmt *s = i < n_first ? &first[i] : &reads[i - n_first];
-                if (s->out != NULL) {
-                        *s->out = NULL;
+        for (int i = 0; i < n; i++) {
+                if (stmts[i].out != NULL) {
+                        *stmts[i].out = NULL;
                 }
         }
         r->planned = true;
@@ -323,14 +317,14 @@ int ks_pg_read(PGconn *conn, const char *request_id, const ks_pg_stmt *first, in
             PQtransactionStatus(conn) != PQTRANS_IDLE) {
                 return KS_INTERNAL;
         }
-        if (batch_take(first, n_first, reads, n_reads, &code)) {
-                return code; /* recorded for a batch, or answered from one */
-        }
         for (int i = 0; i < n_first; i++) {
                 s[i] = first[i];
         }
         for (int i = 0; i < n_reads; i++) {
                 s[n_first + i] = reads[i];
+        }
+        if (batch_take(s, n_first + n_reads, &code)) {
+                return code; /* recorded for a batch, or answered from one */
         }
         return ks_pg_pipeline(conn, request_id, s, n_first + n_reads);
 }
