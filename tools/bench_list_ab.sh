@@ -16,7 +16,8 @@
 # start: STACK_ARGS_A=--tcp with the same build twice compares the services'
 # unix sockets (PostgreSQL's and the brokers') with TCP. READ=whoami drives
 # auth's WhoAmI with the same session instead, and reports the auth
-# replicas' CPU in billing's column. Needs wrk, curl.
+# replicas' CPU in billing's column; READ=get drives billing's GetCustomer
+# of the tenant's first customer. Needs wrk, curl.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,8 +30,9 @@ READ=${READ:-list}
 case $READ in
 list) METHOD=keelson.billing.v1.BillingService/ListCustomers BODY='{"pageSize":50}' SERVICE=BILLING ;;
 whoami) METHOD=keelson.auth.v1.AuthService/WhoAmI BODY='{}' SERVICE=AUTH ;;
+get) METHOD=keelson.billing.v1.BillingService/GetCustomer BODY= SERVICE=BILLING ;; # the id: stack()
 *)
-        echo "bench_list_ab: READ is list or whoami" >&2
+        echo "bench_list_ab: READ is list, whoami or get" >&2
         exit 2
         ;;
 esac
@@ -57,7 +59,7 @@ export KEELSON_GATEWAY_RATE_API=off KEELSON_GATEWAY_RATE_AUTH=off
 # stack NAME BUILD [STACK OPTIONS]: a stack in $WORK/NAME with a tenant of 60 customers; its
 # wrk script.
 stack() {
-        local dir=$WORK/$1 gw token
+        local dir=$WORK/$1 gw token body=$BODY reply
         "$STACK_SH" start --dir "$dir" --bin "$2" --free-ports --auth-replicas 2 \
                 --billing-replicas 2 --ledger-replicas 2 --unsafe-fast "${@:3}" >/dev/null
         gw=$(sed -n 's/^KEELSON_IT_GATEWAY_URL=//p' "$dir/env")
@@ -71,13 +73,14 @@ stack() {
                 exit 1
         }
         for i in $(seq 1 60); do
-                curl -sS -o /dev/null "$gw/keelson.billing.v1.BillingService/CreateCustomer" \
+                reply=$(curl -sS "$gw/keelson.billing.v1.BillingService/CreateCustomer" \
                         -H 'Content-Type: application/json' -H "Authorization: Bearer $token" \
-                        -d "{\"email\":\"c$i@example.test\",\"name\":\"Customer $i\",\"currency\":\"USD\",\"taxRateBp\":2000}"
+                        -d "{\"email\":\"c$i@example.test\",\"name\":\"Customer $i\",\"currency\":\"USD\",\"taxRateBp\":2000}")
+                [ -n "$body" ] || body="{\"id\":\"$(sed -n 's/.*"id": *"\([^"]*\)".*/\1/p' <<<"$reply")\"}"
         done
         cat >"$dir.lua" <<EOF
 wrk.method = "POST"
-wrk.body = '$BODY'
+wrk.body = '$body'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer $token"
 EOF

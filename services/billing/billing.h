@@ -149,6 +149,7 @@ typedef struct bl_tx {
         PGconn *conn;
         const char *tenant_id; /* checked */
         const char *request_id;
+        bool reads_only;          /* bl_tx_run_reads: every statement a read of its own */
         bool summary_published;   /* users.admin_summary already queued in this transaction */
         char idem_fp[2 + 64 + 1]; /* the request's fingerprint, once claimed ("\\x" + hex) */
         /* writes whose results nobody reads ride on the next statement's round trip */
@@ -193,6 +194,21 @@ int bl_tx_run_as(bl_service *svc, const char *request_id, const char *tenant_id,
  * out NULL.
  */
 int bl_tx_read(ks_call *call, const ks_pg_stmt *reads, int n_reads);
+
+/*
+ * The frame of a read method that needs more than one statement or some
+ * work between them: as bl_tx_run, with no transaction block and no
+ * Idempotency-Key. Each round trip fn makes (bl_exec, bl_pipeline) is a
+ * read as bl_tx_read sends it: the tenant, then the statements, ended by
+ * the Sync. Billing runs at READ COMMITTED, where a transaction block gives
+ * its statements no common snapshot, so fn's reads see what they would in
+ * one; a single-statement read costs one round trip instead of two (BEGIN
+ * with it, then COMMIT), and fn's first read may be answered from the
+ * loop's batch (ks_pg.h, "Batched reads"): fn runs twice up to it, so it
+ * changes nothing before it. fn defers no write (asserted), nor locks a row
+ * (a lock would end with the read's Sync).
+ */
+int bl_tx_run_reads(ks_call *call, bl_tx_fn fn, void *arg);
 
 /* The caller's tenant, checked (authenticated, a uuid); else the call fails (unauthenticated). */
 int bl_require_tenant(ks_call *call);
@@ -425,6 +441,9 @@ int bl_sub_load(bl_tx *tx, const char *id, bool for_update, bl_subscription *out
 extern const char bl_customer_sql_locked[];
 extern const char bl_plan_sql_id[];
 extern const char bl_plan_sql_code[];
+/* The plan of the subscription $1 (its version), and the subscription $1 (bl_sub_read). */
+extern const char bl_plan_sql_of_sub[];
+extern const char bl_sub_sql_id[];
 int bl_customer_from(bl_tx *tx, PGresult *res, bl_customer *out);
 int bl_plan_from(bl_tx *tx, PGresult *res, bl_plan *out);
 
@@ -493,6 +512,9 @@ void bl_invoice_header(const bl_invoice *inv, Keelson__Billing__V1__Invoice *m);
 /* Replies {invoice (re-read in tx, with details), payment (may be NULL)}. */
 int bl_reply_invoice(bl_tx *tx, const char *invoice_id,
                      const Keelson__Billing__V1__Payment *payment);
+/* The same for inv as the caller read it: its details read, then the reply. */
+int bl_reply_invoice_of(bl_tx *tx, const bl_invoice *inv,
+                        const Keelson__Billing__V1__Payment *payment);
 
 /* ---- time (clock.c) ----------------------------------------------------------------- */
 

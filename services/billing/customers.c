@@ -212,7 +212,7 @@ int bl_get_customer(ks_call *call)
         if (!bl_id_valid("id", in->id, err, sizeof(err))) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
         }
-        return bl_tx_run(call, get_tx, in->id);
+        return bl_tx_run_reads(call, get_tx, in->id);
 }
 
 static const char sql_archive[] =

@@ -307,7 +307,7 @@ static int get_tx(bl_tx *tx, void *arg)
         if ((rc = bl_invoice_load(tx, arg, false, &inv)) != KS_OK) {
                 return rc == KS_NOT_FOUND ? not_found(tx) : rc;
         }
-        return bl_reply_invoice(tx, inv.id, NULL);
+        return bl_reply_invoice_of(tx, &inv, NULL);
 }
 
 int bl_get_invoice(ks_call *call)
@@ -318,7 +318,7 @@ int bl_get_invoice(ks_call *call)
         if (!bl_id_valid("id", in->id, err, sizeof(err))) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
         }
-        return bl_tx_run(call, get_tx, in->id);
+        return bl_tx_run_reads(call, get_tx, in->id);
 }
 
 /* ---- ListInvoices ---------------------------------------------------------------------------- */

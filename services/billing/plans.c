@@ -233,7 +233,7 @@ int bl_get_plan(ks_call *call)
                               : !bl_plan_code_valid(in->code, err, sizeof(err))) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s (give id, or code)", err);
         }
-        return bl_tx_run(call, get_tx, (void *)in);
+        return bl_tx_run_reads(call, get_tx, (void *)in);
 }
 
 /* ---- UpdatePlan ----------------------------------------------------------------------- */

@@ -167,6 +167,9 @@ const char bl_plan_sql_id[] =
     "SELECT " PLAN_COLS " WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid";
 const char bl_plan_sql_code[] =
     "SELECT " PLAN_COLS " WHERE tenant_id = billing.ctx_tenant() AND code = $1 AND latest";
+const char bl_plan_sql_of_sub[] =
+    "SELECT " PLAN_COLS " WHERE tenant_id = billing.ctx_tenant() AND id = (SELECT plan_id"
+    " FROM billing.subscriptions WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid)";
 
 int bl_plan_load(bl_tx *tx, const char *id, bl_plan *out)
 {
@@ -217,14 +220,15 @@ void bl_sub_read(const PGresult *res, int row, bl_subscription *out)
         out->updated_ms = ks_pg_int(res, row, 19);
 }
 
+const char bl_sub_sql_id[] = SUB_SELECT;
+
 int bl_sub_load(bl_tx *tx, const char *id, bool for_update, bl_subscription *out)
 {
-        static const char sql[] = SUB_SELECT;
         static const char sql_locked[] = SUB_SELECT " FOR UPDATE";
         PGresult *res;
         int rc;
 
-        if ((rc = load_one(tx, for_update ? sql_locked : sql, id, &res)) != KS_OK) {
+        if ((rc = load_one(tx, for_update ? sql_locked : bl_sub_sql_id, id, &res)) != KS_OK) {
                 return rc;
         }
         bl_sub_read(res, 0, out);
@@ -561,15 +565,23 @@ void bl_invoice_view_free(bl_invoice_view *v)
 int bl_reply_invoice(bl_tx *tx, const char *invoice_id,
                      const Keelson__Billing__V1__Payment *payment)
 {
-        Keelson__Billing__V1__InvoiceResponse resp = KEELSON__BILLING__V1__INVOICE_RESPONSE__INIT;
         bl_invoice inv;
-        bl_invoice_view v;
         int rc;
 
         if ((rc = bl_invoice_load(tx, invoice_id, false, &inv)) != KS_OK) {
                 return rc == KS_NOT_FOUND ? bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG) : rc;
         }
-        if ((rc = bl_invoice_view_make(tx, &inv, true, &v)) == KS_OK &&
+        return bl_reply_invoice_of(tx, &inv, payment);
+}
+
+int bl_reply_invoice_of(bl_tx *tx, const bl_invoice *inv,
+                        const Keelson__Billing__V1__Payment *payment)
+{
+        Keelson__Billing__V1__InvoiceResponse resp = KEELSON__BILLING__V1__INVOICE_RESPONSE__INIT;
+        bl_invoice_view v;
+        int rc;
+
+        if ((rc = bl_invoice_view_make(tx, inv, true, &v)) == KS_OK &&
             (rc = bl_invoice_view_seal(tx, &v)) == KS_OK) {
                 resp.invoice = &v.m;
                 resp.payment = (Keelson__Billing__V1__Payment *)payment;

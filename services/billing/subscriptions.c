@@ -380,15 +380,32 @@ static int not_found(bl_tx *tx)
         return bl_fail(tx, KS_NOT_FOUND, "subscription not found");
 }
 
+/* The subscription and its plan in one read. */
 static int get_tx(bl_tx *tx, void *arg)
 {
+        const char *p[1] = {arg};
+        PGresult *sres = NULL, *pres = NULL;
+        const ks_pg_stmt reads[2] = {
+            {.sql = bl_sub_sql_id, .n_params = 1, .params = p, .out = &sres},
+            {.sql = bl_plan_sql_of_sub, .n_params = 1, .params = p, .out = &pres}};
         bl_subscription s;
+        bl_plan plan;
         int rc;
 
-        if ((rc = bl_sub_load(tx, arg, false, &s)) != KS_OK) {
-                return rc == KS_NOT_FOUND ? not_found(tx) : rc;
+        if ((rc = bl_pipeline(tx, reads, 2)) != KS_OK) {
+                return rc;
         }
-        return bl_reply_subscription(tx, &s, NULL, NULL);
+        if (PQntuples(sres) != 1) {
+                PQclear(sres);
+                PQclear(pres);
+                return not_found(tx);
+        }
+        bl_sub_read(sres, 0, &s);
+        PQclear(sres);
+        if ((rc = bl_plan_from(tx, pres, &plan)) != KS_OK) {
+                return rc == KS_NOT_FOUND ? bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG) : rc;
+        }
+        return bl_reply_subscription(tx, &s, &plan, NULL);
 }
 
 int bl_get_subscription(ks_call *call)
@@ -399,7 +416,7 @@ int bl_get_subscription(ks_call *call)
         if (!bl_id_valid("id", in->id, err, sizeof(err))) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
         }
-        return bl_tx_run(call, get_tx, in->id);
+        return bl_tx_run_reads(call, get_tx, in->id);
 }
 
 /* ---- Cancel, Pause, Resume --------------------------------------------------------------- */
@@ -740,7 +757,7 @@ static int history_run(ks_call *call, const ks_pg_stmt *query, void *run_arg)
 {
         history_query q = {query, run_arg};
 
-        return bl_tx_run(call, history_tx, &q);
+        return bl_tx_run_reads(call, history_tx, &q);
 }
 
 int bl_list_subscription_history(ks_call *call)

@@ -137,5 +137,5 @@ static int summary_tx(bl_tx *tx, void *arg)
 
 int bl_get_billing_summary(ks_call *call)
 {
-        return bl_tx_run(call, summary_tx, NULL);
+        return bl_tx_run_reads(call, summary_tx, NULL);
 }

@@ -183,6 +183,7 @@ int bl_defer(bl_tx *tx, const char *sql, int n, const char *const *params)
 {
         bl_deferred d = {.n = n};
 
+        KS_ASSERT(!tx->reads_only); /* a read method writes nothing */
         if (tx->n_deferred == tx->cap_deferred) {
                 size_t cap = tx->cap_deferred == 0 ? 32 : tx->cap_deferred * 2;
                 bl_deferred *v = realloc(tx->deferred, cap * sizeof(*v));
@@ -211,6 +212,24 @@ int bl_defer(bl_tx *tx, const char *sql, int n, const char *const *params)
  * bound allows (one, nearly always). The deferred ones are gone afterwards,
  * sent or failed.
  */
+/*
+ * A read of tx's tenant in one round trip: the tenant, then the n
+ * statements, with no BEGIN or COMMIT; PostgreSQL runs them as one
+ * transaction, which the pipeline's Sync ends (ks_pg_read, which may answer
+ * it from the loop's batch).
+ */
+static int read_round(bl_tx *tx, const ks_pg_stmt *reads, int n)
+{
+        const char *params[1] = {tx->tenant_id};
+        const ks_pg_stmt act_for = {.sql = sql_act_for, .n_params = 1, .params = params};
+
+        KS_ASSERT(n >= 1 && n < KS_PG_PIPELINE_MAX);
+        /* A pooled connection is released outside a transaction: the Sync ends the read's. */
+        KS_ASSERT(PQtransactionStatus(tx->conn) == PQTRANS_IDLE);
+        int rc = ks_pg_read(tx->conn, tx->request_id, &act_for, 1, reads, n);
+        return rc == KS_OK ? KS_OK : bl_db_fail(tx, rc);
+}
+
 static int flush_with(bl_tx *tx, const ks_pg_stmt *stmts, int n)
 {
         ks_pg_stmt batch[KS_PG_PIPELINE_MAX];
@@ -218,6 +237,10 @@ static int flush_with(bl_tx *tx, const ks_pg_stmt *stmts, int n)
         int rc = KS_OK;
 
         KS_ASSERT(n >= 0 && n <= KS_PG_PIPELINE_MAX / 2);
+        if (tx->reads_only) {
+                KS_ASSERT(tx->n_deferred == 0);
+                return n > 0 ? read_round(tx, stmts, n) : KS_OK;
+        }
         while (rc == KS_OK) {
                 int k = 0;
                 for (; i < tx->n_deferred && k < KS_PG_PIPELINE_MAX - n; i++, k++) {
@@ -245,7 +268,7 @@ int bl_exec(bl_tx *tx, const char *sql, int n, const char *const *params, PGresu
 {
         const ks_pg_stmt s = {.sql = sql, .n_params = n, .params = params, .out = out};
 
-        if (tx->n_deferred == 0) {
+        if (tx->n_deferred == 0 && !tx->reads_only) {
                 int rc = ks_pg_exec(tx->conn, tx->request_id, sql, n, params, out);
                 return rc == KS_OK ? KS_OK : bl_db_fail(tx, rc);
         }
@@ -378,17 +401,27 @@ int bl_tx_read(ks_call *call, const ks_pg_stmt *reads, int n_reads)
         bl_tx tx;
         int rc;
 
-        KS_ASSERT(n_reads >= 1 && n_reads < KS_PG_PIPELINE_MAX);
         if ((rc = call_tx(call, &tx)) != KS_OK) {
                 return rc;
         }
-        const char *params[1] = {tx.tenant_id};
-        const ks_pg_stmt act_for = {.sql = sql_act_for, .n_params = 1, .params = params};
-        /* A pooled connection is released outside a transaction: the Sync ends the read's. */
-        KS_ASSERT(PQtransactionStatus(tx.conn) == PQTRANS_IDLE);
-        rc = ks_pg_read(tx.conn, tx.request_id, &act_for, 1, reads, n_reads);
+        rc = read_round(&tx, reads, n_reads);
         ks_pg_release(tx.svc->pool, tx.conn);
-        return rc == KS_OK ? KS_OK : bl_db_fail(&tx, rc);
+        return rc;
+}
+
+int bl_tx_run_reads(ks_call *call, bl_tx_fn fn, void *arg)
+{
+        bl_tx tx;
+        int rc;
+
+        if ((rc = call_tx(call, &tx)) != KS_OK) {
+                return rc;
+        }
+        tx.reads_only = true;
+        rc = fn(&tx, arg);
+        bl_tx_free(&tx);
+        ks_pg_release(tx.svc->pool, tx.conn);
+        return rc;
 }
 
 int bl_tx_run_as(bl_service *svc, const char *request_id, const char *tenant_id, bl_tx_fn fn,

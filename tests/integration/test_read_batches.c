@@ -2,9 +2,11 @@
  * Short reads of several callers in one round trip to PostgreSQL (ks_pg.h,
  * "Batched reads"): a replica's loop sends the reads of the calls one pass
  * of it read together, each with its own tenant setting. Callers of four
- * tenants, sixteen threads at once through the gateways, call WhoAmI and
- * ListCustomers: each must see exactly itself and its own tenant's
- * customers, and the replicas must have batched reads meanwhile (else this
+ * tenants, sixteen threads at once through the gateways, call WhoAmI,
+ * ListCustomers, GetSubscription (two reads: the subscription, batched, then
+ * its plan, alone) and GetCustomer with another tenant's customer: each
+ * must see exactly itself and its own tenant's rows, and not_found for the
+ * other's, and the replicas must have batched reads meanwhile (else this
  * test would show nothing about batches).
  */
 #include <setjmp.h>
@@ -27,7 +29,10 @@
 
 typedef struct tenant {
         bit_tenant t;
-        int customers; /* tenant i has i + 2, emails "b<i>-<k>@..." */
+        int customers;                /* tenant i has i + 2, emails "b<i>-<k>@..." */
+        char customer_id[BIT_ID_MAX]; /* its first */
+        char sub_id[BIT_ID_MAX];      /* of that customer, on plan "rb<i>" */
+        char plan_id[BIT_ID_MAX];
 } tenant;
 
 static tenant g_tenants[TENANTS];
@@ -107,6 +112,50 @@ static void list(worker *w, int index)
         w->calls++;
 }
 
+/* GetSubscription: its tenant's subscription, with that subscription's plan. */
+static void get_subscription(worker *w)
+{
+        it_http_response r;
+        char body[128];
+        snprintf(body, sizeof(body), "{\"id\":\"%s\"}", w->tn->sub_id);
+        if (post(w, BIT_PATH "GetSubscription", body, &r) != 0) {
+                failed(w, "GetSubscription", "no reply");
+                return;
+        }
+        json_t *j = r.status == 200 ? json_loadb(r.body, r.body_len, 0, NULL) : NULL;
+        json_t *sub = json_object_get(j, "subscription");
+        const char *id = json_string_value(json_object_get(sub, "id"));
+        const char *customer = json_string_value(json_object_get(sub, "customerId"));
+        const char *plan = json_string_value(json_object_get(sub, "planId"));
+        if (id == NULL || customer == NULL || plan == NULL) {
+                failed(w, "GetSubscription", r.body != NULL ? r.body : "");
+        } else if (strcmp(id, w->tn->sub_id) != 0 || strcmp(customer, w->tn->customer_id) != 0 ||
+                   strcmp(plan, w->tn->plan_id) != 0) {
+                failed(w, "GetSubscription answered with another subscription", r.body);
+        }
+        json_decref(j);
+        it_http_response_free(&r);
+        w->calls++;
+}
+
+/* GetCustomer of another tenant's customer: not_found (404), as for an id that never was. */
+static void get_other_customer(worker *w, int index)
+{
+        it_http_response r;
+        char body[128];
+        snprintf(body, sizeof(body), "{\"id\":\"%s\"}",
+                 g_tenants[(index + 1) % TENANTS].customer_id);
+        if (post(w, BIT_PATH "GetCustomer", body, &r) != 0) {
+                failed(w, "GetCustomer", "no reply");
+                return;
+        }
+        if (r.status != 404 || r.body == NULL || strstr(r.body, "\"not_found\"") == NULL) {
+                failed(w, "GetCustomer of another tenant's customer", r.body != NULL ? r.body : "");
+        }
+        it_http_response_free(&r);
+        w->calls++;
+}
+
 static void *run(void *arg)
 {
         worker *w = arg;
@@ -115,6 +164,8 @@ static void *run(void *arg)
         for (int i = 0; i < ROUNDS && w->failure[0] == '\0'; i++) {
                 whoami(w);
                 list(w, index);
+                get_subscription(w);
+                get_other_customer(w, index);
         }
         return NULL;
 }
@@ -145,12 +196,27 @@ static int setup(void **state)
                 snprintf(prefix, sizeof(prefix), "batch%d", i);
                 bit_tenant_new(prefix, &g_tenants[i].t);
                 g_tenants[i].customers = i + 2;
-                for (int k = 0; k < g_tenants[i].customers; k++) {
-                        json_decref(bit_ok(g_tenants[i].t.owner.token, "CreateCustomer",
+                tenant *tn = &g_tenants[i];
+                for (int k = 0; k < tn->customers; k++) {
+                        json_t *c = bit_ok(tn->t.owner.token, "CreateCustomer",
                                            "{\"email\":\"b%d-%d@example.test\",\"name\":\"C %d\","
                                            "\"currency\":\"USD\"}",
-                                           i, k, k));
+                                           i, k, k);
+                        if (k == 0) {
+                                snprintf(tn->customer_id, BIT_ID_MAX, "%s",
+                                         bit_str(c, "customer.id"));
+                        }
+                        json_decref(c);
                 }
+                char code[16];
+                snprintf(code, sizeof(code), "rb%d", i);
+                bit_plan(&tn->t, code, "USD", "FLAT", 1000 + i, "MONTH", 1, 0);
+                json_t *sub =
+                    bit_ok(tn->t.owner.token, "CreateSubscription",
+                           "{\"customerId\":\"%s\",\"planCode\":\"%s\"}", tn->customer_id, code);
+                snprintf(tn->sub_id, BIT_ID_MAX, "%s", bit_str(sub, "subscription.id"));
+                snprintf(tn->plan_id, BIT_ID_MAX, "%s", bit_str(sub, "subscription.planId"));
+                json_decref(sub);
         }
         return 0;
 }
@@ -178,10 +244,10 @@ static void test_each_caller_reads_its_own(void **state)
                 if (w[i].failure[0] != '\0') {
                         fail_msg("thread %d (tenant %d): %s", i, i % TENANTS, w[i].failure);
                 }
-                assert_int_equal(w[i].calls, 2 * ROUNDS);
+                assert_int_equal(w[i].calls, 4 * ROUNDS);
         }
         double batched = batched_reads() - before;
-        print_message("%d calls, %.0f of their reads batched\n", THREADS * 2 * ROUNDS, batched);
+        print_message("%d calls, %.0f of their reads batched\n", THREADS * 4 * ROUNDS, batched);
         assert_true(batched > 0);
 }
 
