@@ -740,17 +740,28 @@ typedef struct history_query {
         const char *id;
 } history_query;
 
-/* The page, after the subscription is found: another tenant's is not_found, not an empty list. */
+static const char sql_sub_exists[] = "SELECT 1 FROM billing.subscriptions"
+                                     " WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid";
+
+/*
+ * Whether the subscription is there, and the page, in one read: another
+ * tenant's is not_found, not an empty list.
+ */
 static int history_tx(bl_tx *tx, void *arg)
 {
         history_query *q = arg;
-        bl_subscription s;
+        const char *p[1] = {q->id};
+        PGresult *found = NULL;
+        const ks_pg_stmt reads[2] = {
+            {.sql = sql_sub_exists, .n_params = 1, .params = p, .out = &found}, *q->query};
         int rc;
 
-        if ((rc = bl_sub_load(tx, q->id, false, &s)) != KS_OK) {
-                return rc == KS_NOT_FOUND ? not_found(tx) : rc;
+        if ((rc = bl_pipeline(tx, reads, 2)) != KS_OK) {
+                return rc;
         }
-        return bl_pipeline(tx, q->query, 1);
+        rc = PQntuples(found) == 1 ? KS_OK : not_found(tx);
+        PQclear(found);
+        return rc;
 }
 
 static int history_run(ks_call *call, const ks_pg_stmt *query, void *run_arg)
