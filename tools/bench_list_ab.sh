@@ -16,8 +16,9 @@
 # start: STACK_ARGS_A=--tcp with the same build twice compares the services'
 # unix sockets (PostgreSQL's and the brokers') with TCP. READ=whoami drives
 # auth's WhoAmI with the same session instead, and reports the auth
-# replicas' CPU in billing's column; READ=get drives billing's GetCustomer
-# of the tenant's first customer. Needs wrk, curl.
+# replicas' CPU in billing's column; READ=members auth's ListMembers (the
+# same column); READ=get billing's GetCustomer of the tenant's first
+# customer. Needs wrk, curl.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,9 +31,10 @@ READ=${READ:-list}
 case $READ in
 list) METHOD=keelson.billing.v1.BillingService/ListCustomers BODY='{"pageSize":50}' SERVICE=BILLING ;;
 whoami) METHOD=keelson.auth.v1.AuthService/WhoAmI BODY='{}' SERVICE=AUTH ;;
+members) METHOD=keelson.auth.v1.AuthService/ListMembers BODY='{}' SERVICE=AUTH ;;
 get) METHOD=keelson.billing.v1.BillingService/GetCustomer BODY= SERVICE=BILLING ;; # the id: stack()
 *)
-        echo "bench_list_ab: READ is list, whoami or get" >&2
+        echo "bench_list_ab: READ is list, whoami, members or get" >&2
         exit 2
         ;;
 esac

@@ -388,6 +388,17 @@ enum {
  */
 int auth_tenant_tx(ks_call *call, unsigned flags, auth_tx_fn fn, void *arg) KS_MUST_CHECK;
 
+/*
+ * The same frame for a read, in one round trip with no transaction block
+ * (auth_tx_read): the caller's tenant, its role, then reads[] (each out
+ * filled), which PostgreSQL runs as one transaction ended by the Sync. The
+ * role and the method's permission are checked when the answer is back; a
+ * caller they refuse gets that refusal, and every out is NULL (the rows
+ * read for it are dropped unseen). Its read may be answered from the
+ * loop's batch (ks_pg.h, "Batched reads").
+ */
+int auth_tenant_read(ks_call *call, const ks_pg_stmt *reads, int n_reads) KS_MUST_CHECK;
+
 /* The caller as a user with a session (user methods); replies and returns a code if not. */
 int auth_require_user(ks_call *call, auth_actor *out);
 

@@ -1,8 +1,9 @@
 /*
  * The list methods (ListMembers, ListInvitations, ListApiKeys, ListAudit)
  * run on core's frame (ks_list_reply: page, token, reply); what is auth's
- * is the transaction their page query runs in: the caller's tenant
- * transaction (auth_tenant_tx: caller, role, the method's permission).
+ * is the read their page query runs in: the caller's tenant, role and the
+ * method's permission, the page with them in one round trip
+ * (auth_tenant_read).
  *
  * A token is bound to its list and to the tenant it was issued in: a token
  * of another list, or of the same list in another tenant, is refused
@@ -12,19 +13,11 @@
  */
 #include "auth.h"
 
-static int list_tx(auth_tx *tx, void *arg)
-{
-        const ks_pg_stmt *q = arg;
-        int rc = ks_pg_exec(tx->conn, tx->call->request_id, q->sql, q->n_params, q->params, q->out);
-
-        return rc == KS_OK ? KS_OK : auth_db_fail(tx->call, rc);
-}
-
-/* The one call of the tenant frame for every list method. */
+/* The one call of the tenant frame for every list method: the page is one read. */
 static int list_in_tenant(ks_call *call, const ks_pg_stmt *query, void *run_arg)
 {
         (void)run_arg;
-        return auth_tenant_tx(call, 0, list_tx, (void *)query);
+        return auth_tenant_read(call, query, 1);
 }
 
 static const ks_list_runner in_tenant = {

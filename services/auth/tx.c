@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ks_assert.h"
 #include "ks_log.h"
 
 static const char sql_member_role[] = "SELECT role FROM auth.memberships"
@@ -85,32 +86,42 @@ int auth_require_user(ks_call *call, auth_actor *out)
         return KS_OK;
 }
 
-/*
- * Opens the transaction and reads the caller's role as of it, in one round
- * trip; UNAUTHENTICATED when the role is gone.
- */
-static int open_with_role(auth_tx *tx)
+/* The statement that reads a's role in its tenant: a member's, or a live API key's. */
+static ks_pg_stmt role_stmt(const auth_actor *a, const char *params[1], PGresult **out)
 {
-        auth_actor *a = &tx->actor;
-        const char *params[1] = {a->user_id[0] != '\0' ? a->user_id : a->api_key_id};
-        PGresult *res = NULL;
-        const ks_pg_stmt role = {.sql = a->user_id[0] != '\0' ? sql_member_role : sql_key_role,
-                                 .n_params = 1,
-                                 .params = params,
-                                 .out = &res};
-        int rc = auth_tx_open(tx->conn, tx->call->request_id, a->tenant_id, a->user_id, &role, 1);
+        params[0] = a->user_id[0] != '\0' ? a->user_id : a->api_key_id;
+        return (ks_pg_stmt){.sql = a->user_id[0] != '\0' ? sql_member_role : sql_key_role,
+                            .n_params = 1,
+                            .params = params,
+                            .out = out};
+}
 
-        if (rc != KS_OK) {
-                return auth_db_fail(tx->call, rc);
-        }
+/* The role role_stmt read, into a (res cleared); UNAUTHENTICATED when the role is gone. */
+static int take_role(ks_call *call, auth_actor *a, PGresult *res)
+{
         if (PQntuples(res) != 1) {
                 PQclear(res);
-                return ks_call_fail(tx->call, KS_UNAUTHENTICATED, "authentication required");
+                return ks_call_fail(call, KS_UNAUTHENTICATED, "authentication required");
         }
         auth_copy_field(res, 0, 0, a->role, sizeof(a->role));
         a->rank = ks_role_rank(a->role);
         PQclear(res);
         return KS_OK;
+}
+
+/* Opens the transaction and reads the caller's role as of it, in one round trip. */
+static int open_with_role(auth_tx *tx)
+{
+        auth_actor *a = &tx->actor;
+        const char *params[1];
+        PGresult *res = NULL;
+        const ks_pg_stmt role = role_stmt(a, params, &res);
+        int rc = auth_tx_open(tx->conn, tx->call->request_id, a->tenant_id, a->user_id, &role, 1);
+
+        if (rc != KS_OK) {
+                return auth_db_fail(tx->call, rc);
+        }
+        return take_role(tx->call, a, res);
 }
 
 /* SHA-256 of the method name, a NUL, and the request as packed (protobuf-c packs canonically). */
@@ -247,6 +258,43 @@ static int run_in_tx(auth_tx *tx, unsigned flags, auth_tx_fn fn, void *arg, bool
                 return auth_db_fail(tx->call, rc);
         }
         return KS_OK;
+}
+
+int auth_tenant_read(ks_call *call, const ks_pg_stmt *reads, int n_reads)
+{
+        auth_service *svc = call->service;
+        ks_pg_stmt s[KS_PG_PIPELINE_MAX - 1];
+        const char *params[1];
+        PGresult *res = NULL;
+        auth_actor a;
+        PGconn *conn;
+        int rc;
+
+        KS_ASSERT(n_reads >= 1 && n_reads < KS_PG_PIPELINE_MAX - 1);
+        if ((rc = actor_from_call(call, &a)) != KS_OK) {
+                return rc;
+        }
+        if ((rc = ks_pg_acquire(svc->pool, &conn)) != KS_OK) {
+                return auth_db_fail(call, rc);
+        }
+        s[0] = role_stmt(&a, params, &res);
+        memcpy(&s[1], reads, (size_t)n_reads * sizeof(*reads));
+        rc = auth_tx_read(conn, call->request_id, a.tenant_id, a.user_id, s, 1 + n_reads);
+        ks_pg_release(svc->pool, conn);
+        if (rc != KS_OK) {
+                return auth_db_fail(call, rc); /* KS_PG_DEFERRED: recorded for the loop's batch */
+        }
+        if ((rc = take_role(call, &a, res)) == KS_OK) {
+                rc = ks_role_admits(a.role, call->method->permission, call->message,
+                                    sizeof(call->message));
+        }
+        for (int i = 0; rc != KS_OK && i < n_reads; i++) {
+                if (reads[i].out != NULL) {
+                        PQclear(*reads[i].out); /* read for a caller it was not for: dropped */
+                        *reads[i].out = NULL;
+                }
+        }
+        return rc;
 }
 
 int auth_tenant_tx(ks_call *call, unsigned flags, auth_tx_fn fn, void *arg)

@@ -21,6 +21,9 @@ static const char sql_act_for[] = "SELECT set_config('keelson.tenant_id', $1, tr
 
 int wh_db_fail(ks_call *call, int code)
 {
+        if (code == KS_PG_DEFERRED) {
+                return code; /* a read recorded for the loop's batch: no failure */
+        }
         ks_log_warn(call->request_id, "webhook database call failed", "{s:s, s:s}", "method",
                     call->method != NULL ? call->method->name : "", "code", ks_code_name(code));
         switch (code) {
@@ -44,19 +47,47 @@ int wh_exec(wh_tx *tx, const char *sql, int n, const char *const *params, PGresu
         return rc == KS_OK ? KS_OK : wh_db_fail(tx->call, rc);
 }
 
-int wh_tx_run(ks_call *call, wh_tx_fn fn, void *arg)
+/* The caller's tenant (checked) and a pool connection, before a call's first statement. */
+static int call_tx(ks_call *call, wh_tx *tx)
 {
         const ks_caller *c = call->caller;
-        wh_tx tx = {.call = call, .svc = call->service};
         int rc;
 
+        *tx = (wh_tx){.call = call, .svc = call->service};
         /* From the gateway over the internal network; still, nothing malformed reaches SQL. */
         if (!c->authenticated || c->tenant_id == NULL || !ks_uuid_valid(c->tenant_id)) {
                 return ks_call_fail(call, KS_UNAUTHENTICATED, "authentication required");
         }
-        tx.tenant_id = c->tenant_id;
-        if ((rc = ks_pg_acquire(tx.svc->pool, &tx.conn)) != KS_OK) {
+        tx->tenant_id = c->tenant_id;
+        if ((rc = ks_pg_acquire(tx->svc->pool, &tx->conn)) != KS_OK) {
                 return wh_db_fail(call, rc);
+        }
+        return KS_OK;
+}
+
+int wh_tx_read(ks_call *call, const ks_pg_stmt *reads, int n_reads)
+{
+        wh_tx tx;
+        int rc;
+
+        if ((rc = call_tx(call, &tx)) != KS_OK) {
+                return rc;
+        }
+        const char *p[1] = {tx.tenant_id};
+        const ks_pg_stmt act_for = {.sql = sql_act_for, .n_params = 1, .params = p};
+        /* A pooled connection is released outside a transaction: the Sync ends the read's. */
+        rc = ks_pg_read(tx.conn, call->request_id, &act_for, 1, reads, n_reads);
+        ks_pg_release(tx.svc->pool, tx.conn);
+        return rc == KS_OK ? KS_OK : wh_db_fail(call, rc);
+}
+
+int wh_tx_run(ks_call *call, wh_tx_fn fn, void *arg)
+{
+        wh_tx tx;
+        int rc;
+
+        if ((rc = call_tx(call, &tx)) != KS_OK) {
+                return rc;
         }
         const char *p[1] = {tx.tenant_id};
         const ks_pg_stmt open[2] = {{.sql = "BEGIN"},
@@ -104,18 +135,11 @@ int wh_rotate_window(ks_call *call, int64_t in_s, int64_t *out_s)
 
 /* ---- lists ------------------------------------------------------------------------------ */
 
-static int list_tx(wh_tx *tx, void *arg)
-{
-        const ks_pg_stmt *q = arg;
-        int rc = ks_pg_exec(tx->conn, tx->call->request_id, q->sql, q->n_params, q->params, q->out);
-
-        return rc == KS_OK ? KS_OK : wh_db_fail(tx->call, rc);
-}
-
+/* A page is one read: the tenant and the page query in one round trip (wh_tx_read). */
 static int list_run(ks_call *call, const ks_pg_stmt *query, void *run_arg)
 {
         (void)run_arg;
-        return wh_tx_run(call, list_tx, (void *)query);
+        return wh_tx_read(call, query, 1);
 }
 
 const ks_list_runner wh_list_runner = {.run = list_run, .internal_msg = WH_INTERNAL_MSG};

@@ -220,6 +220,14 @@ typedef int (*wh_tx_fn)(wh_tx *tx, void *arg);
  */
 int wh_tx_run(ks_call *call, wh_tx_fn fn, void *arg);
 
+/*
+ * A read of the caller's tenant in one round trip: the tenant, then reads[]
+ * (each out filled), sent with no BEGIN or COMMIT, which PostgreSQL runs as
+ * one transaction ended by the pipeline's Sync; it may be answered from the
+ * loop's batch (ks_pg.h, "Batched reads"). KS_OK, or the call's failure.
+ */
+int wh_tx_read(ks_call *call, const ks_pg_stmt *reads, int n_reads);
+
 /* Runs statement sql in tx; a database failure is answered (wh_db_fail) and returned. */
 int wh_exec(wh_tx *tx, const char *sql, int n, const char *const *params, PGresult **out);
 

@@ -3,8 +3,9 @@
  * "Batched reads"): a replica's loop sends the reads of the calls one pass
  * of it read together, each with its own tenant setting. Callers of four
  * tenants, sixteen threads at once through the gateways, call WhoAmI,
- * ListCustomers, GetSubscription (two reads: the subscription, batched, then
- * its plan, alone) and GetCustomer with another tenant's customer: each
+ * ListMembers (the caller's role and the page in one read),
+ * ListCustomers, GetSubscription (the subscription with its plan) and
+ * GetCustomer with another tenant's customer: each
  * must see exactly itself and its own tenant's rows, and not_found for the
  * other's, and the replicas must have batched reads meanwhile (else this
  * test would show nothing about batches).
@@ -75,6 +76,27 @@ static void whoami(worker *w)
         } else if (strcmp(user, w->tn->t.owner.user_id) != 0 ||
                    strcmp(tenant_id, w->tn->t.owner.tenant_id) != 0) {
                 failed(w, "WhoAmI answered for another caller", r.body);
+        }
+        json_decref(j);
+        it_http_response_free(&r);
+        w->calls++;
+}
+
+/* ListMembers: the tenant's one member, its owner. */
+static void members(worker *w)
+{
+        it_http_response r;
+        if (post(w, "/keelson.auth.v1.AuthService/ListMembers", "{}", &r) != 0) {
+                failed(w, "ListMembers", "no reply");
+                return;
+        }
+        json_t *j = r.status == 200 ? json_loadb(r.body, r.body_len, 0, NULL) : NULL;
+        json_t *items = json_object_get(j, "members");
+        const char *user = json_string_value(json_object_get(json_array_get(items, 0), "userId"));
+        if (!json_is_array(items) || user == NULL) {
+                failed(w, "ListMembers", r.body != NULL ? r.body : "");
+        } else if (json_array_size(items) != 1 || strcmp(user, w->tn->t.owner.user_id) != 0) {
+                failed(w, "ListMembers listed another tenant's member", r.body);
         }
         json_decref(j);
         it_http_response_free(&r);
@@ -163,6 +185,7 @@ static void *run(void *arg)
         pthread_barrier_wait(w->start);
         for (int i = 0; i < ROUNDS && w->failure[0] == '\0'; i++) {
                 whoami(w);
+                members(w);
                 list(w, index);
                 get_subscription(w);
                 get_other_customer(w, index);
@@ -244,10 +267,10 @@ static void test_each_caller_reads_its_own(void **state)
                 if (w[i].failure[0] != '\0') {
                         fail_msg("thread %d (tenant %d): %s", i, i % TENANTS, w[i].failure);
                 }
-                assert_int_equal(w[i].calls, 4 * ROUNDS);
+                assert_int_equal(w[i].calls, 5 * ROUNDS);
         }
         double batched = batched_reads() - before;
-        print_message("%d calls, %.0f of their reads batched\n", THREADS * 4 * ROUNDS, batched);
+        print_message("%d calls, %.0f of their reads batched\n", THREADS * 5 * ROUNDS, batched);
         assert_true(batched > 0);
 }
 
