@@ -137,10 +137,10 @@ static int reply_delivery(wh_tx *tx, const char *id)
         PGresult *dr = NULL, *ar = NULL;
         const ks_pg_stmt s[2] = {{.sql = sql_get, .n_params = 1, .params = p, .out = &dr},
                                  {.sql = sql_attempts, .n_params = 2, .params = p, .out = &ar}};
-        int rc = ks_pg_pipeline(tx->conn, tx->call->request_id, s, 2);
+        int rc = wh_pipeline(tx, s, 2);
 
         if (rc != KS_OK) {
-                return wh_db_fail(tx->call, rc);
+                return rc;
         }
         size_t n =
             (size_t)PQntuples(ar) < ATTEMPT_LOG_MAX ? (size_t)PQntuples(ar) : ATTEMPT_LOG_MAX;
@@ -178,7 +178,7 @@ int wh_get_delivery(ks_call *call)
         if (!ks_uuid_valid(in->id)) {
                 return ks_call_fail(call, KS_NOT_FOUND, NOT_FOUND_MSG);
         }
-        return wh_tx_run(call, get_tx, (void *)in->id);
+        return wh_tx_run_reads(call, get_tx, (void *)in->id);
 }
 
 /* ---- Redeliver ------------------------------------------------------------------------------ */

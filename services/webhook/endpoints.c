@@ -103,10 +103,10 @@ static int reply_endpoint(wh_tx *tx, const char *id)
         const ks_pg_stmt s[2] = {{.sql = sql_get, .n_params = 1, .params = p, .out = &er},
                                  {.sql = sql_secrets, .n_params = 1, .params = p, .out = &sr}};
         endpoint_view v;
-        int rc = ks_pg_pipeline(tx->conn, tx->call->request_id, s, 2);
+        int rc = wh_pipeline(tx, s, 2);
 
         if (rc != KS_OK) {
-                return wh_db_fail(tx->call, rc);
+                return rc;
         }
         if (PQntuples(er) == 0) {
                 rc = ks_call_fail(tx->call, KS_NOT_FOUND, "intake endpoint not found");
@@ -221,7 +221,7 @@ int wh_get_intake_endpoint(ks_call *call)
         const Keelson__Webhook__V1__GetIntakeEndpointRequest *in = (const void *)call->in;
         int rc = endpoint_id_of(call, in->id);
 
-        return rc != KS_OK ? rc : wh_tx_run(call, get_tx, in->id);
+        return rc != KS_OK ? rc : wh_tx_run_reads(call, get_tx, in->id);
 }
 
 /* ---- ListIntakeEndpoints ------------------------------------------------------------------------

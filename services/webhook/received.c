@@ -131,7 +131,7 @@ int wh_get_received_event(ks_call *call)
         if (!ks_uuid_valid(in->id)) {
                 return ks_call_fail(call, KS_NOT_FOUND, "received event not found");
         }
-        return wh_tx_run(call, get_tx, (void *)in->id);
+        return wh_tx_run_reads(call, get_tx, (void *)in->id);
 }
 
 /* ---- ReapplyReceivedEvent ---------------------------------------------------------------- */

@@ -110,10 +110,10 @@ static int reply_subscription(wh_tx *tx, const char *id, const char *secret)
         const ks_pg_stmt s[2] = {{.sql = sql_get, .n_params = 1, .params = p, .out = &sr},
                                  {.sql = sql_secrets, .n_params = 1, .params = p, .out = &ss}};
         sub_view v;
-        int rc = ks_pg_pipeline(tx->conn, tx->call->request_id, s, 2);
+        int rc = wh_pipeline(tx, s, 2);
 
         if (rc != KS_OK) {
-                return wh_db_fail(tx->call, rc);
+                return rc;
         }
         if (PQntuples(sr) == 0) {
                 PQclear(sr);
@@ -338,7 +338,7 @@ int wh_get_subscription(ks_call *call)
         const Keelson__Webhook__V1__GetWebhookSubscriptionRequest *in = (const void *)call->in;
         int rc = subscription_id_of(call, in->id);
 
-        return rc != KS_OK ? rc : wh_tx_run(call, get_tx, in->id);
+        return rc != KS_OK ? rc : wh_tx_run_reads(call, get_tx, in->id);
 }
 
 /* ---- ListWebhookSubscriptions --------------------------------------------------------------- */

@@ -40,9 +40,38 @@ int wh_db_fail(ks_call *call, int code)
         }
 }
 
+/*
+ * A read of tx's tenant in one round trip: the tenant, then the statements,
+ * with no BEGIN or COMMIT; PostgreSQL runs them as one transaction, which
+ * the pipeline's Sync ends (ks_pg_read, which may answer it from the loop's
+ * batch).
+ */
+static int read_round(wh_tx *tx, const ks_pg_stmt *reads, int n)
+{
+        const char *p[1] = {tx->tenant_id};
+        const ks_pg_stmt act_for = {.sql = sql_act_for, .n_params = 1, .params = p};
+        int rc = ks_pg_read(tx->conn, tx->call->request_id, &act_for, 1, reads, n);
+
+        return rc == KS_OK ? KS_OK : wh_db_fail(tx->call, rc);
+}
+
 int wh_exec(wh_tx *tx, const char *sql, int n, const char *const *params, PGresult **out)
 {
+        if (tx->reads_only) {
+                const ks_pg_stmt s = {.sql = sql, .n_params = n, .params = params, .out = out};
+                return read_round(tx, &s, 1);
+        }
         int rc = ks_pg_exec(tx->conn, tx->call->request_id, sql, n, params, out);
+
+        return rc == KS_OK ? KS_OK : wh_db_fail(tx->call, rc);
+}
+
+int wh_pipeline(wh_tx *tx, const ks_pg_stmt *stmts, int n)
+{
+        if (tx->reads_only) {
+                return read_round(tx, stmts, n);
+        }
+        int rc = ks_pg_pipeline(tx->conn, tx->call->request_id, stmts, n);
 
         return rc == KS_OK ? KS_OK : wh_db_fail(tx->call, rc);
 }
@@ -73,12 +102,23 @@ int wh_tx_read(ks_call *call, const ks_pg_stmt *reads, int n_reads)
         if ((rc = call_tx(call, &tx)) != KS_OK) {
                 return rc;
         }
-        const char *p[1] = {tx.tenant_id};
-        const ks_pg_stmt act_for = {.sql = sql_act_for, .n_params = 1, .params = p};
-        /* A pooled connection is released outside a transaction: the Sync ends the read's. */
-        rc = ks_pg_read(tx.conn, call->request_id, &act_for, 1, reads, n_reads);
+        rc = read_round(&tx, reads, n_reads);
         ks_pg_release(tx.svc->pool, tx.conn);
-        return rc == KS_OK ? KS_OK : wh_db_fail(call, rc);
+        return rc;
+}
+
+int wh_tx_run_reads(ks_call *call, wh_tx_fn fn, void *arg)
+{
+        wh_tx tx;
+        int rc;
+
+        if ((rc = call_tx(call, &tx)) != KS_OK) {
+                return rc;
+        }
+        tx.reads_only = true;
+        rc = fn(&tx, arg);
+        ks_pg_release(tx.svc->pool, tx.conn);
+        return rc;
 }
 
 int wh_tx_run(ks_call *call, wh_tx_fn fn, void *arg)

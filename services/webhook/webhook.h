@@ -209,6 +209,7 @@ typedef struct wh_tx {
         wh_service *svc;
         PGconn *conn;
         const char *tenant_id;
+        bool reads_only; /* wh_tx_run_reads: each round trip a read of its own */
 } wh_tx;
 
 typedef int (*wh_tx_fn)(wh_tx *tx, void *arg);
@@ -228,8 +229,21 @@ int wh_tx_run(ks_call *call, wh_tx_fn fn, void *arg);
  */
 int wh_tx_read(ks_call *call, const ks_pg_stmt *reads, int n_reads);
 
+/*
+ * The frame of a read method whose handler is shared with writes (a reply
+ * that reads its row): as wh_tx_run with no transaction block; each round
+ * trip fn makes through wh_exec or wh_pipeline is a read as wh_tx_read sends
+ * it. At READ COMMITTED a block gives its statements no common snapshot, so
+ * fn sees what it would in one. fn writes nothing and locks nothing, and
+ * changes nothing before its first read (it may run twice up to there:
+ * "Batched reads").
+ */
+int wh_tx_run_reads(ks_call *call, wh_tx_fn fn, void *arg);
+
 /* Runs statement sql in tx; a database failure is answered (wh_db_fail) and returned. */
 int wh_exec(wh_tx *tx, const char *sql, int n, const char *const *params, PGresult **out);
+/* Several statements in one round trip (ks_pg_pipeline); a failure as wh_exec's. */
+int wh_pipeline(wh_tx *tx, const ks_pg_stmt *stmts, int n);
 
 /*
  * How long a rotation keeps the previous secrets (RotateIntakeSecret,
