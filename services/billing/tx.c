@@ -208,11 +208,6 @@ int bl_defer(bl_tx *tx, const char *sql, int n, const char *const *params)
 }
 
 /*
- * The deferred writes, then stmts, in as few round trips as the pipeline
- * bound allows (one, nearly always). The deferred ones are gone afterwards,
- * sent or failed.
- */
-/*
  * A read of tx's tenant in one round trip: the tenant, then the n
  * statements, with no BEGIN or COMMIT; PostgreSQL runs them as one
  * transaction, which the pipeline's Sync ends (ks_pg_read, which may answer
@@ -230,6 +225,12 @@ static int read_round(bl_tx *tx, const ks_pg_stmt *reads, int n)
         return rc == KS_OK ? KS_OK : bl_db_fail(tx, rc);
 }
 
+/*
+ * The deferred writes, then stmts, in as few round trips as the pipeline
+ * bound allows (one, nearly always). The deferred ones are gone afterwards,
+ * sent or failed. In a read frame (bl_tx_run_reads) stmts are a read of
+ * their own, and nothing is deferred.
+ */
 static int flush_with(bl_tx *tx, const ks_pg_stmt *stmts, int n)
 {
         ks_pg_stmt batch[KS_PG_PIPELINE_MAX];
