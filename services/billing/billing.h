@@ -186,27 +186,18 @@ int bl_tx_run_as(bl_service *svc, const char *request_id, const char *tenant_id,
                  void *arg);
 
 /*
- * A read of the caller's tenant in one round trip: the tenant, then reads[]
- * (1 to KS_PG_PIPELINE_MAX - 1 statements, each out filled), sent as one
- * pipeline with no BEGIN or COMMIT, which PostgreSQL runs as one transaction
- * ended by the pipeline's Sync. Returns KS_OK, or the call's failure (the
- * caller not in a tenant, the database's failure mapped by bl_db_fail), every
- * out NULL.
- */
-int bl_tx_read(ks_call *call, const ks_pg_stmt *reads, int n_reads);
-
-/*
- * The frame of a read method that needs more than one statement or some
- * work between them: as bl_tx_run, with no transaction block and no
- * Idempotency-Key. Each round trip fn makes (bl_exec, bl_pipeline) is a
- * read as bl_tx_read sends it: the tenant, then the statements, ended by
- * the Sync. Billing runs at READ COMMITTED, where a transaction block gives
- * its statements no common snapshot, so fn's reads see what they would in
- * one; a single-statement read costs one round trip instead of two (BEGIN
- * with it, then COMMIT), and fn's first read may be answered from the
- * loop's batch (ks_pg.h, "Batched reads"): fn runs twice up to it, so it
- * changes nothing before it. fn defers no write (asserted), nor locks a row
- * (a lock would end with the read's Sync).
+ * The frame of a read method (a Get, a list's page): as bl_tx_run, with no
+ * transaction block and no Idempotency-Key. Each round trip fn makes
+ * (bl_exec, bl_pipeline) is a read: the tenant, then the statements, sent
+ * as one pipeline that PostgreSQL runs as one transaction ended by its
+ * Sync; a failure is the call's (bl_db_fail), every out NULL. Billing
+ * runs at READ COMMITTED, where a transaction block gives its statements
+ * no common snapshot, so fn's reads see what they would in one; a
+ * single-statement read costs one round trip instead of two (BEGIN with
+ * it, then COMMIT), and fn's first read may be answered from the loop's
+ * batch (ks_pg.h, "Batched reads"): fn runs twice up to it, so it changes
+ * nothing before it. fn defers no write (asserted), nor locks a row (a
+ * lock would end with the read's Sync).
  */
 int bl_tx_run_reads(ks_call *call, bl_tx_fn fn, void *arg);
 
@@ -258,7 +249,7 @@ void bl_tx_free(bl_tx *tx);
 /* Sends the deferred writes now (before a statement run on tx->conn directly). */
 int bl_flush(bl_tx *tx);
 
-/* How billing's lists run (customers.c): in bl_tx_run, for ks_list_reply. */
+/* How billing's lists run (customers.c): a page in bl_tx_run_reads, for ks_list_reply. */
 extern const ks_list_runner bl_list_runner;
 
 /* ---- Idempotency-Key records (idempotency.c) --------------------------------------- */

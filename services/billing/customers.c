@@ -382,11 +382,16 @@ int bl_update_customer(ks_call *call)
 
 /* ---- ListCustomers, and the frame of every billing list --------------------------------- */
 
-/* A page is one read: the tenant and the page query in one round trip (bl_tx_read). */
+/* A page is one read (bl_tx_run_reads): the tenant and the page query in one round trip. */
+static int list_page(bl_tx *tx, void *query)
+{
+        return bl_pipeline(tx, query, 1);
+}
+
 static int list_run(ks_call *call, const ks_pg_stmt *query, void *run_arg)
 {
         (void)run_arg;
-        return bl_tx_read(call, query, 1);
+        return bl_tx_run_reads(call, list_page, (void *)query);
 }
 
 const ks_list_runner bl_list_runner = {.run = list_run, .internal_msg = BL_INTERNAL_MSG};

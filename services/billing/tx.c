@@ -397,19 +397,6 @@ int bl_tx_run(ks_call *call, bl_tx_fn fn, void *arg)
         return rc;
 }
 
-int bl_tx_read(ks_call *call, const ks_pg_stmt *reads, int n_reads)
-{
-        bl_tx tx;
-        int rc;
-
-        if ((rc = call_tx(call, &tx)) != KS_OK) {
-                return rc;
-        }
-        rc = read_round(&tx, reads, n_reads);
-        ks_pg_release(tx.svc->pool, tx.conn);
-        return rc;
-}
-
 int bl_tx_run_reads(ks_call *call, bl_tx_fn fn, void *arg)
 {
         bl_tx tx;

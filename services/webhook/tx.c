@@ -94,19 +94,6 @@ static int call_tx(ks_call *call, wh_tx *tx)
         return KS_OK;
 }
 
-int wh_tx_read(ks_call *call, const ks_pg_stmt *reads, int n_reads)
-{
-        wh_tx tx;
-        int rc;
-
-        if ((rc = call_tx(call, &tx)) != KS_OK) {
-                return rc;
-        }
-        rc = read_round(&tx, reads, n_reads);
-        ks_pg_release(tx.svc->pool, tx.conn);
-        return rc;
-}
-
 int wh_tx_run_reads(ks_call *call, wh_tx_fn fn, void *arg)
 {
         wh_tx tx;
@@ -175,11 +162,16 @@ int wh_rotate_window(ks_call *call, int64_t in_s, int64_t *out_s)
 
 /* ---- lists ------------------------------------------------------------------------------ */
 
-/* A page is one read: the tenant and the page query in one round trip (wh_tx_read). */
+/* A page is one read (wh_tx_run_reads): the tenant and the page query in one round trip. */
+static int list_page(wh_tx *tx, void *query)
+{
+        return wh_pipeline(tx, query, 1);
+}
+
 static int list_run(ks_call *call, const ks_pg_stmt *query, void *run_arg)
 {
         (void)run_arg;
-        return wh_tx_read(call, query, 1);
+        return wh_tx_run_reads(call, list_page, (void *)query);
 }
 
 const ks_list_runner wh_list_runner = {.run = list_run, .internal_msg = WH_INTERNAL_MSG};

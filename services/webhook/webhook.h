@@ -222,21 +222,16 @@ typedef int (*wh_tx_fn)(wh_tx *tx, void *arg);
 int wh_tx_run(ks_call *call, wh_tx_fn fn, void *arg);
 
 /*
- * A read of the caller's tenant in one round trip: the tenant, then reads[]
- * (each out filled), sent with no BEGIN or COMMIT, which PostgreSQL runs as
- * one transaction ended by the pipeline's Sync; it may be answered from the
- * loop's batch (ks_pg.h, "Batched reads"). KS_OK, or the call's failure.
- */
-int wh_tx_read(ks_call *call, const ks_pg_stmt *reads, int n_reads);
-
-/*
- * The frame of a read method whose handler is shared with writes (a reply
- * that reads its row): as wh_tx_run with no transaction block; each round
- * trip fn makes through wh_exec or wh_pipeline is a read as wh_tx_read sends
- * it. At READ COMMITTED a block gives its statements no common snapshot, so
- * fn sees what it would in one. fn writes nothing and locks nothing, and
- * changes nothing before its first read (it may run twice up to there:
- * "Batched reads").
+ * The frame of a read method (a Get, a list's page): as wh_tx_run with no
+ * transaction block; each round trip fn makes through wh_exec or
+ * wh_pipeline is a read: the tenant, then the statements, sent as one
+ * pipeline that PostgreSQL runs as one transaction ended by its Sync, which
+ * may be answered from the loop's batch (ks_pg.h, "Batched reads"). A
+ * handler shared with writes (a reply that reads its row) is written once
+ * for either frame. At READ COMMITTED a block gives its statements no
+ * common snapshot, so fn sees what it would in one. fn writes nothing and
+ * locks nothing, and changes nothing before its first read (it may run
+ * twice up to there: "Batched reads").
  */
 int wh_tx_run_reads(ks_call *call, wh_tx_fn fn, void *arg);
 
