@@ -89,6 +89,7 @@ typedef struct bl_config {
         int64_t scheduler_poll_ms;
         int64_t scheduler_batch_max;
         char *dunning_retry_days; /* "3,5,7" */
+        int64_t tenant_writers;
 } bl_config;
 
 extern const ks_config_var bl_config_vars[];
@@ -107,6 +108,7 @@ typedef struct bl_service {
         int32_t dunning_days[BL_DUNNING_RETRIES_MAX];
         int n_dunning;
         ks_counter *charges_ok, *charges_declined;
+        struct ks_gate *writers; /* a tenant's writes at once (tx.c) */
 } bl_service;
 
 extern const ks_method_table bl_methods;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "billing.h"
+#include "ks_gate.h"
 #include "ks_log.h"
 
 #define C bl_config
@@ -36,6 +37,9 @@ const ks_config_var bl_config_vars[] = {
                "days between a failed automatic charge and each retry, comma-separated"
                " (1..8 retries of 1..60 days); after the last one fails the invoice is"
                " uncollectible and the subscription canceled"),
+    KS_CFG_INT("KEELSON_BILLING_TENANT_WRITERS", C, tenant_writers, "1", 1, 1024,
+               "write calls of one tenant this replica runs at once; the others wait their"
+               " turn in the order they came (within their deadline)"),
 };
 #undef C
 const size_t bl_config_vars_n = sizeof(bl_config_vars) / sizeof(bl_config_vars[0]);
@@ -99,6 +103,11 @@ int bl_start(void *service, ks_service_env *env)
         const bl_config *c = svc->cfg;
 
         init_metrics(svc);
+        if (ks_gate_new(&svc->writers, (int)c->tenant_writers, (uint32_t)env->settings->workers) !=
+            KS_OK) {
+                ks_log_error(NULL, "billing: cannot make the tenants' write gate", NULL);
+                return -1;
+        }
         if (ks_rpc_client_of(&svc->ledger, env->broker_bases, env->n_brokers, KS_SVC_LEDGER, 64,
                              (int)c->ledger_timeout_ms) != KS_OK) {
                 ks_log_error(NULL, "billing: cannot make the ledger client", NULL);
@@ -125,4 +134,6 @@ void bl_stop(void *service)
         svc->relay = NULL;
         ks_rpc_client_free(svc->ledger);
         svc->ledger = NULL;
+        ks_gate_free(svc->writers); /* the workers are gone (ks_rpc_server_stop) */
+        svc->writers = NULL;
 }
