@@ -95,6 +95,14 @@ static void init_metrics(bl_service *svc)
         svc->charges_declined = ks_counter_get(reg, "keelson_billing_charges_total",
                                                "Automatic and requested card charges by outcome",
                                                "result=\"declined\"");
+        svc->writes_waited = ks_counter_get(
+            reg, "keelson_billing_tenant_write_waits_total",
+            "Write calls that waited for their tenant's earlier writes in this replica, then ran",
+            NULL);
+        svc->writes_timed_out = ks_counter_get(
+            reg, "keelson_billing_tenant_write_wait_timeouts_total",
+            "Write calls whose deadline passed while they waited for their tenant's earlier writes",
+            NULL);
 }
 
 int bl_start(void *service, ks_service_env *env)

@@ -386,12 +386,18 @@ static int writers_enter(ks_call *call, bool *held)
 {
         const bl_service *svc = call->service;
 
+        bool waited;
+
         *held = false;
         if (svc->writers == NULL || (call->method->flags & KS_M_IDEMPOTENT) != 0) {
                 return KS_OK;
         }
-        if (ks_gate_enter(svc->writers, call->caller->tenant_id, call->deadline_unix_ms, held) !=
-            KS_OK) {
+        int rc = ks_gate_enter(svc->writers, call->caller->tenant_id, call->deadline_unix_ms, held,
+                               &waited);
+        if (waited) {
+                ks_counter_inc(rc == KS_OK ? svc->writes_waited : svc->writes_timed_out);
+        }
+        if (rc != KS_OK) {
                 return ks_call_fail(call, KS_DEADLINE_EXCEEDED,
                                     "deadline exceeded waiting for the tenant's earlier writes");
         }

@@ -128,13 +128,13 @@ static struct timespec abs_of(int64_t deadline_unix_ms)
         return ts;
 }
 
-int ks_gate_enter(ks_gate *g, const char *key, int64_t deadline_unix_ms, bool *held)
+int ks_gate_enter(ks_gate *g, const char *key, int64_t deadline_unix_ms, bool *held, bool *waited)
 {
         size_t len = strlen(key);
         uint64_t h;
         int rc = KS_OK;
 
-        *held = false;
+        *held = *waited = false;
         if (len > KS_GATE_KEY_MAX) {
                 return KS_OK;
         }
@@ -161,6 +161,7 @@ int ks_gate_enter(ks_gate *g, const char *key, int64_t deadline_unix_ms, bool *h
                 pthread_mutex_unlock(&g->mu);
                 return KS_OK;
         }
+        *waited = true;
         waiter w = {.admitted = false, .next = NULL};
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);

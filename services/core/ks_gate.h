@@ -14,8 +14,8 @@
  * table full is let through ungated (*held false): the gate shapes load,
  * it never refuses a call.
  *
- *   bool held;
- *   if ((rc = ks_gate_enter(g, tenant, deadline_unix_ms, &held)) != KS_OK)
+ *   bool held, waited;
+ *   if ((rc = ks_gate_enter(g, tenant, deadline_unix_ms, &held, &waited)) != KS_OK)
  *           return rc;                  (KS_DEADLINE_EXCEEDED)
  *   ... the transaction ...
  *   if (held) ks_gate_leave(g, tenant);
@@ -45,9 +45,11 @@ void ks_gate_free(ks_gate *g);
  * else after those before it (FIFO). deadline_unix_ms (wall clock, 0: none)
  * bounds the wait: past it, KS_DEADLINE_EXCEEDED and nothing held. *held
  * says whether the caller must ks_gate_leave (false: let through ungated,
- * the table being full, or a key longer than KS_GATE_KEY_MAX).
+ * the table being full, or a key longer than KS_GATE_KEY_MAX). *waited: it
+ * queued behind others (whether or not it then got in).
  */
-int ks_gate_enter(ks_gate *g, const char *key, int64_t deadline_unix_ms, bool *held) KS_MUST_CHECK;
+int ks_gate_enter(ks_gate *g, const char *key, int64_t deadline_unix_ms, bool *held,
+                  bool *waited) KS_MUST_CHECK;
 /* Leaves key's gate, handing the place to its first waiter. */
 void ks_gate_leave(ks_gate *g, const char *key);
 

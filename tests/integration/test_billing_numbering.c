@@ -7,6 +7,11 @@
  * UPDATE. Calls refused before any number is taken (a plan in another
  * currency) run among them and leave no hole. Every reply's number is the
  * one stored, and so is the number its invoice_finalized event carries.
+ *
+ * The clients outnumber what a replica runs of one tenant's writes at once
+ * (KEELSON_BILLING_TENANT_WRITERS, 1 here): the others wait their turn in
+ * the replica (services/billing/tx.c), which its metric counts, and none
+ * of them fails for it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -143,6 +148,20 @@ static void expect_stored(const char *tenant_id, const char *id, const char *num
                          1);
 }
 
+/* keelson_billing_tenant_write_waits_total (or _timeouts_total) over every billing replica. */
+static double billing_metric(const char *name)
+{
+        int ports[IT_REPLICAS_MAX];
+        int n = it_stack_ports("KEELSON_IT_BILLING_HEALTH_PORTS", ports, IT_REPLICAS_MAX);
+        double sum = 0;
+
+        assert_true(n >= 1);
+        for (int i = 0; i < n; i++) {
+                sum += it_metric_at(ports[i], name);
+        }
+        return sum;
+}
+
 static void test_concurrent_finalizations_are_gapless(void **state)
 {
         (void)state;
@@ -156,6 +175,8 @@ static void test_concurrent_finalizations_are_gapless(void **state)
         bit_plan(&t, "pro", "USD", "FLAT", 1000, "MONTH", 1, 0);
         bit_plan(&t, "euro", "EUR", "FLAT", 1000, "MONTH", 1, 0);
         bit_customer(&t, "USD", 1000, "pm_card_visa", "", cust);
+        double waits = billing_metric("keelson_billing_tenant_write_waits_total");
+        double timeouts = billing_metric("keelson_billing_tenant_write_wait_timeouts_total");
         for (int i = 0; i < THREADS; i++) {
                 w[i] = (worker){.t = &t, .cust = cust, .index = i};
                 assert_int_equal(pthread_create(&th[i], NULL, work, &w[i]), 0);
@@ -176,6 +197,9 @@ static void test_concurrent_finalizations_are_gapless(void **state)
                 }
         }
         assert_int_equal(total, CALLS);
+        /* Six clients, two replicas, one write of the tenant at a time in each: calls queued. */
+        assert_true(billing_metric("keelson_billing_tenant_write_waits_total") > waits);
+        assert_true(billing_metric("keelson_billing_tenant_write_wait_timeouts_total") == timeouts);
         for (int n = 1; n <= CALLS; n++) {
                 assert_true(seen[n]);
         }

@@ -56,16 +56,17 @@ static void test_width_and_keys(void **state)
 {
         (void)state;
         ks_gate *g;
-        bool held;
+        bool held, waited;
 
         assert_int_equal(ks_gate_new(&g, 2, 8), KS_OK);
-        assert_int_equal(ks_gate_enter(g, A, 0, &held), KS_OK);
+        assert_int_equal(ks_gate_enter(g, A, 0, &held, &waited), KS_OK);
         assert_true(held);
-        assert_int_equal(ks_gate_enter(g, A, 0, &held), KS_OK);
+        assert_false(waited);
+        assert_int_equal(ks_gate_enter(g, A, 0, &held, &waited), KS_OK);
         assert_true(held);
         expect_count(g, A, 2, 0);
         /* A third of A would wait; B does not wait for A. */
-        assert_int_equal(ks_gate_enter(g, B, 0, &held), KS_OK);
+        assert_int_equal(ks_gate_enter(g, B, 0, &held, &waited), KS_OK);
         assert_true(held);
         expect_count(g, B, 1, 0);
         ks_gate_leave(g, B);
@@ -89,9 +90,9 @@ typedef struct fifo_arg {
 static void *enter_and_note(void *p)
 {
         fifo_arg *a = p;
-        bool held;
-        int rc = ks_gate_enter(a->g, A, ks_wall_ms() + 10000, &held);
-        if (rc == KS_OK && held) {
+        bool held, waited;
+        int rc = ks_gate_enter(a->g, A, ks_wall_ms() + 10000, &held, &waited);
+        if (rc == KS_OK && held && waited) {
                 a->order[atomic_fetch_add(a->n, 1)] = a->id;
                 ks_gate_leave(a->g, A);
         }
@@ -102,7 +103,7 @@ static void test_waiters_in_arrival_order(void **state)
 {
         (void)state;
         ks_gate *g;
-        bool held;
+        bool held, waited;
         enum { N = 6 };
         pthread_t t[N];
         fifo_arg args[N];
@@ -110,7 +111,7 @@ static void test_waiters_in_arrival_order(void **state)
         atomic_int n = 0;
 
         assert_int_equal(ks_gate_new(&g, 1, 8), KS_OK);
-        assert_int_equal(ks_gate_enter(g, A, 0, &held), KS_OK);
+        assert_int_equal(ks_gate_enter(g, A, 0, &held, &waited), KS_OK);
         for (int i = 0; i < N; i++) {
                 args[i] = (fifo_arg){.g = g, .id = i + 1, .order = order, .n = &n};
                 assert_int_equal(pthread_create(&t[i], NULL, enter_and_note, &args[i]), 0);
@@ -133,21 +134,24 @@ static void test_deadline_ends_the_wait(void **state)
 {
         (void)state;
         ks_gate *g;
-        bool held, held2 = true;
+        bool held, held2 = true, waited;
 
         assert_int_equal(ks_gate_new(&g, 1, 8), KS_OK);
-        assert_int_equal(ks_gate_enter(g, A, 0, &held), KS_OK);
+        assert_int_equal(ks_gate_enter(g, A, 0, &held, &waited), KS_OK);
         int64_t t0 = ks_mono_ms();
-        assert_int_equal(ks_gate_enter(g, A, ks_wall_ms() + 60, &held2), KS_DEADLINE_EXCEEDED);
+        assert_int_equal(ks_gate_enter(g, A, ks_wall_ms() + 60, &held2, &waited),
+                         KS_DEADLINE_EXCEEDED);
         assert_false(held2);
+        assert_true(waited);
         assert_true(ks_mono_ms() - t0 >= 50);
         expect_count(g, A, 1, 0); /* the one who gave up left nothing behind */
         /* A deadline already past, with the place taken: refused without a wait. */
-        assert_int_equal(ks_gate_enter(g, A, ks_wall_ms() - 1000, &held2), KS_DEADLINE_EXCEEDED);
+        assert_int_equal(ks_gate_enter(g, A, ks_wall_ms() - 1000, &held2, &waited),
+                         KS_DEADLINE_EXCEEDED);
         ks_gate_leave(g, A);
         expect_count(g, A, 0, 0);
         /* Free now: entered at once whatever the deadline. */
-        assert_int_equal(ks_gate_enter(g, A, ks_wall_ms() - 1000, &held2), KS_OK);
+        assert_int_equal(ks_gate_enter(g, A, ks_wall_ms() - 1000, &held2, &waited), KS_OK);
         assert_true(held2);
         ks_gate_leave(g, A);
         ks_gate_free(g);
@@ -157,21 +161,21 @@ static void test_full_table_and_long_key_pass_ungated(void **state)
 {
         (void)state;
         ks_gate *g;
-        bool held;
+        bool held, waited;
         char long_key[KS_GATE_KEY_MAX + 2];
 
         assert_int_equal(ks_gate_new(&g, 1, 1), KS_OK);
-        assert_int_equal(ks_gate_enter(g, A, 0, &held), KS_OK);
+        assert_int_equal(ks_gate_enter(g, A, 0, &held, &waited), KS_OK);
         assert_true(held);
-        assert_int_equal(ks_gate_enter(g, B, 0, &held), KS_OK);
+        assert_int_equal(ks_gate_enter(g, B, 0, &held, &waited), KS_OK);
         assert_false(held); /* no room for B's entry */
         memset(long_key, 'k', sizeof(long_key) - 1);
         long_key[sizeof(long_key) - 1] = '\0';
-        assert_int_equal(ks_gate_enter(g, long_key, 0, &held), KS_OK);
+        assert_int_equal(ks_gate_enter(g, long_key, 0, &held, &waited), KS_OK);
         assert_false(held);
         ks_gate_leave(g, A);
         /* A's slot given back: B now gets it. */
-        assert_int_equal(ks_gate_enter(g, B, 0, &held), KS_OK);
+        assert_int_equal(ks_gate_enter(g, B, 0, &held, &waited), KS_OK);
         assert_true(held);
         ks_gate_leave(g, B);
         ks_gate_free(g);
@@ -189,10 +193,10 @@ static void *race(void *p)
 {
         race_arg *a = p;
         for (int i = 0; i < 2000; i++) {
-                bool held;
+                bool held, waited;
                 /* Every fourth call with a deadline short enough to pass now and then. */
                 int64_t deadline = i % 4 == 0 ? ks_wall_ms() + 1 : 0;
-                int rc = ks_gate_enter(a->g, a->key, deadline, &held);
+                int rc = ks_gate_enter(a->g, a->key, deadline, &held, &waited);
                 if (rc == KS_DEADLINE_EXCEEDED) {
                         assert_false(held);
                         atomic_fetch_add(a->timeouts, 1);
