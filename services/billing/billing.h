@@ -108,8 +108,6 @@ typedef struct bl_service {
         int32_t dunning_days[BL_DUNNING_RETRIES_MAX];
         int n_dunning;
         ks_counter *charges_ok, *charges_declined;
-        struct ks_gate *writers; /* a tenant's writes at once (tx.c) */
-        ks_counter *writes_waited, *writes_timed_out;
 } bl_service;
 
 extern const ks_method_table bl_methods;

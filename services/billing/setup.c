@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "billing.h"
-#include "ks_gate.h"
 #include "ks_log.h"
 
 #define C bl_config
@@ -95,14 +94,6 @@ static void init_metrics(bl_service *svc)
         svc->charges_declined = ks_counter_get(reg, "keelson_billing_charges_total",
                                                "Automatic and requested card charges by outcome",
                                                "result=\"declined\"");
-        svc->writes_waited = ks_counter_get(
-            reg, "keelson_billing_tenant_write_waits_total",
-            "Write calls that waited for their tenant's earlier writes in this replica, then ran",
-            NULL);
-        svc->writes_timed_out = ks_counter_get(
-            reg, "keelson_billing_tenant_write_wait_timeouts_total",
-            "Write calls whose deadline passed while they waited for their tenant's earlier writes",
-            NULL);
 }
 
 int bl_start(void *service, ks_service_env *env)
@@ -111,11 +102,7 @@ int bl_start(void *service, ks_service_env *env)
         const bl_config *c = svc->cfg;
 
         init_metrics(svc);
-        if (ks_gate_new(&svc->writers, (int)c->tenant_writers, (uint32_t)env->settings->workers) !=
-            KS_OK) {
-                ks_log_error(NULL, "billing: cannot make the tenants' write gate", NULL);
-                return -1;
-        }
+        env->tenant_writers = (int)c->tenant_writers; /* the RPC server keeps the turns */
         if (ks_rpc_client_of(&svc->ledger, env->broker_bases, env->n_brokers, KS_SVC_LEDGER, 64,
                              (int)c->ledger_timeout_ms) != KS_OK) {
                 ks_log_error(NULL, "billing: cannot make the ledger client", NULL);
@@ -142,6 +129,4 @@ void bl_stop(void *service)
         svc->relay = NULL;
         ks_rpc_client_free(svc->ledger);
         svc->ledger = NULL;
-        ks_gate_free(svc->writers); /* the workers are gone (ks_rpc_server_stop) */
-        svc->writers = NULL;
 }

@@ -22,7 +22,6 @@
 #include <string.h>
 
 #include "ks_assert.h"
-#include "ks_gate.h"
 #include "ks_log.h"
 
 static const char sql_act_for[] = "SELECT set_config('keelson.tenant_id', $1, true)";
@@ -374,50 +373,13 @@ static int call_tx(ks_call *call, bl_tx *tx)
         return KS_OK;
 }
 
-/*
- * A write waits its turn among its tenant's writes in this replica
- * (KEELSON_BILLING_TENANT_WRITERS at once, ks_gate.h) before it takes a
- * connection: the others queue here, in the order they came, not in
- * PostgreSQL on the tenant's invoice counter and customers. A read
- * (idempotent: it may run on the loop, which must never wait) goes straight
- * through. *held: the caller leaves the gate.
- */
-static int writers_enter(ks_call *call, bool *held)
-{
-        const bl_service *svc = call->service;
-
-        bool waited;
-
-        *held = false;
-        if (svc->writers == NULL || (call->method->flags & KS_M_IDEMPOTENT) != 0) {
-                return KS_OK;
-        }
-        int rc = ks_gate_enter(svc->writers, call->caller->tenant_id, call->deadline_unix_ms, held,
-                               &waited);
-        if (waited) {
-                ks_counter_inc(rc == KS_OK ? svc->writes_waited : svc->writes_timed_out);
-        }
-        if (rc != KS_OK) {
-                return ks_call_fail(call, KS_DEADLINE_EXCEEDED,
-                                    "deadline exceeded waiting for the tenant's earlier writes");
-        }
-        return KS_OK;
-}
-
 int bl_tx_run(ks_call *call, bl_tx_fn fn, void *arg)
 {
         bl_tx tx;
-        bool replayed = false, held;
+        bool replayed = false;
         int rc;
 
-        if ((rc = bl_require_tenant(call)) != KS_OK || (rc = writers_enter(call, &held)) != KS_OK) {
-                return rc;
-        }
         if ((rc = call_tx(call, &tx)) != KS_OK) {
-                if (held) {
-                        ks_gate_leave(((bl_service *)call->service)->writers,
-                                      call->caller->tenant_id);
-                }
                 return rc;
         }
         rc = run_in_tx(&tx, fn, arg, &replayed);
@@ -426,9 +388,6 @@ int bl_tx_run(ks_call *call, bl_tx_fn fn, void *arg)
         }
         bl_tx_free(&tx);
         ks_pg_release(tx.svc->pool, tx.conn);
-        if (held) {
-                ks_gate_leave(tx.svc->writers, call->caller->tenant_id);
-        }
         call->replayed = replayed;
         if (rc != KS_OK && !replayed && call->idempotency_key[0] != '\0' && bl_idem_keeps(rc)) {
                 /* The request ran and was refused for what it asked: a retry is answered the same.

@@ -122,6 +122,14 @@ typedef struct ks_rpc_server_options {
          */
         int (*batch_run)(void *arg, ks_pg_batch *batch);
         void *batch_run_arg;
+        /*
+         * Optional (0: none): calls of one tenant (the caller context's
+         * tenant_id) of a method not marked idempotent that the workers run
+         * at once. The tenant's further writes stay queued, in the order
+         * they came, while the workers take other calls
+         * (ks_rpc_server.c, "Tenants' turns").
+         */
+        int tenant_writers;
 } ks_rpc_server_options;
 
 int ks_rpc_server_start(ks_rpc_server **out, const ks_rpc_server_options *opts) KS_MUST_CHECK;

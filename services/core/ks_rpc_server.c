@@ -36,6 +36,14 @@
  * (opts.batch_run; ks_pg.h, "Batched reads"): a round trip a pass instead
  * of one a call, each a wake-up of both processes.
  *
+ * Tenants' turns (opts.tenant_writers): a worker takes the oldest queued
+ * call it may run, and a write (a method not marked idempotent) of a
+ * tenant that already has tenant_writers writes running is not one; it
+ * stays queued, in its place, until one of them is done. Concurrent writes
+ * of one tenant meet on its rows in the database anyway (billing's invoice
+ * counter): taken in turn here, they cost no backend sleeping on a row lock
+ * and no worker sleeping on them, and other tenants' calls go past them.
+ *
  * A reply whose pipe is gone (its broker went away) is dropped: the client
  * resends what may be resent, or times out, as with a replica that dies.
  */
@@ -54,6 +62,7 @@
 
 #include "ks_broker_ctl.h"
 #include "ks_fifo.h"
+#include "ks_gate.h"
 #include "ks_log.h"
 #include "ks_loop.h"
 #include "ks_metrics.h"
@@ -92,6 +101,9 @@ typedef struct job {
         ks_deadline deadline;     /* the caller's, moved onto the monotonic clock on receipt */
         uint8_t *reply;           /* the packed Reply */
         size_t reply_len;
+        bool turn_held; /* a tenant's write holding its place in turns (under mu) */
+        char turn_key[KS_GATE_KEY_MAX + 1]; /* its tenant: req is gone once the reply is packed */
+        bool passed_over; /* a worker took a later call first: its tenant's turn was not yet */
 } job;
 
 static void jobs_push(ks_fifo *q, job *j)
@@ -160,7 +172,9 @@ struct ks_rpc_server {
         ks_counter *rejected_deadline;
         ks_counter *inline_calls;
         ks_counter *batched_reads;
+        ks_counter *turn_waits;
         ks_gauge *queue_depth;
+        ks_gate *turns; /* opts.tenant_writers > 0: the tenants' writes running */
 };
 
 int ks_call_reply(ks_call *call, const ProtobufCMessage *response)
@@ -754,6 +768,68 @@ static void on_dispatch(evutil_socket_t fd, short what, void *arg)
         }
 }
 
+/* Whether j is a write of a tenant, kept to its tenant's turns. */
+static bool takes_turn(const ks_rpc_server *srv, const job *j)
+{
+        const Keelson__Rpc__V1__CallerContext *c = j->req->caller;
+        return srv->turns != NULL && (j->method->flags & KS_M_IDEMPOTENT) == 0 && c != NULL &&
+               c->tenant_id != NULL && c->tenant_id[0] != '\0';
+}
+
+/*
+ * Under mu: the oldest queued job a worker may run now, taken off the
+ * queue, or NULL. A tenant's write whose turns are all running stays, in
+ * its place, and the look goes on past it.
+ */
+static job *take_job(ks_rpc_server *srv)
+{
+        ks_fifo_link *prev = NULL;
+
+        for (ks_fifo_link *l = srv->queue.head; l != NULL; prev = l, l = l->next) {
+                job *j = KS_FIFO_ITEM(l, job, link);
+                bool held = false;
+                if (takes_turn(srv, j) &&
+                    !ks_gate_try_enter(srv->turns, j->req->caller->tenant_id, &held)) {
+                        j->passed_over = true;
+                        continue;
+                }
+                j->turn_held = held;
+                if (held) {
+                        snprintf(j->turn_key, sizeof(j->turn_key), "%s", j->req->caller->tenant_id);
+                }
+                if (prev != NULL) {
+                        prev->next = l->next;
+                } else {
+                        srv->queue.head = l->next;
+                }
+                if (srv->queue.tail == l) {
+                        srv->queue.tail = prev;
+                }
+                srv->queue.n--;
+                l->next = NULL;
+                if (j->passed_over) {
+                        ks_counter_inc(srv->turn_waits);
+                }
+                return j;
+        }
+        return NULL;
+}
+
+/* A write's turn given back: a job of its tenant left queued may run now, on an idle worker. */
+static void end_turn(ks_rpc_server *srv, job *j)
+{
+        if (!j->turn_held) {
+                return;
+        }
+        pthread_mutex_lock(&srv->mu);
+        ks_gate_leave(srv->turns, j->turn_key);
+        j->turn_held = false;
+        if (srv->queue.n > 0) {
+                pthread_cond_signal(&srv->cv);
+        }
+        pthread_mutex_unlock(&srv->mu);
+}
+
 typedef struct worker_arg {
         ks_rpc_server *srv;
         int index;
@@ -771,19 +847,20 @@ static void *worker_main(void *arg)
                 return NULL;
         }
         for (;;) {
+                job *j = NULL;
                 pthread_mutex_lock(&srv->mu);
-                while (srv->queue.n == 0 && !atomic_load(&srv->stopping)) {
+                while (!atomic_load(&srv->stopping) && (j = take_job(srv)) == NULL) {
                         pthread_cond_wait(&srv->cv, &srv->mu);
                 }
-                if (atomic_load(&srv->stopping)) {
+                if (j == NULL) {
                         pthread_mutex_unlock(&srv->mu);
                         break;
                 }
-                job *j = jobs_pop(&srv->queue);
                 srv->running++;
                 ks_gauge_set(srv->queue_depth, (int64_t)srv->queue.n);
                 pthread_mutex_unlock(&srv->mu);
                 (void)run_call(srv, j, state, 0); /* no batch on a worker: always packed */
+                end_turn(srv, j);
                 hand_back(srv, j);
         }
         if (srv->opts.worker_fini != NULL) {
@@ -795,9 +872,9 @@ static void *worker_main(void *arg)
 static int check_options(const ks_rpc_server_options *o)
 {
         if (o->n_dial_urls < 1 || o->n_dial_urls > KS_BROKERS_MAX || o->n_methods < 1 ||
-            o->workers < 1 || o->heavy_max < 0 || o->workers > RPC_WORKERS_MAX ||
-            o->queue_max < 1 || o->max_inflight <= o->workers + o->queue_max ||
-            o->max_inflight > RPC_INFLIGHT_MAX) {
+            o->workers < 1 || o->heavy_max < 0 || o->tenant_writers < 0 ||
+            o->workers > RPC_WORKERS_MAX || o->queue_max < 1 ||
+            o->max_inflight <= o->workers + o->queue_max || o->max_inflight > RPC_INFLIGHT_MAX) {
                 ks_log_error(NULL, "rpc server options out of range", "{s:i,s:i,s:i,s:i}",
                              "workers", o->workers, "queue_max", o->queue_max, "max_inflight",
                              o->max_inflight, "dial_urls", o->n_dial_urls);
@@ -853,6 +930,11 @@ static void init_metrics(ks_rpc_server *srv)
             "Short reads whose database read went in one round trip with others of the same pass"
             " of the loop.",
             labels);
+        srv->turn_waits = ks_counter_get(
+            reg, "keelson_rpc_tenant_turn_waits_total",
+            "Writes that stayed queued while later calls were taken, their tenant's turns"
+            " (tenant_writers) all running.",
+            labels);
         for (size_t i = 0; i < srv->opts.n_methods; i++) {
                 snprintf(labels, sizeof(labels), "service=\"%s\",method=\"%s\"",
                          srv->opts.service_name,
@@ -905,6 +987,11 @@ int ks_rpc_server_start(ks_rpc_server **out, const ks_rpc_server_options *opts)
                 return KS_INTERNAL;
         }
         init_metrics(srv);
+        if (opts->tenant_writers > 0 &&
+            ks_gate_new(&srv->turns, opts->tenant_writers, (uint32_t)opts->workers) != KS_OK) {
+                ks_rpc_server_stop(srv);
+                return KS_INTERNAL;
+        }
         int rv = open_loop(srv);
         if (rv != KS_OK) {
                 ks_rpc_server_stop(srv);
@@ -1053,6 +1140,7 @@ void ks_rpc_server_stop(ks_rpc_server *srv)
         }
         ks_sp_free(srv->sp);
         ks_loop_free(srv->loop);
+        ks_gate_free(srv->turns); /* the workers are gone, and every turn with them */
         free(srv->threads);
         free(srv->mm);
         pthread_cond_destroy(&srv->cv);

@@ -457,6 +457,7 @@ static int start_rpc(running *r)
             .inline_ready_arg = r->spec->pool,
             .batch_run = r->spec->pool != NULL ? pool_batch_run : NULL,
             .batch_run_arg = r->spec->pool,
+            .tenant_writers = r->env.tenant_writers,
         };
         ks_rpc_server *s = NULL;
 

@@ -86,6 +86,8 @@ typedef struct ks_service_env {
         int heavy_max;
         const char *heavy_message;
         ks_counter *heavy_rejected;
+        /* set by spec->start: a tenant's writes the workers run at once (0: no bound) */
+        int tenant_writers;
 } ks_service_env;
 
 typedef struct ks_service_spec {

@@ -101,7 +101,8 @@ static bool db_free(void *arg)
         return !atomic_load(&((test_service *)arg)->no_free_db);
 }
 
-static int start_server(fixture *f, int i, int workers, int queue_max, int inflight)
+static int start_server_turns(fixture *f, int i, int workers, int queue_max, int inflight,
+                              int tenant_writers)
 {
         const char *urls[] = {f->back};
         ks_rpc_server_options o = {
@@ -116,8 +117,14 @@ static int start_server(fixture *f, int i, int workers, int queue_max, int infli
             .service = &f->svc[i],
             .inline_ready = db_free,
             .inline_ready_arg = &f->svc[i],
+            .tenant_writers = tenant_writers,
         };
         return ks_rpc_server_start(&f->srv[i], &o);
+}
+
+static int start_server(fixture *f, int i, int workers, int queue_max, int inflight)
+{
+        return start_server_turns(f, i, workers, queue_max, inflight, 0);
 }
 
 static void wait_connected(fixture *f, int n_servers)
@@ -189,17 +196,23 @@ static ks_rpc_call_args echo_args(const ks_method *m, const char *email, uint8_t
         return a;
 }
 
-static int call_method(fixture *f, const ks_method *m, const char *email, int64_t deadline,
-                       ks_rpc_result *res)
+static int call_as(fixture *f, const ks_method *m, const char *email, const char *tenant,
+                   int64_t deadline, ks_rpc_result *res)
 {
         uint8_t buf[ECHO_BUF];
         ks_caller caller = KEELSON__RPC__V1__CALLER_CONTEXT__INIT;
-        caller.tenant_id = "t-1";
+        caller.tenant_id = (char *)tenant;
         ks_rpc_call_args a = echo_args(m, email, buf);
         a.request_id = "req-1";
         a.caller = &caller;
         a.deadline_unix_ms = deadline;
         return ks_rpc_call(f->client, &a, res);
+}
+
+static int call_method(fixture *f, const ks_method *m, const char *email, int64_t deadline,
+                       ks_rpc_result *res)
+{
+        return call_as(f, m, email, "t-1", deadline, res);
 }
 
 static int call_echo(fixture *f, const char *email, int64_t deadline, ks_rpc_result *res)
@@ -652,6 +665,80 @@ static void test_events_flooded_subscriber(void **state)
         ks_publisher_free(pub);
 }
 
+/* A write of tenant on a thread of its own. */
+typedef struct bg_call {
+        fixture *f;
+        const char *email, *tenant;
+        int code;
+        atomic_bool done;
+} bg_call;
+
+static void *bg_write(void *p)
+{
+        bg_call *c = p;
+        ks_rpc_result res;
+        c->code = call_as(c->f, &methods[0], c->email, c->tenant, 0, &res);
+        if (c->code == KS_OK) {
+                ks_rpc_result_clear(&res);
+        }
+        atomic_store(&c->done, true);
+        return NULL;
+}
+
+static uint64_t turn_waits(void)
+{
+        return ks_counter_value(ks_counter_get(
+            ks_metrics_default(), "keelson_rpc_tenant_turn_waits_total", "", "service=\"auth\""));
+}
+
+/*
+ * Tenants' turns (tenant_writers 1, three workers): a tenant's second write
+ * stays queued while its first runs, and does not start when a worker is
+ * free; another tenant's write and the first tenant's read go past it on
+ * the free workers; it runs when the first is done, and is counted.
+ */
+static void test_tenant_writes_take_turns(void **state)
+{
+        fixture *f = *state;
+        assert_int_equal(start_server_turns(f, 0, 3, 16, 64, 1), KS_OK);
+        wait_connected(f, 1);
+        uint64_t waits = turn_waits();
+        bg_call a1 = {.f = f, .email = "block", .tenant = "tenant-a"};
+        bg_call a2 = {.f = f, .email = "block", .tenant = "tenant-a"};
+        pthread_t t1, t2;
+
+        assert_int_equal(pthread_create(&t1, NULL, bg_write, &a1), 0);
+        for (int i = 0; i < 500 && atomic_load(&f->svc[0].blocked) < 1; i++) {
+                sleep_ms(2);
+        }
+        assert_int_equal(atomic_load(&f->svc[0].blocked), 1);
+        assert_int_equal(pthread_create(&t2, NULL, bg_write, &a2), 0);
+        sleep_ms(300);
+        /* Two workers are free, and the second write of tenant-a still did not start. */
+        assert_int_equal(atomic_load(&f->svc[0].blocked), 1);
+        assert_int_equal(atomic_load(&f->svc[0].calls), 1);
+        assert_false(atomic_load(&a2.done));
+
+        ks_rpc_result res;
+        assert_int_equal(call_as(f, &methods[0], "other", "tenant-b", 0, &res), KS_OK);
+        ks_rpc_result_clear(&res);
+        assert_int_equal(call_as(f, &methods[1], "read", "tenant-a", 0, &res), KS_OK);
+        ks_rpc_result_clear(&res);
+        assert_int_equal(atomic_load(&f->svc[0].calls), 3);
+        assert_false(atomic_load(&a2.done));
+
+        pthread_mutex_lock(&f->svc[0].mu);
+        f->svc[0].release = true;
+        pthread_cond_broadcast(&f->svc[0].cv);
+        pthread_mutex_unlock(&f->svc[0].mu);
+        pthread_join(t1, NULL);
+        pthread_join(t2, NULL);
+        assert_int_equal(a1.code, KS_OK);
+        assert_int_equal(a2.code, KS_OK);
+        assert_int_equal(atomic_load(&f->svc[0].calls), 4);
+        assert_true(turn_waits() > waits);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -669,6 +756,7 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_no_broker_is_unavailable_at_once, setup, teardown),
             cmocka_unit_test_setup_teardown(test_events_by_prefix, setup, teardown),
             cmocka_unit_test_setup_teardown(test_events_flooded_subscriber, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_tenant_writes_take_turns, setup, teardown),
         };
         int failed = cmocka_run_group_tests_name("rpc", tests, NULL, NULL);
         return failed;
