@@ -34,17 +34,27 @@ static inline void ks_fifo_push(ks_fifo *q, ks_fifo_link *l)
         q->n++;
 }
 
+/* Takes l out of q, prev being the link before it (NULL: l is the head). */
+static inline void ks_fifo_unlink(ks_fifo *q, ks_fifo_link *prev, ks_fifo_link *l)
+{
+        if (prev != NULL) {
+                prev->next = l->next;
+        } else {
+                q->head = l->next;
+        }
+        if (q->tail == l) {
+                q->tail = prev;
+        }
+        q->n--;
+        l->next = NULL;
+}
+
 /* The oldest item's link, or NULL when the list is empty. */
 static inline ks_fifo_link *ks_fifo_pop(ks_fifo *q)
 {
         ks_fifo_link *l = q->head;
         if (l != NULL) {
-                q->head = l->next;
-                if (q->head == NULL) {
-                        q->tail = NULL;
-                }
-                q->n--;
-                l->next = NULL;
+                ks_fifo_unlink(q, NULL, l);
         }
         return l;
 }

@@ -101,8 +101,9 @@ typedef struct job {
         ks_deadline deadline;     /* the caller's, moved onto the monotonic clock on receipt */
         uint8_t *reply;           /* the packed Reply */
         size_t reply_len;
-        bool turn_held; /* a tenant's write holding its place in turns (under mu) */
-        char turn_key[KS_GATE_KEY_MAX + 1]; /* its tenant: req is gone once the reply is packed */
+        /* a write holding a turn: its tenant ("" for none), kept since req is freed once the
+         * reply is packed */
+        char turn_key[KS_GATE_KEY_MAX + 1];
         bool passed_over; /* a worker took a later call first: its tenant's turn was not yet */
 } job;
 
@@ -793,20 +794,10 @@ static job *take_job(ks_rpc_server *srv)
                         j->passed_over = true;
                         continue;
                 }
-                j->turn_held = held;
                 if (held) {
                         snprintf(j->turn_key, sizeof(j->turn_key), "%s", j->req->caller->tenant_id);
                 }
-                if (prev != NULL) {
-                        prev->next = l->next;
-                } else {
-                        srv->queue.head = l->next;
-                }
-                if (srv->queue.tail == l) {
-                        srv->queue.tail = prev;
-                }
-                srv->queue.n--;
-                l->next = NULL;
+                ks_fifo_unlink(&srv->queue, prev, l);
                 if (j->passed_over) {
                         ks_counter_inc(srv->turn_waits);
                 }
@@ -818,12 +809,12 @@ static job *take_job(ks_rpc_server *srv)
 /* A write's turn given back: a job of its tenant left queued may run now, on an idle worker. */
 static void end_turn(ks_rpc_server *srv, job *j)
 {
-        if (!j->turn_held) {
+        if (j->turn_key[0] == '\0') {
                 return;
         }
         pthread_mutex_lock(&srv->mu);
         ks_gate_leave(srv->turns, j->turn_key);
-        j->turn_held = false;
+        j->turn_key[0] = '\0';
         if (srv->queue.n > 0) {
                 pthread_cond_signal(&srv->cv);
         }
