@@ -382,25 +382,52 @@ static double drain(PGconn *pg)
         return (double)(bench_now_ns() - start) / 1e9;
 }
 
-static int reconcile(CURL *c, PGconn *pg)
+/* A count of a reply (an int64, a JSON string in Connect's mapping); 0 when absent. */
+static long long count_of(const json_t *j, const char *key)
 {
-        json_t *j = must(c, PATH_BILLING "GetReconciliation", "{}");
+        const char *v = json_string_value(json_object_get(j, key));
+        return v != NULL ? strtoll(v, NULL, 10) : 0;
+}
+
+/*
+ * GetReconciliation over windows of RECONCILE_WINDOW_MS of the load (a
+ * call refuses more than 20,000 invoices; billing's invoices are finalized
+ * at their creation), from a minute before it to a minute after, and the
+ * unbounded time on either side: their counts summed.
+ */
+#define RECONCILE_WINDOW_MS 4000LL
+
+static int reconcile(CURL *c, PGconn *pg, long long load_from_ms, long long load_to_ms)
+{
+        long long invoices = 0, chains = 0, expected = 0, found_total = 0;
+        long long from = load_from_ms - 60000, end = load_to_ms + 60000;
+        int windows = 0;
+        char body[128];
         long transfers =
             sql_long(pg, "SELECT count(*) FROM ledger.transfers WHERE tenant_id = $1::uuid");
 
-        if (j == NULL) {
-                return -1;
+        for (long long lo = 0, hi = from;; lo = hi, hi = hi + RECONCILE_WINDOW_MS) {
+                bool last = lo >= end;
+                snprintf(body, sizeof(body), "{\"fromUnixMs\":\"%lld\",\"toUnixMs\":\"%lld\"}", lo,
+                         last ? 0LL : hi);
+                json_t *j = must(c, PATH_BILLING "GetReconciliation", body);
+                if (j == NULL) {
+                        return -1;
+                }
+                invoices += count_of(j, "invoices");
+                chains += count_of(j, "chains");
+                expected += count_of(j, "transfersExpected");
+                found_total += count_of(j, "discrepanciesTotal");
+                json_decref(j);
+                windows++;
+                if (last) {
+                        break;
+                }
         }
-        const char *d = json_string_value(json_object_get(j, "discrepanciesTotal"));
-        const char *inv = json_string_value(json_object_get(j, "invoices"));
-        const char *chains = json_string_value(json_object_get(j, "chains"));
-        const char *expected = json_string_value(json_object_get(j, "transfersExpected"));
-        printf("reconciliation: %s invoices, %s ledger chains, %s transfers expected, %ld in the"
-               " ledger, %s discrepancies\n",
-               inv ? inv : "0", chains ? chains : "0", expected ? expected : "0", transfers,
-               d ? d : "0");
-        json_decref(j);
-        return d == NULL || strcmp(d, "0") == 0 ? 0 : -1;
+        printf("reconciliation (%d windows of time): %lld invoices, %lld ledger chains, %lld"
+               " transfers expected, %ld in the ledger, %lld discrepancies\n",
+               windows, invoices, chains, expected, transfers, found_total);
+        return found_total == 0 && expected == transfers ? 0 : -1;
 }
 
 /* ---- baselines ---------------------------------------------------------------------------------
@@ -672,13 +699,15 @@ int main(int argc, char **argv)
                g_opt.clients, g_opt.seconds, g_opt.list_clients, g_opt.list_seconds, durability);
         long long c0[G_ALL], c1[G_ALL], l0[G_ALL], l1[G_ALL];
         cpu_snapshot(c0);
+        long long load_from_ms = bench_wall_ms();
         if (run_phase(false, g_opt.clients, g_opt.seconds, &create) != 0) {
                 return 1;
         }
+        long long load_to_ms = bench_wall_ms();
         double lag = drain(pg);
         cpu_snapshot(c1); /* the relay's postings and the ledger's work included */
         printf("ledger relay: every posting sent %.2f s after the load ended\n", lag);
-        if (lag < 0 || reconcile(c, pg) != 0) {
+        if (lag < 0 || reconcile(c, pg, load_from_ms, load_to_ms) != 0) {
                 rc = 1;
         }
         cpu_snapshot(l0);

@@ -209,6 +209,14 @@ int64_t bench_now_ns(void)
         return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+long long bench_wall_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (long long)ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
         int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;

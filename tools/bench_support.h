@@ -65,6 +65,8 @@ double bench_tick_us(void);
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 int64_t bench_now_ns(void);
+/* Milliseconds since the epoch (the wall clock, as services stamp their rows). */
+long long bench_wall_ms(void);
 
 /* Sorts n samples in ascending order. */
 void bench_sort_ns(int64_t *samples_ns, size_t n);

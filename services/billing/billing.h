@@ -90,6 +90,7 @@ typedef struct bl_config {
         int64_t scheduler_batch_max;
         char *dunning_retry_days; /* "3,5,7" */
         int64_t tenant_writers;
+        int64_t group_max;
 } bl_config;
 
 extern const ks_config_var bl_config_vars[];
@@ -111,6 +112,14 @@ typedef struct bl_service {
 } bl_service;
 
 extern const ks_method_table bl_methods;
+
+/*
+ * A group of one tenant's calls of one KS_M_GROUPED method, calls[i]
+ * answered with codes[i] (ks_rpc_server_options.group_run; methods.c finds
+ * the method's group form).
+ */
+typedef void (*bl_group_fn)(ks_call *const *calls, int *codes, int n);
+void bl_group_run(void *service, ks_call *const *calls, int *codes, int n);
 
 int bl_check_config(void *service, char *err, size_t err_len);
 int bl_start(void *service, ks_service_env *env);
@@ -179,6 +188,28 @@ typedef int (*bl_tx_fn)(bl_tx *tx, void *arg);
 int bl_tx_run(ks_call *call, bl_tx_fn fn, void *arg);
 
 /*
+ * The calls of one group (one tenant, one method; ks_rpc_server.c,
+ * "Groups") in one transaction: every call's Idempotency-Key claimed; all
+ * their reads in one round trip (reads); body(tx, args[i]) for each, with
+ * tx->call that call; the transaction sealed once (bl_tx_seal: every
+ * invoice numbered by one take of the counter); then each finish(tx,
+ * args[i]), which replies, and its key stored; one COMMIT. codes[i] is each
+ * call's outcome. When anything of it fails (a member refused, a key
+ * replayed or repeated within the group, the database), it rolls back,
+ * forget(args[i]) drops what reads fetched, and every call runs alone, as
+ * bl_tx_run(call, whole, args[i]): a group is a shortcut, never a different
+ * answer.
+ */
+typedef struct bl_group_fns {
+        bl_tx_fn whole;
+        int (*reads)(bl_tx *tx, void *const *args, int n);
+        bl_tx_fn body, finish;
+        void (*forget)(void *arg);
+} bl_group_fns;
+void bl_tx_run_group(ks_call *const *calls, void *const *args, int n, const bl_group_fns *fns,
+                     int *codes);
+
+/*
  * The same frame for work of the service's own (the scheduler): a
  * transaction acting for tenant_id, no caller, no key. fn returns a code;
  * KS_OK commits. Returns fn's code or the database's.
@@ -239,8 +270,11 @@ int bl_defer_rewrite(bl_tx *tx, const char *row, const char *sql, int from, int 
  * Takes the bl_defer_row of (row, sql) out of the queue into *out, to be
  * sent as another statement later than the rest (the caller frees it,
  * bl_deferred_free): true. False, and nothing changes, when none waits or
- * a statement deferred after it names table (it may need the row first).
+ * a statement deferred after it names table (it may need the row first),
+ * other than the same statement for another row.
  */
+/* The bl_defer_row of (row, sql) bl_defer_take would take, or NULL; nothing changes. */
+const bl_deferred *bl_defer_find(bl_tx *tx, const char *row, const char *sql, const char *table);
 bool bl_defer_take(bl_tx *tx, const char *row, const char *sql, const char *table,
                    bl_deferred *out);
 void bl_deferred_free(bl_deferred *d);
@@ -853,6 +887,7 @@ int bl_create_test_clock(ks_call *call);
 int bl_get_test_clock(ks_call *call);
 int bl_advance_test_clock(ks_call *call);
 int bl_create_subscription(ks_call *call);
+void bl_create_subscriptions(ks_call *const *calls, int *codes, int n);
 int bl_get_subscription(ks_call *call);
 int bl_list_subscriptions(ks_call *call);
 int bl_cancel_subscription(ks_call *call);

@@ -122,6 +122,22 @@ static const char sql_create[] = "WITH inv AS (INSERT INTO billing.invoices (" I
 
 static const char sql_create_numbered[] = SQL_CREATE_NUMBERED(COUNTER_TAKE("1", "1"));
 
+/*
+ * The same for the k-th ($37) of $36 invoices numbered together: the first
+ * moves the counter on by $36, each takes its number from the counter's
+ * new last, which the transaction holds from the first on.
+ */
+#define SQL_CREATE_NUMBERED_AT(TAKE)                                                               \
+        "WITH " TAKE ", inv AS (INSERT INTO billing.invoices (" INV_COLUMNS ", number)"            \
+        " SELECT " INV_VALUES ", " INV_NUMBER                                                      \
+        " FROM (SELECT last - $36::int8 + $37::int8 AS seq FROM n) s"                              \
+        " RETURNING id, number), ln AS (" INV_LINES ") SELECT id, number FROM inv"
+
+static const char sql_create_numbered_first[] =
+    SQL_CREATE_NUMBERED_AT(COUNTER_TAKE("1", "$36::int8"));
+static const char sql_create_numbered_next[] = SQL_CREATE_NUMBERED_AT(
+    "n AS (SELECT last FROM billing.counters WHERE tenant_id = billing.ctx_tenant() AND kind = 1)");
+
 #define CREATE_HEAD   7  /* $1..$7: what never changes */
 #define CREATE_STATE  18 /* $8..$25: every mutable column, as bl_invoice_save writes them */
 #define CREATE_PARAMS 35
@@ -508,6 +524,74 @@ static int number_one(bl_tx *tx, const char *id, PGresult **res)
         return rc;
 }
 
+/*
+ * The numbering of n invoices (ids) whose inserts all still wait to be
+ * sent: each insert carries its number, the first taking the counter for
+ * all, sent after every other deferred write in one round trip. false,
+ * with nothing taken, when one of them was sent already.
+ */
+static bool number_inserts(bl_tx *tx, const char *const *ids, int n, int *rc)
+{
+        bl_deferred *d = calloc((size_t)n, sizeof(*d));
+        ks_pg_stmt *st = calloc((size_t)n, sizeof(*st));
+        PGresult **res = calloc((size_t)n, sizeof(*res));
+        const char **p = calloc((size_t)n * (CREATE_PARAMS + 2), sizeof(*p));
+        ks_pg_num *pos = calloc((size_t)n, sizeof(*pos));
+        ks_pg_num count = ks_pg_num_of(n);
+        int taken = 0;
+        bool done = false;
+
+        if (d == NULL || st == NULL || res == NULL || p == NULL || pos == NULL) {
+                goto out;
+        }
+        for (int i = 0; i < n; i++) { /* every insert still deferred: else none is taken */
+                if (bl_defer_find(tx, ids[i], sql_create, "billing.invoice") == NULL) {
+                        goto out;
+                }
+        }
+        for (; taken < n; taken++) {
+                if (!bl_defer_take(tx, ids[taken], sql_create, "billing.invoice", &d[taken])) {
+                        goto out; /* found just before: cannot happen */
+                }
+        }
+        for (int i = 0; i < n; i++) {
+                const char **pi = p + (size_t)i * (CREATE_PARAMS + 2);
+                KS_ASSERT(d[i].n == CREATE_PARAMS);
+                memcpy(pi, d[i].params, CREATE_PARAMS * sizeof(*pi));
+                pos[i] = ks_pg_num_of(i + 1);
+                pi[CREATE_PARAMS] = count.s;
+                pi[CREATE_PARAMS + 1] = pos[i].s;
+                st[i] = (ks_pg_stmt){.sql = i == 0 ? sql_create_numbered_first
+                                                   : sql_create_numbered_next,
+                                     .n_params = CREATE_PARAMS + 2,
+                                     .params = pi,
+                                     .out = &res[i]};
+        }
+        done = true;
+        *rc = bl_pipeline(tx, st, n);
+        for (int i = 0; *rc == KS_OK && i < n; i++) {
+                *rc = PQntuples(res[i]) == 1 ? announce(tx, res[i])
+                                             : bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
+        }
+out:
+        if (!done && taken > 0) {
+                *rc = bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
+                done = true;
+        }
+        for (int i = 0; res != NULL && i < n; i++) {
+                PQclear(res[i]);
+        }
+        for (int i = 0; d != NULL && i < taken; i++) {
+                bl_deferred_free(&d[i]);
+        }
+        free(pos);
+        free(p);
+        free(res);
+        free(st);
+        free(d);
+        return done;
+}
+
 int bl_tx_seal(bl_tx *tx)
 {
         bl_arr ids = {0};
@@ -525,6 +609,20 @@ int bl_tx_seal(bl_tx *tx)
         }
         if (n == 0) {
                 return KS_OK;
+        }
+        if (n > 1 && n <= KS_PG_PIPELINE_MAX / 2) {
+                const char *v[KS_PG_PIPELINE_MAX / 2];
+                int k = 0;
+                for (size_t i = 0; i < tx->n_numbered; i++) {
+                        if (tx->numbered[i].inv.number[0] == '\0') {
+                                v[k++] = tx->numbered[i].inv.id;
+                        }
+                }
+                if (number_inserts(tx, v, k, &rc)) {
+                        bl_arr_free(&ids);
+                        tx->sealed_any = true;
+                        return rc;
+                }
         }
         ks_pg_num count = ks_pg_num_of(n);
         const char *p[2] = {bl_arr_done(&ids), count.s};

@@ -39,6 +39,9 @@ const ks_config_var bl_config_vars[] = {
     KS_CFG_INT("KEELSON_BILLING_TENANT_WRITERS", C, tenant_writers, "1", 1, 1024,
                "write calls of one tenant this replica runs at once; the others wait their"
                " turn in the order they came (within their deadline)"),
+    KS_CFG_INT("KEELSON_BILLING_GROUP_MAX", C, group_max, "16", 1, 16,
+               "CreateSubscription calls of one tenant queued together that run in one"
+               " transaction, in one turn (1: each alone)"),
 };
 #undef C
 const size_t bl_config_vars_n = sizeof(bl_config_vars) / sizeof(bl_config_vars[0]);
@@ -103,6 +106,8 @@ int bl_start(void *service, ks_service_env *env)
 
         init_metrics(svc);
         env->tenant_writers = (int)c->tenant_writers; /* the RPC server keeps the turns */
+        env->group_max = (int)c->group_max;           /* and makes the groups */
+        env->group_run = c->group_max > 1 ? bl_group_run : NULL;
         if (ks_rpc_client_of(&svc->ledger, env->broker_bases, env->n_brokers, KS_SVC_LEDGER, 64,
                              (int)c->ledger_timeout_ms) != KS_OK) {
                 ks_log_error(NULL, "billing: cannot make the ledger client", NULL);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ks_assert.h"
 #include "ks_crypto.h"
 
 static int64_t whole_second(int64_t ms)
@@ -142,9 +143,25 @@ static int clock_room(bl_tx *tx, const bl_customer *cust)
         return rc;
 }
 
+/* What the first invoice was made of, for the reply. */
+typedef struct first_made {
+        bl_invoice inv;
+        bl_line line;
+        size_t n_lines;
+        bl_payment_made pay;
+        bool charged;
+} first_made;
+
+/* A creation: its request, then what its transaction made, for the reply. */
 typedef struct create_args {
         const Keelson__Billing__V1__CreateSubscriptionRequest *in;
         int64_t quantity;
+        bl_subscription s;
+        bl_plan plan;
+        first_made f;
+        /* its group's reads (create_reads), until load_inputs takes them */
+        const char *cp[1], *pp[1];
+        PGresult *cres, *pres;
 } create_args;
 
 /* The new subscription's first state, period and anchor, at now. */
@@ -179,18 +196,9 @@ static int first_period(bl_tx *tx, const create_args *a, const bl_plan *plan, in
         return KS_OK;
 }
 
-/* What the first invoice was made of, for the reply. */
-typedef struct first {
-        bl_invoice inv;
-        bl_line line;
-        size_t n_lines;
-        bl_payment_made pay;
-        bool charged;
-} first;
-
 /* The first invoice: the trial (free), or the first period (prorated before the anchor). */
 static int first_invoice(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_customer *cust,
-                         first *f)
+                         first_made *f)
 {
         bl_line *line = &f->line;
         int rc;
@@ -231,7 +239,7 @@ static int first_invoice(bl_tx *tx, bl_subscription *s, const bl_plan *plan, bl_
  * The reply from what the call holds: no read. The invoice gets its number
  * as the transaction seals, here, as late as the reply allows.
  */
-static int reply_created(bl_tx *tx, const bl_subscription *s, const bl_plan *plan, first *f)
+static int reply_created(bl_tx *tx, const bl_subscription *s, const bl_plan *plan, first_made *f)
 {
         Keelson__Billing__V1__SubscriptionResponse resp =
             KEELSON__BILLING__V1__SUBSCRIPTION_RESPONSE__INIT;
@@ -256,27 +264,64 @@ static int reply_created(bl_tx *tx, const bl_subscription *s, const bl_plan *pla
         return rc;
 }
 
-/*
- * The customer, locked, and the plan, read in one round trip (the plan's
- * read needs nothing of the customer's), then refused in the order the
- * request is checked: the customer, then the plan.
- */
-static int load_inputs(bl_tx *tx, const create_args *a, bl_customer *cust, bl_plan *plan)
+/* The reads of a creation's inputs: its customer, locked, and its plan, into a. */
+static void input_reads(create_args *a, ks_pg_stmt s[2])
 {
-        const char *cp[1] = {a->in->customer_id};
-        const char *pp[1] = {a->in->plan_id[0] != '\0' ? a->in->plan_id : a->in->plan_code};
-        PGresult *cres = NULL, *pres = NULL;
-        const ks_pg_stmt s[2] = {
-            {.sql = bl_customer_sql_locked, .n_params = 1, .params = cp, .out = &cres},
-            {.sql = a->in->plan_id[0] != '\0' ? bl_plan_sql_id : bl_plan_sql_code,
-             .n_params = 1,
-             .params = pp,
-             .out = &pres}};
+        a->cp[0] = a->in->customer_id;
+        a->pp[0] = a->in->plan_id[0] != '\0' ? a->in->plan_id : a->in->plan_code;
+        s[0] = (ks_pg_stmt){
+            .sql = bl_customer_sql_locked, .n_params = 1, .params = a->cp, .out = &a->cres};
+        s[1] = (ks_pg_stmt){.sql = a->in->plan_id[0] != '\0' ? bl_plan_sql_id : bl_plan_sql_code,
+                            .n_params = 1,
+                            .params = a->pp,
+                            .out = &a->pres};
+}
+
+/* Drops the results of a's reads that no load_inputs took (a group given up). */
+static void create_forget(void *arg)
+{
+        create_args *a = arg;
+
+        PQclear(a->cres);
+        PQclear(a->pres);
+        a->cres = a->pres = NULL;
+}
+
+/*
+ * The reads of a group's creations, every one's customer and plan, in one
+ * round trip (with BEGIN): their writes then wait, deferred, for the seal,
+ * which numbers every invoice in its insert.
+ */
+static int create_reads(bl_tx *tx, void *const *args, int n)
+{
+        ks_pg_stmt s[KS_PG_PIPELINE_MAX / 2];
+
+        KS_ASSERT(n >= 1 && 2 * n <= KS_PG_PIPELINE_MAX / 2);
+        for (int i = 0; i < n; i++) {
+                input_reads(args[i], &s[2 * i]);
+        }
+        return bl_pipeline(tx, s, 2 * n);
+}
+
+/*
+ * The customer, locked, and the plan: read by its group's create_reads, or
+ * else here in one round trip (the plan's read needs nothing of the
+ * customer's); then refused in the order the request is checked: the
+ * customer, then the plan.
+ */
+static int load_inputs(bl_tx *tx, create_args *a, bl_customer *cust, bl_plan *plan)
+{
+        ks_pg_stmt s[2];
         int rc, prc;
 
-        if ((rc = bl_pipeline(tx, s, 2)) != KS_OK) {
-                return rc;
+        if (a->cres == NULL) {
+                input_reads(a, s);
+                if ((rc = bl_pipeline(tx, s, 2)) != KS_OK) {
+                        return rc;
+                }
         }
+        PGresult *cres = a->cres, *pres = a->pres;
+        a->cres = a->pres = NULL; /* from here on bl_customer_from and bl_plan_from own them */
         if ((rc = bl_customer_from(tx, cres, cust)) != KS_OK || cust->archived) {
                 PQclear(pres);
                 if (rc == KS_NOT_FOUND) {
@@ -295,25 +340,24 @@ static int load_inputs(bl_tx *tx, const create_args *a, bl_customer *cust, bl_pl
         return prc;
 }
 
-static int create_tx(bl_tx *tx, void *arg)
+/* The creation up to its reply: every row it writes, its invoice still to number. */
+static int create_body(bl_tx *tx, void *arg)
 {
         create_args *a = arg;
-        bl_subscription s;
+        bl_subscription *s = &a->s;
         bl_customer cust;
-        bl_plan plan;
-        first f;
         int64_t now;
         int rc;
 
-        if ((rc = load_inputs(tx, a, &cust, &plan)) != KS_OK) {
+        if ((rc = load_inputs(tx, a, &cust, &a->plan)) != KS_OK) {
                 return rc;
         }
-        if (plan.currency != cust.currency) {
+        if (a->plan.currency != cust.currency) {
                 return bl_fail(tx, KS_FAILED_PRECONDITION,
-                               "the plan is in %s and the customer in %s", plan.currency->code,
+                               "the plan is in %s and the customer in %s", a->plan.currency->code,
                                cust.currency->code);
         }
-        if (plan.price.model != BL_PRICE_PER_UNIT && a->quantity != 1) {
+        if (a->plan.price.model != BL_PRICE_PER_UNIT && a->quantity != 1) {
                 return bl_fail(tx, KS_INVALID_ARGUMENT,
                                "quantity: only a per-unit plan takes a quantity");
         }
@@ -321,43 +365,58 @@ static int create_tx(bl_tx *tx, void *arg)
             (rc = bl_now_for(tx, cust.test_clock_id, &now)) != KS_OK) {
                 return rc;
         }
-        memset(&s, 0, sizeof(s));
-        if (ks_uuid_v4(s.id) != 0) {
+        memset(s, 0, sizeof(*s));
+        if (ks_uuid_v4(s->id) != 0) {
                 return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
         }
-        snprintf(s.customer_id, sizeof(s.customer_id), "%s", cust.id);
-        snprintf(s.plan_id, sizeof(s.plan_id), "%s", plan.id);
-        snprintf(s.currency, sizeof(s.currency), "%s", cust.currency->code);
-        snprintf(s.test_clock_id, sizeof(s.test_clock_id), "%s", cust.test_clock_id);
-        s.quantity = a->quantity;
-        s.created_ms = s.updated_ms = now = whole_second(now);
+        snprintf(s->customer_id, sizeof(s->customer_id), "%s", cust.id);
+        snprintf(s->plan_id, sizeof(s->plan_id), "%s", a->plan.id);
+        snprintf(s->currency, sizeof(s->currency), "%s", cust.currency->code);
+        snprintf(s->test_clock_id, sizeof(s->test_clock_id), "%s", cust.test_clock_id);
+        s->quantity = a->quantity;
+        s->created_ms = s->updated_ms = now = whole_second(now);
         /* The row is written once, at the end, as its first invoice and charge left it. */
-        if ((rc = first_period(tx, a, &plan, now, &s)) != KS_OK ||
-            (rc = bl_sub_record(tx, &s, -1, "create", now, NULL, NULL)) != KS_OK ||
-            (rc = first_invoice(tx, &s, &plan, &cust, &f)) != KS_OK) {
+        if ((rc = first_period(tx, a, &a->plan, now, s)) != KS_OK ||
+            (rc = bl_sub_record(tx, s, -1, "create", now, NULL, NULL)) != KS_OK ||
+            (rc = first_invoice(tx, s, &a->plan, &cust, &a->f)) != KS_OK) {
                 return rc;
         }
         /* Its only invoice is the first: its retry, if any, is the only one. */
-        bl_sub_plan_next_known(&s, f.inv.state == BL_INV_OPEN ? f.inv.next_attempt_ms : 0);
-        if ((rc = insert_sub(tx, &s)) != KS_OK ||
-            (rc = bl_event_summary(tx, "CreateSubscription")) != KS_OK) {
+        bl_sub_plan_next_known(s, a->f.inv.state == BL_INV_OPEN ? a->f.inv.next_attempt_ms : 0);
+        if ((rc = insert_sub(tx, s)) != KS_OK) {
                 return rc;
         }
-        return reply_created(tx, &s, &plan, &f);
+        return bl_event_summary(tx, "CreateSubscription");
 }
 
-int bl_create_subscription(ks_call *call)
+static int create_finish(bl_tx *tx, void *arg)
+{
+        create_args *a = arg;
+
+        return reply_created(tx, &a->s, &a->plan, &a->f);
+}
+
+static int create_tx(bl_tx *tx, void *arg)
+{
+        int rc = create_body(tx, arg);
+
+        return rc == KS_OK ? create_finish(tx, arg) : rc;
+}
+
+/* The request's own checks, before any transaction; a->in and a->quantity set. */
+static int create_check(ks_call *call, create_args *a)
 {
         const Keelson__Billing__V1__CreateSubscriptionRequest *in = (const void *)call->in;
-        create_args a = {.in = in, .quantity = in->quantity == 0 ? 1 : in->quantity};
         char err[BL_ERR_MAX];
 
+        a->in = in;
+        a->quantity = in->quantity == 0 ? 1 : in->quantity;
         if (!bl_id_valid("customer_id", in->customer_id, err, sizeof(err)) ||
             (in->plan_id[0] != '\0' ? !bl_id_valid("plan_id", in->plan_id, err, sizeof(err))
                                     : !bl_plan_code_valid(in->plan_code, err, sizeof(err)))) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "%s", err);
         }
-        if (a.quantity < 1 || a.quantity > BL_QUANTITY_MAX) {
+        if (a->quantity < 1 || a->quantity > BL_QUANTITY_MAX) {
                 return ks_call_fail(call, KS_INVALID_ARGUMENT, "quantity: 1 to %d",
                                     BL_QUANTITY_MAX);
         }
@@ -370,7 +429,83 @@ int bl_create_subscription(ks_call *call)
                 return ks_call_fail(call, KS_INVALID_ARGUMENT,
                                     "billing_anchor_unix_ms: must not be negative");
         }
-        return bl_tx_run(call, create_tx, &a);
+        return KS_OK;
+}
+
+int bl_create_subscription(ks_call *call)
+{
+        create_args *a = calloc(1, sizeof(*a));
+        int rc;
+
+        if (a == NULL) {
+                return ks_call_oom(call);
+        }
+        if ((rc = create_check(call, a)) == KS_OK) {
+                rc = bl_tx_run(call, create_tx, a);
+        }
+        free(a);
+        return rc;
+}
+
+/* A group member, in the order its customer's row is locked. */
+typedef struct member {
+        ks_call *call;
+        create_args *args;
+} member;
+
+static int by_customer(const void *x, const void *y)
+{
+        const member *a = x, *b = y;
+
+        return strcmp(a->args->in->customer_id, b->args->in->customer_id);
+}
+
+/*
+ * A tenant's queued creations in one transaction (bl_tx_run_group), their
+ * customers locked in the order of their ids, as every group locks them:
+ * two groups on two replicas never wait for each other crosswise.
+ */
+void bl_create_subscriptions(ks_call *const *calls, int *codes, int n)
+{
+        static const bl_group_fns fns = {create_tx, create_reads, create_body, create_finish,
+                                         create_forget};
+        create_args *args = calloc((size_t)n, sizeof(*args));
+        member *m = calloc((size_t)n, sizeof(*m));
+        ks_call **gc = calloc((size_t)n, sizeof(*gc));
+        void **ga = calloc((size_t)n, sizeof(*ga));
+        int *gcodes = calloc((size_t)n, sizeof(*gcodes));
+        int k = 0;
+
+        if (args == NULL || m == NULL || gc == NULL || ga == NULL || gcodes == NULL) {
+                for (int i = 0; i < n; i++) {
+                        codes[i] = bl_create_subscription(calls[i]);
+                }
+                goto out;
+        }
+        for (int i = 0; i < n; i++) {
+                if ((codes[i] = create_check(calls[i], &args[i])) == KS_OK) {
+                        m[k++] = (member){calls[i], &args[i]};
+                }
+        }
+        qsort(m, (size_t)k, sizeof(*m), by_customer);
+        for (int i = 0; i < k; i++) {
+                gc[i] = m[i].call;
+                ga[i] = m[i].args;
+        }
+        if (k == 1) {
+                gcodes[0] = bl_tx_run(gc[0], create_tx, ga[0]);
+        } else if (k > 1) {
+                bl_tx_run_group(gc, ga, k, &fns, gcodes);
+        }
+        for (int i = 0; i < k; i++) { /* each code to its call */
+                codes[m[i].args - args] = gcodes[i];
+        }
+out:
+        free(gcodes);
+        free(ga);
+        free(gc);
+        free(m);
+        free(args);
 }
 
 /* ---- GetSubscription --------------------------------------------------------------------- */

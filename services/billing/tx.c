@@ -135,15 +135,27 @@ int bl_defer_rewrite(bl_tx *tx, const char *row, const char *sql, int from, int 
         return KS_OK;
 }
 
-/* Whether a statement deferred after index i names table (a string in its text). */
+/*
+ * Whether a statement deferred after index i names table (a string in its
+ * text); the same statement for another row (another invoice's insert)
+ * does not count: their order does not matter.
+ */
 static bool named_after(const bl_tx *tx, size_t i, const char *table)
 {
         for (size_t k = i + 1; k < tx->n_deferred; k++) {
-                if (strstr(tx->deferred[k].sql, table) != NULL) {
+                if (strcmp(tx->deferred[k].sql, tx->deferred[i].sql) != 0 &&
+                    strstr(tx->deferred[k].sql, table) != NULL) {
                         return true;
                 }
         }
         return false;
+}
+
+const bl_deferred *bl_defer_find(bl_tx *tx, const char *row, const char *sql, const char *table)
+{
+        const bl_deferred *d = deferred_of(tx, row, sql);
+
+        return d == NULL || named_after(tx, (size_t)(d - tx->deferred), table) ? NULL : d;
 }
 
 bool bl_defer_take(bl_tx *tx, const char *row, const char *sql, const char *table, bl_deferred *out)
@@ -395,6 +407,123 @@ int bl_tx_run(ks_call *call, bl_tx_fn fn, void *arg)
                 bl_idem_store_failure(call, rc);
         }
         return rc;
+}
+
+/* Each call of a group alone, in its own transaction, after the group's was rolled back. */
+static void run_alone(ks_call *const *calls, void *const *args, int n, const bl_group_fns *fns,
+                      int *codes)
+{
+        for (int i = 0; i < n; i++) {
+                free(calls[i]->out_payload);
+                calls[i]->out_payload = NULL;
+                calls[i]->out_len = 0;
+                calls[i]->message[0] = '\0';
+                calls[i]->replayed = false;
+                codes[i] = bl_tx_run(calls[i], fns->whole, args[i]);
+        }
+}
+
+/* Whether two calls of the group carry one Idempotency-Key: each must see the other's outcome. */
+static bool keys_repeat(ks_call *const *calls, int n)
+{
+        for (int i = 0; i < n; i++) {
+                for (int k = i + 1; calls[i]->idempotency_key[0] != '\0' && k < n; k++) {
+                        if (strcmp(calls[i]->idempotency_key, calls[k]->idempotency_key) == 0) {
+                                return true;
+                        }
+                }
+        }
+        return false;
+}
+
+/*
+ * The group's calls in tx: their keys claimed, their reads in one round
+ * trip, each body, the seal, each finish (its reply) and its key stored,
+ * COMMIT.
+ */
+static int run_group_in_tx(bl_tx *tx, ks_call *const *calls, void *const *args, int n,
+                           const bl_group_fns *fns, bl_idem_state *idem, char (*fps)[2 + 64 + 1])
+{
+        int rc, stored;
+
+        if ((rc = open_tx(tx)) != KS_OK) {
+                return rc;
+        }
+        for (int i = 0; i < n; i++) {
+                tx->call = calls[i];
+                tx->request_id = calls[i]->request_id;
+                if ((rc = bl_idem_claim(tx, &idem[i], &stored)) != KS_OK) {
+                        return rc;
+                }
+                if (idem[i] == BL_IDEM_REPLAYED) {
+                        return KS_ABORTED; /* its stored reply is for it alone */
+                }
+                memcpy(fps[i], tx->idem_fp, sizeof(fps[i]));
+        }
+        tx->call = calls[0];
+        tx->request_id = calls[0]->request_id;
+        if ((rc = fns->reads(tx, args, n)) != KS_OK) {
+                return rc;
+        }
+        for (int i = 0; i < n; i++) {
+                tx->call = calls[i];
+                tx->request_id = calls[i]->request_id;
+                if ((rc = fns->body(tx, args[i])) != KS_OK) {
+                        return rc;
+                }
+        }
+        if ((rc = bl_tx_seal(tx)) != KS_OK) {
+                return rc;
+        }
+        for (int i = 0; i < n; i++) {
+                tx->call = calls[i];
+                tx->request_id = calls[i]->request_id;
+                memcpy(tx->idem_fp, fps[i], sizeof(tx->idem_fp));
+                if ((rc = fns->finish(tx, args[i])) != KS_OK ||
+                    (idem[i] == BL_IDEM_NEW && (rc = bl_idem_store(tx, KS_OK)) != KS_OK)) {
+                        return rc;
+                }
+        }
+        return commit(tx);
+}
+
+void bl_tx_run_group(ks_call *const *calls, void *const *args, int n, const bl_group_fns *fns,
+                     int *codes)
+{
+        bl_idem_state *idem = calloc((size_t)n, sizeof(*idem));
+        char(*fps)[2 + 64 + 1] = calloc((size_t)n, sizeof(*fps));
+        bl_tx tx;
+        int rc = KS_OK;
+
+        for (int i = 0; i < n && rc == KS_OK; i++) {
+                rc = bl_require_tenant(calls[i]);
+                rc = rc == KS_OK && strcmp(calls[i]->caller->tenant_id, calls[0]->caller->tenant_id)
+                         ? KS_INVALID_ARGUMENT
+                         : rc;
+        }
+        if (n < 2 || idem == NULL || fps == NULL || rc != KS_OK || keys_repeat(calls, n) ||
+            call_tx(calls[0], &tx) != KS_OK) {
+                run_alone(calls, args, n, fns, codes);
+                goto out;
+        }
+        if ((rc = run_group_in_tx(&tx, calls, args, n, fns, idem, fps)) != KS_OK) {
+                ks_pg_rollback(tx.conn);
+        }
+        bl_tx_free(&tx);
+        ks_pg_release(tx.svc->pool, tx.conn);
+        for (int i = 0; i < n; i++) {
+                fns->forget(args[i]);
+        }
+        if (rc != KS_OK) {
+                run_alone(calls, args, n, fns, codes);
+                goto out;
+        }
+        for (int i = 0; i < n; i++) {
+                codes[i] = KS_OK;
+        }
+out:
+        free(fps);
+        free(idem);
 }
 
 int bl_tx_run_reads(ks_call *call, bl_tx_fn fn, void *arg)

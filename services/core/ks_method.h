@@ -46,6 +46,10 @@ enum {
          * request (ReceiveWebhookRequest) from the raw body and the signature
          * headers (services/gateway/intake.c). At most one row of all. */
         KS_M_INTAKE = 1u << 6,
+        /* A tenant's write that may run in one transaction with the same
+         * method's other queued calls of its tenant: the server hands them to
+         * the service's group_run together (ks_rpc_server.c, "Groups"). */
+        KS_M_GROUPED = 1u << 7,
 };
 
 /* Which bearer a caller must hold; checked by the RPC server before the handler. */

@@ -130,6 +130,14 @@ typedef struct ks_rpc_server_options {
          * (ks_rpc_server.c, "Tenants' turns").
          */
         int tenant_writers;
+        /*
+         * Optional, with tenant_writers: runs calls of one tenant and one
+         * KS_M_GROUPED method together (ks_rpc_server.c, "Groups"), calls[i]
+         * answered with codes[i] as a handler's return would be. At most
+         * group_max calls at once (< 2: no groups).
+         */
+        void (*group_run)(void *service, ks_call *const *calls, int *codes, int n);
+        int group_max;
 } ks_rpc_server_options;
 
 int ks_rpc_server_start(ks_rpc_server **out, const ks_rpc_server_options *opts) KS_MUST_CHECK;

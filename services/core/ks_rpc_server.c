@@ -44,6 +44,15 @@
  * counter): taken in turn here, they cost no backend sleeping on a row lock
  * and no worker sleeping on them, and other tenants' calls go past them.
  *
+ * Groups (opts.group_run, with the turns): a worker that takes a write of a
+ * KS_M_GROUPED method also takes the same tenant's calls of that method
+ * queued behind it (up to opts.group_max in all), and the service runs them
+ * together, in one transaction, in that one turn: a tenant's burst of
+ * writes costs one transaction and one hold of its rows instead of one
+ * each. Each call is still answered on its own, with its own code; one
+ * refused before its handler (its deadline passed, its permission) is not
+ * handed on.
+ *
  * A reply whose pipe is gone (its broker went away) is dropped: the client
  * resends what may be resent, or times out, as with a replica that dies.
  */
@@ -72,6 +81,7 @@
 
 #define RPC_WORKERS_MAX    1024
 #define RPC_INFLIGHT_MAX   65536
+#define RPC_GROUP_MAX      256 /* calls of one group (group_max) */
 #define RPC_RECV_MAX_BYTES ((size_t)KS_RPC_PAYLOAD_MAX + 65536)
 /* A broker that does not read its replies: past this, a reply is dropped. */
 #define RPC_SEND_MAX_BYTES ((size_t)64 << 20)
@@ -174,6 +184,7 @@ struct ks_rpc_server {
         ks_counter *inline_calls;
         ks_counter *batched_reads;
         ks_counter *turn_waits;
+        ks_counter *grouped_calls;
         ks_gauge *queue_depth;
         ks_gate *turns; /* opts.tenant_writers > 0: the tenants' writes running */
 };
@@ -559,6 +570,72 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
+ * The call of one job, made from its request: KS_OK when its handler may
+ * run (the request unpacked into *in and call->in), else the code it is
+ * refused with, its message set (a deadline passed in the queue, the
+ * caller's permission, a malformed payload).
+ */
+static int call_open(ks_rpc_server *srv, job *j, void *worker_state, ks_call *call,
+                     ProtobufCMessage **in)
+{
+        static const ks_caller anonymous = KEELSON__RPC__V1__CALLER_CONTEXT__INIT;
+        const ks_method *m = j->method;
+        int code;
+
+        memset(call, 0, sizeof(*call));
+        *in = NULL;
+        call->method = m;
+        call->request_id = j->req->request_id;
+        call->caller = j->req->caller != NULL ? j->req->caller : &anonymous;
+        call->deadline_unix_ms = j->req->deadline_unix_ms;
+        call->worker_state = worker_state;
+        call->service = srv->opts.service;
+        call->idempotency_key = j->req->idempotency_key != NULL ? j->req->idempotency_key : "";
+        if (ks_deadline_expired(j->deadline)) {
+                return ks_call_fail(call, KS_DEADLINE_EXCEEDED, "deadline exceeded in queue");
+        }
+        if ((code = ks_method_admits(m, call->caller, call->message, sizeof(call->message))) !=
+                KS_OK ||
+            (srv->opts.role_permission &&
+             (code = ks_role_admits(call->caller->authenticated ? call->caller->role : NULL,
+                                    m->permission, call->message, sizeof(call->message))) !=
+                 KS_OK)) {
+                return code; /* refused before the handler: code and message are set */
+        }
+        if ((*in = protobuf_c_message_unpack(m->input, NULL, j->req->payload.len,
+                                             j->req->payload.data)) == NULL) {
+                return ks_call_fail(call, KS_INVALID_ARGUMENT, "malformed request payload");
+        }
+        call->in = *in;
+        return KS_OK;
+}
+
+/* The call's outcome counted and packed into its job as the reply; what it held freed. */
+static void call_close(ks_rpc_server *srv, job *j, ks_call *call, ProtobufCMessage *in, int code)
+{
+        const ks_method *m = j->method;
+
+        if (code < 0 || code >= KS_CODE_COUNT) {
+                ks_log_error(call->request_id, "handler returned an invalid code", "{s:s,s:i}",
+                             "method", m->name, "code", code);
+                code = KS_INTERNAL;
+        }
+        if (code == KS_INTERNAL && call->message[0] == '\0') {
+                snprintf(call->message, sizeof(call->message), "internal error");
+        }
+        heavy_give(srv, m);
+        double seconds = (double)(ks_mono_ms() - j->received_mono_ms) / 1000.0;
+        count_call(srv, m, code, seconds);
+        pack_reply(j, code, code == KS_OK ? "" : call->message, call->out_payload, call->out_len,
+                   call->replayed);
+        if (in != NULL) {
+                protobuf_c_message_free_unpacked(in, NULL);
+        }
+        free(call->out_payload);
+        call->out_payload = NULL;
+}
+
+/*
  * Runs the handler of one job and packs its reply into it (a worker, or the
  * loop). extra_ns: time the call spent outside its handler on its behalf
  * (its share of a batched read), counted into the handler's average. false
@@ -567,61 +644,75 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
  */
 static bool run_call(ks_rpc_server *srv, job *j, void *worker_state, long long extra_ns)
 {
-        const ks_method *m = j->method;
         ks_call call;
-        memset(&call, 0, sizeof(call));
-        static const ks_caller anonymous = KEELSON__RPC__V1__CALLER_CONTEXT__INIT;
-        call.method = m;
-        call.request_id = j->req->request_id;
-        call.caller = j->req->caller != NULL ? j->req->caller : &anonymous;
-        call.deadline_unix_ms = j->req->deadline_unix_ms;
-        call.worker_state = worker_state;
-        call.service = srv->opts.service;
-        call.idempotency_key = j->req->idempotency_key != NULL ? j->req->idempotency_key : "";
-
-        int code;
         ProtobufCMessage *in = NULL;
-        if (ks_deadline_expired(j->deadline)) {
-                code = ks_call_fail(&call, KS_DEADLINE_EXCEEDED, "deadline exceeded in queue");
-        } else if ((code = ks_method_admits(m, call.caller, call.message, sizeof(call.message))) !=
-                       KS_OK ||
-                   (srv->opts.role_permission &&
-                    (code = ks_role_admits(call.caller->authenticated ? call.caller->role : NULL,
-                                           m->permission, call.message, sizeof(call.message))) !=
-                        KS_OK)) {
-                /* refused before the handler: code and message are set */
-        } else if ((in = protobuf_c_message_unpack(m->input, NULL, j->req->payload.len,
-                                                   j->req->payload.data)) == NULL) {
-                code = ks_call_fail(&call, KS_INVALID_ARGUMENT, "malformed request payload");
-        } else {
-                call.in = in;
+        int code = call_open(srv, j, worker_state, &call, &in);
+
+        if (code == KS_OK) {
                 int64_t t0 = ks_mono_ns();
-                code = m->handler(&call);
+                code = j->method->handler(&call);
                 if (code == KS_PG_DEFERRED) {
                         protobuf_c_message_free_unpacked(in, NULL);
                         free(call.out_payload);
                         return false;
                 }
-                note_handler_time(metrics_of(srv, m), (long long)(ks_mono_ns() - t0) + extra_ns);
+                note_handler_time(metrics_of(srv, j->method),
+                                  (long long)(ks_mono_ns() - t0) + extra_ns);
         }
-        if (code < 0 || code >= KS_CODE_COUNT) {
-                ks_log_error(call.request_id, "handler returned an invalid code", "{s:s,s:i}",
-                             "method", m->name, "code", code);
-                code = KS_INTERNAL;
-        }
-        if (code == KS_INTERNAL && call.message[0] == '\0') {
-                snprintf(call.message, sizeof(call.message), "internal error");
-        }
-        heavy_give(srv, m);
-        double seconds = (double)(ks_mono_ms() - j->received_mono_ms) / 1000.0;
-        count_call(srv, m, code, seconds);
-        pack_reply(j, code, code == KS_OK ? "" : call.message, call.out_payload, call.out_len,
-                   call.replayed);
-        if (in != NULL) {
-                protobuf_c_message_free_unpacked(in, NULL);
-        }
-        free(call.out_payload);
+        call_close(srv, j, &call, in, code);
         return true;
+}
+
+/*
+ * On a worker: the n jobs of one group (one tenant, one KS_M_GROUPED
+ * method), each reply packed. Those refused before a handler would run are
+ * answered so; the others go to the service's group_run together, each
+ * counted a share of its time. Short of memory for the calls, each runs
+ * alone.
+ */
+static void run_group(ks_rpc_server *srv, job **js, int n, void *worker_state)
+{
+        ks_call *calls = calloc((size_t)n, sizeof(*calls));
+        ks_call **ready = calloc((size_t)n, sizeof(*ready));
+        ProtobufCMessage **ins = calloc((size_t)n, sizeof(*ins));
+        int *codes = calloc((size_t)n, sizeof(*codes));
+        int *ready_codes = calloc((size_t)n, sizeof(*ready_codes));
+        int k = 0;
+
+        if (calls == NULL || ready == NULL || ins == NULL || codes == NULL || ready_codes == NULL) {
+                for (int i = 0; i < n; i++) {
+                        (void)run_call(srv, js[i], worker_state, 0);
+                }
+                goto out;
+        }
+        for (int i = 0; i < n; i++) {
+                if ((codes[i] = call_open(srv, js[i], worker_state, &calls[i], &ins[i])) == KS_OK) {
+                        ready[k++] = &calls[i];
+                }
+        }
+        if (k > 0) {
+                int64_t t0 = ks_mono_ns();
+                srv->opts.group_run(srv->opts.service, ready, ready_codes, k);
+                long long share = (long long)(ks_mono_ns() - t0) / k;
+                for (int i = 0, r = 0; i < n; i++) {
+                        if (r < k && ready[r] == &calls[i]) {
+                                codes[i] = ready_codes[r++];
+                                note_handler_time(metrics_of(srv, js[i]->method), share);
+                        }
+                }
+                if (k > 1) {
+                        ks_counter_add(srv->grouped_calls, (uint64_t)k);
+                }
+        }
+        for (int i = 0; i < n; i++) {
+                call_close(srv, js[i], &calls[i], ins[i], codes[i]);
+        }
+out:
+        free(ready_codes);
+        free(codes);
+        free(ins);
+        free(ready);
+        free(calls);
 }
 
 /* On a worker: a finished job to the loop, which writes its reply. */
@@ -806,6 +897,37 @@ static job *take_job(ks_rpc_server *srv)
         return NULL;
 }
 
+/*
+ * Under mu: after j (a write holding its tenant's turn) was taken, the
+ * calls of the same tenant and method queued behind it, oldest first, into
+ * more (at most max), taken off the queue; how many. They run in j's turn,
+ * in one group with it, when its method is KS_M_GROUPED and the service
+ * runs groups.
+ */
+static int take_group(ks_rpc_server *srv, const job *j, job **more, int max)
+{
+        ks_fifo_link *prev = NULL, *l = srv->queue.head;
+        int n = 0;
+
+        if (j->turn_key[0] == '\0' || !(j->method->flags & KS_M_GROUPED) ||
+            srv->opts.group_run == NULL) {
+                return 0;
+        }
+        while (l != NULL && n < max) {
+                job *g = KS_FIFO_ITEM(l, job, link);
+                ks_fifo_link *next = l->next;
+                if (g->method == j->method && takes_turn(srv, g) &&
+                    strcmp(g->req->caller->tenant_id, j->turn_key) == 0) {
+                        ks_fifo_unlink(&srv->queue, prev, l);
+                        more[n++] = g;
+                } else {
+                        prev = l;
+                }
+                l = next;
+        }
+        return n;
+}
+
 /* A write's turn given back: a job of its tenant left queued may run now, on an idle worker. */
 static void end_turn(ks_rpc_server *srv, job *j)
 {
@@ -837,6 +959,11 @@ static void *worker_main(void *arg)
                 ks_log_error(NULL, "rpc worker initialisation failed", "{s:i}", "worker", wa.index);
                 return NULL;
         }
+        job **group = calloc((size_t)srv->opts.group_max + 1, sizeof(*group));
+        if (group == NULL) {
+                ks_log_error(NULL, "rpc worker initialisation failed", "{s:i}", "worker", wa.index);
+                goto out;
+        }
         for (;;) {
                 job *j = NULL;
                 pthread_mutex_lock(&srv->mu);
@@ -847,13 +974,24 @@ static void *worker_main(void *arg)
                         pthread_mutex_unlock(&srv->mu);
                         break;
                 }
-                srv->running++;
+                group[0] = j;
+                int n = 1 + take_group(srv, j, group + 1,
+                                       srv->opts.group_max > 1 ? srv->opts.group_max - 1 : 0);
+                srv->running += n;
                 ks_gauge_set(srv->queue_depth, (int64_t)srv->queue.n);
                 pthread_mutex_unlock(&srv->mu);
-                (void)run_call(srv, j, state, 0); /* no batch on a worker: always packed */
+                if (n == 1) {
+                        (void)run_call(srv, j, state, 0); /* no batch on a worker: always packed */
+                } else {
+                        run_group(srv, group, n, state);
+                }
                 end_turn(srv, j);
-                hand_back(srv, j);
+                for (int i = 0; i < n; i++) {
+                        hand_back(srv, group[i]);
+                }
         }
+        free(group);
+out:
         if (srv->opts.worker_fini != NULL) {
                 srv->opts.worker_fini(srv->opts.service, state);
         }
@@ -863,7 +1001,8 @@ static void *worker_main(void *arg)
 static int check_options(const ks_rpc_server_options *o)
 {
         if (o->n_dial_urls < 1 || o->n_dial_urls > KS_BROKERS_MAX || o->n_methods < 1 ||
-            o->workers < 1 || o->heavy_max < 0 || o->tenant_writers < 0 ||
+            o->workers < 1 || o->heavy_max < 0 || o->tenant_writers < 0 || o->group_max < 0 ||
+            o->group_max > RPC_GROUP_MAX || (o->group_max > 1 && o->group_run == NULL) ||
             o->workers > RPC_WORKERS_MAX || o->queue_max < 1 ||
             o->max_inflight <= o->workers + o->queue_max || o->max_inflight > RPC_INFLIGHT_MAX) {
                 ks_log_error(NULL, "rpc server options out of range", "{s:i,s:i,s:i,s:i}",
@@ -925,6 +1064,11 @@ static void init_metrics(ks_rpc_server *srv)
             reg, "keelson_rpc_tenant_turn_waits_total",
             "Writes that stayed queued while later calls were taken, their tenant's turns"
             " (tenant_writers) all running.",
+            labels);
+        srv->grouped_calls = ks_counter_get(
+            reg, "keelson_rpc_grouped_calls_total",
+            "Writes of one tenant run together with others of the same method (a group of two or"
+            " more).",
             labels);
         for (size_t i = 0; i < srv->opts.n_methods; i++) {
                 snprintf(labels, sizeof(labels), "service=\"%s\",method=\"%s\"",

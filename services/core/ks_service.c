@@ -458,6 +458,8 @@ static int start_rpc(running *r)
             .batch_run = r->spec->pool != NULL ? pool_batch_run : NULL,
             .batch_run_arg = r->spec->pool,
             .tenant_writers = r->env.tenant_writers,
+            .group_run = r->env.group_run,
+            .group_max = r->env.group_max,
         };
         ks_rpc_server *s = NULL;
 

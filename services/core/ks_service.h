@@ -88,6 +88,10 @@ typedef struct ks_service_env {
         ks_counter *heavy_rejected;
         /* set by spec->start: a tenant's writes the workers run at once (0: no bound) */
         int tenant_writers;
+        /* set by spec->start: how a group of a tenant's KS_M_GROUPED calls runs, and at most how
+         * many (ks_rpc_server_options.group_run; 0: no groups) */
+        void (*group_run)(void *service, ks_call *const *calls, int *codes, int n);
+        int group_max;
 } ks_service_env;
 
 typedef struct ks_service_spec {
