@@ -109,6 +109,7 @@ typedef struct bl_service {
         int32_t dunning_days[BL_DUNNING_RETRIES_MAX];
         int n_dunning;
         ks_counter *charges_ok, *charges_declined;
+        ks_counter *grouped_committed, *grouped_undone; /* calls, by their group's outcome */
 } bl_service;
 
 extern const ks_method_table bl_methods;

@@ -94,6 +94,16 @@ static void init_metrics(bl_service *svc)
         svc->charges_ok = ks_counter_get(reg, "keelson_billing_charges_total",
                                          "Automatic and requested card charges by outcome",
                                          "result=\"succeeded\"");
+        svc->grouped_committed = ks_counter_get(
+            reg, "keelson_billing_grouped_calls_total",
+            "Calls of a group (a tenant's queued writes run in one transaction) by outcome:"
+            " committed together, or rolled back and run one by one",
+            "outcome=\"committed\"");
+        svc->grouped_undone = ks_counter_get(
+            reg, "keelson_billing_grouped_calls_total",
+            "Calls of a group (a tenant's queued writes run in one transaction) by outcome:"
+            " committed together, or rolled back and run one by one",
+            "outcome=\"run_alone\"");
         svc->charges_declined = ks_counter_get(reg, "keelson_billing_charges_total",
                                                "Automatic and requested card charges by outcome",
                                                "result=\"declined\"");

@@ -287,20 +287,40 @@ static void create_forget(void *arg)
         a->cres = a->pres = NULL;
 }
 
+/* Whether a creation before args[i] in its group is for the same customer. */
+static bool customer_before(void *const *args, int i)
+{
+        const create_args *a = args[i];
+
+        for (int k = 0; k < i; k++) {
+                if (strcmp(((const create_args *)args[k])->in->customer_id, a->in->customer_id) ==
+                    0) {
+                        return true;
+                }
+        }
+        return false;
+}
+
 /*
  * The reads of a group's creations, every one's customer and plan, in one
  * round trip (with BEGIN): their writes then wait, deferred, for the seal,
- * which numbers every invoice in its insert.
+ * which numbers every invoice in its insert. A customer's second creation
+ * in the group reads for itself, after the first one's writes (its credit
+ * balance may have been spent).
  */
 static int create_reads(bl_tx *tx, void *const *args, int n)
 {
         ks_pg_stmt s[KS_PG_PIPELINE_MAX / 2];
+        int k = 0;
 
         KS_ASSERT(n >= 1 && 2 * n <= KS_PG_PIPELINE_MAX / 2);
         for (int i = 0; i < n; i++) {
-                input_reads(args[i], &s[2 * i]);
+                if (!customer_before(args, i)) {
+                        input_reads(args[i], &s[k]);
+                        k += 2;
+                }
         }
-        return bl_pipeline(tx, s, 2 * n);
+        return bl_pipeline(tx, s, k);
 }
 
 /*

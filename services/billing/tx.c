@@ -490,6 +490,7 @@ static int run_group_in_tx(bl_tx *tx, ks_call *const *calls, void *const *args, 
 void bl_tx_run_group(ks_call *const *calls, void *const *args, int n, const bl_group_fns *fns,
                      int *codes)
 {
+        bl_service *svc = calls[0]->service;
         bl_idem_state *idem = calloc((size_t)n, sizeof(*idem));
         char(*fps)[2 + 64 + 1] = calloc((size_t)n, sizeof(*fps));
         bl_tx tx;
@@ -503,6 +504,7 @@ void bl_tx_run_group(ks_call *const *calls, void *const *args, int n, const bl_g
         }
         if (n < 2 || idem == NULL || fps == NULL || rc != KS_OK || keys_repeat(calls, n) ||
             call_tx(calls[0], &tx) != KS_OK) {
+                ks_counter_add(svc->grouped_undone, (uint64_t)n);
                 run_alone(calls, args, n, fns, codes);
                 goto out;
         }
@@ -515,9 +517,11 @@ void bl_tx_run_group(ks_call *const *calls, void *const *args, int n, const bl_g
                 fns->forget(args[i]);
         }
         if (rc != KS_OK) {
+                ks_counter_add(svc->grouped_undone, (uint64_t)n);
                 run_alone(calls, args, n, fns, codes);
                 goto out;
         }
+        ks_counter_add(svc->grouped_committed, (uint64_t)n);
         for (int i = 0; i < n; i++) {
                 codes[i] = KS_OK;
         }

@@ -38,6 +38,7 @@ typedef struct worker {
         char ids[ROUNDS][BIT_ID_MAX];     /* the invoices this worker had finalized */
         char numbers[ROUNDS][BIT_ID_MAX]; /* their numbers, as the replies said */
         int done, refused, failed;
+        bool creations_only; /* every finalization a subscription's creation */
 } worker;
 
 /* The string at path of a JSON reply body into out; false when absent. */
@@ -71,7 +72,7 @@ static bool finalize_one(worker *w, int round)
         char json[512], draft[BIT_ID_MAX];
         const char *path = "latestInvoice";
 
-        if ((w->index + round) % 2 == 0) {
+        if (w->creations_only || (w->index + round) % 2 == 0) {
                 snprintf(json, sizeof(json), "{\"customerId\":\"%s\",\"planCode\":\"pro\"}",
                          w->cust);
                 if (!call(w, "CreateSubscription", json, 200, &r)) {
@@ -148,8 +149,8 @@ static void expect_stored(const char *tenant_id, const char *id, const char *num
                          1);
 }
 
-/* keelson_rpc_tenant_turn_waits_total of billing, over every billing replica. */
-static double turn_waits(void)
+/* A counter of billing's RPC servers, over every billing replica. */
+static double billing_metric(const char *name)
 {
         int ports[IT_REPLICAS_MAX];
         int n = it_stack_ports("KEELSON_IT_BILLING_HEALTH_PORTS", ports, IT_REPLICAS_MAX);
@@ -157,10 +158,63 @@ static double turn_waits(void)
 
         assert_true(n >= 1);
         for (int i = 0; i < n; i++) {
-                sum += it_metric_sum_at(ports[i], "keelson_rpc_tenant_turn_waits_total",
-                                        "service=\"billing\"");
+                sum += it_metric_sum_at(ports[i], name, "service=\"billing\"");
         }
         return sum;
+}
+
+/* keelson_billing_grouped_calls_total of one outcome, over every billing replica. */
+static double grouped_calls(const char *outcome)
+{
+        int ports[IT_REPLICAS_MAX];
+        int n = it_stack_ports("KEELSON_IT_BILLING_HEALTH_PORTS", ports, IT_REPLICAS_MAX);
+        char labels[64];
+        double sum = 0;
+
+        snprintf(labels, sizeof(labels), "outcome=\"%s\"", outcome);
+        for (int i = 0; i < n; i++) {
+                sum += it_metric_sum_at(ports[i], "keelson_billing_grouped_calls_total", labels);
+        }
+        return sum;
+}
+
+static double turn_waits(void)
+{
+        return billing_metric("keelson_rpc_tenant_turn_waits_total");
+}
+
+/*
+ * The workers' numbers: each once, from before + 1 to before + total, each
+ * the one stored and announced (before: invoices numbered earlier).
+ */
+static void expect_gapless(const char *tenant_id, worker *w, int n_workers, int total, int before)
+{
+        bool *seen = calloc((size_t)total + 1, sizeof(*seen));
+        int got = 0;
+
+        assert_non_null(seen);
+        for (int i = 0; i < n_workers; i++) {
+                for (int k = 0; k < w[i].done; k++) {
+                        const char *num = w[i].numbers[k];
+                        int n = atoi(num + 4) - before;
+                        assert_true(strncmp(num, "INV-", 4) == 0 && strlen(num) == 10);
+                        assert_true(n >= 1 && n <= total && !seen[n]);
+                        seen[n] = true;
+                        expect_stored(tenant_id, w[i].ids[k], num);
+                        got++;
+                }
+        }
+        assert_int_equal(got, total);
+        free(seen);
+        const char *p[1] = {tenant_id};
+        assert_int_equal(ait_sql_long("SELECT count(*) FROM billing.invoices WHERE tenant_id ="
+                                      " $1::uuid AND number IS NOT NULL",
+                                      1, p),
+                         before + total);
+        assert_int_equal(ait_sql_long("SELECT last FROM billing.counters WHERE tenant_id ="
+                                      " $1::uuid AND kind = 1",
+                                      1, p),
+                         before + total);
 }
 
 static void test_concurrent_finalizations_are_gapless(void **state)
@@ -170,7 +224,6 @@ static void test_concurrent_finalizations_are_gapless(void **state)
         char cust[BIT_ID_MAX];
         worker w[THREADS];
         pthread_t th[THREADS];
-        bool seen[CALLS + 1] = {false};
 
         bit_tenant_new("bl-numbers", &t);
         bit_plan(&t, "pro", "USD", "FLAT", 1000, "MONTH", 1, 0);
@@ -181,36 +234,99 @@ static void test_concurrent_finalizations_are_gapless(void **state)
                 w[i] = (worker){.t = &t, .cust = cust, .index = i};
                 assert_int_equal(pthread_create(&th[i], NULL, work, &w[i]), 0);
         }
-        int total = 0;
         for (int i = 0; i < THREADS; i++) {
                 pthread_join(th[i], NULL);
                 assert_int_equal(w[i].failed, 0);
                 assert_int_equal(w[i].done, ROUNDS);
-                for (int k = 0; k < w[i].done; k++) {
-                        const char *num = w[i].numbers[k];
-                        int n = atoi(num + 4);
-                        assert_true(strncmp(num, "INV-", 4) == 0 && strlen(num) == 10);
-                        assert_true(n >= 1 && n <= CALLS && !seen[n]);
-                        seen[n] = true;
-                        expect_stored(t.owner.tenant_id, w[i].ids[k], num);
-                        total++;
-                }
         }
-        assert_int_equal(total, CALLS);
         /* Six clients, two replicas, one write of the tenant at a time in each: calls queued. */
         assert_true(turn_waits() > waits);
-        for (int n = 1; n <= CALLS; n++) {
-                assert_true(seen[n]);
+        expect_gapless(t.owner.tenant_id, w, THREADS, CALLS, 0);
+        bit_wait_posted(t.owner.tenant_id, 30000);
+        json_decref(bit_reconcile_clean(&t));
+}
+
+/*
+ * A burst of creations, a customer per client, some refused in the
+ * transaction (the plan in another currency): a replica runs a tenant's
+ * creations queued together in one transaction (KS_M_GROUPED,
+ * services/core/ks_rpc_server.c "Groups"), which keelson_rpc_grouped_calls_total
+ * counts. A group with a refused member is rolled back and each member runs
+ * alone, so every client still gets its own answer, and the numbers stay
+ * gapless, each the one its reply, its row and its event carry; the ledger
+ * holds each invoice's chain once.
+ */
+#define BURST_THREADS   10
+#define BURST_CUSTOMERS 6 /* four of them shared by two clients */
+#define BURST_ROUNDS    ROUNDS
+
+/* A finalized one-off invoice with a negative total: the customer holds that much credit. */
+static void give_credit(const bit_tenant *t, const char *cust, int amount)
+{
+        worker w = {.t = t};
+        it_http_response r;
+        char json[512], id[BIT_ID_MAX];
+
+        snprintf(json, sizeof(json),
+                 "{\"customerId\":\"%s\",\"lines\":[{\"description\":\"Goodwill\","
+                 "\"unitAmount\":\"-%d\"}]}",
+                 cust, amount);
+        assert_true(call(&w, "CreateInvoice", json, 200, &r));
+        assert_true(field(r.body, "invoice.id", id, sizeof(id)));
+        it_http_response_free(&r);
+        snprintf(json, sizeof(json), "{\"id\":\"%s\"}", id);
+        assert_true(call(&w, "FinalizeInvoice", json, 200, &r));
+        it_http_response_free(&r);
+}
+
+static void test_a_burst_of_creations_runs_in_groups(void **state)
+{
+        (void)state;
+        bit_tenant t;
+        static char cust[BURST_CUSTOMERS][BIT_ID_MAX];
+        static worker w[BURST_THREADS];
+        pthread_t th[BURST_THREADS];
+
+        bit_tenant_new("bl-groups", &t);
+        bit_plan(&t, "pro", "USD", "FLAT", 1000, "MONTH", 1, 0);
+        bit_plan(&t, "euro", "EUR", "FLAT", 1000, "MONTH", 1, 0);
+        /* Each customer's credit pays for two creations and part of a third: a customer's
+         * creations in one group must each see what the one before spent. */
+        for (int i = 0; i < BURST_CUSTOMERS; i++) {
+                bit_customer(&t, "USD", 1000, "pm_card_visa", "", cust[i]);
+                give_credit(&t, cust[i], 2500);
         }
+        double grouped = billing_metric("keelson_rpc_grouped_calls_total");
+        double committed = grouped_calls("committed"), alone = grouped_calls("run_alone");
+        for (int i = 0; i < BURST_THREADS; i++) {
+                w[i] = (worker){
+                    .t = &t, .cust = cust[i % BURST_CUSTOMERS], .index = i, .creations_only = true};
+                assert_int_equal(pthread_create(&th[i], NULL, work, &w[i]), 0);
+        }
+        int refused = 0;
+        for (int i = 0; i < BURST_THREADS; i++) {
+                pthread_join(th[i], NULL);
+                assert_int_equal(w[i].failed, 0);
+                assert_int_equal(w[i].done, BURST_ROUNDS);
+                refused += w[i].refused;
+        }
+        assert_true(refused > 0);
+        /* Groups were made; some committed whole, some (with a refused member) ran call by call. */
+        assert_true(billing_metric("keelson_rpc_grouped_calls_total") > grouped);
+        assert_true(grouped_calls("committed") > committed);
+        assert_true(grouped_calls("run_alone") > alone);
+        /* The creations' numbers after the credits' (1..BURST_CUSTOMERS): gapless all the same. */
+        expect_gapless(t.owner.tenant_id, w, BURST_THREADS, BURST_THREADS * BURST_ROUNDS,
+                       BURST_CUSTOMERS);
         const char *p[1] = {t.owner.tenant_id};
-        assert_int_equal(ait_sql_long("SELECT count(*) FROM billing.invoices WHERE tenant_id ="
-                                      " $1::uuid AND number IS NOT NULL",
+        assert_int_equal(ait_sql_long("SELECT count(*) FROM billing.subscriptions WHERE"
+                                      " tenant_id = $1::uuid",
                                       1, p),
-                         CALLS);
-        assert_int_equal(ait_sql_long("SELECT last FROM billing.counters WHERE tenant_id ="
-                                      " $1::uuid AND kind = 1",
+                         BURST_THREADS * BURST_ROUNDS);
+        assert_int_equal(ait_sql_long("SELECT sum(credit_balance) FROM billing.customers WHERE"
+                                      " tenant_id = $1::uuid",
                                       1, p),
-                         CALLS);
+                         0); /* every credit spent, once */
         bit_wait_posted(t.owner.tenant_id, 30000);
         json_decref(bit_reconcile_clean(&t));
 }
@@ -219,6 +335,7 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_concurrent_finalizations_are_gapless),
+            cmocka_unit_test(test_a_burst_of_creations_runs_in_groups),
         };
         return cmocka_run_group_tests(tests, bit_setup, NULL);
 }

@@ -35,6 +35,8 @@ typedef struct test_service {
         bool release;
         bool lose;              /* "lost" requests are never answered, as by a dead replica */
         atomic_bool no_free_db; /* what the loop must not wait for is taken (inline_ready) */
+        atomic_int group_runs;  /* group_run's calls, and the most calls one had */
+        atomic_int group_largest;
 } test_service;
 
 typedef struct fixture {
@@ -93,12 +95,52 @@ static const ks_method methods[] = {
      .handler = echo,
      .flags = KS_M_PUBLIC | KS_M_IDEMPOTENT,
      .bearer = KS_BEARER_NONE},
+    /* the same handler as a write a tenant's queued calls of may run together */
+    {.name = "keelson.auth.v1.AuthService/EchoGrouped",
+     .input = &keelson__auth__v1__sign_up_request__descriptor,
+     .output = &keelson__auth__v1__sign_up_response__descriptor,
+     .handler = echo,
+     .flags = KS_M_PUBLIC | KS_M_GROUPED,
+     .bearer = KS_BEARER_NONE},
 };
 #define N_METHODS (sizeof(methods) / sizeof(methods[0]))
 
 static bool db_free(void *arg)
 {
         return !atomic_load(&((test_service *)arg)->no_free_db);
+}
+
+/* A group: each call echoed on its own, the group's size noted. */
+static void group_echo(void *service, ks_call *const *calls, int *codes, int n)
+{
+        test_service *svc = service;
+        atomic_fetch_add(&svc->group_runs, 1);
+        if (n > atomic_load(&svc->group_largest)) {
+                atomic_store(&svc->group_largest, n);
+        }
+        for (int i = 0; i < n; i++) {
+                codes[i] = echo(calls[i]);
+        }
+}
+
+static int start_server_groups(fixture *f, int i, int workers, int tenant_writers, int group_max)
+{
+        const char *urls[] = {f->back};
+        ks_rpc_server_options o = {
+            .service_name = "auth",
+            .dial_urls = urls,
+            .n_dial_urls = 1,
+            .methods = methods,
+            .n_methods = N_METHODS,
+            .workers = workers,
+            .queue_max = 16,
+            .max_inflight = 64,
+            .service = &f->svc[i],
+            .tenant_writers = tenant_writers,
+            .group_run = group_max > 1 ? group_echo : NULL,
+            .group_max = group_max,
+        };
+        return ks_rpc_server_start(&f->srv[i], &o);
 }
 
 static int start_server_turns(fixture *f, int i, int workers, int queue_max, int inflight,
@@ -669,7 +711,9 @@ static void test_events_flooded_subscriber(void **state)
 typedef struct bg_call {
         fixture *f;
         const char *email, *tenant;
+        const ks_method *method; /* NULL: SignUp */
         int code;
+        char user_id[64]; /* the reply's */
         atomic_bool done;
 } bg_call;
 
@@ -677,8 +721,13 @@ static void *bg_write(void *p)
 {
         bg_call *c = p;
         ks_rpc_result res;
-        c->code = call_as(c->f, &methods[0], c->email, c->tenant, 0, &res);
+        c->code = call_as(c->f, c->method != NULL ? c->method : &methods[0], c->email, c->tenant, 0,
+                          &res);
         if (c->code == KS_OK) {
+                Keelson__Auth__V1__SignUpResponse *out =
+                    keelson__auth__v1__sign_up_response__unpack(NULL, res.payload_len, res.payload);
+                snprintf(c->user_id, sizeof(c->user_id), "%s", out != NULL ? out->user_id : "");
+                keelson__auth__v1__sign_up_response__free_unpacked(out, NULL);
                 ks_rpc_result_clear(&res);
         }
         atomic_store(&c->done, true);
@@ -739,6 +788,95 @@ static void test_tenant_writes_take_turns(void **state)
         assert_true(turn_waits() > waits);
 }
 
+static uint64_t grouped_calls(void)
+{
+        return ks_counter_value(ks_counter_get(
+            ks_metrics_default(), "keelson_rpc_grouped_calls_total", "", "service=\"auth\""));
+}
+
+static void release_blocked(test_service *svc)
+{
+        pthread_mutex_lock(&svc->mu);
+        svc->release = true;
+        pthread_cond_broadcast(&svc->cv);
+        pthread_mutex_unlock(&svc->mu);
+}
+
+/*
+ * Groups (tenant_writers 1, group_max 3, two workers): while tenant-a's
+ * first grouped write runs, four more of its writes queue; when it ends,
+ * one worker takes the oldest three together, in one group_run, and the
+ * fourth after them; each call is answered with its own reply or error.
+ * Another tenant's write is never in tenant-a's group.
+ */
+static void test_tenant_writes_run_in_groups(void **state)
+{
+        fixture *f = *state;
+        assert_int_equal(start_server_groups(f, 0, 2, 1, 3), KS_OK);
+        wait_connected(f, 1);
+        uint64_t grouped = grouped_calls();
+        const char *emails[] = {"block", "g1", "fail", "g3", "g4"};
+        bg_call c[5];
+        pthread_t t[5];
+
+        for (int i = 0; i < 5; i++) {
+                c[i] = (bg_call){
+                    .f = f, .email = emails[i], .tenant = "tenant-a", .method = &methods[2]};
+                assert_int_equal(pthread_create(&t[i], NULL, bg_write, &c[i]), 0);
+                for (int k = 0; i == 0 && k < 500 && atomic_load(&f->svc[0].blocked) < 1; k++) {
+                        sleep_ms(2);
+                }
+                sleep_ms(20); /* queued in this order */
+        }
+        sleep_ms(200);
+        assert_int_equal(atomic_load(&f->svc[0].calls), 1); /* the others wait their turn */
+        bg_call b = {.f = f, .email = "b", .tenant = "tenant-b", .method = &methods[2]};
+        (void)bg_write(&b);
+        assert_int_equal(b.code, KS_OK);
+        assert_string_equal(b.user_id, "b");
+        assert_int_equal(atomic_load(&f->svc[0].group_runs), 0); /* tenant-b's ran alone */
+
+        release_blocked(&f->svc[0]);
+        for (int i = 0; i < 5; i++) {
+                pthread_join(t[i], NULL);
+                assert_int_equal(c[i].code, i == 2 ? KS_FAILED_PRECONDITION : KS_OK);
+                if (i != 2) {
+                        assert_string_equal(c[i].user_id, emails[i]);
+                }
+        }
+        assert_int_equal(atomic_load(&f->svc[0].calls), 6);
+        assert_int_equal(atomic_load(&f->svc[0].group_runs), 1);
+        assert_int_equal(atomic_load(&f->svc[0].group_largest), 3);
+        assert_int_equal(grouped_calls() - grouped, 3);
+}
+
+/* group_max 1: no group, whatever queues. */
+static void test_group_max_one_runs_each_alone(void **state)
+{
+        fixture *f = *state;
+        assert_int_equal(start_server_groups(f, 0, 2, 1, 1), KS_OK);
+        wait_connected(f, 1);
+        bg_call c[3];
+        pthread_t t[3];
+        const char *emails[] = {"block", "x1", "x2"};
+
+        for (int i = 0; i < 3; i++) {
+                c[i] = (bg_call){
+                    .f = f, .email = emails[i], .tenant = "tenant-a", .method = &methods[2]};
+                assert_int_equal(pthread_create(&t[i], NULL, bg_write, &c[i]), 0);
+                for (int k = 0; i == 0 && k < 500 && atomic_load(&f->svc[0].blocked) < 1; k++) {
+                        sleep_ms(2);
+                }
+        }
+        sleep_ms(200);
+        release_blocked(&f->svc[0]);
+        for (int i = 0; i < 3; i++) {
+                pthread_join(t[i], NULL);
+                assert_int_equal(c[i].code, KS_OK);
+        }
+        assert_int_equal(atomic_load(&f->svc[0].group_runs), 0);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -757,6 +895,8 @@ int main(void)
             cmocka_unit_test_setup_teardown(test_events_by_prefix, setup, teardown),
             cmocka_unit_test_setup_teardown(test_events_flooded_subscriber, setup, teardown),
             cmocka_unit_test_setup_teardown(test_tenant_writes_take_turns, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_tenant_writes_run_in_groups, setup, teardown),
+            cmocka_unit_test_setup_teardown(test_group_max_one_runs_each_alone, setup, teardown),
         };
         int failed = cmocka_run_group_tests_name("rpc", tests, NULL, NULL);
         return failed;
