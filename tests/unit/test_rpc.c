@@ -123,28 +123,9 @@ static void group_echo(void *service, ks_call *const *calls, int *codes, int n)
         }
 }
 
-static int start_server_groups(fixture *f, int i, int workers, int tenant_writers, int group_max)
-{
-        const char *urls[] = {f->back};
-        ks_rpc_server_options o = {
-            .service_name = "auth",
-            .dial_urls = urls,
-            .n_dial_urls = 1,
-            .methods = methods,
-            .n_methods = N_METHODS,
-            .workers = workers,
-            .queue_max = 16,
-            .max_inflight = 64,
-            .service = &f->svc[i],
-            .tenant_writers = tenant_writers,
-            .group_run = group_max > 1 ? group_echo : NULL,
-            .group_max = group_max,
-        };
-        return ks_rpc_server_start(&f->srv[i], &o);
-}
-
-static int start_server_turns(fixture *f, int i, int workers, int queue_max, int inflight,
-                              int tenant_writers)
+/* A replica of the echo service: tenant_writers and group_max 0 for none. */
+static int start_server_with(fixture *f, int i, int workers, int queue_max, int inflight,
+                             int tenant_writers, int group_max)
 {
         const char *urls[] = {f->back};
         ks_rpc_server_options o = {
@@ -160,8 +141,21 @@ static int start_server_turns(fixture *f, int i, int workers, int queue_max, int
             .inline_ready = db_free,
             .inline_ready_arg = &f->svc[i],
             .tenant_writers = tenant_writers,
+            .group_run = group_max > 1 ? group_echo : NULL,
+            .group_max = group_max,
         };
         return ks_rpc_server_start(&f->srv[i], &o);
+}
+
+static int start_server_turns(fixture *f, int i, int workers, int queue_max, int inflight,
+                              int tenant_writers)
+{
+        return start_server_with(f, i, workers, queue_max, inflight, tenant_writers, 0);
+}
+
+static int start_server_groups(fixture *f, int i, int workers, int tenant_writers, int group_max)
+{
+        return start_server_with(f, i, workers, 16, 64, tenant_writers, group_max);
 }
 
 static int start_server(fixture *f, int i, int workers, int queue_max, int inflight)
