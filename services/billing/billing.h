@@ -169,6 +169,11 @@ typedef struct bl_tx {
         bl_numbered *numbered;
         size_t n_numbered, cap_numbered;
         bool sealed_any; /* bl_tx_seal numbered something */
+        /* invoice numbers taken ahead (bl_numbers_take_stmt): the next one, and how many left */
+        ks_pg_num take_n;
+        const char *take_params[1];
+        PGresult *take_res;
+        int64_t taken_next, taken_left;
         /* the events of the transaction: one statement, sent with COMMIT (events.c) */
         ks_outbox_batch events;
         bool events_begun;
@@ -764,6 +769,18 @@ int bl_customer_credit(bl_tx *tx, const char *customer_id, int64_t amount);
  * finalized in tx does it first, then bl_number_of.
  */
 int bl_tx_seal(bl_tx *tx);
+/*
+ * The statement that takes n invoice numbers of the tenant's counter now,
+ * for a transaction that knows how many invoices it will finalize (a group
+ * of creations: one each), to send last in the caller's pipeline;
+ * bl_numbers_taken then records them. The seal gives them, in the order
+ * the invoices were finalized, in the invoices' own inserts, which then go
+ * with COMMIT: no round trip of its own. The counter is held from the take
+ * to COMMIT. A seal that finds another count of invoices to number fails
+ * the transaction (a number left unused would be a gap).
+ */
+void bl_numbers_take_stmt(bl_tx *tx, int64_t n, ks_pg_stmt *out);
+int bl_numbers_taken(bl_tx *tx);
 /*
  * invoice_paid for inv: now when inv has its number, else when tx seals
  * (an invoice finalized and paid in one transaction is announced numbered).

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "ks_assert.h"
 #include "ks_crypto.h"
 
@@ -132,6 +134,11 @@ static const char sql_create_numbered[] = SQL_CREATE_NUMBERED(COUNTER_TAKE("1", 
         " SELECT " INV_VALUES ", " INV_NUMBER                                                      \
         " FROM (SELECT last - $36::int8 + $37::int8 AS seq FROM n) s"                              \
         " RETURNING id, number), ln AS (" INV_LINES ") SELECT id, number FROM inv"
+
+/* The same with its number given ($36, taken ahead: bl_numbers_take_stmt). */
+static const char sql_create_numbered_as[] =
+    "WITH inv AS (INSERT INTO billing.invoices (" INV_COLUMNS ", number) VALUES (" INV_VALUES
+    ", $36)) " INV_LINES;
 
 static const char sql_create_numbered_first[] =
     SQL_CREATE_NUMBERED_AT(COUNTER_TAKE("1", "$36::int8"));
@@ -484,6 +491,19 @@ static const char sql_number_one[] =
 static const char sql_number[] = SQL_NUMBER(COUNTER_TAKE("1", "$2::int8"), "i.id = ANY($1::uuid[])",
                                             "b.s + array_position($1::uuid[], i.id)");
 
+/* A number into its entry, and the events that carry it. */
+static int announce_one(bl_tx *tx, bl_numbered *e, const char *number)
+{
+        int rc;
+
+        snprintf(e->inv.number, sizeof(e->inv.number), "%s", number);
+        if ((rc = bl_event_invoice_finalized(tx, &e->inv)) != KS_OK ||
+            (e->paid && (rc = bl_event_invoice_paid(tx, &e->inv)) != KS_OK)) {
+                return rc;
+        }
+        return KS_OK;
+}
+
 /* The numbers of a sealed batch into their entries, and the events that carry them. */
 static int announce(bl_tx *tx, const PGresult *res)
 {
@@ -494,13 +514,96 @@ static int announce(bl_tx *tx, const PGresult *res)
                 if (e == NULL) {
                         return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
                 }
-                snprintf(e->inv.number, sizeof(e->inv.number), "%s", ks_pg_text(res, r, 1));
-                if ((rc = bl_event_invoice_finalized(tx, &e->inv)) != KS_OK ||
-                    (e->paid && (rc = bl_event_invoice_paid(tx, &e->inv)) != KS_OK)) {
+                if ((rc = announce_one(tx, e, ks_pg_text(res, r, 1))) != KS_OK) {
                         return rc;
                 }
         }
         return KS_OK;
+}
+
+/* ---- numbers taken ahead ---------------------------------------------------------------- */
+
+static const char sql_number_as[] = "UPDATE billing.invoices SET number = $2"
+                                    " WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid";
+
+static const char sql_take[] = "WITH " COUNTER_TAKE("1", "$1::int8") " SELECT last FROM n";
+
+void bl_numbers_take_stmt(bl_tx *tx, int64_t n, ks_pg_stmt *out)
+{
+        KS_ASSERT(n >= 1 && tx->take_res == NULL && tx->taken_left == 0);
+        tx->take_n = ks_pg_num_of(n);
+        *out = (ks_pg_stmt){.sql = sql_take, .n_params = 1, .out = &tx->take_res};
+        tx->take_params[0] = tx->take_n.s;
+        out->params = tx->take_params;
+}
+
+int bl_numbers_taken(bl_tx *tx)
+{
+        PGresult *res = tx->take_res;
+        int rc = KS_OK;
+
+        tx->take_res = NULL;
+        if (res == NULL || PQntuples(res) != 1) {
+                rc = bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
+        } else {
+                int64_t n = strtoll(tx->take_n.s, NULL, 10);
+                tx->taken_next = ks_pg_int(res, 0, 0) - n + 1;
+                tx->taken_left = n;
+        }
+        PQclear(res);
+        return rc;
+}
+
+/* "INV-" and six digits of seq, more past 999,999: as INV_NUMBER prints it. */
+static void number_text(int64_t seq, char *out, size_t len)
+{
+        snprintf(out, len, "INV-%06lld", (long long)seq);
+}
+
+/*
+ * The seal of a transaction that took its numbers ahead: each invoice's
+ * waiting insert becomes the numbered one (an invoice already written gets
+ * an UPDATE), sent with COMMIT. The count must be the one taken: else the
+ * transaction fails (a group then runs its calls alone).
+ */
+static int seal_taken(bl_tx *tx, int64_t n)
+{
+        int rc = KS_OK;
+
+        if (n != tx->taken_left) {
+                ks_log_warn(tx->request_id, "invoice numbers taken ahead do not match",
+                            "{s:I, s:I}", "taken", (json_int_t)tx->taken_left, "to_number",
+                            (json_int_t)n);
+                return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
+        }
+        for (size_t i = 0; i < tx->n_numbered && rc == KS_OK; i++) {
+                bl_numbered *e = &tx->numbered[i];
+                char number[32];
+                const char *p[CREATE_PARAMS + 1];
+                bl_deferred d;
+
+                if (e->inv.number[0] != '\0') {
+                        continue;
+                }
+                number_text(tx->taken_next++, number, sizeof(number));
+                tx->taken_left--;
+                if (!bl_defer_take(tx, e->inv.id, sql_create, "billing.invoice", &d)) {
+                        /* written already (a later read of the transaction sent it) */
+                        const char *u[2] = {e->inv.id, number};
+                        rc = bl_defer(tx, sql_number_as, 2, u);
+                } else {
+                        KS_ASSERT(d.n == CREATE_PARAMS);
+                        memcpy(p, d.params, CREATE_PARAMS * sizeof(*p));
+                        p[CREATE_PARAMS] = number;
+                        rc = bl_defer(tx, sql_create_numbered_as, CREATE_PARAMS + 1, p);
+                        bl_deferred_free(&d);
+                }
+                if (rc == KS_OK) {
+                        rc = announce_one(tx, e, number);
+                }
+        }
+        tx->sealed_any = true;
+        return rc;
 }
 
 /*
@@ -606,6 +709,10 @@ int bl_tx_seal(bl_tx *tx)
                         one = tx->numbered[i].inv.id;
                         n++;
                 }
+        }
+        if (tx->taken_left > 0) { /* numbers taken ahead: as many to give */
+                bl_arr_free(&ids);
+                return seal_taken(tx, n);
         }
         if (n == 0) {
                 return KS_OK;

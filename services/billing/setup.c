@@ -39,7 +39,7 @@ const ks_config_var bl_config_vars[] = {
     KS_CFG_INT("KEELSON_BILLING_TENANT_WRITERS", C, tenant_writers, "1", 1, 1024,
                "write calls of one tenant this replica runs at once; the others wait their"
                " turn in the order they came (within their deadline)"),
-    KS_CFG_INT("KEELSON_BILLING_GROUP_MAX", C, group_max, "16", 1, 16,
+    KS_CFG_INT("KEELSON_BILLING_GROUP_MAX", C, group_max, "15", 1, 15,
                "CreateSubscription calls of one tenant queued together that run in one"
                " transaction, in one turn (1: each alone)"),
 };

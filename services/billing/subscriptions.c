@@ -311,16 +311,20 @@ static bool customer_before(void *const *args, int i)
 static int create_reads(bl_tx *tx, void *const *args, int n)
 {
         ks_pg_stmt s[KS_PG_PIPELINE_MAX / 2];
-        int k = 0;
+        int k = 0, rc;
 
-        KS_ASSERT(n >= 1 && 2 * n <= KS_PG_PIPELINE_MAX / 2);
+        KS_ASSERT(n >= 1 && 2 * n + 1 <= KS_PG_PIPELINE_MAX / 2);
         for (int i = 0; i < n; i++) {
                 if (!customer_before(args, i)) {
                         input_reads(args[i], &s[k]);
                         k += 2;
                 }
         }
-        return bl_pipeline(tx, s, k);
+        bl_numbers_take_stmt(tx, n, &s[k++]); /* last: after the customers' locks */
+        if ((rc = bl_pipeline(tx, s, k)) != KS_OK) {
+                return rc;
+        }
+        return bl_numbers_taken(tx);
 }
 
 /*

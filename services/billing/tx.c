@@ -306,6 +306,9 @@ void bl_tx_free(bl_tx *tx)
         tx->deferred = NULL;
         tx->cap_deferred = 0;
         bl_tx_numbered_free(tx);
+        PQclear(tx->take_res);
+        tx->take_res = NULL;
+        tx->taken_left = 0;
         bl_events_clear(tx);
         bl_postings_clear(tx);
 }
