@@ -568,41 +568,64 @@ static void number_text(int64_t seq, char *out, size_t len)
  */
 static int seal_taken(bl_tx *tx, int64_t n)
 {
+        bl_deferred *d = calloc((size_t)n, sizeof(*d));
+        bool *taken = calloc((size_t)n, sizeof(*taken));
         int rc = KS_OK;
+        int64_t k = 0;
 
         if (n != tx->taken_left) {
                 ks_log_warn(tx->request_id, "invoice numbers taken ahead do not match",
                             "{s:I, s:I}", "taken", (json_int_t)tx->taken_left, "to_number",
                             (json_int_t)n);
-                return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
+                rc = bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
+                goto out;
         }
+        if (d == NULL || taken == NULL) {
+                rc = tx->call != NULL ? ks_call_oom(tx->call) : KS_RESOURCE_EXHAUSTED;
+                goto out;
+        }
+        /* Every waiting insert out first: the numbered ones, added after, name the table. */
+        for (size_t i = 0; i < tx->n_numbered; i++) {
+                if (tx->numbered[i].inv.number[0] == '\0') {
+                        taken[k] = bl_defer_take(tx, tx->numbered[i].inv.id, sql_create,
+                                                 "billing.invoice", &d[k]);
+                        k++;
+                }
+        }
+        k = 0;
         for (size_t i = 0; i < tx->n_numbered && rc == KS_OK; i++) {
                 bl_numbered *e = &tx->numbered[i];
                 char number[32];
                 const char *p[CREATE_PARAMS + 1];
-                bl_deferred d;
 
                 if (e->inv.number[0] != '\0') {
                         continue;
                 }
                 number_text(tx->taken_next++, number, sizeof(number));
                 tx->taken_left--;
-                if (!bl_defer_take(tx, e->inv.id, sql_create, "billing.invoice", &d)) {
-                        /* written already (a later read of the transaction sent it) */
+                if (!taken[k]) { /* written already (a later read of the transaction sent it) */
                         const char *u[2] = {e->inv.id, number};
                         rc = bl_defer(tx, sql_number_as, 2, u);
                 } else {
-                        KS_ASSERT(d.n == CREATE_PARAMS);
-                        memcpy(p, d.params, CREATE_PARAMS * sizeof(*p));
+                        KS_ASSERT(d[k].n == CREATE_PARAMS);
+                        memcpy(p, d[k].params, CREATE_PARAMS * sizeof(*p));
                         p[CREATE_PARAMS] = number;
                         rc = bl_defer(tx, sql_create_numbered_as, CREATE_PARAMS + 1, p);
-                        bl_deferred_free(&d);
                 }
+                k++;
                 if (rc == KS_OK) {
                         rc = announce_one(tx, e, number);
                 }
         }
         tx->sealed_any = true;
+out:
+        for (int64_t i = 0; taken != NULL && d != NULL && i < n; i++) {
+                if (taken[i]) {
+                        bl_deferred_free(&d[i]);
+                }
+        }
+        free(taken);
+        free(d);
         return rc;
 }
 
