@@ -758,15 +758,18 @@ int bl_next_number(bl_tx *tx, int kind, const char *prefix, char *out, size_t ou
 /* Adds amount (> 0) to a customer's credit balance (the row is locked by the update). */
 int bl_customer_credit(bl_tx *tx, const char *customer_id, int64_t amount);
 /*
- * Numbers the invoices finalized in tx so far (one statement: the tenant's
- * counter taken once, for all of them, in the order they were finalized;
- * a lone invoice whose insert still waits is inserted numbered, after the
- * other waiting writes, rather than updated) and queues their
- * invoice_finalized and invoice_paid events, which carry the number.
- * Called as late as can be: the counter's row is held from here to
- * COMMIT, so the tenant's finalizations wait for each other only that
- * long. bl_tx_run does it before COMMIT; a reply that shows an invoice
- * finalized in tx does it first, then bl_number_of.
+ * Numbers the invoices finalized in tx so far, in the order they were
+ * finalized, the tenant's counter moved once for all of them, and queues
+ * their invoice_finalized and invoice_paid events, which carry the number.
+ * Invoices whose inserts still wait are inserted numbered, after the other
+ * waiting writes (the first insert taking the counter), rather than
+ * updated; with numbers taken ahead (bl_numbers_take_stmt) no statement is
+ * sent here, and the numbered inserts go with COMMIT. Otherwise one
+ * UPDATE numbers them. Called as late as can be: the counter's row is held
+ * from here (or from the take ahead) to COMMIT, so the tenant's
+ * finalizations wait for each other only that long. bl_tx_run does it
+ * before COMMIT; a reply that shows an invoice finalized in tx does it
+ * first, then bl_number_of.
  */
 int bl_tx_seal(bl_tx *tx);
 /*
