@@ -170,7 +170,8 @@ typedef struct bl_tx {
         size_t n_numbered, cap_numbered;
         bool sealed_any; /* bl_tx_seal numbered something */
         /* invoice numbers taken ahead (bl_numbers_take_stmt): the next one, and how many left */
-        ks_pg_num take_n;
+        int64_t take_count;
+        ks_pg_num take_n; /* take_count as the statement's parameter */
         const char *take_params[1];
         PGresult *take_res;
         int64_t taken_next, taken_left;
@@ -279,8 +280,6 @@ int bl_defer_rewrite(bl_tx *tx, const char *row, const char *sql, int from, int 
  * a statement deferred after it names table (it may need the row first),
  * other than the same statement for another row.
  */
-/* The bl_defer_row of (row, sql) bl_defer_take would take, or NULL; nothing changes. */
-const bl_deferred *bl_defer_find(bl_tx *tx, const char *row, const char *sql, const char *table);
 bool bl_defer_take(bl_tx *tx, const char *row, const char *sql, const char *table,
                    bl_deferred *out);
 void bl_deferred_free(bl_deferred *d);
@@ -759,14 +758,13 @@ int bl_next_number(bl_tx *tx, int kind, const char *prefix, char *out, size_t ou
 int bl_customer_credit(bl_tx *tx, const char *customer_id, int64_t amount);
 /*
  * Numbers the invoices finalized in tx so far, in the order they were
- * finalized, the tenant's counter moved once for all of them, and queues
- * their invoice_finalized and invoice_paid events, which carry the number.
- * Invoices whose inserts still wait are inserted numbered, after the other
- * waiting writes (the first insert taking the counter), rather than
- * updated; with numbers taken ahead (bl_numbers_take_stmt) no statement is
- * sent here, and the numbered inserts go with COMMIT. Otherwise one
- * UPDATE numbers them. Called as late as can be: the counter's row is held
- * from here (or from the take ahead) to COMMIT, so the tenant's
+ * finalized, and queues their invoice_finalized and invoice_paid events,
+ * which carry the number. The numbers come from the tenant's counter moved
+ * once for all of them: taken ahead (bl_numbers_take_stmt), else here, in
+ * one round trip that also carries the waiting writes. Invoices whose
+ * inserts still wait are inserted numbered rather than updated; each
+ * numbered statement goes with COMMIT. Called as late as can be: the
+ * counter's row is held from the take to COMMIT, so the tenant's
  * finalizations wait for each other only that long. bl_tx_run does it
  * before COMMIT; a reply that shows an invoice finalized in tx does it
  * first, then bl_number_of.

@@ -57,13 +57,7 @@ static bool tax_lines(const bl_customer *cust, bl_line *lines, size_t n, bl_tota
         return true;
 }
 
-/*
- * A new invoice and its lines in one statement: the invoice with every
- * column ($1..$23), then its lines from line_no $24 on, from arrays
- * ($25..$33). While it still waits to be sent (bl_defer), a save of the
- * invoice rewrites its values instead of adding an UPDATE (bl_invoice_save):
- * an invoice made, finalized and paid in one call is one row written once.
- */
+/* An invoice's columns and their values ($1..$25), and the insert of its lines (sql_create). */
 #define INV_COLUMNS                                                                                \
         "tenant_id, id, customer_id, subscription_id, billing_reason, currency, description,"      \
         " created_ms, state, subtotal, tax, total, balance_applied, amount_due, amount_paid,"      \
@@ -96,10 +90,6 @@ static bool tax_lines(const bl_customer *cust, bl_line *lines, size_t n, bl_tota
         " ON CONFLICT (tenant_id, kind) DO UPDATE SET last = c.last + " K " RETURNING last),"      \
         " n AS (SELECT last FROM cu UNION ALL SELECT last FROM ci)"
 
-/* "INV-" and six digits of column seq, more past 999,999 (as %06lld prints). */
-#define INV_NUMBER                                                                                 \
-        "'INV-' || CASE WHEN seq < 1000000 THEN lpad(seq::text, 6, '0') ELSE seq::text END"
-
 /*
  * A new invoice and its lines in one statement: the invoice with every
  * column ($1..$25), then its lines from line_no $26 on, from arrays
@@ -110,40 +100,10 @@ static bool tax_lines(const bl_customer *cust, bl_line *lines, size_t n, bl_tota
 static const char sql_create[] = "WITH inv AS (INSERT INTO billing.invoices (" INV_COLUMNS
                                  ") VALUES (" INV_VALUES ")) " INV_LINES;
 
-/*
- * The same, numbered: when the transaction seals and the invoice is still
- * to be written (bl_tx_seal), its insert takes the counter and carries the
- * number, instead of an UPDATE that would write the row again (in all seven
- * of its indexes, since the number is one of them). Sent last, so the
- * counter is held from there to COMMIT only.
- */
-#define SQL_CREATE_NUMBERED(TAKE)                                                                  \
-        "WITH " TAKE ", inv AS (INSERT INTO billing.invoices (" INV_COLUMNS ", number)"            \
-        " SELECT " INV_VALUES ", " INV_NUMBER " FROM (SELECT last AS seq FROM n) s"                \
-        " RETURNING id, number), ln AS (" INV_LINES ") SELECT id, number FROM inv"
-
-static const char sql_create_numbered[] = SQL_CREATE_NUMBERED(COUNTER_TAKE("1", "1"));
-
-/*
- * The same for the k-th ($37) of $36 invoices numbered together: the first
- * moves the counter on by $36, each takes its number from the counter's
- * new last, which the transaction holds from the first on.
- */
-#define SQL_CREATE_NUMBERED_AT(TAKE)                                                               \
-        "WITH " TAKE ", inv AS (INSERT INTO billing.invoices (" INV_COLUMNS ", number)"            \
-        " SELECT " INV_VALUES ", " INV_NUMBER                                                      \
-        " FROM (SELECT last - $36::int8 + $37::int8 AS seq FROM n) s"                              \
-        " RETURNING id, number), ln AS (" INV_LINES ") SELECT id, number FROM inv"
-
-/* The same with its number given ($36, taken ahead: bl_numbers_take_stmt). */
+/* The same with its number given ($36: bl_tx_seal gives the numbers taken). */
 static const char sql_create_numbered_as[] =
     "WITH inv AS (INSERT INTO billing.invoices (" INV_COLUMNS ", number) VALUES (" INV_VALUES
     ", $36)) " INV_LINES;
-
-static const char sql_create_numbered_first[] =
-    SQL_CREATE_NUMBERED_AT(COUNTER_TAKE("1", "$36::int8"));
-static const char sql_create_numbered_next[] = SQL_CREATE_NUMBERED_AT(
-    "n AS (SELECT last FROM billing.counters WHERE tenant_id = billing.ctx_tenant() AND kind = 1)");
 
 #define CREATE_HEAD   7  /* $1..$7: what never changes */
 #define CREATE_STATE  18 /* $8..$25: every mutable column, as bl_invoice_save writes them */
@@ -474,23 +434,6 @@ int bl_invoice_paid_event(bl_tx *tx, const bl_invoice *inv)
         return KS_OK;
 }
 
-/*
- * The counter taken once for every invoice still to number, the numbers
- * given in the order they were finalized: "INV-" and six digits, more past
- * 999,999 (as %06lld prints). One invoice (the usual case) is found by its
- * key, several by "id = ANY": a join on the array lets a plan made on a
- * young table's statistics hash or walk every invoice of the tenant.
- */
-#define SQL_NUMBER(TAKE, ID_IS, SEQ)                                                               \
-        "WITH " TAKE " UPDATE billing.invoices i SET number = (SELECT " INV_NUMBER                 \
-        " FROM (SELECT " SEQ " AS seq) q) FROM (SELECT last - $2::int8 AS s FROM n) b"             \
-        " WHERE i.tenant_id = billing.ctx_tenant() AND " ID_IS " RETURNING i.id, i.number"
-
-static const char sql_number_one[] =
-    SQL_NUMBER(COUNTER_TAKE("1", "$2::int8"), "i.id = $1::uuid", "b.s + 1");
-static const char sql_number[] = SQL_NUMBER(COUNTER_TAKE("1", "$2::int8"), "i.id = ANY($1::uuid[])",
-                                            "b.s + array_position($1::uuid[], i.id)");
-
 /* A number into its entry, and the events that carry it. */
 static int announce_one(bl_tx *tx, bl_numbered *e, const char *number)
 {
@@ -500,23 +443,6 @@ static int announce_one(bl_tx *tx, bl_numbered *e, const char *number)
         if ((rc = bl_event_invoice_finalized(tx, &e->inv)) != KS_OK ||
             (e->paid && (rc = bl_event_invoice_paid(tx, &e->inv)) != KS_OK)) {
                 return rc;
-        }
-        return KS_OK;
-}
-
-/* The numbers of a sealed batch into their entries, and the events that carry them. */
-static int announce(bl_tx *tx, const PGresult *res)
-{
-        int rc = KS_OK;
-
-        for (int r = 0; r < PQntuples(res); r++) {
-                bl_numbered *e = numbered_find(tx, ks_pg_text(res, r, 0));
-                if (e == NULL) {
-                        return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
-                }
-                if ((rc = announce_one(tx, e, ks_pg_text(res, r, 1))) != KS_OK) {
-                        return rc;
-                }
         }
         return KS_OK;
 }
@@ -531,6 +457,7 @@ static const char sql_take[] = "WITH " COUNTER_TAKE("1", "$1::int8") " SELECT la
 void bl_numbers_take_stmt(bl_tx *tx, int64_t n, ks_pg_stmt *out)
 {
         KS_ASSERT(n >= 1 && tx->take_res == NULL && tx->taken_left == 0);
+        tx->take_count = n;
         tx->take_n = ks_pg_num_of(n);
         *out = (ks_pg_stmt){.sql = sql_take, .n_params = 1, .out = &tx->take_res};
         tx->take_params[0] = tx->take_n.s;
@@ -546,50 +473,69 @@ int bl_numbers_taken(bl_tx *tx)
         if (res == NULL || PQntuples(res) != 1) {
                 rc = bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
         } else {
-                int64_t n = strtoll(tx->take_n.s, NULL, 10);
-                tx->taken_next = ks_pg_int(res, 0, 0) - n + 1;
-                tx->taken_left = n;
+                tx->taken_next = ks_pg_int(res, 0, 0) - tx->take_count + 1;
+                tx->taken_left = tx->take_count;
         }
         PQclear(res);
         return rc;
 }
 
-/* "INV-" and six digits of seq, more past 999,999: as INV_NUMBER prints it. */
+/* "INV-" and six digits of seq, more past 999,999 (%06lld). */
 static void number_text(int64_t seq, char *out, size_t len)
 {
         snprintf(out, len, "INV-%06lld", (long long)seq);
 }
 
 /*
- * The seal of a transaction that took its numbers ahead: each invoice's
- * waiting insert becomes the numbered one (an invoice already written gets
- * an UPDATE), sent with COMMIT. The count must be the one taken: else the
- * transaction fails (a group then runs its calls alone).
+ * The seal: each invoice finalized in tx and still unnumbered gets the next
+ * of the numbers taken for them, in the order they were finalized. Numbers
+ * not taken ahead are taken here, in a round trip that also carries the
+ * waiting writes. Every waiting insert of an invoice is taken out first and
+ * added back numbered after (a numbered insert is another statement naming
+ * the table: taking them out one at a time would leave each next one behind
+ * it, to be numbered by an UPDATE); an invoice already written gets an
+ * UPDATE of its number. They go with COMMIT. A count other than the one
+ * taken ahead fails the transaction (a group then runs its calls alone).
  */
-static int seal_taken(bl_tx *tx, int64_t n)
+int bl_tx_seal(bl_tx *tx)
 {
-        bl_deferred *d = calloc((size_t)n, sizeof(*d));
-        bool *taken = calloc((size_t)n, sizeof(*taken));
+        int64_t n = 0, k = 0;
         int rc = KS_OK;
-        int64_t k = 0;
 
-        if (n != tx->taken_left) {
+        for (size_t i = 0; i < tx->n_numbered; i++) {
+                n += tx->numbered[i].inv.number[0] == '\0';
+        }
+        if (n == 0 && tx->taken_left == 0) {
+                return KS_OK;
+        }
+        if (tx->taken_left > 0 && n != tx->taken_left) {
                 ks_log_warn(tx->request_id, "invoice numbers taken ahead do not match",
                             "{s:I, s:I}", "taken", (json_int_t)tx->taken_left, "to_number",
                             (json_int_t)n);
-                rc = bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
-                goto out;
+                return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
         }
+        bl_deferred *d = calloc((size_t)n, sizeof(*d));
+        bool *taken = calloc((size_t)n, sizeof(*taken));
         if (d == NULL || taken == NULL) {
                 rc = tx->call != NULL ? ks_call_oom(tx->call) : KS_RESOURCE_EXHAUSTED;
                 goto out;
         }
-        /* Every waiting insert out first: the numbered ones, added after, name the table. */
         for (size_t i = 0; i < tx->n_numbered; i++) {
                 if (tx->numbered[i].inv.number[0] == '\0') {
                         taken[k] = bl_defer_take(tx, tx->numbered[i].inv.id, sql_create,
                                                  "billing.invoice", &d[k]);
                         k++;
+                }
+        }
+        if (tx->taken_left == 0) {
+                ks_pg_stmt take;
+                bl_numbers_take_stmt(tx, n, &take);
+                if ((rc = bl_pipeline(tx, &take, 1)) == KS_OK) {
+                        rc = bl_numbers_taken(tx);
+                } else {
+                        PQclear(tx->take_res);
+                        tx->take_res = NULL;
+                        goto out;
                 }
         }
         k = 0;
@@ -626,148 +572,6 @@ out:
         }
         free(taken);
         free(d);
-        return rc;
-}
-
-/*
- * The numbering of the one invoice id: its insert, when it still waits to
- * be sent, taking the counter and carrying the number, sent after every
- * other deferred write; else an UPDATE of the row.
- */
-static int number_one(bl_tx *tx, const char *id, PGresult **res)
-{
-        ks_pg_num one = ks_pg_num_of(1);
-        const char *p[2] = {id, one.s};
-        bl_deferred d;
-        int rc;
-
-        if (!bl_defer_take(tx, id, sql_create, "billing.invoice", &d)) {
-                return bl_exec(tx, sql_number_one, 2, p, res);
-        }
-        KS_ASSERT(d.n == CREATE_PARAMS);
-        rc = bl_exec(tx, sql_create_numbered, d.n, (const char *const *)d.params, res);
-        bl_deferred_free(&d);
-        return rc;
-}
-
-/*
- * The numbering of n invoices (ids) whose inserts all still wait to be
- * sent: each insert carries its number, the first taking the counter for
- * all, sent after every other deferred write in one round trip. false,
- * with nothing taken, when one of them was sent already.
- */
-static bool number_inserts(bl_tx *tx, const char *const *ids, int n, int *rc)
-{
-        bl_deferred *d = calloc((size_t)n, sizeof(*d));
-        ks_pg_stmt *st = calloc((size_t)n, sizeof(*st));
-        PGresult **res = calloc((size_t)n, sizeof(*res));
-        const char **p = calloc((size_t)n * (CREATE_PARAMS + 2), sizeof(*p));
-        ks_pg_num *pos = calloc((size_t)n, sizeof(*pos));
-        ks_pg_num count = ks_pg_num_of(n);
-        int taken = 0;
-        bool done = false;
-
-        if (d == NULL || st == NULL || res == NULL || p == NULL || pos == NULL) {
-                goto out;
-        }
-        for (int i = 0; i < n; i++) { /* every insert still deferred: else none is taken */
-                if (bl_defer_find(tx, ids[i], sql_create, "billing.invoice") == NULL) {
-                        goto out;
-                }
-        }
-        for (; taken < n; taken++) {
-                if (!bl_defer_take(tx, ids[taken], sql_create, "billing.invoice", &d[taken])) {
-                        goto out; /* found just before: cannot happen */
-                }
-        }
-        for (int i = 0; i < n; i++) {
-                const char **pi = p + (size_t)i * (CREATE_PARAMS + 2);
-                KS_ASSERT(d[i].n == CREATE_PARAMS);
-                memcpy(pi, d[i].params, CREATE_PARAMS * sizeof(*pi));
-                pos[i] = ks_pg_num_of(i + 1);
-                pi[CREATE_PARAMS] = count.s;
-                pi[CREATE_PARAMS + 1] = pos[i].s;
-                st[i] = (ks_pg_stmt){.sql = i == 0 ? sql_create_numbered_first
-                                                   : sql_create_numbered_next,
-                                     .n_params = CREATE_PARAMS + 2,
-                                     .params = pi,
-                                     .out = &res[i]};
-        }
-        done = true;
-        *rc = bl_pipeline(tx, st, n);
-        for (int i = 0; *rc == KS_OK && i < n; i++) {
-                *rc = PQntuples(res[i]) == 1 ? announce(tx, res[i])
-                                             : bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
-        }
-out:
-        if (!done && taken > 0) {
-                *rc = bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
-                done = true;
-        }
-        for (int i = 0; res != NULL && i < n; i++) {
-                PQclear(res[i]);
-        }
-        for (int i = 0; d != NULL && i < taken; i++) {
-                bl_deferred_free(&d[i]);
-        }
-        free(pos);
-        free(p);
-        free(res);
-        free(st);
-        free(d);
-        return done;
-}
-
-int bl_tx_seal(bl_tx *tx)
-{
-        bl_arr ids = {0};
-        const char *one = NULL; /* the id when there is one */
-        PGresult *res = NULL;
-        int64_t n = 0;
-        int rc;
-
-        for (size_t i = 0; i < tx->n_numbered; i++) {
-                if (tx->numbered[i].inv.number[0] == '\0') {
-                        bl_arr_text(&ids, tx->numbered[i].inv.id);
-                        one = tx->numbered[i].inv.id;
-                        n++;
-                }
-        }
-        if (tx->taken_left > 0) { /* numbers taken ahead: as many to give */
-                bl_arr_free(&ids);
-                return seal_taken(tx, n);
-        }
-        if (n == 0) {
-                return KS_OK;
-        }
-        if (n > 1 && n <= KS_PG_PIPELINE_MAX / 2) {
-                const char *v[KS_PG_PIPELINE_MAX / 2];
-                int k = 0;
-                for (size_t i = 0; i < tx->n_numbered; i++) {
-                        if (tx->numbered[i].inv.number[0] == '\0') {
-                                v[k++] = tx->numbered[i].inv.id;
-                        }
-                }
-                if (number_inserts(tx, v, k, &rc)) {
-                        bl_arr_free(&ids);
-                        tx->sealed_any = true;
-                        return rc;
-                }
-        }
-        ks_pg_num count = ks_pg_num_of(n);
-        const char *p[2] = {bl_arr_done(&ids), count.s};
-        if (p[0] == NULL) {
-                bl_arr_free(&ids);
-                return tx->call != NULL ? ks_call_oom(tx->call) : KS_RESOURCE_EXHAUSTED;
-        }
-        rc = n == 1 ? number_one(tx, one, &res) : bl_exec(tx, sql_number, 2, p, &res);
-        bl_arr_free(&ids);
-        if (rc != KS_OK) {
-                return rc;
-        }
-        rc = PQntuples(res) == n ? announce(tx, res) : bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
-        PQclear(res);
-        tx->sealed_any = true;
         return rc;
 }
 

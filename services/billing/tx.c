@@ -151,13 +151,6 @@ static bool named_after(const bl_tx *tx, size_t i, const char *table)
         return false;
 }
 
-const bl_deferred *bl_defer_find(bl_tx *tx, const char *row, const char *sql, const char *table)
-{
-        const bl_deferred *d = deferred_of(tx, row, sql);
-
-        return d == NULL || named_after(tx, (size_t)(d - tx->deferred), table) ? NULL : d;
-}
-
 bool bl_defer_take(bl_tx *tx, const char *row, const char *sql, const char *table, bl_deferred *out)
 {
         bl_deferred *d = deferred_of(tx, row, sql);
