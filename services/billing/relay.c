@@ -74,11 +74,14 @@ typedef Keelson__Ledger__V1__Account account_pb;
 
 static const char sql_open[] = "BEGIN; SET LOCAL ROLE keelson_billing_worker";
 
-/* Queued ids, each posting found by its key (OFFSET 0 keeps the join a lookup per id). */
+/*
+ * Queued ids from $2 on (ks_claim_window), each posting found by its key
+ * (OFFSET 0 keeps the join a lookup per id).
+ */
 static const char sql_claim[] =
     "SELECT q.id, p.tenant_id, p.n_transfers, p.transfers, p.accounts"
-    " FROM (SELECT id FROM billing.postings_queue ORDER BY id LIMIT $1::int8"
-    " FOR UPDATE SKIP LOCKED) q"
+    " FROM (SELECT id FROM billing.postings_queue WHERE id >= $2::int8 ORDER BY id"
+    " LIMIT $1::int8 FOR UPDATE SKIP LOCKED) q"
     " LEFT JOIN LATERAL (SELECT tenant_id, n_transfers, transfers, accounts"
     " FROM billing.postings WHERE id = q.id OFFSET 0) p ON true ORDER BY q.id";
 
@@ -144,6 +147,7 @@ struct bl_relay {
         row *rows;               /* batch_max */
         transfer_pb **transfers; /* ITEMS_PER_CALL_MAX: one call's */
         account_pb **accounts;   /* batch_max * ACCOUNTS_ROW_MAX: a tenant's */
+        ks_claim_window claims;
 
         ks_counter *posted_total, *failed_total, *refused_total;
         ks_counter *errors_db, *errors_ledger;
@@ -685,26 +689,33 @@ done:
 
 /* ---- a round -------------------------------------------------------------------------- */
 
-/* Claims up to batch_max rows into r->rows; *n. The transaction stays open. */
-static step claim(bl_relay *r, PGconn *conn, size_t *n)
+/*
+ * Claims up to batch_max rows from id `from` on into r->rows; *n, and *top
+ * the highest id (0: none). The transaction stays open.
+ */
+static step claim(bl_relay *r, PGconn *conn, long long from, size_t *n, long long *top)
 {
-        ks_pg_num limit = ks_pg_num_of((int64_t)r->batch_max);
+        ks_pg_num limit = ks_pg_num_of((int64_t)r->batch_max), start = ks_pg_num_of(from);
         PGresult *res = PQexec(conn, sql_open);
         ExecStatusType st = PQresultStatus(res);
 
         *n = 0;
+        *top = 0;
         if (st != PGRES_COMMAND_OK) {
                 set_error(r, "%s: %s", ks_pg_sqlstate(res), PQerrorMessage(conn));
                 PQclear(res);
                 return STEP_DB_FAILED;
         }
         PQclear(res);
-        if ((res = db_exec(r, conn, sql_claim, 1, (const char *[]){limit.s})) == NULL) {
+        if ((res = db_exec(r, conn, sql_claim, 2, (const char *[]){limit.s, start.s})) == NULL) {
                 return STEP_DB_FAILED;
         }
         KS_ASSERT((size_t)PQntuples(res) <= r->batch_max);
         for (int i = 0; i < PQntuples(res); i++) {
                 row_read(&r->rows[(*n)++], res, i);
+        }
+        if (*n > 0) { /* ORDER BY q.id: the last is the highest (post_rows sorts by tenant) */
+                *top = r->rows[*n - 1].id;
         }
         PQclear(res);
         return STEP_IDLE;
@@ -774,6 +785,9 @@ static step relay_round(bl_relay *r)
 {
         PGconn *conn = NULL;
         size_t n = 0;
+        int64_t now = ks_mono_ms();
+        long long top = 0;
+        bool full;
         step s;
         int rc;
 
@@ -781,9 +795,12 @@ static step relay_round(bl_relay *r)
                 set_error(r, "no database connection: %s", ks_code_name(rc));
                 return STEP_DB_FAILED;
         }
-        s = claim(r, conn, &n);
+        s = claim(r, conn, ks_claim_window_start(&r->claims, now, &full), &n, &top);
         if (s == STEP_IDLE && n > 0) {
                 s = post_rows(r, conn, n);
+        }
+        if (s == STEP_IDLE || s == STEP_MORE) { /* committed, or nothing claimed */
+                ks_claim_window_done(&r->claims, now, full, top);
         }
         ks_pg_rollback(conn); /* after COMMIT: nothing to undo */
         rows_free(r, n);

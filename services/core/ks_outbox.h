@@ -179,4 +179,26 @@ uint64_t ks_outbox_relay_published(const ks_outbox_relay *r);
  */
 void ks_outbox_retention_sql(char *out, size_t len, const char *schema);
 
+/*
+ * Where a relay's next claim of a queue table (ids taken from a sequence,
+ * deleted once sent) starts: KS_CLAIM_WINDOW ids below the highest any of
+ * its claims took, and at the queue's first id (0) at least every
+ * KS_CLAIM_FULL_EVERY_MS. Sent ids stay in the queue's index as dead
+ * entries until VACUUM, and a claim from the first id walks them all; an
+ * id that commits after ids KS_CLAIM_WINDOW above it were claimed waits for
+ * the next claim from the first id: late by a second at most, never lost.
+ * The outbox's relay and billing's ledger relay claim this way.
+ */
+#define KS_CLAIM_WINDOW        1024
+#define KS_CLAIM_FULL_EVERY_MS 1000
+typedef struct ks_claim_window {
+        long long from;      /* the highest id claimed less the window; 0 at first */
+        int64_t full_due_ms; /* the next claim from the first id, at the latest */
+} ks_claim_window;
+
+/* The id the claim made at now_ms starts at (the claim's "id >= $n"); *full: it is 0. */
+long long ks_claim_window_start(const ks_claim_window *w, int64_t now_ms, bool *full);
+/* After the claim committed: top is the highest id it took (0: none). */
+void ks_claim_window_done(ks_claim_window *w, int64_t now_ms, bool full, long long top);
+
 #endif

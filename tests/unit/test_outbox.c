@@ -631,6 +631,50 @@ static void test_notify_wakes_relay(void **state)
         ks_subscriber_free(s);
 }
 
+/*
+ * A claim looks CLAIM_WINDOW (1,024) ids below the highest it took: an
+ * event whose transaction commits after 1,200 later ones were published
+ * lies below that, and a claim from the queue's first id (at least once a
+ * second) must still find it.
+ */
+static void test_late_commit_below_the_claims_is_published(void **state)
+{
+        (void)state;
+        enum { LATER = 1200 };
+        create_outbox("ob_late");
+        ks_subscriber *s = subscribe("ob_late");
+        ks_outbox_relay *r = relay_start("ob_late", 100, 50, 86400);
+        PGconn *late = db(), *c = db();
+        char id[37];
+
+        assert_int_equal(ks_pg_begin(late, "test"), KS_OK);
+        assert_int_equal(ks_outbox_add(late, "test", "ob_late", "ob_late.created", TENANT,
+                                       (const uint8_t *)"late", 4, id),
+                         KS_OK);
+        sql(c,
+            "INSERT INTO ob_late.outbox (event_id, topic, tenant_id, payload)"
+            " SELECT gen_random_uuid(), 'ob_late.created', '%s', 'later'"
+            " FROM generate_series(1, %d)",
+            TENANT, LATER);
+        assert_true(wait_published_rows(c, "ob_late", LATER));
+        assert_true(sql_int(c, "SELECT max(id) FROM ob_late.outbox") >
+                    sql_int(c, "SELECT min(id) FROM ob_late.outbox") + 1024);
+
+        assert_int_equal(ks_pg_commit(late, "test"), KS_OK);
+        assert_true(wait_published_rows(c, "ob_late", LATER + 1));
+        bool seen = false;
+        event *ev;
+        while (!seen && (ev = next_event(s, WAIT_MS)) != NULL) {
+                seen = strcmp(ev->event_id, id) == 0;
+                keelson__events__v1__event__free_unpacked(ev, NULL);
+        }
+        assert_true(seen);
+        ks_outbox_relay_stop(r);
+        PQfinish(late);
+        PQfinish(c);
+        ks_subscriber_free(s);
+}
+
 typedef struct adder {
         int first;
         int n;
@@ -932,6 +976,7 @@ int main(void)
             cmocka_unit_test(test_any_insert_is_queued),
             cmocka_unit_test(test_notify_wakes_relay),
             cmocka_unit_test(test_two_relays_publish_each_event_once),
+            cmocka_unit_test(test_late_commit_below_the_claims_is_published),
             cmocka_unit_test(test_rejected_row_does_not_block_others),
             cmocka_unit_test(test_relay_options_rejected),
             cmocka_unit_test(test_no_broker_leaves_rows_unpublished),
