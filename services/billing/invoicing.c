@@ -447,7 +447,7 @@ static int announce_one(bl_tx *tx, bl_numbered *e, const char *number)
         return KS_OK;
 }
 
-/* ---- numbers taken ahead ---------------------------------------------------------------- */
+/* ---- the take, and the seal that gives the numbers --------------------------------------- */
 
 static const char sql_number_as[] = "UPDATE billing.invoices SET number = $2"
                                     " WHERE tenant_id = billing.ctx_tenant() AND id = $1::uuid";

@@ -341,8 +341,8 @@ struct ks_outbox_relay {
         int64_t backlog_due_ms;
         long long backlog_last;     /* the gauge's last sample */
         long long poison_logged_id; /* rejected rows up to this id were logged already */
-        ks_claim_window claims;
-        char *ids; /* "{1,2,…}": the rows of a batch to mark */
+        ks_claim_window claims;     /* where the next claim starts */
+        char *ids;                  /* "{1,2,…}": the rows of a batch to mark */
         size_t ids_cap;
 
         ks_counter *published_total;

@@ -234,7 +234,7 @@ static const field changed_account_fields[] = {
  * the key, then the row, whatever the statistics say of the tenant. A plain
  * join of the arrays with the table is planned from them: planned while the
  * tenant's accounts were still few, it scanned them and read the whole
- * arrays again for each (253 accounts: 64,009 comparisons, 20 to 60 ms of
+ * arrays again for each (253 accounts: 64,009 comparisons, 20 to 95 ms of
  * a batch of 750 transfers). The ctid holds: every writer of the tenant
  * locks its clock first (db.c), so no other transaction updates these rows
  * before this one commits.
