@@ -481,6 +481,101 @@ static void test_grouped_small_batches(void **state)
         PQfinish(c);
 }
 
+/* ---- wide batches: more than a thousand accounts changed by one batch --------------- */
+
+#define WIDE_PAIRS  1200 /* accounts changed by a batch: 2 * WIDE_PAIRS */
+#define WIDE_FIRST  100000
+#define WIDE_ROUNDS 3
+
+typedef struct wide_balances {
+        u128 dp, dpo, cp, cpo;
+} wide_balances;
+
+/*
+ * Batches that change 2,400 accounts each (services/ledger/rows.c updates
+ * those with a join planned for the batch, smaller ones by key probes),
+ * then one that changes two, over the same accounts: posted transfers one
+ * way, pending ones the other. Every account's balances, as LookupAccounts
+ * returns them, must be what the test summed itself, and the stored rows
+ * must agree with the stored transfers.
+ */
+static void test_wide_batches(void **state)
+{
+        static lt_account_pb a[2 * WIDE_PAIRS];
+        static lt_transfer_pb x[2 * WIDE_PAIRS];
+        static wide_balances want[2 * WIDE_PAIRS];
+        static int results[2 * WIDE_PAIRS];
+        static u128 ids[2 * WIDE_PAIRS];
+        uint64_t next = 0;
+        (void)state;
+
+        for (int i = 0; i < 2 * WIDE_PAIRS; i++) {
+                ids[i] = WIDE_FIRST + (u128)i;
+                lt_account_init(&a[i], ids[i], 7, 1, 0);
+        }
+        lt_create_accounts(&g_t, a, 2 * WIDE_PAIRS, results);
+        for (int i = 0; i < 2 * WIDE_PAIRS; i++) {
+                assert_int_equal(results[i], AR(ok));
+        }
+        for (int round = 0; round < WIDE_ROUNDS; round++) {
+                int n = 0;
+                for (int i = 0; i < WIDE_PAIRS; i++) {
+                        int dr = i, cr = WIDE_PAIRS + (i * 7 + round) % WIDE_PAIRS;
+                        u128 amount = (u128)(i + 1) * (u128)(round + 1);
+                        /* Posted, debit to credit; pending, the other way. */
+                        lt_transfer_init(&x[n++], lt_u128(7, ++next), ids[dr], ids[cr], amount, 7,
+                                         1, 0);
+                        want[dr].dpo += amount;
+                        want[cr].cpo += amount;
+                        lt_transfer_init(&x[n++], lt_u128(7, ++next), ids[cr], ids[dr], amount, 7,
+                                         1, TF_PENDING);
+                        want[cr].dp += amount;
+                        want[dr].cp += amount;
+                }
+                lt_create_transfers(&g_t, x, (size_t)n, results);
+                for (int i = 0; i < n; i++) {
+                        if (results[i] != TR(ok)) {
+                                fail_msg("round %d, transfer %d: %s", round, i,
+                                         lt_tr_name(results[i]));
+                        }
+                }
+        }
+        /* A narrow batch over the same accounts: two changed, by key probes. */
+        lt_transfer_init(&x[0], lt_u128(7, ++next), ids[0], ids[2 * WIDE_PAIRS - 1], 5, 7, 1, 0);
+        want[0].dpo += 5;
+        want[2 * WIDE_PAIRS - 1].cpo += 5;
+        lt_create_transfers(&g_t, x, 1, results);
+        assert_int_equal(results[0], TR(ok));
+
+        for (int from = 0; from < 2 * WIDE_PAIRS; from += 1000) {
+                size_t n = 2 * WIDE_PAIRS - from < 1000 ? (size_t)(2 * WIDE_PAIRS - from) : 1000;
+                Keelson__Ledger__V1__LookupAccountsResponse *r =
+                    lt_lookup_accounts(&g_t, &ids[from], n);
+                assert_int_equal(r->n_accounts, n);
+                for (size_t k = 0; k < n; k++) {
+                        const lt_account_pb *got = r->accounts[k];
+                        u128 id = lt_u128(got->id_hi, got->id);
+                        assert_true(id >= WIDE_FIRST && id < WIDE_FIRST + 2 * WIDE_PAIRS);
+                        const wide_balances *w = &want[id - WIDE_FIRST];
+                        if (lt_u128(got->debits_pending_hi, got->debits_pending) != w->dp ||
+                            lt_u128(got->debits_posted_hi, got->debits_posted) != w->dpo ||
+                            lt_u128(got->credits_pending_hi, got->credits_pending) != w->cp ||
+                            lt_u128(got->credits_posted_hi, got->credits_posted) != w->cpo) {
+                                fail_msg("account %" PRIu64 ": balances differ from the transfers'",
+                                         lt_lo(id));
+                        }
+                }
+                protobuf_c_message_free_unpacked(&r->base, NULL);
+        }
+        PGconn *c = it_pg_connect(&g_stack);
+        assert_non_null(c);
+        char sql[4096];
+        snprintf(sql, sizeof(sql), lt_sql_account_sums, g_t.tenant_id);
+        assert_int_equal(it_sql_long(c, sql, 0, NULL), 0);
+        assert_int_equal(it_sql_long(c, lt_sql_ledger_sums, 0, NULL), 0);
+        PQfinish(c);
+}
+
 static int group_setup(void **state)
 {
         (void)state;
@@ -492,6 +587,7 @@ int main(void)
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_hammer_hot_accounts),
             cmocka_unit_test(test_grouped_small_batches),
+            cmocka_unit_test(test_wide_batches),
         };
         return cmocka_run_group_tests(tests, group_setup, NULL);
 }
