@@ -24,6 +24,16 @@
  * (autovacuum looks once a minute), and a claim from the first id walked
  * them all (13 ms to the first of 100 rows under bench_billing).
  *
+ * The queue is read by its key only: the relay's connection runs with
+ * enable_seqscan off (relay_connect). Its statements are prepared with
+ * generic plans (ks_pg.c), made at their first run, most often on an empty
+ * queue, where the planner scans and sorts the table rather than read its
+ * index; that plan is kept. After an outage (no broker, a stopped relay)
+ * the backlog is then scanned and sorted at every claim, and every mark
+ * compares each queued id with the batch's ids: a drain quadratic in the
+ * backlog. With the index, a claim and a mark cost their own rows
+ * (docs/performance.md, "A backlog after an outage").
+ *
  * Failures are states, logged when entered, not at every retry: the database
  * cannot be reached, statements fail on a live connection, or the publisher
  * refuses. Each is retried after a backoff (100 ms doubling to 5 s) that an
@@ -712,10 +722,15 @@ static bool relay_connect(ks_outbox_relay *r)
                             r->schema);
         }
         r->conn = c;
-        /* The pools' session settings: generic plans for the prepared statements, no JIT. */
+        /*
+         * The pools' session settings: generic plans for the prepared statements,
+         * no JIT; and the queue read by its key whatever it held when a plan was
+         * made (the head of this file).
+         */
         char sql[KS_PG_SESSION_SQL_MAX];
         ks_pg_session_sql(sql, STATEMENT_TIMEOUT_MS);
-        if (!relay_ok(r, sql, 0, NULL) || !relay_ok(r, r->sql_listen, 0, NULL)) {
+        if (!relay_ok(r, sql, 0, NULL) || !relay_ok(r, "SET enable_seqscan = off", 0, NULL) ||
+            !relay_ok(r, r->sql_listen, 0, NULL)) {
                 PQfinish(r->conn);
                 r->conn = NULL;
                 return false;

@@ -113,11 +113,67 @@ static void test_gone_posting_leaves_queue(void **state)
             wait_for("SELECT count(*) FROM billing.postings_queue WHERE id = $1::int8", id, 0));
 }
 
+/* How often billing.postings_queue was read by a sequential scan, so far. */
+static long queue_seq_scans(void)
+{
+        return ait_sql_long("SELECT coalesce(seq_scan, 0) FROM pg_stat_user_tables"
+                            " WHERE schemaname = 'billing' AND relname = 'postings_queue'",
+                            0, NULL);
+}
+
+/*
+ * The relay's claim is planned on an empty queue its statistics call empty
+ * (VACUUM ANALYZE, then the relay's empty rounds), and then a backlog of
+ * postings arrives at once, as after an outage of the ledger. The relay
+ * works through it reading the queue by its key (every posting here is
+ * refused at each of its ATTEMPTS_MAX rounds, so the backlog is claimed
+ * again and again): the queue's statistics count no sequential scan while
+ * it does. The waits read billing.postings, not the queue.
+ */
+static void test_backlog_is_read_by_the_queues_key(void **state)
+{
+        enum { BACKLOG = 1500 };
+        char tenant[37], first[24];
+        PGconn *pg = ait_pg();
+
+        (void)state;
+        PQclear(it_sql(pg, "VACUUM ANALYZE billing.postings_queue", 0, NULL));
+        /* The relay's rounds now plan on the empty queue; a backend reports its statistics at
+         * most once a second, at the end of a transaction. */
+        it_sleep_ms(2500);
+        long before = queue_seq_scans();
+        assert_int_equal(ks_uuid_v4(tenant), 0);
+        const char *p[2] = {tenant, "1500"};
+        PGresult *r = it_sql(pg,
+                             "INSERT INTO billing.postings (tenant_id, source_type, source_id,"
+                             " currency, n_transfers, transfers, accounts)"
+                             " SELECT $1::uuid, 1, gen_random_uuid(), 'USD', 1, '\\x00ff',"
+                             " '\\x00ff' FROM generate_series(1, $2::int4) RETURNING id",
+                             2, p);
+        assert_int_equal(PQntuples(r), BACKLOG);
+        snprintf(first, sizeof(first), "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+        PQfinish(pg);
+        const char *tp[1] = {tenant};
+        bool done = false;
+        for (int waited = 0; !done && waited < 4 * WAIT_MS; waited += 100) {
+                done = ait_sql_long("SELECT count(*) FROM billing.postings WHERE tenant_id ="
+                                    " $1::uuid AND failed",
+                                    1, tp) == BACKLOG;
+                it_sleep_ms(100);
+        }
+        assert_true(done);
+        it_sleep_ms(2500); /* the relay's empty rounds carry its statistics out */
+        assert_int_equal(queue_seq_scans(), before);
+        assert_int_equal(queued(first), 0);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_refused_posting_fails_and_leaves_queue),
             cmocka_unit_test(test_gone_posting_leaves_queue),
+            cmocka_unit_test(test_backlog_is_read_by_the_queues_key),
         };
         return cmocka_run_group_tests(tests, ait_setup, NULL);
 }
