@@ -13,7 +13,12 @@
  *   1. CreateSubscription: --clients connections for --seconds, each call a
  *      subscription, its first invoice with tax, finalized (a gapless
  *      number), charged through the mock provider, and its ledger postings
- *      queued (invoice and payment chains); req/s and p50/p95/p99.
+ *      queued (invoice and payment chains); req/s and p50/p95/p99. Each
+ *      connection names its own customers in turn. Driven by wrk when it
+ *      is installed (two threads, each cycling through its half of the
+ *      customers), else by this tool's threads, one a connection (libcurl,
+ *      which cost the shared cores about 80 µs a creation against wrk's
+ *      20); the tool says which.
  *   2. After the relay drained the postings: GetReconciliation, and the
  *      invoices, ledger chains and discrepancies it reports (must be 0),
  *      with the ledger's own count of transfers for the tenant.
@@ -519,43 +524,99 @@ static const char naive_list[] =
  * prints the count, the failures and the percentiles. 1 when wrk is not
  * there (the thread client runs instead), -1 on a failure.
  */
-static int run_list_wrk(int clients, int seconds, phase *out)
+/*
+ * The Lua script of a wrk run: ListCustomers' one body, or CreateSubscription's
+ * body for each request, each of wrk's threads cycling through its own share
+ * of the customers (a thread's connections in flight never name one twice,
+ * as this tool's own clients each have theirs). malloc'd; NULL when out of
+ * memory.
+ */
+static char *wrk_script(bool list, int threads)
+{
+        size_t n = (size_t)g_opt.clients * (size_t)g_opt.per_client;
+        size_t cap = 2048 + n * (sizeof(g_customers[0]) + 4), len = 0;
+        char *t = malloc(cap);
+
+        if (t == NULL) {
+                return NULL;
+        }
+#define ADD(...) (len += (size_t)snprintf(t + len, cap - len, __VA_ARGS__))
+        ADD("wrk.method = \"POST\"\n"
+            "wrk.headers[\"Content-Type\"] = \"application/json\"\n"
+            "wrk.headers[\"Authorization\"] = \"Bearer %s\"\n",
+            g_token);
+        if (list) {
+                ADD("wrk.body = '{\"pageSize\":50}'\n");
+        } else {
+                ADD("local ids = {");
+                for (size_t i = 0; i < n; i++) {
+                        ADD("%s\"%s\"", i ? "," : "", g_customers[i]);
+                }
+                ADD("}\n"
+                    "local started = 0\n"
+                    "setup = function(thread)\n"
+                    "  thread:set(\"first\", started)\n"
+                    "  started = started + 1\n"
+                    "end\n"
+                    "local k, share = 0, math.floor(#ids / %d)\n"
+                    "request = function()\n"
+                    "  local id = ids[first * share + k %% share + 1]\n"
+                    "  k = k + 1\n"
+                    "  return wrk.format(nil, nil, nil,\n"
+                    "    '{\"customerId\":\"' .. id .. '\",\"planCode\":\"bench\"}')\n"
+                    "end\n",
+                    threads);
+        }
+        ADD("done = function(s, latency, requests)\n"
+            "  local e = s.errors\n"
+            "  io.write(string.format(\"BENCH %%d %%d %%d %%d %%d %%d\\n\", s.requests,\n"
+            "    e.connect + e.read + e.write + e.status + e.timeout, s.duration,\n"
+            "    latency:percentile(50), latency:percentile(95), latency:percentile(99)))\n"
+            "end\n");
+#undef ADD
+        if (len >= cap) {
+                free(t);
+                return NULL;
+        }
+        return t;
+}
+
+/*
+ * A phase driven by wrk (two threads, `clients` connections), when it is
+ * installed: a lighter client than this tool's threads, which left more of
+ * the two cores to the stack. 1: wrk is not there (or --wrk none); -1: it
+ * failed.
+ */
+static int run_wrk(bool list, int clients, int seconds, phase *out)
 {
         char script[] = "/tmp/bench_billing_XXXXXX";
-        char cmd[1400], line[512], text[1400];
+        char cmd[1400], line[512];
         long done = -1, failed = 0;
         double dur_us = 0, p50 = 0, p95 = 0, p99 = 0;
+        int threads = clients < 2 ? 1 : 2;
+        const char *what = list ? "ListCustomers" : "CreateSubscription";
 
         if (strcmp(g_opt.wrk, "none") == 0 ||
             (snprintf(cmd, sizeof(cmd), "command -v '%s' >/dev/null 2>&1", g_opt.wrk),
              system(cmd) != 0)) {
                 return 1;
         }
+        char *text = wrk_script(list, threads);
         int fd = mkstemp(script);
-        int n = snprintf(
-            text, sizeof(text),
-            "wrk.method = \"POST\"\n"
-            "wrk.body = '{\"pageSize\":50}'\n"
-            "wrk.headers[\"Content-Type\"] = \"application/json\"\n"
-            "wrk.headers[\"Authorization\"] = \"Bearer %s\"\n"
-            "done = function(s, latency, requests)\n"
-            "  local e = s.errors\n"
-            "  io.write(string.format(\"BENCH %%d %%d %%d %%d %%d %%d\\n\", s.requests,\n"
-            "    e.connect + e.read + e.write + e.status + e.timeout, s.duration,\n"
-            "    latency:percentile(50), latency:percentile(95), latency:percentile(99)))\n"
-            "end\n",
-            g_token);
-        if (fd < 0) {
+        if (fd < 0 || text == NULL) {
+                free(text);
                 return -1;
         }
-        bool written = n > 0 && (size_t)n < sizeof(text) && write(fd, text, (size_t)n) == n;
+        size_t n = strlen(text);
+        bool written = write(fd, text, n) == (ssize_t)n;
         close(fd);
+        free(text);
         if (!written) {
                 unlink(script);
                 return -1;
         }
-        snprintf(cmd, sizeof(cmd), "'%s' -t2 -c%d -d%ds -s %s '%s%s' 2>&1", g_opt.wrk, clients,
-                 seconds, script, g_opt.gateway, PATH_BILLING "ListCustomers");
+        snprintf(cmd, sizeof(cmd), "'%s' -t%d -c%d -d%ds -s %s '%s%s%s' 2>&1", g_opt.wrk, threads,
+                 clients, seconds, script, g_opt.gateway, PATH_BILLING, what);
         FILE *p = popen(cmd, "r");
         while (p != NULL && fgets(line, sizeof(line), p) != NULL) {
                 long r, f;
@@ -580,7 +641,7 @@ static int run_list_wrk(int clients, int seconds, phase *out)
                        .p95_ms = p95 / 1000,
                        .p99_ms = p99 / 1000};
         if (failed > 0) {
-                fprintf(stderr, "bench_billing: ListCustomers: %ld failed under wrk\n", failed);
+                fprintf(stderr, "bench_billing: %s: %ld failed under wrk\n", what, failed);
         }
         return 0;
 }
@@ -700,7 +761,9 @@ int main(int argc, char **argv)
         long long c0[G_ALL], c1[G_ALL], l0[G_ALL], l1[G_ALL];
         cpu_snapshot(c0);
         long long load_from_ms = bench_wall_ms();
-        if (run_phase(false, g_opt.clients, g_opt.seconds, &create) != 0) {
+        int create_by_wrk = run_wrk(false, g_opt.clients, g_opt.seconds, &create);
+        if (create_by_wrk < 0 ||
+            (create_by_wrk == 1 && run_phase(false, g_opt.clients, g_opt.seconds, &create) != 0)) {
                 return 1;
         }
         long long load_to_ms = bench_wall_ms();
@@ -711,13 +774,14 @@ int main(int argc, char **argv)
                 rc = 1;
         }
         cpu_snapshot(l0);
-        int by_wrk = run_list_wrk(g_opt.list_clients, g_opt.list_seconds, &list);
+        int by_wrk = run_wrk(true, g_opt.list_clients, g_opt.list_seconds, &list);
         if (by_wrk < 0 ||
             (by_wrk == 1 && run_phase(true, g_opt.list_clients, g_opt.list_seconds, &list) != 0)) {
                 return 1;
         }
         cpu_snapshot(l1);
-        printf("ListCustomers driven by %s\n",
+        printf("CreateSubscription driven by %s; ListCustomers by %s\n",
+               create_by_wrk == 0 ? "wrk (2 threads)" : "this tool's threads (one a connection)",
                by_wrk == 0 ? "wrk (2 threads)" : "this tool's threads (one a connection)");
         PQclear(PQexec(pg, naive_schema));
         double base_create = run_pgbench(naive_create, g_opt.clients, g_opt.seconds);
