@@ -26,13 +26,14 @@
  *
  * The queue is read by its key only: the relay's connection runs with
  * enable_seqscan off (relay_connect). Its statements are prepared with
- * generic plans (ks_pg.c), made at their first run, most often on an empty
- * queue, where the planner scans and sorts the table rather than read its
- * index; that plan is kept. After an outage (no broker, a stopped relay)
- * the backlog is then scanned and sorted at every claim, and every mark
- * compares each queued id with the batch's ids: a drain quadratic in the
- * backlog. With the index, a claim and a mark cost their own rows
- * (docs/performance.md, "A backlog after an outage").
+ * generic plans (ks_pg.c), made at their first run and again after each
+ * ANALYZE of the queue, which a working relay keeps nearly empty: the
+ * planner then scans and sorts the table rather than read its index. After
+ * an outage (no broker, a stopped relay) the backlog was scanned and sorted
+ * at every claim, and every mark compared each queued id with the batch's
+ * ids, until the next ANALYZE: a drain quadratic in the backlog. With the
+ * index, a claim and a mark cost their own rows (docs/performance.md,
+ * "Outbox relays: a backlog after an outage").
  *
  * Failures are states, logged when entered, not at every retry: the database
  * cannot be reached, statements fail on a live connection, or the publisher

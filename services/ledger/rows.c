@@ -440,8 +440,8 @@ int lg_write_batch_unless(lg_tx *tx, const lg_batch *b, const u128 *absent, int 
         int n_stmts = local.custom_plan ? 3 : 1;
 
         if (n_absent == 0) {
-                return lg_run(tx, write, n_stmts,
-                              true); /* the COMMIT goes in the same round trip */
+                /* The COMMIT goes in the same round trip. */
+                return lg_run(tx, write, n_stmts, true);
         }
         /* The check decides whether to commit: lg_tx_run commits after KS_OK. */
         stmts[1].out = &found;
