@@ -4,7 +4,7 @@
  *
  *   bench_billing --stack DIR [--clients 20] [--seconds 30] [--list-clients 50]
  *                 [--list-seconds 15] [--customers-per-client 25] [--pgbench pgbench]
- *                 [--wrk wrk|none]
+ *                 [--wrk wrk|none] [--create-by threads|wrk]
  *
  * With a stack started by deploy/local/stack.sh (its DIR/env), it signs a
  * tenant up, makes a plan (flat, monthly, 10% tax on its customers) and
@@ -14,11 +14,13 @@
  *      subscription, its first invoice with tax, finalized (a gapless
  *      number), charged through the mock provider, and its ledger postings
  *      queued (invoice and payment chains); req/s and p50/p95/p99. Each
- *      connection names its own customers in turn. Driven by wrk when it
- *      is installed (two threads, each cycling through its half of the
- *      customers), else by this tool's threads, one a connection (libcurl,
- *      which cost the shared cores about 80 µs a creation against wrk's
- *      20); the tool says which.
+ *      connection names its own customers in turn. Driven by this tool's
+ *      threads, one a connection, each a client that waits for its reply
+ *      (libcurl: about 80 µs of the shared cores a creation); with
+ *      --create-by wrk, by wrk (two threads, each cycling through its half
+ *      of the customers: about 30 µs, but a wrk thread that waits for a
+ *      core delays the replies of its ten connections, and its p99 is 3 to
+ *      5 ms above the threads'). The tool says which.
  *   2. After the relay drained the postings: GetReconciliation, and the
  *      invoices, ledger chains and discrepancies it reports (must be 0),
  *      with the ledger's own count of transfers for the tenant.
@@ -77,6 +79,7 @@ typedef struct options {
         int clients, seconds, list_clients, list_seconds, per_client;
         const char *pgbench;
         const char *wrk; /* "" or "none": the list phase on the thread client */
+        bool create_wrk; /* --create-by wrk: creations driven by wrk too */
 } options;
 
 static options g_opt;
@@ -676,7 +679,7 @@ static int usage(void)
 {
         fprintf(stderr, "usage: bench_billing --stack DIR [--clients N] [--seconds S]"
                         " [--list-clients N] [--list-seconds S] [--customers-per-client N]"
-                        " [--pgbench PATH] [--wrk PATH|none]\n");
+                        " [--pgbench PATH] [--wrk PATH|none] [--create-by threads|wrk]\n");
         return 2;
 }
 
@@ -709,6 +712,9 @@ static int parse(int argc, char **argv)
                         g_opt.pgbench = v;
                 } else if (strcmp(f, "--wrk") == 0) {
                         g_opt.wrk = v;
+                } else if (strcmp(f, "--create-by") == 0 &&
+                           (strcmp(v, "wrk") == 0 || strcmp(v, "threads") == 0)) {
+                        g_opt.create_wrk = strcmp(v, "wrk") == 0;
                 } else {
                         return -1;
                 }
@@ -761,7 +767,8 @@ int main(int argc, char **argv)
         long long c0[G_ALL], c1[G_ALL], l0[G_ALL], l1[G_ALL];
         cpu_snapshot(c0);
         long long load_from_ms = bench_wall_ms();
-        int create_by_wrk = run_wrk(false, g_opt.clients, g_opt.seconds, &create);
+        int create_by_wrk =
+            g_opt.create_wrk ? run_wrk(false, g_opt.clients, g_opt.seconds, &create) : 1;
         if (create_by_wrk < 0 ||
             (create_by_wrk == 1 && run_phase(false, g_opt.clients, g_opt.seconds, &create) != 0)) {
                 return 1;
