@@ -520,14 +520,6 @@ static const char naive_list[] =
     " ORDER BY created DESC LIMIT 51;\n";
 
 /*
- * ListCustomers driven by wrk (two threads, one event loop each, as
- * tools/bench_gateway_read.sh drives WhoAmI) when it is installed: the
- * thread-per-connection client costs about 50 µs of CPU a page on the two
- * cores it shares with the stack, wrk a fraction of that. Its Lua done()
- * prints the count, the failures and the percentiles. 1 when wrk is not
- * there (the thread client runs instead), -1 on a failure.
- */
-/*
  * The Lua script of a wrk run: ListCustomers' one body, or CreateSubscription's
  * body for each request, each of wrk's threads cycling through its own share
  * of the customers (a thread's connections in flight never name one twice,
@@ -585,10 +577,13 @@ static char *wrk_script(bool list, int threads)
 }
 
 /*
- * A phase driven by wrk (two threads, `clients` connections), when it is
- * installed: a lighter client than this tool's threads, which left more of
- * the two cores to the stack. 1: wrk is not there (or --wrk none); -1: it
- * failed.
+ * A phase driven by wrk (two threads, one event loop each, as
+ * tools/bench_gateway_read.sh drives WhoAmI; `clients` connections) when it
+ * is installed: the thread-per-connection client costs about 50 µs of CPU a
+ * page and 80 a creation on the two cores it shares with the stack, wrk a
+ * fraction of that. Its Lua done() prints the count, the failures and the
+ * percentiles. 1 when wrk is not there (or --wrk none: the thread client
+ * runs instead), -1 on a failure.
  */
 static int run_wrk(bool list, int clients, int seconds, phase *out)
 {

@@ -72,12 +72,9 @@ typedef Keelson__Ledger__V1__Account account_pb;
 #define TR(name) KEELSON__LEDGER__V1__CREATE_TRANSFERS_RESPONSE__RESULT__##name
 #define AR(name) KEELSON__LEDGER__V1__CREATE_ACCOUNTS_RESPONSE__RESULT__##name
 
-/*
- * enable_seqscan off: the queue is read by its key, whatever it held when
- * the claim's generic plan was made (ks_outbox.c says why).
- */
+/* The queue read by its key, whatever it held when the claim was planned (KS_QUEUE_BY_KEY). */
 static const char sql_open[] =
-    "BEGIN; SET LOCAL ROLE keelson_billing_worker; SET LOCAL enable_seqscan = off";
+    "BEGIN; SET LOCAL ROLE keelson_billing_worker; SET LOCAL " KS_QUEUE_BY_KEY;
 
 /*
  * Queued ids from $2 on (ks_claim_window), each posting found by its key

@@ -730,7 +730,7 @@ static bool relay_connect(ks_outbox_relay *r)
          */
         char sql[KS_PG_SESSION_SQL_MAX];
         ks_pg_session_sql(sql, STATEMENT_TIMEOUT_MS);
-        if (!relay_ok(r, sql, 0, NULL) || !relay_ok(r, "SET enable_seqscan = off", 0, NULL) ||
+        if (!relay_ok(r, sql, 0, NULL) || !relay_ok(r, "SET " KS_QUEUE_BY_KEY, 0, NULL) ||
             !relay_ok(r, r->sql_listen, 0, NULL)) {
                 PQfinish(r->conn);
                 r->conn = NULL;

@@ -191,6 +191,14 @@ void ks_outbox_retention_sql(char *out, size_t len, const char *schema);
  */
 #define KS_CLAIM_WINDOW        1024
 #define KS_CLAIM_FULL_EVERY_MS 1000
+
+/*
+ * The planner setting under which a relay reads its queue (after SET or SET
+ * LOCAL): by the queue's key, whatever the queue held when a generic plan
+ * of a claim or a mark was made (ks_outbox.c says why). The outbox's relay
+ * sets it on its connection, billing's ledger relay in each round.
+ */
+#define KS_QUEUE_BY_KEY "enable_seqscan = off"
 typedef struct ks_claim_window {
         long long from;      /* the highest id claimed less the window; 0 at first */
         int64_t full_due_ms; /* the next claim from the first id, at the latest */

@@ -133,17 +133,20 @@ static long queue_seq_scans(void)
 static void test_backlog_is_read_by_the_queues_key(void **state)
 {
         enum { BACKLOG = 1500 };
-        char tenant[37], first[24];
+        char tenant[37], first[24], backlog[16];
         PGconn *pg = ait_pg();
 
         (void)state;
         PQclear(it_sql(pg, "VACUUM ANALYZE billing.postings_queue", 0, NULL));
-        /* The relay's rounds now plan on the empty queue; a backend reports its statistics at
-         * most once a second, at the end of a transaction. */
+        /*
+         * The relay's rounds now plan on the empty queue; a backend reports its
+         * statistics at most once a second, at the end of a transaction.
+         */
         it_sleep_ms(2500);
         long before = queue_seq_scans();
         assert_int_equal(ks_uuid_v4(tenant), 0);
-        const char *p[2] = {tenant, "1500"};
+        snprintf(backlog, sizeof(backlog), "%d", BACKLOG);
+        const char *p[2] = {tenant, backlog};
         PGresult *r = it_sql(pg,
                              "INSERT INTO billing.postings (tenant_id, source_type, source_id,"
                              " currency, n_transfers, transfers, accounts)"

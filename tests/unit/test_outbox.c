@@ -688,10 +688,11 @@ static long long scans_of(PGconn *c, const char *schema, const char *table, cons
  * The relay's statements are planned on an empty queue (its first claims,
  * and one event published), then a backlog arrives at once, as after an
  * outage. The relay drains it reading the queue by its key: the queue's
- * statistics count no sequential scan of it but its index's build. (Planned on the empty
- * queue, the claim scanned and sorted the whole queue at every batch and
- * the mark compared each queued id with the batch's: quadratic in the
- * backlog.) The waits here read the relay's counter, not the queue.
+ * statistics count no sequential scan of it but its index's build.
+ * (Planned on the empty queue, the claim scanned and sorted the whole queue
+ * at every batch and the mark compared each queued id with the batch's:
+ * quadratic in the backlog.) The waits here read the relay's counter, not
+ * the queue.
  */
 static void test_backlog_is_read_by_the_queues_key(void **state)
 {
