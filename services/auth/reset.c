@@ -67,7 +67,7 @@ static int prepare_request(auth_service *svc, reset_request *r)
         uint8_t *buf = NULL;
         size_t len = 0;
 
-        if (auth_new_token(r->token) != KS_OK || ks_uuid_v4(r->event_id) != 0) {
+        if (auth_new_token(r->token) != KS_OK || ks_uuid_v7(r->event_id) != 0) {
                 return KS_INTERNAL;
         }
         auth_token_hash_param(r->token, AUTH_TOKEN_LEN, r->hash);

@@ -158,7 +158,7 @@ static int apply(bl_tx *tx, bl_invoice *inv, note *n, bool to_balance)
         n->credited_to = n->refund    ? "refund"
                          : to_balance ? "customer_balance"
                                       : "reduced_amount_due";
-        if (ks_uuid_v4(n->id) != 0) {
+        if (ks_uuid_v7(n->id) != 0) {
                 return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
         }
         if ((n->refund && (rc = refund(tx, inv, n)) != KS_OK) ||

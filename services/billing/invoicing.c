@@ -32,7 +32,7 @@ void bl_date_text(int64_t ms, char out[16])
 
 int bl_invoice_new_id(bl_tx *tx, bl_invoice *inv)
 {
-        if (ks_uuid_v4(inv->id) != 0) {
+        if (ks_uuid_v7(inv->id) != 0) {
                 return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
         }
         return KS_OK;
@@ -672,7 +672,7 @@ static const char sql_insert_payment[] =
 
 static int insert_payment(bl_tx *tx, const bl_invoice *inv, bl_payment_made *p)
 {
-        if (p->id[0] == '\0' && ks_uuid_v4(p->id) != 0) {
+        if (p->id[0] == '\0' && ks_uuid_v7(p->id) != 0) {
                 return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
         }
         ks_pg_num amount = ks_pg_num_of(p->amount), status = ks_pg_num_of(p->succeeded ? 1 : 2),
@@ -873,7 +873,7 @@ int bl_invoice_charge(bl_tx *tx, bl_customer *cust, bl_invoice *inv, bl_subscrip
         snprintf(out->token, sizeof(out->token), "%s", token);
         out->amount = bl_invoice_remaining(inv);
         out->created_ms = at_ms;
-        if (ks_uuid_v4(out->id) != 0) {
+        if (ks_uuid_v7(out->id) != 0) {
                 return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
         }
         provider_key(tx, inv, automatic, out->id, key);

@@ -390,7 +390,7 @@ static int create_body(bl_tx *tx, void *arg)
                 return rc;
         }
         memset(s, 0, sizeof(*s));
-        if (ks_uuid_v4(s->id) != 0) {
+        if (ks_uuid_v7(s->id) != 0) {
                 return bl_fail(tx, KS_INTERNAL, BL_INTERNAL_MSG);
         }
         snprintf(s->customer_id, sizeof(s->customer_id), "%s", cust.id);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
@@ -572,17 +573,11 @@ static int uuid_bytes(uint8_t b[16])
         return 0;
 }
 
-int ks_uuid_v4(char out[37])
+static void uuid_text(const uint8_t b[16], char out[37])
 {
         static const char hex[] = "0123456789abcdef";
-        uint8_t b[16];
         char *o = out;
 
-        if (out == NULL || uuid_bytes(b) != 0) {
-                return -1;
-        }
-        b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4 */
-        b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
         for (int i = 0; i < 16; i++) {
                 if (i == 4 || i == 6 || i == 8 || i == 10) {
                         *o++ = '-';
@@ -591,6 +586,40 @@ int ks_uuid_v4(char out[37])
                 *o++ = hex[b[i] & 15];
         }
         *o = '\0';
+}
+
+int ks_uuid_v4(char out[37])
+{
+        uint8_t b[16];
+
+        if (out == NULL || uuid_bytes(b) != 0) {
+                return -1;
+        }
+        b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4 */
+        b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+        uuid_text(b, out);
+        return 0;
+}
+
+int ks_uuid_v7(char out[37])
+{
+        struct timespec ts;
+        uint8_t b[16];
+
+        if (out == NULL || uuid_bytes(b) != 0 || clock_gettime(CLOCK_REALTIME, &ts) != 0 ||
+            ts.tv_sec < 0) {
+                return -1;
+        }
+        uint64_t ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+        /* The fraction of the millisecond in 1/4096ths: 0..4095. */
+        uint32_t frac = (uint32_t)(((uint64_t)ts.tv_nsec % 1000000u) * 4096u / 1000000u);
+        for (int i = 0; i < 6; i++) {
+                b[i] = (uint8_t)(ms >> (40 - 8 * i));
+        }
+        b[6] = (uint8_t)(0x70 | (frac >> 8)); /* version 7, then the fraction's high 4 bits */
+        b[7] = (uint8_t)(frac & 0xff);
+        b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* RFC 9562 variant */
+        uuid_text(b, out);
         return 0;
 }
 

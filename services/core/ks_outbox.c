@@ -127,7 +127,7 @@ int ks_outbox_event_make(ks_outbox_event *ev, const char *schema, const char *to
             (payload == NULL && payload_len > 0) || payload_len > KS_OUTBOX_PAYLOAD_MAX) {
                 return KS_INVALID_ARGUMENT;
         }
-        if (ks_uuid_v4(ev->event_id) != 0) {
+        if (ks_uuid_v7(ev->event_id) != 0) {
                 return KS_INTERNAL;
         }
         if ((ev->payload_hex = ks_pg_bytea_text(payload, payload_len)) == NULL) {
@@ -247,7 +247,7 @@ int ks_outbox_batch_add(ks_outbox_batch *b, const char *topic, const char *tenan
             (payload == NULL && payload_len > 0) || payload_len > KS_OUTBOX_PAYLOAD_MAX) {
                 return KS_INVALID_ARGUMENT;
         }
-        if (ks_uuid_v4(event_id) != 0) {
+        if (ks_uuid_v7(event_id) != 0) {
                 return KS_INTERNAL;
         }
         char *hex = ks_pg_bytea_text(payload, payload_len);

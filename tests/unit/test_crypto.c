@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -510,6 +511,54 @@ static void test_uuid_v4_fork(void **state)
         }
 }
 
+/* The Unix milliseconds in a version 7 uuid's first 48 bits. */
+static uint64_t uuid_v7_ms(const char *id)
+{
+        char hex[13];
+        memcpy(hex, id, 8);
+        memcpy(hex + 8, id + 9, 4);
+        hex[12] = '\0';
+        return strtoull(hex, NULL, 16);
+}
+
+/*
+ * Version 7: the text form, version and variant; the wall clock's
+ * milliseconds in front (read before and after); ids made one after the
+ * other in order, to the fraction of a millisecond, with the same prefix
+ * sorting by their random bits; none twice.
+ */
+static void test_uuid_v7(void **state)
+{
+        enum { N = 5000 };
+        static char ids[N][37];
+        struct timespec t0, t1;
+        (void)state;
+        assert_int_equal(clock_gettime(CLOCK_REALTIME, &t0), 0);
+        for (int i = 0; i < N; i++) {
+                assert_int_equal(ks_uuid_v7(ids[i]), 0);
+        }
+        assert_int_equal(clock_gettime(CLOCK_REALTIME, &t1), 0);
+        uint64_t ms0 = (uint64_t)t0.tv_sec * 1000u + (uint64_t)t0.tv_nsec / 1000000u;
+        uint64_t ms1 = (uint64_t)t1.tv_sec * 1000u + (uint64_t)t1.tv_nsec / 1000000u;
+        int out_of_order = 0;
+        for (int i = 0; i < N; i++) {
+                assert_true(ks_uuid_valid(ids[i]));
+                assert_int_equal(strlen(ids[i]), 36);
+                assert_int_equal(ids[i][14], '7');
+                assert_non_null(strchr("89ab", ids[i][19]));
+                assert_true(uuid_v7_ms(ids[i]) >= ms0 && uuid_v7_ms(ids[i]) <= ms1);
+                /* Only two made within the same 1/4096 ms may come out of order. */
+                if (i > 0 && memcmp(ids[i - 1], ids[i], 18) > 0) {
+                        out_of_order++;
+                }
+        }
+        assert_int_equal(out_of_order, 0);
+        qsort(ids, N, sizeof(ids[0]), cmp_uuid);
+        for (int i = 1; i < N; i++) {
+                assert_string_not_equal(ids[i - 1], ids[i]);
+        }
+}
+
 static void test_random_and_consttime(void **state)
 {
         uint8_t a[32] = {0}, b[32] = {0};
@@ -547,6 +596,7 @@ int main(void)
             cmocka_unit_test(test_uuid_v4),
             cmocka_unit_test(test_uuid_v4_distinct),
             cmocka_unit_test(test_uuid_v4_fork),
+            cmocka_unit_test(test_uuid_v7),
             cmocka_unit_test(test_random_and_consttime),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
