@@ -144,13 +144,30 @@ bl_u128 bl_account_id(bl_account_kind kind, const bl_currency *cur, const char *
         return id_of_text(text, len);
 }
 
+/*
+ * The hash of the source and the transfer's place; for a source with a
+ * time-ordered id (version 7: every source billing has made since it
+ * made such ids), the source's first 48 bits (its Unix milliseconds) in
+ * place of the hash's, so that a tenant's transfers enter the ledger's key
+ * in the order they were made, not at random places. Either way the id is
+ * the source's and the place's alone: a resend and the reconciliation make
+ * it again.
+ */
 static bl_u128 transfer_id(bl_source_type type, const char *source_id, int index)
 {
         char text[ID_TEXT_MAX];
         int len = snprintf(text, sizeof(text), "keelson.billing/transfer/%d/%s/%d", (int)type,
                            source_id, index);
+        bl_u128 id = id_of_text(text, len), src;
 
-        return id_of_text(text, len);
+        if (source_id[14] == '7' && ks_u128_from_uuid(source_id, &src) == 0) {
+                const bl_u128 time_bits = ~(bl_u128)0 << 80;
+                id = (src & time_bits) | (id & ~time_bits);
+                if (id == KS_U128_MAX) {
+                        id ^= 1; /* the ledger's reserved id; 0 cannot be: the time is not */
+                }
+        }
+        return id;
 }
 
 /* ---- chains ------------------------------------------------------------------------- */

@@ -360,6 +360,46 @@ static void test_ids_keep_their_place(void **state)
         assert_true(without.t[1].id == rule_id("keelson.billing/transfer/1/" SOURCE "/2"));
 }
 
+/*
+ * A source with a version 7 uuid: each transfer's id is the rule's hash
+ * with the source's first 48 bits (its milliseconds) in front, the same
+ * for the source in capitals; a source made a millisecond later has ids
+ * above every one of the first's.
+ */
+static void test_ids_of_time_ordered_sources(void **state)
+{
+        static const char early[] = "0190f3a1-2b3c-7d4e-8f60-718293a4b5c6";
+        static const char early_up[] = "0190F3A1-2B3C-7D4E-8F60-718293A4B5C6";
+        static const char later[] = "0190f3a1-2b3d-7000-8000-000000000001";
+        const bl_u128 time_bits = ~(bl_u128)0 << 80;
+        bl_fact f = fact_of(BL_SRC_INVOICE);
+        bl_chain a, up, b;
+
+        (void)state;
+        f.subtotal = 100;
+        f.tax = 7;
+        f.total = 107;
+        f.source_id = early;
+        assert_true(bl_chain_of(&f, &a));
+        assert_int_equal(a.n, 2);
+        for (size_t i = 0; i < a.n; i++) {
+                char text[128];
+                snprintf(text, sizeof(text), "keelson.billing/transfer/1/%s/%zu", early, i);
+                assert_true((a.t[i].id & time_bits) == (uuid_num(early) & time_bits));
+                assert_true((a.t[i].id & ~time_bits) == (rule_id(text) & ~time_bits));
+        }
+        f.source_id = early_up;
+        assert_true(bl_chain_of(&f, &up));
+        assert_true(up.t[0].id == a.t[0].id && up.t[1].id == a.t[1].id);
+        f.source_id = later;
+        assert_true(bl_chain_of(&f, &b));
+        for (size_t i = 0; i < a.n; i++) {
+                for (size_t k = 0; k < b.n; k++) {
+                        assert_true(b.t[k].id > a.t[i].id);
+                }
+        }
+}
+
 /* Every id of every type, for two sources: all distinct, none reserved, the same twice. */
 static void test_ids_distinct(void **state)
 {
@@ -864,6 +904,7 @@ int main(void)
             cmocka_unit_test(test_malformed),
             cmocka_unit_test(test_ids_follow_the_rule),
             cmocka_unit_test(test_ids_keep_their_place),
+            cmocka_unit_test(test_ids_of_time_ordered_sources),
             cmocka_unit_test(test_ids_distinct),
             cmocka_unit_test(test_account_ids_distinct),
             cmocka_unit_test(test_accounts),
