@@ -547,7 +547,11 @@ static void test_uuid_v7(void **state)
                 assert_int_equal(ids[i][14], '7');
                 assert_non_null(strchr("89ab", ids[i][19]));
                 assert_true(uuid_v7_ms(ids[i]) >= ms0 && uuid_v7_ms(ids[i]) <= ms1);
-                /* Only two made within the same 1/4096 ms may come out of order. */
+                /*
+                 * Their time (the first 18 characters: milliseconds, version,
+                 * fraction) never falls; two made within one 1/4096 ms share
+                 * it and are ordered by their random bits only.
+                 */
                 if (i > 0 && memcmp(ids[i - 1], ids[i], 18) > 0) {
                         out_of_order++;
                 }
