@@ -139,6 +139,7 @@ typedef struct bl_arr {
 } bl_arr;
 void bl_arr_int(bl_arr *a, int64_t v);
 void bl_arr_text(bl_arr *a, const char *v);
+void bl_arr_null(bl_arr *a);
 /* The literal (owned by a; NULL when out of memory); bl_arr_free frees it. */
 const char *bl_arr_done(bl_arr *a);
 void bl_arr_free(bl_arr *a);
@@ -149,6 +150,7 @@ typedef struct bl_deferred {
         int n;
         char **params;
         char row[BL_UUID_LEN + 1]; /* bl_defer_row: the row it writes whole */
+        char table[64];            /* bl_defer_insert: the table it inserts into, else "" */
 } bl_deferred;
 
 /* An invoice finalized in the transaction, numbered at its end (invoicing.c). */
@@ -267,6 +269,19 @@ int bl_defer(bl_tx *tx, const char *sql, int n, const char *const *params);
  * read, and every statement that does is sent after them).
  */
 int bl_defer_row(bl_tx *tx, const char *row, const char *sql, int n, const char *const *params);
+/*
+ * The same (bl_defer_row when row is not NULL, else bl_defer) for an
+ * insert of one row, "INSERT INTO t (cols) VALUES (...)" with every
+ * parameter that is not a text column's value cast (ks_pg_rows_sql): at
+ * the flush, the rows of the same statement waiting in the transaction
+ * are written together, in one execution of its form over arrays, at the
+ * place of the first of them. A row so moves ahead of the statements
+ * deferred between, up to the first of them that names t; so t must hold
+ * no foreign key to a row the transaction writes (billing's point at
+ * customers, plans and test clocks, which no transaction inserting such a
+ * row writes).
+ */
+int bl_defer_insert(bl_tx *tx, const char *row, const char *sql, int n, const char *const *params);
 /*
  * When a bl_defer_row of (row, sql) still waits, its params [from, from+n)
  * become params: *found true. Else nothing changes (*found false).

@@ -57,7 +57,7 @@ static bool tax_lines(const bl_customer *cust, bl_line *lines, size_t n, bl_tota
         return true;
 }
 
-/* An invoice's columns and their values ($1..$25), and the insert of its lines (sql_create). */
+/* An invoice's columns and their values ($1..$25). */
 #define INV_COLUMNS                                                                                \
         "tenant_id, id, customer_id, subscription_id, billing_reason, currency, description,"      \
         " created_ms, state, subtotal, tax, total, balance_applied, amount_due, amount_paid,"      \
@@ -68,13 +68,6 @@ static bool tax_lines(const bl_customer *cust, bl_line *lines, size_t n, bl_tota
         " $8::int2, $9::int8, $10::int8, $11::int8, $12::int8, $13::int8, $14::int8, $15::int8,"   \
         " $16::int4, $17::int8, $18::int8, $19::bool, $20::int4, NULLIF($21::int8, 0), $22::int8," \
         " $23::int8, $24::int8, $25::int8"
-#define INV_LINES                                                                                  \
-        "INSERT INTO billing.invoice_lines (tenant_id, invoice_id, line_no, kind, description,"    \
-        " quantity, unit_amount, amount, tax, taxable, period_start_ms, period_end_ms)"            \
-        " SELECT billing.ctx_tenant(), $1::uuid, $26::int4 + o - 1, k, d, q, u, a, t, x, ps, pe"   \
-        " FROM unnest($27::text[], $28::text[], $29::int8[], $30::int8[], $31::int8[],"            \
-        " $32::int8[], $33::bool[], $34::int8[], $35::int8[])"                                     \
-        " WITH ORDINALITY AS l(k, d, q, u, a, t, x, ps, pe, o)"
 
 /*
  * The tenant's counter of KIND moved on by K, as CTE n (its new last): an
@@ -91,23 +84,30 @@ static bool tax_lines(const bl_customer *cust, bl_line *lines, size_t n, bl_tota
         " n AS (SELECT last FROM cu UNION ALL SELECT last FROM ci)"
 
 /*
- * A new invoice and its lines in one statement: the invoice with every
- * column ($1..$25), then its lines from line_no $26 on, from arrays
- * ($27..$35). While it still waits to be sent (bl_defer), a save of the
- * invoice rewrites its values instead of adding an UPDATE (bl_invoice_save):
- * an invoice made, finalized and paid in one call is one row written once.
+ * A new invoice, every column ($1..$25); its lines are rows of their own
+ * (sql_line). Both are written with the transaction's other rows of their
+ * statement (bl_defer_insert). While it still waits to be sent, a save of
+ * the invoice rewrites its values instead of adding an UPDATE
+ * (bl_invoice_save): an invoice made, finalized and paid in one call is one
+ * row written once.
  */
-static const char sql_create[] = "WITH inv AS (INSERT INTO billing.invoices (" INV_COLUMNS
-                                 ") VALUES (" INV_VALUES ")) " INV_LINES;
+static const char sql_create[] =
+    "INSERT INTO billing.invoices (" INV_COLUMNS ") VALUES (" INV_VALUES ")";
 
-/* The same with its number given ($36: bl_tx_seal gives the numbers taken). */
+/* The same with its number given ($26: bl_tx_seal gives the numbers taken). */
 static const char sql_create_numbered_as[] =
-    "WITH inv AS (INSERT INTO billing.invoices (" INV_COLUMNS ", number) VALUES (" INV_VALUES
-    ", $36)) " INV_LINES;
+    "INSERT INTO billing.invoices (" INV_COLUMNS ", number) VALUES (" INV_VALUES ", $26)";
+
+/* One line of a new invoice: $1 the invoice, $2 its line_no. */
+static const char sql_line[] =
+    "INSERT INTO billing.invoice_lines (tenant_id, invoice_id, line_no, kind, description,"
+    " quantity, unit_amount, amount, tax, taxable, period_start_ms, period_end_ms) VALUES"
+    " (billing.ctx_tenant(), $1::uuid, $2::int4, $3, $4, $5::int8, $6::int8, $7::int8,"
+    " $8::int8, $9::bool, $10::int8, $11::int8)";
 
 #define CREATE_HEAD   7  /* $1..$7: what never changes */
 #define CREATE_STATE  18 /* $8..$25: every mutable column, as bl_invoice_save writes them */
-#define CREATE_PARAMS 35
+#define CREATE_PARAMS 25
 
 /* The mutable columns of inv as text ($8..$25 of sql_create, $2..$19 of sql_save). */
 typedef struct inv_state {
@@ -181,8 +181,6 @@ int bl_invoice_create(bl_tx *tx, const bl_customer *cust, bl_invoice *inv, bl_li
                       int64_t now_ms)
 {
         bl_totals t;
-        line_arrays la = {0};
-        const char *lp[11];
         int rc;
 
         if (n > BL_LINES_MAX) {
@@ -203,7 +201,7 @@ int bl_invoice_create(bl_tx *tx, const bl_customer *cust, bl_invoice *inv, bl_li
         inv->total = t.total;
         inv->n_lines = (int32_t)n;
         inv->created_ms = now_ms;
-        ks_pg_num cr = ks_pg_num_of(now_ms), first = ks_pg_num_of(1);
+        ks_pg_num cr = ks_pg_num_of(now_ms);
         const char *p[CREATE_PARAMS] = {inv->id,
                                         inv->customer_id,
                                         inv->subscription_id,
@@ -214,13 +212,20 @@ int bl_invoice_create(bl_tx *tx, const bl_customer *cust, bl_invoice *inv, bl_li
         inv_state st;
         state_of(inv, &st);
         memcpy(p + CREATE_HEAD, st.p, sizeof(st.p));
-        if (lines_stmt(inv->id, &first, lines, n, &la, lp) != KS_OK) {
-                line_arrays_free(&la);
-                return tx->call != NULL ? ks_call_oom(tx->call) : KS_RESOURCE_EXHAUSTED;
+        if ((rc = bl_defer_insert(tx, inv->id, sql_create, CREATE_PARAMS, p)) != KS_OK) {
+                return rc;
         }
-        memcpy(p + CREATE_HEAD + CREATE_STATE, lp + 1, 10 * sizeof(lp[0]));
-        rc = bl_defer_row(tx, inv->id, sql_create, CREATE_PARAMS, p);
-        line_arrays_free(&la);
+        for (size_t i = 0; i < n && rc == KS_OK; i++) {
+                const bl_line *l = &lines[i];
+                ks_pg_num no = ks_pg_num_of((int64_t)i + 1), q = ks_pg_num_of(l->quantity),
+                          u = ks_pg_num_of(l->unit_amount), a = ks_pg_num_of(l->amount),
+                          tax = ks_pg_num_of(l->tax), ps = ks_pg_num_of(l->period_start_ms),
+                          pe = ks_pg_num_of(l->period_end_ms);
+                const char *lp[11] = {
+                    inv->id, no.s,  bl_line_kind_name(l->kind), l->description, q.s, u.s,
+                    a.s,     tax.s, l->taxable ? "t" : "f",     ps.s,           pe.s};
+                rc = bl_defer_insert(tx, NULL, sql_line, 11, lp);
+        }
         return rc;
 }
 
@@ -523,7 +528,7 @@ int bl_tx_seal(bl_tx *tx)
         for (size_t i = 0; i < tx->n_numbered; i++) {
                 if (tx->numbered[i].inv.number[0] == '\0') {
                         taken[k] = bl_defer_take(tx, tx->numbered[i].inv.id, sql_create,
-                                                 "billing.invoice", &d[k]);
+                                                 "billing.invoices", &d[k]);
                         k++;
                 }
         }
@@ -556,7 +561,8 @@ int bl_tx_seal(bl_tx *tx)
                         KS_ASSERT(d[k].n == CREATE_PARAMS);
                         memcpy(p, d[k].params, CREATE_PARAMS * sizeof(*p));
                         p[CREATE_PARAMS] = number;
-                        rc = bl_defer(tx, sql_create_numbered_as, CREATE_PARAMS + 1, p);
+                        rc =
+                            bl_defer_insert(tx, NULL, sql_create_numbered_as, CREATE_PARAMS + 1, p);
                 }
                 k++;
                 if (rc == KS_OK) {
@@ -679,7 +685,7 @@ static int insert_payment(bl_tx *tx, const bl_invoice *inv, bl_payment_made *p)
                   at = ks_pg_num_of(p->created_ms);
         const char *params[10] = {p->id,     inv->id,  inv->customer_id, amount.s,     status.s,
                                   p->method, p->token, p->failure_code,  p->reference, at.s};
-        return bl_defer(tx, sql_insert_payment, 10, params);
+        return bl_defer_insert(tx, NULL, sql_insert_payment, 10, params);
 }
 
 void bl_payment_message(const bl_payment_made *p, Keelson__Billing__V1__Payment *m)

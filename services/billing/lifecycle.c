@@ -42,7 +42,7 @@ int bl_sub_record(bl_tx *tx, bl_subscription *s, int from_state, const char *eve
                             at.s,
                             invoice_id != NULL ? invoice_id : "",
                             detail != NULL ? detail : ""};
-        if ((rc = bl_defer(tx, sql_history, 8, p)) != KS_OK) {
+        if ((rc = bl_defer_insert(tx, NULL, sql_history, 8, p)) != KS_OK) {
                 return rc;
         }
         return bl_event_subscription_changed(tx, s, from_state, event, at_ms, invoice_id);

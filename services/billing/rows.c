@@ -655,6 +655,12 @@ void bl_arr_text(bl_arr *a, const char *v)
         arr_put(a, "\"", 1);
 }
 
+void bl_arr_null(bl_arr *a)
+{
+        arr_sep(a);
+        arr_put(a, "NULL", 4);
+}
+
 const char *bl_arr_done(bl_arr *a)
 {
         if (a->len == 0) {

@@ -99,7 +99,7 @@ static int insert_sub(bl_tx *tx, const bl_subscription *s)
                              na.s,       s->latest_invoice_id,
                              hs.s,       cr.s};
 
-        return bl_defer(tx, sql_insert, 16, p);
+        return bl_defer_insert(tx, NULL, sql_insert, 16, p);
 }
 
 /* The anchor a request asks for, checked against the first billed instant. */

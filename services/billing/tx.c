@@ -16,6 +16,7 @@
  */
 #include "billing.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,16 +136,29 @@ int bl_defer_rewrite(bl_tx *tx, const char *row, const char *sql, int from, int 
         return KS_OK;
 }
 
+/* Whether sql names table as a whole name ("billing.invoices" is not "billing.invoices_x"). */
+static bool names(const char *sql, const char *table)
+{
+        size_t n = strlen(table);
+
+        for (const char *p = strstr(sql, table); p != NULL; p = strstr(p + 1, table)) {
+                if (!isalnum((unsigned char)p[n]) && p[n] != '_') {
+                        return true;
+                }
+        }
+        return false;
+}
+
 /*
- * Whether a statement deferred after index i names table (a string in its
- * text); the same statement for another row (another invoice's insert)
- * does not count: their order does not matter.
+ * Whether a statement deferred after index i names table; the same
+ * statement for another row (another invoice's insert) does not count:
+ * their order does not matter.
  */
 static bool named_after(const bl_tx *tx, size_t i, const char *table)
 {
         for (size_t k = i + 1; k < tx->n_deferred; k++) {
                 if (strcmp(tx->deferred[k].sql, tx->deferred[i].sql) != 0 &&
-                    strstr(tx->deferred[k].sql, table) != NULL) {
+                    names(tx->deferred[k].sql, table)) {
                         return true;
                 }
         }
@@ -180,6 +194,27 @@ int bl_defer_row(bl_tx *tx, const char *row, const char *sql, int n, const char 
         }
         if ((rc = bl_defer(tx, sql, n, params)) == KS_OK) {
                 snprintf(tx->deferred[tx->n_deferred - 1].row, BL_UUID_LEN + 1, "%s", row);
+        }
+        return rc;
+}
+
+int bl_defer_insert(bl_tx *tx, const char *row, const char *sql, int n, const char *const *params)
+{
+        static const char prefix[] = "INSERT INTO ";
+        size_t before = tx->n_deferred;
+        int rc;
+
+        /* The one-row form ks_pg_rows_sql reads, and the table's name after INSERT INTO. */
+        KS_ASSERT(strncmp(sql, prefix, sizeof(prefix) - 1) == 0 && strstr(sql, " VALUES (") &&
+                  sql[strlen(sql) - 1] == ')');
+        rc = row != NULL ? bl_defer_row(tx, row, sql, n, params) : bl_defer(tx, sql, n, params);
+        if (rc == KS_OK && tx->n_deferred > before) {
+                bl_deferred *d = &tx->deferred[tx->n_deferred - 1];
+                const char *t = sql + sizeof(prefix) - 1;
+                size_t len = strcspn(t, " (");
+                KS_ASSERT(len > 0 && len < sizeof(d->table));
+                memcpy(d->table, t, len);
+                d->table[len] = '\0';
         }
         return rc;
 }
@@ -231,6 +266,99 @@ static int read_round(bl_tx *tx, const ks_pg_stmt *reads, int n)
 }
 
 /*
+ * The rows of entries idx[0..k) (bl_defer_insert, one statement) as one
+ * entry in place of the first, over arrays (ks_pg_rows_sql); the others
+ * are freed and left without sql, for rows_together to drop. KS_OK, or
+ * out of memory (nothing changed).
+ */
+static int rows_merge(bl_tx *tx, const size_t *idx, size_t k)
+{
+        bl_deferred *d = &tx->deferred[idx[0]];
+        char *sql = ks_pg_rows_sql(d->sql, d->n);
+        char **params = calloc((size_t)d->n + 1, sizeof(*params));
+        bool ok = sql != NULL && params != NULL;
+
+        for (int p = 0; ok && p < d->n; p++) {
+                bl_arr a = {0};
+                for (size_t r = 0; r < k; r++) {
+                        const char *v = tx->deferred[idx[r]].params[p];
+                        if (v != NULL) {
+                                bl_arr_text(&a, v);
+                        } else {
+                                bl_arr_null(&a);
+                        }
+                }
+                const char *lit = bl_arr_done(&a);
+                ok = lit != NULL && (params[p] = strdup(lit)) != NULL;
+                bl_arr_free(&a);
+        }
+        if (!ok) {
+                for (int p = 0; params != NULL && p < d->n; p++) {
+                        free(params[p]);
+                }
+                free(params);
+                free(sql);
+                return oom(tx);
+        }
+        for (size_t r = 1; r < k; r++) {
+                deferred_free(&tx->deferred[idx[r]]);
+        }
+        int n = d->n;
+        deferred_free(d);
+        *d = (bl_deferred){.sql = sql, .n = n, .params = params};
+        return KS_OK;
+}
+
+/*
+ * Rows written together (bl_defer_insert): each waiting insert of one row
+ * takes the later rows of its statement into one insert over arrays, each
+ * up to the first statement between that names its table; the rows taken
+ * go at the first's place, in their order.
+ */
+static int rows_together(bl_tx *tx)
+{
+        size_t *idx = NULL, n = tx->n_deferred, k, out = 0;
+        int rc = KS_OK;
+
+        for (size_t i = 0; i < n && rc == KS_OK; i++) {
+                const bl_deferred *d = &tx->deferred[i];
+                if (d->sql == NULL || d->table[0] == '\0') {
+                        continue;
+                }
+                k = 0;
+                for (size_t j = i + 1; j < n; j++) {
+                        const bl_deferred *e = &tx->deferred[j];
+                        if (e->sql == NULL) {
+                                continue; /* taken into an earlier insert already */
+                        }
+                        if (e->table[0] != '\0' && strcmp(e->sql, d->sql) == 0) {
+                                if (idx == NULL && (idx = malloc(n * sizeof(*idx))) == NULL) {
+                                        return oom(tx);
+                                }
+                                if (k == 0) {
+                                        idx[k++] = i;
+                                }
+                                idx[k++] = j;
+                        } else if (e->table[0] != '\0' ? strcmp(e->table, d->table) == 0
+                                                       : names(e->sql, d->table)) {
+                                break;
+                        }
+                }
+                if (k > 1) {
+                        rc = rows_merge(tx, idx, k);
+                }
+        }
+        free(idx);
+        for (size_t i = 0; i < n; i++) {
+                if (tx->deferred[i].sql != NULL) {
+                        tx->deferred[out++] = tx->deferred[i];
+                }
+        }
+        tx->n_deferred = out;
+        return rc;
+}
+
+/*
  * The deferred writes, then stmts, in as few round trips as the pipeline
  * bound allows (one, nearly always). The deferred ones are gone afterwards,
  * sent or failed. In a read frame (bl_tx_run_reads) stmts are a read of
@@ -246,6 +374,10 @@ static int flush_with(bl_tx *tx, const ks_pg_stmt *stmts, int n)
         if (tx->reads_only) {
                 KS_ASSERT(tx->n_deferred == 0);
                 return n > 0 ? read_round(tx, stmts, n) : KS_OK;
+        }
+        if ((rc = rows_together(tx)) != KS_OK) {
+                deferred_clear(tx);
+                return rc;
         }
         while (rc == KS_OK) {
                 int k = 0;

@@ -222,6 +222,22 @@ typedef struct ks_pg_num {
 ks_pg_num ks_pg_num_of(int64_t v);
 
 /*
+ * The form over arrays of a one-row insert (ks_pg_rows.c), for writing many
+ * rows of it in one execution: from
+ *   INSERT INTO t (cols) VALUES (e1, ..., ek)       (the ei reading $1..$n)
+ * it makes
+ *   INSERT INTO t (cols) SELECT e1', ..., ek'
+ *   FROM unnest($1::text[], ..., $n::text[]) AS r(c1, ..., cn)
+ * where each $i of the expressions reads r.ci, a text: parameter i is the
+ * array literal of the rows' values of $i. So the one-row form must cast
+ * every parameter that is not a text column's value ($2::int8,
+ * NULLIF($3, '')::uuid). Malloc'd; NULL when sql is not of that form (one
+ * tuple, ending the statement; no RETURNING, no ON CONFLICT) or out of
+ * memory.
+ */
+char *ks_pg_rows_sql(const char *sql, int n_params);
+
+/*
  * bytea in its text form, "\x" + hex: how binary data travels as a text
  * parameter (a $n::bytea) and comes back in a text result.
  * ks_pg_bytea_text: the text of n bytes, malloc'd; NULL when out of memory.

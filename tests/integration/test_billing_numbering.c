@@ -323,6 +323,31 @@ static void test_a_burst_of_creations_runs_in_groups(void **state)
                                       " tenant_id = $1::uuid",
                                       1, p),
                          BURST_THREADS * BURST_ROUNDS);
+        /* A group writes the rows of each statement together (bl_defer_insert): every
+         * subscription has its history from seq 1, every invoice its lines 1..n_lines. */
+        assert_int_equal(ait_sql_long("SELECT count(*) FROM billing.subscriptions s WHERE"
+                                      " s.tenant_id = $1::uuid AND (SELECT count(*) FROM"
+                                      " billing.subscription_history h WHERE h.tenant_id ="
+                                      " s.tenant_id AND h.subscription_id = s.id AND h.seq"
+                                      " BETWEEN 1 AND s.history_seq) <> s.history_seq",
+                                      1, p),
+                         0);
+        assert_int_equal(ait_sql_long("SELECT count(*) FROM billing.invoices i WHERE"
+                                      " i.tenant_id = $1::uuid AND (n_lines < 1 OR (SELECT"
+                                      " count(*) FROM billing.invoice_lines l WHERE l.tenant_id ="
+                                      " i.tenant_id AND l.invoice_id = i.id AND l.line_no BETWEEN"
+                                      " 1 AND i.n_lines) <> i.n_lines OR i.total <> (SELECT"
+                                      " sum(amount + tax) FROM billing.invoice_lines l WHERE"
+                                      " l.tenant_id = i.tenant_id AND l.invoice_id = i.id))",
+                                      1, p),
+                         0);
+        assert_int_equal(
+            ait_sql_long("SELECT count(*) FROM billing.invoices i WHERE"
+                         " i.tenant_id = $1::uuid AND i.amount_paid <> COALESCE((SELECT"
+                         " sum(amount) FROM billing.payments y WHERE y.tenant_id ="
+                         " i.tenant_id AND y.invoice_id = i.id AND y.status = 1), 0)",
+                         1, p),
+            0);
         assert_int_equal(ait_sql_long("SELECT sum(credit_balance) FROM billing.customers WHERE"
                                       " tenant_id = $1::uuid",
                                       1, p),

@@ -446,6 +446,71 @@ static void test_pg_values(void **state)
         PQfinish(c);
 }
 
+/* The form over arrays of a one-row insert: its text, what it refuses, and its rows in a table. */
+static void test_rows_sql(void **state)
+{
+        (void)state;
+        char *s = ks_pg_rows_sql("INSERT INTO t (a, b) VALUES ($1::int8, NULLIF($2, '')::uuid)", 2);
+
+        assert_non_null(s);
+        assert_string_equal(s, "INSERT INTO t (a, b) SELECT r.c1::int8, NULLIF(r.c2, '')::uuid"
+                               " FROM unnest($1::text[], $2::text[]) AS r(c1, c2)");
+        free(s);
+        /* Not a one-row insert ending with its tuple, or a parameter out of range. */
+        const char *refused[] = {
+            "UPDATE t SET a = $1",
+            "INSERT INTO t (a) VALUES ($1) RETURNING a",
+            "INSERT INTO t (a) VALUES ($1) ON CONFLICT DO NOTHING",
+            "INSERT INTO t (a) VALUES ($1), ($2)",
+            "INSERT INTO t (a) VALUES ($3)",
+            "INSERT INTO t (a) VALUES ($0)",
+            "INSERT INTO t (a) VALUES ('$1)",
+            "INSERT INTO t (a) SELECT $1",
+        };
+        for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+                assert_null(ks_pg_rows_sql(refused[i], 2));
+        }
+        assert_null(ks_pg_rows_sql("INSERT INTO t (a) VALUES ($1)", 0));
+
+        /* Three rows through the arrays: NULLs, quotes, backslashes, commas, a literal holding
+         * "$1" (not a parameter), a parameter read twice: the same rows as one by one. */
+        PGconn *c = admin();
+        PGresult *res = NULL;
+        const char *one = "INSERT INTO rows_t (k, n, s, b, u, note, m) VALUES ($1::int4, $2::int8,"
+                          " $3, $4::bool, NULLIF($5, '')::uuid, 'it''s $1', $2::int8 - 1)";
+        assert_int_equal(ks_pg_exec(c, "test",
+                                    "CREATE TABLE rows_t (k int4, n int8, s text, b bool, u uuid,"
+                                    " note text, m int8)",
+                                    0, NULL, NULL),
+                         KS_OK);
+        const char *rows[3][5] = {{"1", "-5", "plain", "t", ""},
+                                  {"2", "9223372036854775807", "a \"quoted\", \\ and {}", "f",
+                                   "0190a5c4-1b2c-7d3e-8f40-123456789abc"},
+                                  {"3", "0", NULL, "t", ""}};
+        for (int i = 0; i < 3; i++) {
+                assert_int_equal(ks_pg_exec(c, "test", one, 5, rows[i], NULL), KS_OK);
+        }
+        char *many = ks_pg_rows_sql(one, 5);
+        assert_non_null(many);
+        const char *arrays[5] = {"{11,12,13}", "{-5,9223372036854775807,0}",
+                                 "{\"plain\",\"a \\\"quoted\\\", \\\\ and {}\",NULL}", "{t,f,t}",
+                                 "{\"\",\"0190a5c4-1b2c-7d3e-8f40-123456789abc\",\"\"}"};
+        assert_int_equal(ks_pg_exec(c, "test", many, 5, arrays, NULL), KS_OK);
+        free(many);
+        assert_int_equal(
+            ks_pg_exec(c, "test",
+                       "SELECT count(*) FROM rows_t a JOIN rows_t b ON b.k = a.k + 10"
+                       " WHERE a.n = b.n AND a.s IS NOT DISTINCT FROM b.s AND a.b = b.b"
+                       " AND a.u IS NOT DISTINCT FROM b.u AND a.note = b.note AND a.m = b.m"
+                       " AND a.note = 'it''s $1' AND a.m = a.n - 1",
+                       0, NULL, &res),
+            KS_OK);
+        assert_int_equal(ks_pg_int(res, 0, 0), 3);
+        PQclear(res);
+        assert_int_equal(ks_pg_exec(c, "test", "DROP TABLE rows_t", 0, NULL, NULL), KS_OK);
+        PQfinish(c);
+}
+
 static void test_pipeline(void **state)
 {
         (void)state;
@@ -919,6 +984,7 @@ int main(void)
             cmocka_unit_test(test_prepared_schema_change),
             cmocka_unit_test(test_prepare_failure_reported),
             cmocka_unit_test(test_pg_values),
+            cmocka_unit_test(test_rows_sql),
             cmocka_unit_test(test_pipeline),
             cmocka_unit_test(test_pipeline_lost_connection),
             cmocka_unit_test(test_exec_error_mapping),
