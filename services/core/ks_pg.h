@@ -201,6 +201,17 @@ bool ks_pg_batch_active(void);
 int ks_pg_batch_reads(const ks_pg_batch *b);
 /* The recorded reads in one pipeline: KS_OK, or why the batch as a whole failed. */
 int ks_pg_batch_run(PGconn *conn, const char *request_id, ks_pg_batch *b) KS_MUST_CHECK;
+/*
+ * fn(ctx, b, i), called by ks_pg_batch_run for each call whose read is
+ * back (its results and its Sync taken), in order, while the server still
+ * runs the reads of the calls after it: the caller may replay call i at
+ * once (ks_pg_batch_replay, the handler, ks_pg_batch_off), so that its
+ * handler's work overlaps the server's instead of following it. fn must
+ * not use the run's connection. Not called for the calls of a run that
+ * failed as a whole (ks_pg_batch_run then returns that failure).
+ */
+typedef void (*ks_pg_batch_ready_fn)(void *ctx, ks_pg_batch *b, int call);
+void ks_pg_batch_on_ready(ks_pg_batch *b, ks_pg_batch_ready_fn fn, void *ctx);
 
 /* BEGIN / COMMIT / ROLLBACK. ks_pg_rollback is safe outside a transaction. */
 int ks_pg_begin(PGconn *conn, const char *request_id) KS_MUST_CHECK;

@@ -37,6 +37,8 @@ typedef struct recorded {
 struct ks_pg_batch {
         recorded *calls;
         int n_calls;
+        ks_pg_batch_ready_fn ready; /* ks_pg_batch_on_ready */
+        void *ready_ctx;
 };
 
 enum { STEP_OFF, STEP_PLAN, STEP_REPLAY };
@@ -94,6 +96,12 @@ void ks_pg_batch_free(ks_pg_batch *b)
         }
         free(b->calls);
         free(b);
+}
+
+void ks_pg_batch_on_ready(ks_pg_batch *b, ks_pg_batch_ready_fn fn, void *ctx)
+{
+        b->ready = fn;
+        b->ready_ctx = ctx;
 }
 
 static void step(ks_pg_batch *b, int call, int s)
@@ -299,6 +307,9 @@ int ks_pg_batch_run(PGconn *c, const char *request_id, ks_pg_batch *b)
                                 PQclear(r->results[k]);
                                 r->results[k] = NULL;
                         }
+                }
+                if (code == KS_OK && b->ready != NULL) {
+                        b->ready(b->ready_ctx, b, i); /* the later reads run meanwhile */
                 }
         }
         if (PQpipelineStatus(c) != PQ_PIPELINE_OFF && PQexitPipelineMode(c) != 1 && code == KS_OK) {

@@ -758,22 +758,66 @@ static void run_each(ks_rpc_server *srv, ks_fifo *here)
         }
 }
 
+/* A pass's batched calls: those still to be answered, and the time the run spent in replays. */
+typedef struct batch_pass {
+        ks_rpc_server *srv;
+        job **js; /* by call; NULL once answered (or never waiting) */
+        int waiting;
+        int64_t t0, t1;     /* the run's start and end (0 while it runs) */
+        long long in_calls; /* ns of the run spent replaying the calls answered during it */
+} batch_pass;
+
+/* Call i, its read back from the batch: replayed, answered and its reply sent. */
+static void answer_batched(batch_pass *p, ks_pg_batch *b, int i, bool ran)
+{
+        /* Its share of the run: the run's time without the replays, over its calls. */
+        int64_t end = p->t1 != 0 ? p->t1 : ks_mono_ns();
+        long long share = ((long long)(end - p->t0) - p->in_calls) / p->waiting;
+
+        if (ran) {
+                ks_pg_batch_replay(b, i);
+        }
+        (void)run_call(p->srv, p->js[i], NULL, share); /* replayed or alone: packed */
+        ks_pg_batch_off();
+        send_reply(p->srv, p->js[i]);
+        left_loop(p->srv);
+        p->js[i] = NULL;
+}
+
+/*
+ * Call i's read is back while the run still waits for the later ones
+ * (ks_pg_batch_on_ready): the call is answered now, its handler's work
+ * beside PostgreSQL's on the later reads, when a connection is free for
+ * the handler (the run holds one); else after the run, as the others.
+ */
+static void on_read_back(void *ctx, ks_pg_batch *b, int i)
+{
+        batch_pass *p = ctx;
+
+        if (p->js[i] == NULL || !loop_ready(p->srv)) {
+                return;
+        }
+        int64_t t = ks_mono_ns();
+        answer_batched(p, b, i, true);
+        p->in_calls += (long long)(ks_mono_ns() - t);
+}
+
 /*
  * On the loop: the calls of here with their reads in one round trip
  * (ks_pg.h, "Batched reads"). Each handler runs up to its read, which is
  * recorded (a call that reads nothing that way is answered at once); the
  * reads go to PostgreSQL together; each handler that recorded one runs
- * again and finds its results. Their replies leave with the pass's others,
- * as before.
+ * again and finds its results, as soon as they are back, while the server
+ * runs the reads after it (on_read_back).
  */
 static void run_batched(ks_rpc_server *srv, ks_fifo *here)
 {
-        int n = (int)here->n, waiting = 0;
-        job **js = calloc((size_t)n, sizeof(*js));
+        int n = (int)here->n;
+        batch_pass p = {.srv = srv, .js = calloc((size_t)n, sizeof(*p.js))};
         ks_pg_batch *b = NULL;
 
-        if (js == NULL || ks_pg_batch_new(&b, n) != KS_OK) {
-                free(js);
+        if (p.js == NULL || ks_pg_batch_new(&b, n) != KS_OK) {
+                free(p.js);
                 run_each(srv, here);
                 return;
         }
@@ -792,32 +836,26 @@ static void run_batched(ks_rpc_server *srv, ks_fifo *here)
                         send_reply(srv, j);
                         left_loop(srv);
                 } else {
-                        js[i] = j;
-                        waiting++;
+                        p.js[i] = j;
+                        p.waiting++;
                 }
         }
-        if (waiting > 0) {
-                int64_t t0 = ks_mono_ns();
+        if (p.waiting > 0) {
+                p.t0 = ks_mono_ns();
+                ks_pg_batch_on_ready(b, on_read_back, &p);
                 bool ran = srv->opts.batch_run(srv->opts.batch_run_arg, b) == KS_OK;
+                p.t1 = ks_mono_ns();
                 if (ran) {
                         ks_counter_add(srv->batched_reads, (uint64_t)ks_pg_batch_reads(b));
                 }
-                long long share = (long long)(ks_mono_ns() - t0) / waiting;
                 for (int i = 0; i < n; i++) {
-                        if (js[i] == NULL) {
-                                continue;
+                        if (p.js[i] != NULL) {
+                                answer_batched(&p, b, i, ran);
                         }
-                        if (ran) {
-                                ks_pg_batch_replay(b, i);
-                        }
-                        (void)run_call(srv, js[i], NULL, share); /* replayed or alone: packed */
-                        ks_pg_batch_off();
-                        send_reply(srv, js[i]);
-                        left_loop(srv);
                 }
         }
         ks_pg_batch_free(b);
-        free(js);
+        free(p.js);
 }
 
 /*

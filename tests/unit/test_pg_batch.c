@@ -56,13 +56,18 @@ typedef struct call {
         PGresult *out;
 } call;
 
-static int read_as(call *c)
+static int read_on(PGconn *conn, call *c)
 {
         const char *act[1] = {c->tenant};
         const char *rows[1] = {c->min};
         const ks_pg_stmt first = {.sql = sql_act_for, .n_params = 1, .params = act};
         const ks_pg_stmt read = {.sql = sql_rows, .n_params = 1, .params = rows, .out = &c->out};
-        return ks_pg_read(g_conn, "test", &first, 1, &read, 1);
+        return ks_pg_read(conn, "test", &first, 1, &read, 1);
+}
+
+static int read_as(call *c)
+{
+        return read_on(g_conn, c);
 }
 
 static void assert_rows(call *c, const char *rows)
@@ -120,6 +125,59 @@ static void test_each_call_its_own_tenant(void **state)
         PGresult *r = PQexec(g_conn, "SELECT coalesce(current_setting('test.tenant', true), '')");
         assert_string_equal(PQgetvalue(r, 0, 0), "");
         PQclear(r);
+}
+
+/* What the ready callback saw: the calls in the order they came back, each answered there. */
+typedef struct ready_log {
+        PGconn *conn; /* the handlers' own: the run holds g_conn */
+        call *calls;
+        int order[8];
+        int codes[8];
+        int n;
+} ready_log;
+
+static void on_ready(void *ctx, ks_pg_batch *b, int i)
+{
+        ready_log *log = ctx;
+
+        assert_true(log->n < 8);
+        log->order[log->n] = i;
+        ks_pg_batch_replay(b, i);
+        log->codes[log->n++] = read_on(log->conn, &log->calls[i]);
+        ks_pg_batch_off();
+}
+
+/* Each call is handed back as soon as its read is, in order, a failed one with its failure. */
+static void test_each_call_ready_in_order(void **state)
+{
+        (void)state;
+        call calls[4] = {
+            {"a", "0", NULL}, {"b", "not a number", NULL}, {"c", "5", NULL}, {"a", "2", NULL}};
+        char conninfo[512];
+        snprintf(conninfo, sizeof(conninfo), "host=%s port=%s user=%s dbname=%s", PQhost(g_conn),
+                 PQport(g_conn), PQuser(g_conn), PQdb(g_conn));
+        ready_log log = {.conn = PQconnectdb(conninfo), .calls = calls};
+        assert_int_equal(PQstatus(log.conn), CONNECTION_OK);
+        ks_pg_batch *b = plan_all(calls, 4);
+
+        ks_pg_batch_on_ready(b, on_ready, &log);
+        assert_int_equal(ks_pg_batch_run(g_conn, "test", b), KS_OK);
+        assert_int_equal(log.n, 4);
+        for (int i = 0; i < 4; i++) {
+                assert_int_equal(log.order[i], i);
+        }
+        assert_int_equal(log.codes[0], KS_OK);
+        assert_rows(&calls[0], "1,2");
+        assert_int_not_equal(log.codes[1], KS_OK);
+        assert_int_not_equal(log.codes[1], KS_PG_DEFERRED);
+        assert_null(calls[1].out);
+        assert_int_equal(log.codes[2], KS_OK);
+        assert_rows(&calls[2], "5,6");
+        assert_int_equal(log.codes[3], KS_OK);
+        assert_rows(&calls[3], "2");
+        ks_pg_batch_free(b);
+        PQfinish(log.conn);
+        assert_int_equal(PQtransactionStatus(g_conn), PQTRANS_IDLE);
 }
 
 static void test_a_failure_is_one_calls(void **state)
@@ -208,6 +266,7 @@ int main(void)
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_each_call_its_own_tenant),
             cmocka_unit_test(test_a_failure_is_one_calls),
+            cmocka_unit_test(test_each_call_ready_in_order),
             cmocka_unit_test(test_replay_of_another_read_runs_alone),
             cmocka_unit_test(test_typed_read_runs_at_once),
             cmocka_unit_test(test_no_connection_fails_the_run),
