@@ -9,6 +9,7 @@
 
 #include <ctype.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,8 @@ typedef struct buf {
 
 static void put(buf *b, const char *s, size_t n)
 {
-        if (b->oom) {
+        if (b->oom || n > SIZE_MAX / 4 - b->len) {
+                b->oom = true;
                 return;
         }
         if (b->len + n + 1 > b->cap) {
