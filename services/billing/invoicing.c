@@ -131,50 +131,23 @@ static void state_of(const bl_invoice *inv, inv_state *o)
         o->p[11] = inv->auto_charge ? "t" : "f";
 }
 
-/* The lines from line_no first on: one statement over arrays, whatever their number. */
-static const char sql_insert_lines[] =
-    "INSERT INTO billing.invoice_lines (tenant_id, invoice_id, line_no, kind, description,"
-    " quantity, unit_amount, amount, tax, taxable, period_start_ms, period_end_ms)"
-    " SELECT billing.ctx_tenant(), $1::uuid, $2::int4 + o - 1, k, d, q, u, a, t, x, ps, pe"
-    " FROM unnest($3::text[], $4::text[], $5::int8[], $6::int8[], $7::int8[], $8::int8[],"
-    " $9::bool[], $10::int8[], $11::int8[]) WITH ORDINALITY AS l(k, d, q, u, a, t, x, ps, pe, o)";
-
-typedef struct line_arrays {
-        bl_arr a[9];
-} line_arrays;
-
-static void line_arrays_free(line_arrays *la)
+/* Lines [0..n) of invoice id as line_no first.., each a row of sql_line (bl_defer_insert). */
+static int defer_lines(bl_tx *tx, const char *id, int64_t first, const bl_line *lines, size_t n)
 {
-        for (int i = 0; i < 9; i++) {
-                bl_arr_free(&la->a[i]);
-        }
-}
+        int rc = KS_OK;
 
-/* The statement that inserts lines[0..n) as line_no first.. of invoice id. */
-static int lines_stmt(const char *id, const ks_pg_num *first, const bl_line *lines, size_t n,
-                      line_arrays *la, const char *params[11])
-{
-        memset(la, 0, sizeof(*la));
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < n && rc == KS_OK; i++) {
                 const bl_line *l = &lines[i];
-                bl_arr_text(&la->a[0], bl_line_kind_name(l->kind));
-                bl_arr_text(&la->a[1], l->description);
-                bl_arr_int(&la->a[2], l->quantity);
-                bl_arr_int(&la->a[3], l->unit_amount);
-                bl_arr_int(&la->a[4], l->amount);
-                bl_arr_int(&la->a[5], l->tax);
-                bl_arr_text(&la->a[6], l->taxable ? "t" : "f");
-                bl_arr_int(&la->a[7], l->period_start_ms);
-                bl_arr_int(&la->a[8], l->period_end_ms);
+                ks_pg_num no = ks_pg_num_of(first + (int64_t)i), q = ks_pg_num_of(l->quantity),
+                          u = ks_pg_num_of(l->unit_amount), a = ks_pg_num_of(l->amount),
+                          tax = ks_pg_num_of(l->tax), ps = ks_pg_num_of(l->period_start_ms),
+                          pe = ks_pg_num_of(l->period_end_ms);
+                const char *lp[11] = {
+                    id,  no.s,  bl_line_kind_name(l->kind), l->description, q.s, u.s,
+                    a.s, tax.s, l->taxable ? "t" : "f",     ps.s,           pe.s};
+                rc = bl_defer_insert(tx, NULL, sql_line, 11, lp);
         }
-        params[0] = id;
-        params[1] = first->s;
-        for (int i = 0; i < 9; i++) {
-                if ((params[2 + i] = bl_arr_done(&la->a[i])) == NULL) {
-                        return KS_RESOURCE_EXHAUSTED;
-                }
-        }
-        return KS_OK;
+        return rc;
 }
 
 int bl_invoice_create(bl_tx *tx, const bl_customer *cust, bl_invoice *inv, bl_line *lines, size_t n,
@@ -215,18 +188,7 @@ int bl_invoice_create(bl_tx *tx, const bl_customer *cust, bl_invoice *inv, bl_li
         if ((rc = bl_defer_insert(tx, inv->id, sql_create, CREATE_PARAMS, p)) != KS_OK) {
                 return rc;
         }
-        for (size_t i = 0; i < n && rc == KS_OK; i++) {
-                const bl_line *l = &lines[i];
-                ks_pg_num no = ks_pg_num_of((int64_t)i + 1), q = ks_pg_num_of(l->quantity),
-                          u = ks_pg_num_of(l->unit_amount), a = ks_pg_num_of(l->amount),
-                          tax = ks_pg_num_of(l->tax), ps = ks_pg_num_of(l->period_start_ms),
-                          pe = ks_pg_num_of(l->period_end_ms);
-                const char *lp[11] = {
-                    inv->id, no.s,  bl_line_kind_name(l->kind), l->description, q.s, u.s,
-                    a.s,     tax.s, l->taxable ? "t" : "f",     ps.s,           pe.s};
-                rc = bl_defer_insert(tx, NULL, sql_line, 11, lp);
-        }
-        return rc;
+        return defer_lines(tx, inv->id, 1, lines, n);
 }
 
 static const char sql_lines_of[] =
@@ -280,19 +242,15 @@ int bl_invoice_add_lines(bl_tx *tx, const bl_customer *cust, bl_invoice *inv, bl
         for (size_t i = 0; rc == KS_OK && i < old; i++) {
                 bl_arr_int(&taxes, v[i].tax);
         }
-        line_arrays la = {0};
-        const char *lp[11];
-        ks_pg_num first = ks_pg_num_of((int64_t)old + 1);
-
-        if (rc == KS_OK && (lines_stmt(inv->id, &first, v + old, n, &la, lp) != KS_OK ||
-                            bl_arr_done(&taxes) == NULL)) {
+        if (rc == KS_OK && bl_arr_done(&taxes) == NULL) {
                 rc = tx->call != NULL ? ks_call_oom(tx->call) : KS_RESOURCE_EXHAUSTED;
         }
         if (rc == KS_OK) {
                 const char *tp[2] = {inv->id, taxes.s};
-                const ks_pg_stmt s[2] = {{.sql = sql_retax, .n_params = 2, .params = tp},
-                                         {.sql = sql_insert_lines, .n_params = 11, .params = lp}};
-                rc = bl_pipeline(tx, s, 2);
+                if ((rc = bl_defer(tx, sql_retax, 2, tp)) == KS_OK &&
+                    (rc = defer_lines(tx, inv->id, (int64_t)old + 1, v + old, n)) == KS_OK) {
+                        rc = bl_flush(tx);
+                }
                 inv->subtotal = t.subtotal;
                 inv->tax = t.tax;
                 inv->total = t.total;
@@ -301,7 +259,6 @@ int bl_invoice_add_lines(bl_tx *tx, const bl_customer *cust, bl_invoice *inv, bl
         if (rc == KS_OK) {
                 rc = bl_invoice_save(tx, inv);
         }
-        line_arrays_free(&la);
         bl_arr_free(&taxes);
         free(v);
         return rc;
